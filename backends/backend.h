@@ -1,0 +1,163 @@
+/*
+ * The backend vtable: what core/ asks of a device. Each op has one typedef,
+ * used both in the table and in every implementation's prototype, so the
+ * signatures cannot drift. core/ never touches device memory directly: pages
+ * are opaque backend addresses that only ops and buffer functions read.
+ */
+#ifndef FG_BACKEND_H
+#define FG_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fastgen.h"
+
+typedef struct fg_backend fg_backend;
+
+/* Slot flags: which component keeps a cached row (same bits as FG_KEEP_*). */
+enum {
+    FG_SLOT_SPECIAL = FG_KEEP_SPECIAL,
+    FG_SLOT_PUNCT = FG_KEEP_PUNCT,
+    FG_SLOT_FREQUENT = FG_KEEP_FREQUENT,
+    FG_SLOT_LOCAL = FG_KEEP_LOCAL,
+    FG_SLOT_FULL = FG_KEEP_FULL
+};
+
+/* Attention shape shared by all ops. */
+typedef struct fg_shape {
+    int32_t n_q_heads;  /* Hq */
+    int32_t n_kv_heads; /* Hkv */
+    int32_t head_dim;   /* d */
+} fg_shape;
+
+/* Layout of one page: rows of one (sequence, layer, KV head).
+ *   [k_offset]     K     [page_tokens][d] dtype
+ *   [v_offset]     V     [page_tokens][d] dtype
+ *   [pos_offset]   pos   [page_tokens] int32
+ *   [score_offset] score [page_tokens] float
+ *   [flags_offset] flags [page_tokens] uint8
+ * page_bytes is a multiple of 64. */
+typedef struct fg_page_layout {
+    int32_t page_tokens;
+    int32_t head_dim;
+    fg_dtype dtype;
+    size_t k_offset, v_offset, pos_offset, score_offset, flags_offset;
+    size_t page_bytes;
+} fg_page_layout;
+
+/* ---- prefill_attention: causal softmax attention over a prompt, with the
+ * per-row max and normaliser that profile_stats reuses (pass 1 of §2.3). */
+typedef fg_status fg_prefill_attention_fn(fg_backend *be, const fg_shape *shape, int32_t n,
+                                          const float *q,  /* [n][Hq][d] */
+                                          const float *k,  /* [n][Hkv][d] */
+                                          const float *v,  /* [n][Hkv][d] */
+                                          float *out,      /* [n][Hq][d] */
+                                          float *row_max,  /* [Hq][n] */
+                                          float *row_sum); /* [Hq][n] */
+
+/* ---- profile_stats: pass 2 of §2.3. Pooled attention A (mean over the
+ * group) of rows i in [row_begin, n):
+ *   col[g][j]         = sum_i A[i][j]
+ *   col_local[w][g][j] = sum over i in [j, j + window[w]) of A[i][j] */
+typedef struct fg_profile_request {
+    int32_t n;                        /* prompt length */
+    int32_t row_begin;                /* first profiled row (observation window) */
+    int32_t n_windows;                /* distinct local windows, 0..FG_MAX_SHORTLIST */
+    int32_t window[FG_MAX_SHORTLIST]; /* w(n) of each */
+} fg_profile_request;
+
+typedef fg_status fg_profile_stats_fn(fg_backend *be, const fg_shape *shape, const fg_profile_request *req,
+                                      const float *q,       /* [n][Hq][d] */
+                                      const float *k,       /* [n][Hkv][d] */
+                                      const float *row_max, /* [Hq][n] */
+                                      const float *row_sum, /* [Hq][n] */
+                                      float *col,           /* [Hkv][n] */
+                                      float *col_local);    /* [n_windows][Hkv][n] */
+
+/* ---- compact: gather the kept prompt rows of each head into its pages. */
+typedef struct fg_compact_head {
+    int32_t kv_head;
+    int32_t n_keep;
+    const int32_t *pos;   /* [n_keep] prompt positions */
+    const uint8_t *flags; /* [n_keep] FG_SLOT_* */
+    const float *score;   /* [n_keep] initial cumulative score */
+    void *const *pages;   /* [ceil(n_keep / page_tokens)] */
+} fg_compact_head;
+
+typedef fg_status fg_compact_fn(fg_backend *be, const fg_page_layout *layout, const fg_shape *shape, int32_t n,
+                                const float *k, /* [n][Hkv][d] */
+                                const float *v, /* [n][Hkv][d] */
+                                int32_t n_heads, const fg_compact_head *heads);
+
+/* ---- decode_step: §2.5 steps 1-4 for one (sequence, KV head). The host has
+ * computed everything that does not depend on attention values. */
+typedef struct fg_decode_head {
+    void *const *pages;    /* [ceil(max(n_slots + 1, 1) / page_tokens)] */
+    int32_t n_slots;       /* rows before the step */
+    int32_t n_slots_after; /* rows after the step (host mirror; checked) */
+    uint32_t components;   /* policy of the head */
+    fg_score_mode score_mode;
+    int32_t pos;           /* position p of the new token; t = p + 1 */
+    uint8_t insert_flag;   /* FG_SLOT_* the new row is cached with; 0 = not cached */
+    int32_t window_start;  /* t - w(t): LOCAL rows below it leave the window */
+    int32_t freq_budget;   /* k(t) */
+    const float *q;        /* [G][d] */
+    const float *k;        /* [d] */
+    const float *v;        /* [d] */
+    float *out;            /* [G][d] */
+} fg_decode_head;
+
+typedef fg_status fg_decode_step_fn(fg_backend *be, const fg_page_layout *layout, const fg_shape *shape,
+                                    int32_t n_heads, const fg_decode_head *heads);
+
+/* ---- read_slots: copy slot metadata of one head to the host (synchronising). */
+typedef fg_status fg_read_slots_fn(fg_backend *be, const fg_page_layout *layout, void *const *pages, int32_t n_slots,
+                                   int32_t *pos,     /* [n_slots] */
+                                   uint8_t *flags,   /* [n_slots] or NULL */
+                                   float *score);    /* [n_slots] or NULL */
+
+/* ---- buffers: device memory for pages. */
+typedef fg_status fg_buffer_alloc_fn(fg_backend *be, size_t bytes, void **out);
+typedef void fg_buffer_free_fn(fg_backend *be, void *ptr);
+
+typedef struct fg_backend_ops {
+    const char *name;
+    fg_buffer_alloc_fn *buffer_alloc;
+    fg_buffer_free_fn *buffer_free;
+    fg_prefill_attention_fn *prefill_attention;
+    fg_profile_stats_fn *profile_stats;
+    fg_compact_fn *compact;
+    fg_decode_step_fn *decode_step;
+    fg_read_slots_fn *read_slots;
+    /* Releases the backend object (NULL when nothing to release). */
+    void (*destroy)(fg_backend *be);
+} fg_backend_ops;
+
+/* The error sink a backend writes its messages to (the context). */
+typedef fg_status fg_error_fn(void *sink, fg_status status, const char *fmt, ...);
+
+struct fg_backend {
+    const fg_backend_ops *ops;
+    int32_t n_threads;   /* 0 = default */
+    void *impl;          /* backend private state */
+    void *err_sink;      /* passed to err */
+    fg_error_fn *err;
+};
+
+/* Backend constructors: fill *be or return FG_ERR_UNAVAILABLE with a message
+ * through err(err_sink, ...). Each lives with its backend. */
+typedef fg_status fg_backend_init_fn(fg_backend *be);
+fg_backend_init_fn fg_backend_ref_init;
+fg_backend_init_fn fg_backend_cpu_init;
+fg_backend_init_fn fg_backend_cuda_init;
+fg_backend_init_fn fg_backend_hip_init;
+
+/* Registry (backends/registry.c). */
+fg_status fg_backend_open(const char *name, int32_t n_threads, fg_backend *be);
+void fg_backend_close(fg_backend *be);
+
+/* Layout of a page for the given shape and storage type. */
+fg_page_layout fg_page_layout_make(int32_t page_tokens, int32_t head_dim, fg_dtype dtype);
+size_t fg_dtype_size(fg_dtype dtype);
+
+#endif /* FG_BACKEND_H */

@@ -1,0 +1,10 @@
+/* Buffer functions shared by the backends whose memory is host memory. */
+#ifndef FG_BACKEND_HOST_H
+#define FG_BACKEND_HOST_H
+
+#include "backends/backend.h"
+
+fg_buffer_alloc_fn fg_host_buffer_alloc;
+fg_buffer_free_fn fg_host_buffer_free;
+
+#endif

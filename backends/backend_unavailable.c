@@ -1,0 +1,18 @@
+/* Backends that were not compiled in: the same symbols, a clear refusal. */
+#include "backends/backend.h"
+
+#ifndef FG_HAVE_CUDA
+fg_status fg_backend_cuda_init(fg_backend *be) {
+    return be->err(be->err_sink, FG_ERR_UNAVAILABLE,
+                   "backend \"cuda\" is not compiled in: install the CUDA toolkit and configure with "
+                   "`meson setup build -Dcuda=enabled`");
+}
+#endif
+
+#ifndef FG_HAVE_HIP
+fg_status fg_backend_hip_init(fg_backend *be) {
+    return be->err(be->err_sink, FG_ERR_UNAVAILABLE,
+                   "backend \"hip\" is not compiled in: install hipcc and libamdhip64-dev and configure with "
+                   "`meson setup build -Dhip=enabled`");
+}
+#endif

@@ -1,0 +1,54 @@
+/* The registry of backends: names to constructors, plus the page layout that
+ * every backend shares. */
+#include <string.h>
+
+#include "backends/backend.h"
+
+typedef struct fg_backend_entry {
+    const char *name;
+    fg_backend_init_fn *init;
+} fg_backend_entry;
+
+static const fg_backend_entry k_backends[] = {
+    {"ref", fg_backend_ref_init},
+    {"cpu", fg_backend_cpu_init},
+    {"cuda", fg_backend_cuda_init},
+    {"hip", fg_backend_hip_init},
+};
+
+fg_status fg_backend_open(const char *name, int32_t n_threads, fg_backend *be) {
+    be->n_threads = n_threads;
+    be->impl = NULL;
+    be->ops = NULL;
+    for (size_t i = 0; i < sizeof k_backends / sizeof k_backends[0]; i++)
+        if (strcmp(name, k_backends[i].name) == 0)
+            return k_backends[i].init(be);
+    return be->err(be->err_sink, FG_ERR_INVALID_ARGUMENT, "unknown backend \"%s\" (known: ref, cpu, cuda, hip)",
+                   name);
+}
+
+void fg_backend_close(fg_backend *be) {
+    if (be->ops && be->ops->destroy)
+        be->ops->destroy(be);
+    be->ops = NULL;
+    be->impl = NULL;
+}
+
+size_t fg_dtype_size(fg_dtype dtype) { return dtype == FG_DTYPE_F32 ? 4 : 2; }
+
+static size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+fg_page_layout fg_page_layout_make(int32_t page_tokens, int32_t head_dim, fg_dtype dtype) {
+    fg_page_layout L;
+    size_t rows = (size_t)page_tokens * (size_t)head_dim * fg_dtype_size(dtype);
+    L.page_tokens = page_tokens;
+    L.head_dim = head_dim;
+    L.dtype = dtype;
+    L.k_offset = 0;
+    L.v_offset = align_up(rows, 64);
+    L.pos_offset = L.v_offset + align_up(rows, 64);
+    L.score_offset = L.pos_offset + align_up((size_t)page_tokens * sizeof(int32_t), 16);
+    L.flags_offset = L.score_offset + align_up((size_t)page_tokens * sizeof(float), 16);
+    L.page_bytes = align_up(L.flags_offset + (size_t)page_tokens, 64);
+    return L;
+}

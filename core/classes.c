@@ -1,0 +1,192 @@
+/* Token classes (DESIGN §2.1): special ids and multi-token special markers,
+ * punctuation from decoded pieces, sinks by position. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/internal.h"
+
+struct fg_token_classes {
+    int32_t vocab_size;
+    uint8_t *cls;       /* [vocab_size] fg_token_class of each id */
+    int32_t n_markers;
+    int32_t *marker_off; /* [n_markers + 1] offsets into marker_ids */
+    int32_t *marker_ids;
+};
+
+static int is_punct_or_space(unsigned char c) {
+    return (c >= 0x21 && c <= 0x2f) || (c >= 0x3a && c <= 0x40) || (c >= 0x5b && c <= 0x60) ||
+           (c >= 0x7b && c <= 0x7e) || c == ' ' || (c >= 0x09 && c <= 0x0d);
+}
+
+static int hex_digit(char c) {
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    return -1;
+}
+
+/* Punctuation: a non-empty piece of ASCII punctuation and whitespace only, or
+ * a byte-fallback piece "<0xNN>" whose byte is one. */
+static int piece_is_punct(const char *piece) {
+    size_t len = strlen(piece);
+    if (len == 0)
+        return 0;
+    if (len == 6 && piece[0] == '<' && piece[1] == '0' && piece[2] == 'x' && piece[5] == '>') {
+        int hi = hex_digit(piece[3]), lo = hex_digit(piece[4]);
+        if (hi >= 0 && lo >= 0)
+            return is_punct_or_space((unsigned char)(hi * 16 + lo));
+    }
+    for (size_t i = 0; i < len; i++)
+        if (!is_punct_or_space((unsigned char)piece[i]))
+            return 0;
+    return 1;
+}
+
+fg_status fg_token_classes_create(int32_t vocab_size, const char *const *pieces, fg_token_classes **out) {
+    if (!out)
+        return fg_error(NULL, FG_ERR_INVALID_ARGUMENT, "fg_token_classes_create: out must not be NULL");
+    *out = NULL;
+    if (vocab_size <= 0)
+        return fg_error(NULL, FG_ERR_INVALID_ARGUMENT, "vocab_size must be > 0, got %d", (int)vocab_size);
+    fg_token_classes *tc = calloc(1, sizeof *tc);
+    if (!tc)
+        return fg_error(NULL, FG_ERR_OUT_OF_MEMORY, "out of memory creating token classes");
+    tc->vocab_size = vocab_size;
+    tc->cls = calloc((size_t)vocab_size, 1);
+    tc->marker_off = calloc(1, sizeof(int32_t));
+    if (!tc->cls || !tc->marker_off) {
+        fg_token_classes_destroy(&tc);
+        return fg_error(NULL, FG_ERR_OUT_OF_MEMORY, "out of memory creating token classes for %d ids", (int)vocab_size);
+    }
+    if (pieces)
+        for (int32_t i = 0; i < vocab_size; i++)
+            if (pieces[i] && piece_is_punct(pieces[i]))
+                tc->cls[i] = FG_TOKEN_PUNCT;
+    *out = tc;
+    return FG_OK;
+}
+
+void fg_token_classes_destroy(fg_token_classes **classes) {
+    if (!classes || !*classes)
+        return;
+    fg_token_classes *tc = *classes;
+    free(tc->cls);
+    free(tc->marker_off);
+    free(tc->marker_ids);
+    free(tc);
+    *classes = NULL;
+}
+
+static fg_status check_id(const fg_token_classes *tc, int32_t id, const char *fn) {
+    if (!tc)
+        return fg_error(NULL, FG_ERR_INVALID_ARGUMENT, "%s: classes must not be NULL", fn);
+    if (id < 0 || id >= tc->vocab_size)
+        return fg_error(NULL, FG_ERR_INVALID_ARGUMENT, "%s: token id %d outside the vocabulary [0, %d)", fn, (int)id,
+                        (int)tc->vocab_size);
+    return FG_OK;
+}
+
+fg_status fg_token_classes_set(fg_token_classes *tc, int32_t id, fg_token_class cls) {
+    fg_status st = check_id(tc, id, "fg_token_classes_set");
+    if (st)
+        return st;
+    if (cls != FG_TOKEN_ORDINARY && cls != FG_TOKEN_SPECIAL && cls != FG_TOKEN_PUNCT)
+        return fg_error(NULL, FG_ERR_INVALID_ARGUMENT, "fg_token_classes_set: unknown class %d", (int)cls);
+    tc->cls[id] = (uint8_t)cls;
+    return FG_OK;
+}
+
+fg_status fg_token_classes_get(const fg_token_classes *tc, int32_t id, fg_token_class *out) {
+    fg_status st = check_id(tc, id, "fg_token_classes_get");
+    if (st)
+        return st;
+    if (!out)
+        return fg_error(NULL, FG_ERR_INVALID_ARGUMENT, "fg_token_classes_get: out must not be NULL");
+    *out = (fg_token_class)tc->cls[id];
+    return FG_OK;
+}
+
+int32_t fg_token_classes_vocab_size(const fg_token_classes *tc) { return tc ? tc->vocab_size : 0; }
+
+fg_status fg_token_classes_add_sequence(fg_token_classes *tc, const int32_t *ids, int32_t n) {
+    if (!tc || !ids)
+        return fg_error(NULL, FG_ERR_INVALID_ARGUMENT, "fg_token_classes_add_sequence: classes and ids must not be NULL");
+    if (n < 1 || n > 64)
+        return fg_error(NULL, FG_ERR_INVALID_ARGUMENT, "a special sequence needs 1..64 tokens, got %d", (int)n);
+    for (int32_t i = 0; i < n; i++) {
+        fg_status st = check_id(tc, ids[i], "fg_token_classes_add_sequence");
+        if (st)
+            return st;
+    }
+    int32_t total = tc->marker_off[tc->n_markers];
+    int32_t *off = realloc(tc->marker_off, (size_t)(tc->n_markers + 2) * sizeof(int32_t));
+    if (!off)
+        return fg_error(NULL, FG_ERR_OUT_OF_MEMORY, "out of memory adding a special sequence");
+    tc->marker_off = off;
+    int32_t *mid = realloc(tc->marker_ids, (size_t)(total + n) * sizeof(int32_t));
+    if (!mid)
+        return fg_error(NULL, FG_ERR_OUT_OF_MEMORY, "out of memory adding a special sequence");
+    tc->marker_ids = mid;
+    memcpy(mid + total, ids, (size_t)n * sizeof(int32_t));
+    tc->n_markers++;
+    tc->marker_off[tc->n_markers] = total + n;
+    return FG_OK;
+}
+
+fg_status fg_token_classes_clone(const fg_token_classes *src, fg_token_classes **out) {
+    fg_status st = fg_token_classes_create(src->vocab_size, NULL, out);
+    if (st)
+        return st;
+    memcpy((*out)->cls, src->cls, (size_t)src->vocab_size);
+    for (int32_t m = 0; m < src->n_markers && st == FG_OK; m++)
+        st = fg_token_classes_add_sequence(*out, src->marker_ids + src->marker_off[m],
+                                           src->marker_off[m + 1] - src->marker_off[m]);
+    if (st)
+        fg_token_classes_destroy(out);
+    return st;
+}
+
+fg_status fg_token_classes_classify(const fg_token_classes *tc, const int32_t *tokens, int32_t n, int32_t n_sink,
+                                    uint8_t *out) {
+    if (!tc || (!tokens && n > 0) || (!out && n > 0))
+        return fg_error(NULL, FG_ERR_INVALID_ARGUMENT, "fg_token_classes_classify: NULL argument");
+    if (n < 0 || n_sink < 0)
+        return fg_error(NULL, FG_ERR_INVALID_ARGUMENT, "fg_token_classes_classify: n (%d) and n_sink (%d) must be >= 0",
+                        (int)n, (int)n_sink);
+    for (int32_t p = 0; p < n; p++)
+        if (tokens[p] < 0 || tokens[p] >= tc->vocab_size)
+            return fg_error(NULL, FG_ERR_INVALID_ARGUMENT, "token %d at position %d is outside the vocabulary [0, %d)",
+                            (int)tokens[p], (int)p, (int)tc->vocab_size);
+    for (int32_t p = 0; p < n; p++)
+        out[p] = p < n_sink ? (uint8_t)FG_TOKEN_SPECIAL : tc->cls[tokens[p]];
+    /* every token of a matched marker occurrence is special */
+    for (int32_t m = 0; m < tc->n_markers; m++) {
+        const int32_t *mk = tc->marker_ids + tc->marker_off[m];
+        int32_t len = tc->marker_off[m + 1] - tc->marker_off[m];
+        for (int32_t p = 0; p + len <= n; p++) {
+            if (memcmp(tokens + p, mk, (size_t)len * sizeof(int32_t)) == 0)
+                memset(out + p, FG_TOKEN_SPECIAL, (size_t)len);
+        }
+    }
+    return FG_OK;
+}
+
+uint8_t fg_token_classes_next(const fg_token_classes *tc, const int32_t *history, int32_t p, int32_t id,
+                              int32_t n_sink) {
+    if (p < n_sink || tc->cls[id] == FG_TOKEN_SPECIAL)
+        return FG_TOKEN_SPECIAL;
+    /* a marker that ends with this token makes it special; the earlier tokens
+     * of the occurrence were already decoded and keep their class */
+    for (int32_t m = 0; m < tc->n_markers; m++) {
+        const int32_t *mk = tc->marker_ids + tc->marker_off[m];
+        int32_t len = tc->marker_off[m + 1] - tc->marker_off[m];
+        if (len - 1 > p || mk[len - 1] != id)
+            continue;
+        if (memcmp(history + p - (len - 1), mk, (size_t)(len - 1) * sizeof(int32_t)) == 0)
+            return FG_TOKEN_SPECIAL;
+    }
+    return tc->cls[id];
+}

@@ -1,0 +1,603 @@
+/* The context: validation, sequences, the prefill and decode drivers that
+ * turn host bookkeeping into backend ops, inspection and memory accounting.
+ * Every entry point validates everything before it changes anything, so a
+ * failed call leaves the caches as they were. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/internal.h"
+
+#define CHECK(cond, ctx, status, ...)                                                                                  \
+    do {                                                                                                               \
+        if (!(cond))                                                                                                   \
+            return fg_error((ctx), (status), __VA_ARGS__);                                                             \
+    } while (0)
+
+/* ------------------------------------------------------------------ create */
+
+static fg_status validate_params(const fg_context_params *p) {
+    CHECK(p->n_layers > 0 && p->n_q_heads > 0 && p->n_kv_heads > 0 && p->head_dim > 0, NULL,
+          FG_ERR_INVALID_ARGUMENT, "n_layers (%d), n_q_heads (%d), n_kv_heads (%d) and head_dim (%d) must be > 0",
+          (int)p->n_layers, (int)p->n_q_heads, (int)p->n_kv_heads, (int)p->head_dim);
+    CHECK(p->n_q_heads % p->n_kv_heads == 0, NULL, FG_ERR_INVALID_ARGUMENT,
+          "n_q_heads (%d) must be a multiple of n_kv_heads (%d)", (int)p->n_q_heads, (int)p->n_kv_heads);
+    CHECK(p->head_dim <= 1024, NULL, FG_ERR_INVALID_ARGUMENT, "head_dim %d is above the supported 1024",
+          (int)p->head_dim);
+    CHECK(p->kv_dtype == FG_DTYPE_F32 || p->kv_dtype == FG_DTYPE_F16 || p->kv_dtype == FG_DTYPE_BF16, NULL,
+          FG_ERR_INVALID_ARGUMENT, "unknown kv_dtype %d", (int)p->kv_dtype);
+    CHECK(p->max_seqs > 0 && p->max_seq_len > 0, NULL, FG_ERR_INVALID_ARGUMENT,
+          "max_seqs (%d) and max_seq_len (%d) must be > 0", (int)p->max_seqs, (int)p->max_seq_len);
+    CHECK(p->page_tokens > 0 && p->page_tokens <= 4096, NULL, FG_ERR_INVALID_ARGUMENT,
+          "page_tokens must be in 1..4096, got %d", (int)p->page_tokens);
+    CHECK(p->pool_chunk_pages > 0, NULL, FG_ERR_INVALID_ARGUMENT, "pool_chunk_pages must be > 0, got %d",
+          (int)p->pool_chunk_pages);
+    CHECK(p->n_threads >= 0, NULL, FG_ERR_INVALID_ARGUMENT, "n_threads must be >= 0, got %d", (int)p->n_threads);
+    CHECK(p->classes != NULL, NULL, FG_ERR_INVALID_ARGUMENT,
+          "classes must not be NULL (build them with fg_token_classes_create)");
+    return fg_compression_params_validate(&p->compression);
+}
+
+fg_status fg_context_create(const fg_context_params *params, fg_context **out) {
+    CHECK(params && out, NULL, FG_ERR_INVALID_ARGUMENT, "fg_context_create: params and out must not be NULL");
+    *out = NULL;
+    fg_status st = validate_params(params);
+    if (st)
+        return st;
+    const char *backend = params->backend ? params->backend : "cpu";
+    CHECK(strlen(backend) < 16, NULL, FG_ERR_INVALID_ARGUMENT, "unknown backend \"%s\"", backend);
+
+    fg_context *ctx = calloc(1, sizeof *ctx);
+    CHECK(ctx, NULL, FG_ERR_OUT_OF_MEMORY, "out of memory creating a context");
+    ctx->params = *params;
+    strcpy(ctx->backend_name, backend);
+    ctx->params.backend = ctx->backend_name;
+    ctx->params.classes = NULL;
+    ctx->shape = (fg_shape){params->n_q_heads, params->n_kv_heads, params->head_dim};
+    ctx->layout = fg_page_layout_make(params->page_tokens, params->head_dim, params->kv_dtype);
+    ctx->be.err = fg_error_sink;
+    ctx->be.err_sink = ctx;
+
+    st = fg_backend_open(backend, params->n_threads, &ctx->be);
+    if (st == FG_OK)
+        st = fg_token_classes_clone(params->classes, &ctx->classes);
+    if (st == FG_OK) {
+        ctx->seqs = calloc((size_t)params->max_seqs, sizeof *ctx->seqs);
+        if (!ctx->seqs)
+            st = fg_error(ctx, FG_ERR_OUT_OF_MEMORY, "out of memory for %d sequences", (int)params->max_seqs);
+    }
+    if (st) {
+        fg_context_destroy(&ctx);
+        return st;
+    }
+    fg_pool_init(&ctx->pool, &ctx->be, ctx, ctx->layout.page_bytes, params->pool_chunk_pages, params->max_pool_bytes);
+    *out = ctx;
+    return FG_OK;
+}
+
+static void seq_release(fg_context *ctx, fg_seq *s) {
+    if (s->heads) {
+        int32_t n_heads = ctx->params.n_layers * ctx->params.n_kv_heads;
+        for (int32_t i = 0; i < n_heads; i++) {
+            fg_head *h = &s->heads[i];
+            for (int32_t p = 0; p < h->n_pages; p++)
+                fg_pool_free(&ctx->pool, h->page_ids[p]);
+            free(h->page_ids);
+            free(h->pages);
+        }
+    }
+    free(s->heads);
+    free(s->tokens);
+    free(s->cls);
+    free(s->length);
+    memset(s, 0, sizeof *s);
+}
+
+void fg_context_destroy(fg_context **pctx) {
+    if (!pctx || !*pctx)
+        return;
+    fg_context *ctx = *pctx;
+    if (ctx->seqs)
+        for (int32_t i = 0; i < ctx->params.max_seqs; i++)
+            if (ctx->seqs[i].in_use)
+                seq_release(ctx, &ctx->seqs[i]);
+    fg_pool_release(&ctx->pool);
+    free(ctx->seqs);
+    free(ctx->dheads);
+    free(ctx->plans);
+    free(ctx->new_cls);
+    free(ctx->added_pages);
+    fg_token_classes_destroy(&ctx->classes);
+    fg_backend_close(&ctx->be);
+    free(ctx);
+    *pctx = NULL;
+}
+
+const char *fg_context_backend(const fg_context *ctx) { return ctx ? ctx->backend_name : NULL; }
+
+fg_status fg_backend_probe(const char *name) {
+    CHECK(name, NULL, FG_ERR_INVALID_ARGUMENT, "fg_backend_probe: name must not be NULL");
+    fg_backend be = {.err = fg_error_sink, .err_sink = NULL};
+    fg_status st = fg_backend_open(name, 0, &be);
+    if (st == FG_OK)
+        fg_backend_close(&be);
+    return st;
+}
+
+/* ------------------------------------------------------------------ sequences */
+
+static fg_status get_seq(const fg_context *ctx, int32_t seq, fg_seq **out) {
+    CHECK(ctx, NULL, FG_ERR_INVALID_ARGUMENT, "context must not be NULL");
+    fg_context *c = (fg_context *)ctx; /* the error message is the only thing written */
+    CHECK(seq >= 0 && seq < ctx->params.max_seqs && ctx->seqs[seq].in_use, c, FG_ERR_INVALID_ARGUMENT,
+          "sequence %d does not exist", (int)seq);
+    *out = &ctx->seqs[seq];
+    return FG_OK;
+}
+
+static fg_status get_head(const fg_context *ctx, int32_t seq, int32_t layer, int32_t kv_head, fg_seq **s,
+                          fg_head **h) {
+    fg_status st = get_seq(ctx, seq, s);
+    if (st)
+        return st;
+    fg_context *c = (fg_context *)ctx;
+    CHECK(layer >= 0 && layer < ctx->params.n_layers, c, FG_ERR_INVALID_ARGUMENT,
+          "layer %d outside [0, %d)", (int)layer, (int)ctx->params.n_layers);
+    CHECK(kv_head >= 0 && kv_head < ctx->params.n_kv_heads, c, FG_ERR_INVALID_ARGUMENT,
+          "kv_head %d outside [0, %d)", (int)kv_head, (int)ctx->params.n_kv_heads);
+    CHECK((*s)->length[layer] > 0, c, FG_ERR_BAD_STATE, "sequence %d has not been prefilled at layer %d", (int)seq,
+          (int)layer);
+    *h = &(*s)->heads[(size_t)layer * ctx->params.n_kv_heads + kv_head];
+    return FG_OK;
+}
+
+fg_status fg_seq_create(fg_context *ctx, const fg_compression_params *compression, const int32_t *prompt,
+                        int32_t n_prompt, int32_t *seq_out) {
+    CHECK(ctx, NULL, FG_ERR_INVALID_ARGUMENT, "fg_seq_create: context must not be NULL");
+    CHECK(prompt && seq_out, ctx, FG_ERR_INVALID_ARGUMENT, "fg_seq_create: prompt and seq_out must not be NULL");
+    CHECK(n_prompt > 0, ctx, FG_ERR_INVALID_ARGUMENT, "fg_seq_create: the prompt needs >= 1 token, got %d",
+          (int)n_prompt);
+    CHECK(n_prompt <= ctx->params.max_seq_len, ctx, FG_ERR_CAPACITY,
+          "prompt of %d tokens is longer than max_seq_len %d", (int)n_prompt, (int)ctx->params.max_seq_len);
+    const fg_compression_params *cp = compression ? compression : &ctx->params.compression;
+    fg_status st = fg_compression_params_validate(cp);
+    if (st)
+        return fg_error(ctx, st, "%s", fg_last_error(NULL));
+    int32_t id = 0;
+    while (id < ctx->params.max_seqs && ctx->seqs[id].in_use)
+        id++;
+    CHECK(id < ctx->params.max_seqs, ctx, FG_ERR_CAPACITY, "all %d sequences are in use (max_seqs)",
+          (int)ctx->params.max_seqs);
+
+    fg_seq *s = &ctx->seqs[id];
+    size_t cap = (size_t)ctx->params.max_seq_len;
+    s->tokens = malloc(cap * sizeof *s->tokens);
+    s->cls = malloc(cap);
+    s->length = calloc((size_t)ctx->params.n_layers, sizeof *s->length);
+    s->heads = calloc((size_t)ctx->params.n_layers * ctx->params.n_kv_heads, sizeof *s->heads);
+    if (!s->tokens || !s->cls || !s->length || !s->heads) {
+        seq_release(ctx, s);
+        return fg_error(ctx, FG_ERR_OUT_OF_MEMORY, "out of memory creating a sequence");
+    }
+    st = fg_token_classes_classify(ctx->classes, prompt, n_prompt, cp->n_sink, s->cls);
+    if (st) {
+        seq_release(ctx, s);
+        return fg_error(ctx, st, "%s", fg_last_error(NULL));
+    }
+    memcpy(s->tokens, prompt, (size_t)n_prompt * sizeof *prompt);
+    s->cp = *cp;
+    s->n_prompt = s->n_tokens = n_prompt;
+    s->in_use = 1;
+    *seq_out = id;
+    return FG_OK;
+}
+
+fg_status fg_seq_destroy(fg_context *ctx, int32_t seq) {
+    fg_seq *s = NULL;
+    fg_status st = get_seq(ctx, seq, &s);
+    if (st)
+        return st;
+    seq_release(ctx, s);
+    fg_pool_trim(&ctx->pool);
+    return FG_OK;
+}
+
+fg_status fg_seq_length(const fg_context *ctx, int32_t seq, int32_t layer, int32_t *length) {
+    fg_seq *s = NULL;
+    fg_status st = get_seq(ctx, seq, &s);
+    if (st)
+        return st;
+    CHECK(length, (fg_context *)ctx, FG_ERR_INVALID_ARGUMENT, "fg_seq_length: length must not be NULL");
+    CHECK(layer >= 0 && layer < ctx->params.n_layers, (fg_context *)ctx, FG_ERR_INVALID_ARGUMENT,
+          "layer %d outside [0, %d)", (int)layer, (int)ctx->params.n_layers);
+    *length = s->length[layer];
+    return FG_OK;
+}
+
+/* ------------------------------------------------------------------ pages */
+
+static int32_t pages_for(const fg_context *ctx, int32_t rows) {
+    return (rows + ctx->layout.page_tokens - 1) / ctx->layout.page_tokens;
+}
+
+/* Grows a head to n_pages pages. On failure the head keeps what it had. */
+static fg_status head_reserve(fg_context *ctx, fg_head *h, int32_t n_pages) {
+    if (n_pages > h->cap_pages) {
+        int32_t cap = h->cap_pages ? h->cap_pages : 4;
+        while (cap < n_pages)
+            cap *= 2;
+        int32_t *ids = realloc(h->page_ids, (size_t)cap * sizeof *ids);
+        if (ids)
+            h->page_ids = ids;
+        void **pages = ids ? realloc(h->pages, (size_t)cap * sizeof *pages) : NULL;
+        if (pages)
+            h->pages = pages;
+        CHECK(ids && pages, ctx, FG_ERR_OUT_OF_MEMORY, "out of host memory for a page table");
+        h->cap_pages = cap;
+    }
+    while (h->n_pages < n_pages) {
+        fg_status st = fg_pool_alloc(&ctx->pool, &h->page_ids[h->n_pages], &h->pages[h->n_pages]);
+        if (st)
+            return st;
+        h->n_pages++;
+    }
+    return FG_OK;
+}
+
+static void head_shrink(fg_context *ctx, fg_head *h, int32_t n_pages) {
+    while (h->n_pages > n_pages)
+        fg_pool_free(&ctx->pool, h->page_ids[--h->n_pages]);
+}
+
+/* ------------------------------------------------------------------ prefill */
+
+typedef struct prefill_scratch {
+    float *row_max, *row_sum; /* [Hq][n] */
+    float *col;               /* [Hkv][n] */
+    float *col_local;         /* [n_windows][Hkv][n] */
+    int32_t *pos;             /* [Hkv][n] kept positions per head */
+    uint8_t *flags;           /* [Hkv][n] */
+    float *score;             /* [Hkv][n] */
+    fg_rank_entry *rank;      /* [n] */
+    fg_compact_head *compact; /* [Hkv] */
+} prefill_scratch;
+
+static void prefill_scratch_free(prefill_scratch *w) {
+    free(w->row_max);
+    free(w->row_sum);
+    free(w->col);
+    free(w->col_local);
+    free(w->pos);
+    free(w->flags);
+    free(w->score);
+    free(w->rank);
+    free(w->compact);
+}
+
+static fg_status prefill_layer(fg_context *ctx, fg_seq *s, int32_t layer, const float *q, const float *k,
+                               const float *v, float *out, prefill_scratch *w) {
+    const int32_t n = s->n_prompt, Hq = ctx->params.n_q_heads, Hkv = ctx->params.n_kv_heads;
+    const fg_compression_params *cp = &s->cp;
+
+    /* distinct local windows w(n) of the shortlist */
+    fg_profile_request req = {.n = n, .row_begin = 0, .n_windows = 0};
+    if (cp->observation_window > 0 && cp->observation_window < n)
+        req.row_begin = n - cp->observation_window;
+    int32_t window_of[FG_MAX_SHORTLIST];
+    for (int32_t e = 0; e < cp->n_policies; e++) {
+        window_of[e] = -1;
+        uint32_t c = fg_effective_components(cp->shortlist[e].components);
+        if (!(c & FG_KEEP_LOCAL))
+            continue;
+        int32_t wn = fg_policy_window(&cp->shortlist[e], n), i = 0;
+        while (i < req.n_windows && req.window[i] != wn)
+            i++;
+        if (i == req.n_windows)
+            req.window[req.n_windows++] = wn;
+        window_of[e] = i;
+    }
+
+    size_t nq = (size_t)Hq * n, nk = (size_t)Hkv * n;
+    w->row_max = malloc(nq * sizeof(float));
+    w->row_sum = malloc(nq * sizeof(float));
+    w->col = malloc(nk * sizeof(float));
+    w->col_local = malloc((req.n_windows ? (size_t)req.n_windows : 1) * nk * sizeof(float));
+    w->pos = malloc(nk * sizeof(int32_t));
+    w->flags = malloc(nk);
+    w->score = malloc(nk * sizeof(float));
+    w->rank = malloc((size_t)n * sizeof(fg_rank_entry));
+    w->compact = malloc((size_t)Hkv * sizeof(fg_compact_head));
+    CHECK(w->row_max && w->row_sum && w->col && w->col_local && w->pos && w->flags && w->score && w->rank &&
+              w->compact,
+          ctx, FG_ERR_OUT_OF_MEMORY, "out of host memory for profiling a prompt of %d tokens", (int)n);
+
+    const fg_backend_ops *ops = ctx->be.ops;
+    fg_status st = ops->prefill_attention(&ctx->be, &ctx->shape, n, q, k, v, out, w->row_max, w->row_sum);
+    if (st == FG_OK)
+        st = ops->profile_stats(&ctx->be, &ctx->shape, &req, q, k, w->row_max, w->row_sum, w->col, w->col_local);
+    if (st)
+        return st;
+
+    /* policy choice and the kept rows of every head (host) */
+    fg_head *heads = &s->heads[(size_t)layer * Hkv];
+    for (int32_t g = 0; g < Hkv; g++) {
+        fg_profile_view pv = {.n = n, .row_begin = req.row_begin, .cls = s->cls, .col = w->col + (size_t)g * n};
+        for (int32_t e = 0; e < cp->n_policies; e++)
+            pv.col_local[e] = window_of[e] >= 0 ? w->col_local + ((size_t)window_of[e] * Hkv + g) * n : NULL;
+        fg_head *h = &heads[g];
+        h->policy_index = fg_policy_choose(cp, &pv, h->recovery, w->rank);
+        const fg_policy *pol = &cp->shortlist[h->policy_index];
+        h->components = fg_effective_components(pol->components);
+        int32_t n_freq;
+        int32_t kept = fg_policy_keep(cp, pol, &pv, w->rank, w->pos + (size_t)g * n, w->flags + (size_t)g * n,
+                                      w->score + (size_t)g * n, &n_freq);
+        w->compact[g] = (fg_compact_head){.kv_head = g, .n_keep = kept, .pos = w->pos + (size_t)g * n,
+                                          .flags = w->flags + (size_t)g * n, .score = w->score + (size_t)g * n};
+        h->n_freq = n_freq;
+    }
+
+    /* pages for every head, all or nothing */
+    for (int32_t g = 0; g < Hkv; g++) {
+        st = head_reserve(ctx, &heads[g], pages_for(ctx, w->compact[g].n_keep));
+        if (st) {
+            for (int32_t i = 0; i <= g; i++)
+                head_shrink(ctx, &heads[i], 0);
+            return st;
+        }
+        w->compact[g].pages = heads[g].pages;
+    }
+    st = ops->compact(&ctx->be, &ctx->layout, &ctx->shape, n, k, v, Hkv, w->compact);
+    if (st) {
+        for (int32_t g = 0; g < Hkv; g++)
+            head_shrink(ctx, &heads[g], 0);
+        return st;
+    }
+    for (int32_t g = 0; g < Hkv; g++)
+        heads[g].n_slots = w->compact[g].n_keep;
+    s->length[layer] = n;
+    return FG_OK;
+}
+
+fg_status fg_prefill(fg_context *ctx, int32_t seq, int32_t layer, const float *q, const float *k, const float *v,
+                     float *out) {
+    fg_seq *s = NULL;
+    fg_status st = get_seq(ctx, seq, &s);
+    if (st)
+        return st;
+    CHECK(q && k && v && out, ctx, FG_ERR_INVALID_ARGUMENT, "fg_prefill: q, k, v and out must not be NULL");
+    CHECK(layer >= 0 && layer < ctx->params.n_layers, ctx, FG_ERR_INVALID_ARGUMENT, "layer %d outside [0, %d)",
+          (int)layer, (int)ctx->params.n_layers);
+    CHECK(s->length[layer] == 0, ctx, FG_ERR_BAD_STATE, "sequence %d is already prefilled at layer %d", (int)seq,
+          (int)layer);
+    prefill_scratch w = {0};
+    st = prefill_layer(ctx, s, layer, q, k, v, out, &w);
+    prefill_scratch_free(&w);
+    return st;
+}
+
+/* ------------------------------------------------------------------ decode */
+
+static fg_status reserve_scratch(fg_context *ctx, int32_t n_heads, int32_t n_seqs) {
+    if (n_heads <= ctx->scratch_heads)
+        return FG_OK;
+    fg_decode_head *dh = realloc(ctx->dheads, (size_t)n_heads * sizeof *dh);
+    if (dh)
+        ctx->dheads = dh;
+    fg_step_plan *pl = realloc(ctx->plans, (size_t)n_heads * sizeof *pl);
+    if (pl)
+        ctx->plans = pl;
+    int32_t *added = realloc(ctx->added_pages, (size_t)n_heads * sizeof *added);
+    if (added)
+        ctx->added_pages = added;
+    uint8_t *nc = realloc(ctx->new_cls, (size_t)n_heads); /* n_seqs <= n_heads */
+    if (nc)
+        ctx->new_cls = nc;
+    CHECK(dh && pl && added && nc, ctx, FG_ERR_OUT_OF_MEMORY, "out of host memory for a decode batch of %d",
+          (int)n_seqs);
+    ctx->scratch_heads = n_heads;
+    return FG_OK;
+}
+
+fg_status fg_decode(fg_context *ctx, int32_t layer, int32_t n_seqs, const int32_t *seqs, const int32_t *tokens,
+                    const float *q, const float *k, const float *v, float *out) {
+    CHECK(ctx, NULL, FG_ERR_INVALID_ARGUMENT, "fg_decode: context must not be NULL");
+    CHECK(seqs && tokens && q && k && v && out, ctx, FG_ERR_INVALID_ARGUMENT,
+          "fg_decode: seqs, tokens, q, k, v and out must not be NULL");
+    CHECK(layer >= 0 && layer < ctx->params.n_layers, ctx, FG_ERR_INVALID_ARGUMENT, "layer %d outside [0, %d)",
+          (int)layer, (int)ctx->params.n_layers);
+    CHECK(n_seqs > 0 && n_seqs <= ctx->params.max_seqs, ctx, FG_ERR_INVALID_ARGUMENT,
+          "n_seqs must be in 1..%d (max_seqs), got %d", (int)ctx->params.max_seqs, (int)n_seqs);
+    const int32_t Hq = ctx->params.n_q_heads, Hkv = ctx->params.n_kv_heads, d = ctx->params.head_dim;
+    const int32_t G = Hq / Hkv, P = ctx->layout.page_tokens;
+    fg_status st = reserve_scratch(ctx, n_seqs * Hkv, n_seqs);
+    if (st)
+        return st;
+
+    /* 1. validate every sequence and classify its new token (nothing changes yet) */
+    for (int32_t i = 0; i < n_seqs; i++) {
+        fg_seq *s = NULL;
+        st = get_seq(ctx, seqs[i], &s);
+        if (st)
+            return st;
+        for (int32_t j = 0; j < i; j++)
+            CHECK(seqs[j] != seqs[i], ctx, FG_ERR_INVALID_ARGUMENT, "sequence %d appears twice in the batch",
+                  (int)seqs[i]);
+        const int32_t p = s->length[layer];
+        CHECK(p > 0, ctx, FG_ERR_BAD_STATE, "sequence %d: decode before prefill at layer %d", (int)seqs[i],
+              (int)layer);
+        CHECK(p < ctx->params.max_seq_len, ctx, FG_ERR_CAPACITY,
+              "sequence %d is full: %d tokens, max_seq_len %d", (int)seqs[i], (int)p, (int)ctx->params.max_seq_len);
+        CHECK(tokens[i] >= 0 && tokens[i] < fg_token_classes_vocab_size(ctx->classes), ctx,
+              FG_ERR_INVALID_ARGUMENT, "token %d of sequence %d is outside the vocabulary [0, %d)", (int)tokens[i],
+              (int)seqs[i], (int)fg_token_classes_vocab_size(ctx->classes));
+        if (p < s->n_tokens) {
+            CHECK(s->tokens[p] == tokens[i], ctx, FG_ERR_INVALID_ARGUMENT,
+                  "sequence %d: position %d is token %d in another layer, not %d", (int)seqs[i], (int)p,
+                  (int)s->tokens[p], (int)tokens[i]);
+            ctx->new_cls[i] = s->cls[p];
+        } else {
+            CHECK(p == s->n_tokens, ctx, FG_ERR_BAD_STATE,
+                  "sequence %d: layer %d is at position %d but the sequence has %d tokens", (int)seqs[i], (int)layer,
+                  (int)p, (int)s->n_tokens);
+            ctx->new_cls[i] = fg_token_classes_next(ctx->classes, s->tokens, p, tokens[i], s->cp.n_sink);
+        }
+    }
+
+    /* 2. plan every head on the host and give it the pages of its peak */
+    for (int32_t i = 0; i < n_seqs; i++) {
+        fg_seq *s = &ctx->seqs[seqs[i]];
+        const int32_t p = s->length[layer];
+        for (int32_t g = 0; g < Hkv; g++) {
+            int32_t hi = i * Hkv + g;
+            fg_head *h = &s->heads[(size_t)layer * Hkv + g];
+            const fg_policy *pol = &s->cp.shortlist[h->policy_index];
+            fg_step_plan pl = fg_plan_step(pol, p + 1, s->cls, ctx->new_cls[i], h->n_slots, h->n_freq);
+            ctx->plans[hi] = pl;
+            int32_t before = h->n_pages;
+            st = head_reserve(ctx, h, pages_for(ctx, h->n_slots + (pl.insert_flag ? 1 : 0)));
+            ctx->added_pages[hi] = h->n_pages - before;
+            if (st) {
+                for (int32_t r = 0; r <= hi; r++) {
+                    fg_head *rh = &ctx->seqs[seqs[r / Hkv]].heads[(size_t)layer * Hkv + r % Hkv];
+                    head_shrink(ctx, rh, rh->n_pages - ctx->added_pages[r]);
+                }
+                return st;
+            }
+            ctx->dheads[hi] = (fg_decode_head){
+                .pages = h->pages,
+                .n_slots = h->n_slots,
+                .n_slots_after = pl.n_slots,
+                .components = h->components,
+                .score_mode = s->cp.score_mode,
+                .pos = p,
+                .insert_flag = pl.insert_flag,
+                .window_start = pl.window_start,
+                .freq_budget = pl.freq_budget,
+                .q = q + ((size_t)i * Hq + (size_t)g * G) * d,
+                .k = k + ((size_t)i * Hkv + g) * d,
+                .v = v + ((size_t)i * Hkv + g) * d,
+                .out = out + ((size_t)i * Hq + (size_t)g * G) * d,
+            };
+        }
+    }
+
+    /* 3. the step itself */
+    st = ctx->be.ops->decode_step(&ctx->be, &ctx->layout, &ctx->shape, n_seqs * Hkv, ctx->dheads);
+    if (st)
+        return st; /* a backend failure: the caches of this batch are undefined */
+
+    /* 4. commit: counts, pages beyond the new count back to the pool, history */
+    for (int32_t i = 0; i < n_seqs; i++) {
+        fg_seq *s = &ctx->seqs[seqs[i]];
+        const int32_t p = s->length[layer];
+        for (int32_t g = 0; g < Hkv; g++) {
+            fg_head *h = &s->heads[(size_t)layer * Hkv + g];
+            const fg_step_plan *pl = &ctx->plans[i * Hkv + g];
+            h->n_slots = pl->n_slots;
+            h->n_freq = pl->n_freq;
+            head_shrink(ctx, h, (h->n_slots + P - 1) / P);
+        }
+        if (p == s->n_tokens) {
+            s->tokens[p] = tokens[i];
+            s->cls[p] = ctx->new_cls[i];
+            s->n_tokens++;
+        }
+        s->length[layer] = p + 1;
+    }
+    return FG_OK;
+}
+
+/* ------------------------------------------------------------------ inspection */
+
+static size_t kv_row_bytes(const fg_context *ctx) {
+    return 2 * (size_t)ctx->params.head_dim * fg_dtype_size(ctx->params.kv_dtype);
+}
+
+fg_status fg_head_inspect(const fg_context *ctx, int32_t seq, int32_t layer, int32_t kv_head, fg_head_info *info) {
+    fg_seq *s = NULL;
+    fg_head *h = NULL;
+    fg_status st = get_head(ctx, seq, layer, kv_head, &s, &h);
+    if (st)
+        return st;
+    CHECK(info, (fg_context *)ctx, FG_ERR_INVALID_ARGUMENT, "fg_head_inspect: info must not be NULL");
+    memset(info, 0, sizeof *info);
+    info->policy_index = h->policy_index;
+    info->components = h->components;
+    info->n_policies = s->cp.n_policies;
+    memcpy(info->recovery, h->recovery, sizeof info->recovery);
+    info->length = s->length[layer];
+    info->kept = h->n_slots;
+    size_t page_kv = (size_t)ctx->layout.page_tokens * kv_row_bytes(ctx);
+    info->kv_bytes_held = (size_t)h->n_pages * page_kv;
+    info->kv_bytes_full = (size_t)pages_for(ctx, info->length) * page_kv;
+    return FG_OK;
+}
+
+static int cmp_i32(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+fg_status fg_head_positions(fg_context *ctx, int32_t seq, int32_t layer, int32_t kv_head, int32_t *positions,
+                            int32_t capacity, int32_t *n_out) {
+    fg_seq *s = NULL;
+    fg_head *h = NULL;
+    fg_status st = get_head(ctx, seq, layer, kv_head, &s, &h);
+    if (st)
+        return st;
+    CHECK(n_out, ctx, FG_ERR_INVALID_ARGUMENT, "fg_head_positions: n_out must not be NULL");
+    *n_out = h->n_slots;
+    CHECK(positions || h->n_slots == 0, ctx, FG_ERR_INVALID_ARGUMENT, "fg_head_positions: positions is NULL");
+    CHECK(capacity >= h->n_slots, ctx, FG_ERR_CAPACITY, "fg_head_positions: capacity %d < %d kept rows",
+          (int)capacity, (int)h->n_slots);
+    st = ctx->be.ops->read_slots(&ctx->be, &ctx->layout, h->pages, h->n_slots, positions, NULL, NULL);
+    if (st)
+        return st;
+    qsort(positions, (size_t)h->n_slots, sizeof *positions, cmp_i32);
+    return FG_OK;
+}
+
+static void add_seq_memory(const fg_context *ctx, const fg_seq *s, fg_memory_stats *m) {
+    const int32_t Hkv = ctx->params.n_kv_heads;
+    const size_t page_kv = (size_t)ctx->layout.page_tokens * kv_row_bytes(ctx);
+    const size_t page_meta = ctx->layout.page_bytes - page_kv;
+    for (int32_t l = 0; l < ctx->params.n_layers; l++) {
+        if (!s->length[l])
+            continue;
+        for (int32_t g = 0; g < Hkv; g++) {
+            const fg_head *h = &s->heads[(size_t)l * Hkv + g];
+            m->kv_bytes_held += (size_t)h->n_pages * page_kv;
+            m->meta_bytes_held += (size_t)h->n_pages * page_meta;
+            m->kv_bytes_full += (size_t)pages_for(ctx, s->length[l]) * page_kv;
+            m->rows_kept += h->n_slots;
+            m->rows_full += s->length[l];
+        }
+    }
+}
+
+fg_status fg_memory(const fg_context *ctx, int32_t seq, fg_memory_stats *stats) {
+    CHECK(ctx, NULL, FG_ERR_INVALID_ARGUMENT, "fg_memory: context must not be NULL");
+    CHECK(stats, (fg_context *)ctx, FG_ERR_INVALID_ARGUMENT, "fg_memory: stats must not be NULL");
+    fg_memory_stats m = {0};
+    if (seq >= 0) {
+        fg_seq *s = NULL;
+        fg_status st = get_seq(ctx, seq, &s);
+        if (st)
+            return st;
+        add_seq_memory(ctx, s, &m);
+    } else {
+        for (int32_t i = 0; i < ctx->params.max_seqs; i++)
+            if (ctx->seqs[i].in_use)
+                add_seq_memory(ctx, &ctx->seqs[i], &m);
+    }
+    m.pool_bytes = fg_pool_bytes(&ctx->pool);
+    m.pages_in_use = ctx->pool.in_use;
+    m.pages_free = fg_pool_pages_total(&ctx->pool) - ctx->pool.in_use;
+    *stats = m;
+    return FG_OK;
+}
+
+fg_status fg_trim(fg_context *ctx) {
+    CHECK(ctx, NULL, FG_ERR_INVALID_ARGUMENT, "fg_trim: context must not be NULL");
+    fg_pool_trim(&ctx->pool);
+    return FG_OK;
+}

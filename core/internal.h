@@ -1,0 +1,164 @@
+/*
+ * core/ internals: the context, its sequences and head caches, the page pool,
+ * policy choice and the host mirror of the decode step. core/ knows nothing
+ * about devices; it reaches memory only through the backend vtable.
+ */
+#ifndef FG_INTERNAL_H
+#define FG_INTERNAL_H
+
+#include <stdarg.h>
+
+#include "backends/backend.h"
+#include "fastgen.h"
+
+/* ---- errors (core/status.c) */
+
+/* Records a message (context and thread), logs it, returns status. ctx may be NULL. */
+fg_status fg_error(fg_context *ctx, fg_status status, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+fg_status fg_error_sink(void *ctx, fg_status status, const char *fmt, ...);
+
+/* ---- budgets (core/params.c) */
+
+/* w(t) = max(1, ceil(r_l t)), capped by local_tokens. */
+int32_t fg_policy_window(const fg_policy *policy, int32_t t);
+/* k(t) = ceil(r_f t), capped by frequent_tokens. */
+int32_t fg_policy_frequent_budget(const fg_policy *policy, int32_t t);
+/* The components a head really uses (full dominates everything). */
+static inline uint32_t fg_effective_components(uint32_t c) { return (c & FG_KEEP_FULL) ? FG_KEEP_FULL : c; }
+/* Whether the head's own special/punct components keep a token of class cls. */
+static inline int fg_is_pinned(uint32_t components, uint8_t cls) {
+    return (cls == FG_TOKEN_SPECIAL && (components & FG_KEEP_SPECIAL)) ||
+           (cls == FG_TOKEN_PUNCT && (components & FG_KEEP_PUNCT));
+}
+/* The slot flag a new token of class cls is cached with, 0 = not cached (§2.5 step 3). */
+uint8_t fg_insert_flag(uint32_t components, uint8_t cls);
+
+/* ---- token classes (core/classes.c) */
+
+fg_status fg_token_classes_clone(const fg_token_classes *src, fg_token_classes **out);
+/* Class of token `id` at position p, given the tokens before it (history[0..p)). */
+uint8_t fg_token_classes_next(const fg_token_classes *tc, const int32_t *history, int32_t p, int32_t id,
+                              int32_t n_sink);
+
+/* ---- policy choice from profiling statistics (core/policy.c) */
+
+typedef struct fg_profile_view {
+    int32_t n;                 /* prompt length */
+    int32_t row_begin;         /* first profiled row */
+    const uint8_t *cls;        /* [n] token classes */
+    const float *col;          /* [n] pooled attention each key received */
+    const float *col_local[FG_MAX_SHORTLIST]; /* per shortlist entry with local: [n] */
+} fg_profile_view;
+
+/* Scratch for the top-k selection: n entries. */
+typedef struct fg_rank_entry {
+    float rank;
+    int32_t pos;
+} fg_rank_entry;
+
+/* Recovery of one policy (§2.3). */
+double fg_policy_recovery(const fg_compression_params *cp, const fg_policy *policy, const fg_profile_view *pv,
+                          fg_rank_entry *scratch);
+/* Recoveries of every entry and the chosen index (first >= T, else the last). */
+int32_t fg_policy_choose(const fg_compression_params *cp, const fg_profile_view *pv, float *recovery,
+                         fg_rank_entry *scratch);
+/* Frequent set: sorts the candidates (unpinned positions below
+ * exclude_from, i.e. outside the window) into scratch by rank and returns
+ * k = min(k(n), candidates); the set is scratch[0..k). */
+int32_t fg_policy_select_frequent(const fg_compression_params *cp, const fg_policy *policy, const fg_profile_view *pv,
+                                  int32_t exclude_from, fg_rank_entry *scratch);
+/* Rows the head keeps after the prompt (§2.4), in ascending position.
+ * Returns the count; *n_freq receives how many are frequent. */
+int32_t fg_policy_keep(const fg_compression_params *cp, const fg_policy *policy, const fg_profile_view *pv,
+                       fg_rank_entry *scratch, int32_t *pos, uint8_t *flags, float *score, int32_t *n_freq);
+
+/* ---- host mirror of one decode step (core/policy.c) */
+
+typedef struct fg_step_plan {
+    int32_t n_slots;      /* after the step */
+    int32_t n_freq;       /* frequent rows after the step */
+    uint8_t insert_flag;
+    int32_t window_start; /* t - w(t), or 0 without local */
+    int32_t freq_budget;  /* k(t), or 0 without frequent */
+} fg_step_plan;
+
+/* State (n_slots, n_freq) before adding position t - 1; cls[0..t-1) known,
+ * cls_new the class of position t - 1. */
+fg_step_plan fg_plan_step(const fg_policy *policy, int32_t t, const uint8_t *cls, uint8_t cls_new, int32_t n_slots,
+                          int32_t n_freq);
+
+/* ---- page pool (core/pool.c) */
+
+typedef struct fg_pool_chunk {
+    void *base;          /* NULL: released */
+    int32_t n_free;
+    int32_t *free_stack; /* [chunk_pages] */
+} fg_pool_chunk;
+
+typedef struct fg_pool {
+    fg_backend *be;
+    fg_context *ctx;     /* error sink */
+    size_t page_bytes;
+    int32_t chunk_pages;
+    size_t max_bytes;
+    fg_pool_chunk *chunks;
+    int32_t n_chunks;
+    int64_t in_use;
+} fg_pool;
+
+void fg_pool_init(fg_pool *pool, fg_backend *be, fg_context *ctx, size_t page_bytes, int32_t chunk_pages,
+                  size_t max_bytes);
+void fg_pool_release(fg_pool *pool);
+fg_status fg_pool_alloc(fg_pool *pool, int32_t *page_id, void **addr);
+void fg_pool_free(fg_pool *pool, int32_t page_id);
+void fg_pool_trim(fg_pool *pool);
+size_t fg_pool_bytes(const fg_pool *pool);
+int64_t fg_pool_pages_total(const fg_pool *pool);
+
+/* ---- context state (core/context.c) */
+
+typedef struct fg_head {
+    int32_t policy_index;
+    uint32_t components;                 /* effective components */
+    float recovery[FG_MAX_SHORTLIST];
+    int32_t n_slots;                     /* host mirror of the kept rows */
+    int32_t n_freq;                      /* of which frequent */
+    int32_t n_pages, cap_pages;
+    int32_t *page_ids;                   /* [cap_pages] */
+    void **pages;                        /* [cap_pages] backend addresses */
+} fg_head;
+
+typedef struct fg_seq {
+    int in_use;
+    fg_compression_params cp;
+    int32_t n_prompt;
+    int32_t n_tokens;  /* known tokens (prompt + decoded at layer 0 or any layer) */
+    int32_t *tokens;   /* [max_seq_len] */
+    uint8_t *cls;      /* [max_seq_len] */
+    int32_t *length;   /* [n_layers] t per layer, 0 = not prefilled */
+    fg_head *heads;    /* [n_layers][Hkv] */
+} fg_seq;
+
+struct fg_context {
+    fg_context_params params;
+    char backend_name[16];
+    fg_shape shape;
+    fg_page_layout layout;
+    fg_backend be;
+    fg_token_classes *classes;
+    fg_pool pool;
+    fg_seq *seqs;          /* [max_seqs] */
+    /* decode scratch, grown on demand (never shrunk) */
+    fg_decode_head *dheads;
+    fg_step_plan *plans;
+    uint8_t *new_cls;
+    int32_t *added_pages;
+    int32_t scratch_heads;
+    char error[512];
+};
+
+#endif /* FG_INTERNAL_H */

@@ -1,0 +1,194 @@
+/* Parameters: defaults, presets, validation, policy names and budgets. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/internal.h"
+
+static const fg_policy k_paper_shortlist[] = {
+    {FG_KEEP_SPECIAL, 0.3f, 0.3f, 0, 0},
+    {FG_KEEP_SPECIAL | FG_KEEP_PUNCT, 0.3f, 0.3f, 0, 0},
+    {FG_KEEP_SPECIAL | FG_KEEP_PUNCT | FG_KEEP_FREQUENT, 0.3f, 0.3f, 0, 0},
+    {FG_KEEP_SPECIAL | FG_KEEP_PUNCT | FG_KEEP_FREQUENT | FG_KEEP_LOCAL, 0.3f, 0.3f, 0, 0},
+    {FG_KEEP_FULL, 0.3f, 0.3f, 0, 0},
+};
+
+void fg_compression_params_default(fg_compression_params *p) {
+    if (!p)
+        return;
+    memset(p, 0, sizeof *p);
+    p->n_policies = (int32_t)(sizeof k_paper_shortlist / sizeof k_paper_shortlist[0]);
+    memcpy(p->shortlist, k_paper_shortlist, sizeof k_paper_shortlist);
+    p->threshold = 0.95f;
+    p->n_sink = 0;
+    p->score_mode = FG_SCORE_SUM;
+    p->observation_window = 0;
+}
+
+typedef struct fg_preset {
+    const char *name;
+    uint32_t components;
+    int32_t n_sink;
+} fg_preset;
+
+static const fg_preset k_presets[] = {
+    {"full", FG_KEEP_FULL, 0},
+    {"streamingllm", FG_KEEP_SPECIAL | FG_KEEP_LOCAL, 4},
+    {"h2o", FG_KEEP_FREQUENT | FG_KEEP_LOCAL, 0},
+    {"local", FG_KEEP_LOCAL, 0},
+    {"frequent", FG_KEEP_FREQUENT, 0},
+};
+
+fg_status fg_compression_params_preset(const char *name, fg_compression_params *p) {
+    if (!name || !p)
+        return fg_error(NULL, FG_ERR_INVALID_ARGUMENT, "fg_compression_params_preset: name and params must not be NULL");
+    fg_compression_params_default(p);
+    if (strcmp(name, "fastgen") == 0)
+        return FG_OK;
+    for (size_t i = 0; i < sizeof k_presets / sizeof k_presets[0]; i++) {
+        if (strcmp(name, k_presets[i].name) == 0) {
+            /* a one-entry shortlist: the entry is also the fallback */
+            p->n_policies = 1;
+            p->shortlist[0] = (fg_policy){k_presets[i].components, 0.3f, 0.3f, 0, 0};
+            p->n_sink = k_presets[i].n_sink;
+            return FG_OK;
+        }
+    }
+    return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
+                    "unknown policy preset \"%s\" (known: fastgen, full, streamingllm, h2o, local, frequent)", name);
+}
+
+static int ratio_ok(float r) { return r >= 0.0f && r <= 1.0f; } /* false for NaN */
+
+fg_status fg_compression_params_validate(const fg_compression_params *p) {
+    if (!p)
+        return fg_error(NULL, FG_ERR_INVALID_ARGUMENT, "compression params must not be NULL");
+    if (p->n_policies < 1 || p->n_policies > FG_MAX_SHORTLIST)
+        return fg_error(NULL, FG_ERR_INVALID_ARGUMENT, "shortlist needs 1..%d policies, got %d", FG_MAX_SHORTLIST,
+                        (int)p->n_policies);
+    if (!(p->threshold > 0.0f && p->threshold <= 1.0f))
+        return fg_error(NULL, FG_ERR_INVALID_ARGUMENT, "threshold T must be in (0, 1], got %g", (double)p->threshold);
+    if (p->n_sink < 0)
+        return fg_error(NULL, FG_ERR_INVALID_ARGUMENT, "n_sink must be >= 0, got %d", (int)p->n_sink);
+    if (p->score_mode != FG_SCORE_SUM && p->score_mode != FG_SCORE_MEAN)
+        return fg_error(NULL, FG_ERR_INVALID_ARGUMENT, "unknown score mode %d", (int)p->score_mode);
+    if (p->observation_window < 0)
+        return fg_error(NULL, FG_ERR_INVALID_ARGUMENT, "observation_window must be >= 0, got %d",
+                        (int)p->observation_window);
+    const uint32_t all = FG_KEEP_SPECIAL | FG_KEEP_PUNCT | FG_KEEP_FREQUENT | FG_KEEP_LOCAL | FG_KEEP_FULL;
+    for (int32_t i = 0; i < p->n_policies; i++) {
+        const fg_policy *e = &p->shortlist[i];
+        if (e->components == 0 || (e->components & ~all))
+            return fg_error(NULL, FG_ERR_INVALID_ARGUMENT, "shortlist entry %d: components 0x%x are not a policy",
+                            (int)i, (unsigned)e->components);
+        if (!ratio_ok(e->ratio_local) || !ratio_ok(e->ratio_frequent))
+            return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
+                            "shortlist entry %d: ratios must be in [0, 1] (local %g, frequent %g)", (int)i,
+                            (double)e->ratio_local, (double)e->ratio_frequent);
+        if (e->local_tokens < 0 || e->frequent_tokens < 0)
+            return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
+                            "shortlist entry %d: token budgets must be >= 0 (local %d, frequent %d)", (int)i,
+                            (int)e->local_tokens, (int)e->frequent_tokens);
+    }
+    return FG_OK;
+}
+
+static const struct {
+    const char *name;
+    uint32_t bit;
+} k_components[] = {
+    {"special", FG_KEEP_SPECIAL}, {"punct", FG_KEEP_PUNCT}, {"frequent", FG_KEEP_FREQUENT},
+    {"local", FG_KEEP_LOCAL},     {"full", FG_KEEP_FULL},
+};
+
+fg_status fg_policy_parse(const char *text, uint32_t *components) {
+    if (!text || !components)
+        return fg_error(NULL, FG_ERR_INVALID_ARGUMENT, "fg_policy_parse: text and components must not be NULL");
+    uint32_t bits = 0;
+    const char *s = text;
+    for (;;) {
+        const char *end = strchr(s, '+');
+        size_t len = end ? (size_t)(end - s) : strlen(s);
+        uint32_t bit = 0;
+        for (size_t i = 0; i < sizeof k_components / sizeof k_components[0]; i++)
+            if (strlen(k_components[i].name) == len && strncmp(s, k_components[i].name, len) == 0)
+                bit = k_components[i].bit;
+        if (!bit)
+            return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
+                            "unknown policy component \"%.*s\" in \"%s\" (known: special, punct, frequent, local, full)",
+                            (int)len, s, text);
+        bits |= bit;
+        if (!end)
+            break;
+        s = end + 1;
+    }
+    *components = bits;
+    return FG_OK;
+}
+
+fg_status fg_policy_name(uint32_t components, char *buf, size_t buf_size) {
+    if (!buf || buf_size == 0)
+        return fg_error(NULL, FG_ERR_INVALID_ARGUMENT, "fg_policy_name: buffer must not be NULL or empty");
+    buf[0] = '\0';
+    if (components == 0 || (components & ~(uint32_t)0x1f))
+        return fg_error(NULL, FG_ERR_INVALID_ARGUMENT, "components 0x%x are not a policy", (unsigned)components);
+    components = fg_effective_components(components);
+    size_t used = 0;
+    for (size_t i = 0; i < sizeof k_components / sizeof k_components[0]; i++) {
+        if (!(components & k_components[i].bit))
+            continue;
+        int w = snprintf(buf + used, buf_size - used, "%s%s", used ? "+" : "", k_components[i].name);
+        if (w < 0 || (size_t)w >= buf_size - used)
+            return fg_error(NULL, FG_ERR_CAPACITY, "fg_policy_name: buffer of %zu bytes is too small", buf_size);
+        used += (size_t)w;
+    }
+    return FG_OK;
+}
+
+/* ceil(r * t) computed on r rounded to parts per million, so that 0.3 * 10
+ * is 3 on every machine and backend. */
+static int64_t ceil_ratio(float r, int32_t t) {
+    int64_t ppm = (int64_t)llround((double)r * 1e6);
+    return (ppm * (int64_t)t + 999999) / 1000000;
+}
+
+int32_t fg_policy_window(const fg_policy *policy, int32_t t) {
+    int64_t w = ceil_ratio(policy->ratio_local, t);
+    if (policy->local_tokens > 0 && w > policy->local_tokens)
+        w = policy->local_tokens;
+    return w < 1 ? 1 : (int32_t)w;
+}
+
+int32_t fg_policy_frequent_budget(const fg_policy *policy, int32_t t) {
+    int64_t k = ceil_ratio(policy->ratio_frequent, t);
+    if (policy->frequent_tokens > 0 && k > policy->frequent_tokens)
+        k = policy->frequent_tokens;
+    return (int32_t)k;
+}
+
+uint8_t fg_insert_flag(uint32_t c, uint8_t cls) {
+    if (c & FG_KEEP_FULL)
+        return FG_SLOT_FULL;
+    if (cls == FG_TOKEN_SPECIAL && (c & FG_KEEP_SPECIAL))
+        return FG_SLOT_SPECIAL;
+    if (cls == FG_TOKEN_PUNCT && (c & FG_KEEP_PUNCT))
+        return FG_SLOT_PUNCT;
+    if (c & FG_KEEP_LOCAL)
+        return FG_SLOT_LOCAL;
+    if (c & FG_KEEP_FREQUENT)
+        return FG_SLOT_FREQUENT;
+    return 0;
+}
+
+void fg_context_params_default(fg_context_params *p) {
+    if (!p)
+        return;
+    memset(p, 0, sizeof *p);
+    p->backend = NULL;
+    p->kv_dtype = FG_DTYPE_F32;
+    p->max_seqs = 1;
+    p->max_seq_len = 4096;
+    p->page_tokens = 16;
+    p->pool_chunk_pages = 256;
+    fg_compression_params_default(&p->compression);
+}

@@ -1,0 +1,153 @@
+/* Policy choice from profiling statistics (DESIGN §2.3-2.4) and the host
+ * mirror of a decode step's slot counts (§2.5). All formulas are linear in
+ * the pooled attention, so they read only col and col_local. */
+#include <stdlib.h>
+
+#include "core/internal.h"
+
+/* Rank of key j at the end of the prompt: cumulative attention, or that
+ * divided by the number of profiled rows that could see j. */
+static float profile_rank(const fg_compression_params *cp, const fg_profile_view *pv, int32_t j) {
+    if (cp->score_mode == FG_SCORE_MEAN) {
+        int32_t first = j > pv->row_begin ? j : pv->row_begin;
+        return pv->col[j] / (float)(pv->n - first);
+    }
+    return pv->col[j];
+}
+
+/* Higher rank first; ties: the later position first. */
+static int by_rank_desc(const void *a, const void *b) {
+    const fg_rank_entry *x = a, *y = b;
+    if (x->rank != y->rank)
+        return x->rank > y->rank ? -1 : 1;
+    return (x->pos < y->pos) - (x->pos > y->pos);
+}
+
+int32_t fg_policy_select_frequent(const fg_compression_params *cp, const fg_policy *policy, const fg_profile_view *pv,
+                                  int32_t exclude_from, fg_rank_entry *scratch) {
+    uint32_t c = fg_effective_components(policy->components);
+    int32_t n_cand = 0;
+    for (int32_t j = 0; j < exclude_from; j++)
+        if (!fg_is_pinned(c, pv->cls[j]))
+            scratch[n_cand++] = (fg_rank_entry){profile_rank(cp, pv, j), j};
+    qsort(scratch, (size_t)n_cand, sizeof *scratch, by_rank_desc);
+    int32_t k = fg_policy_frequent_budget(policy, pv->n);
+    return k < n_cand ? k : n_cand;
+}
+
+/* The window statistics of a policy with `local`, and where L_{n-1} starts. */
+static const float *local_view(const fg_compression_params *cp, const fg_policy *policy, const fg_profile_view *pv,
+                               int32_t *window_start) {
+    *window_start = pv->n;
+    if (!(fg_effective_components(policy->components) & FG_KEEP_LOCAL))
+        return NULL;
+    *window_start = pv->n - fg_policy_window(policy, pv->n);
+    return pv->col_local[policy - cp->shortlist];
+}
+
+double fg_policy_recovery(const fg_compression_params *cp, const fg_policy *policy, const fg_profile_view *pv,
+                          fg_rank_entry *scratch) {
+    uint32_t c = fg_effective_components(policy->components);
+    if (c & FG_KEEP_FULL)
+        return 1.0;
+    int32_t window_start;
+    const float *col_local = local_view(cp, policy, pv, &window_start);
+    double mass = 0.0;
+    for (int32_t j = 0; j < pv->n; j++) {
+        if (fg_is_pinned(c, pv->cls[j]))
+            mass += pv->col[j];   /* sum_i A[i][j]: pinned for every row */
+        else if (col_local)
+            mass += col_local[j]; /* the rows whose window L_i holds j */
+    }
+    if (c & FG_KEEP_FREQUENT) {
+        int32_t k = fg_policy_select_frequent(cp, policy, pv, window_start, scratch);
+        for (int32_t i = 0; i < k; i++) {
+            int32_t j = scratch[i].pos;
+            mass += (double)pv->col[j] - (col_local ? (double)col_local[j] : 0.0);
+        }
+    }
+    return mass / (double)(pv->n - pv->row_begin);
+}
+
+int32_t fg_policy_choose(const fg_compression_params *cp, const fg_profile_view *pv, float *recovery,
+                         fg_rank_entry *scratch) {
+    int32_t chosen = -1;
+    for (int32_t e = 0; e < cp->n_policies; e++) {
+        double r = fg_policy_recovery(cp, &cp->shortlist[e], pv, scratch);
+        recovery[e] = (float)r;
+        if (chosen < 0 && r >= (double)cp->threshold)
+            chosen = e;
+    }
+    return chosen >= 0 ? chosen : cp->n_policies - 1;
+}
+
+int32_t fg_policy_keep(const fg_compression_params *cp, const fg_policy *policy, const fg_profile_view *pv,
+                       fg_rank_entry *scratch, int32_t *pos, uint8_t *flags, float *score, int32_t *n_freq) {
+    const int32_t n = pv->n;
+    uint32_t c = fg_effective_components(policy->components);
+    /* flags[j] marks the component keeping position j (0 = dropped), then the
+     * kept positions are packed in ascending order */
+    for (int32_t j = 0; j < n; j++)
+        flags[j] = 0;
+    *n_freq = 0;
+    if (c & FG_KEEP_FULL) {
+        for (int32_t j = 0; j < n; j++)
+            flags[j] = FG_SLOT_FULL;
+    } else {
+        int32_t window_start;
+        local_view(cp, policy, pv, &window_start);
+        for (int32_t j = 0; j < n; j++) {
+            if (fg_is_pinned(c, pv->cls[j]))
+                flags[j] = pv->cls[j] == FG_TOKEN_SPECIAL ? FG_SLOT_SPECIAL : FG_SLOT_PUNCT;
+            else if (j >= window_start)
+                flags[j] = FG_SLOT_LOCAL;
+        }
+        if (c & FG_KEEP_FREQUENT) {
+            int32_t k = fg_policy_select_frequent(cp, policy, pv, window_start, scratch);
+            for (int32_t i = 0; i < k; i++)
+                flags[scratch[i].pos] = FG_SLOT_FREQUENT;
+            *n_freq = k;
+        }
+    }
+    int32_t kept = 0;
+    for (int32_t j = 0; j < n; j++) {
+        if (!flags[j])
+            continue;
+        pos[kept] = j;
+        flags[kept] = flags[j];
+        score[kept] = pv->col[j];
+        kept++;
+    }
+    return kept;
+}
+
+fg_step_plan fg_plan_step(const fg_policy *policy, int32_t t, const uint8_t *cls, uint8_t cls_new, int32_t n_slots,
+                          int32_t n_freq) {
+    uint32_t c = fg_effective_components(policy->components);
+    fg_step_plan pl = {n_slots, n_freq, fg_insert_flag(c, cls_new), 0, 0};
+    if (pl.insert_flag)
+        pl.n_slots++;
+    if (pl.insert_flag == FG_SLOT_FREQUENT)
+        pl.n_freq++;
+    if (c & FG_KEEP_LOCAL) {
+        /* every unpinned position of [old_start, t - 1) is in the window */
+        int32_t old_start = (t - 1) - fg_policy_window(policy, t - 1);
+        pl.window_start = t - fg_policy_window(policy, t);
+        for (int32_t q = old_start < 0 ? 0 : old_start; q < pl.window_start; q++) {
+            if (fg_is_pinned(c, cls[q]))
+                continue;
+            if (c & FG_KEEP_FREQUENT)
+                pl.n_freq++;
+            else
+                pl.n_slots--;
+        }
+    }
+    if (c & FG_KEEP_FREQUENT) {
+        pl.freq_budget = fg_policy_frequent_budget(policy, t);
+        if (pl.n_freq > pl.freq_budget) {
+            pl.n_slots -= pl.n_freq - pl.freq_budget;
+            pl.n_freq = pl.freq_budget;
+        }
+    }
+    return pl;
+}

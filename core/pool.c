@@ -1,0 +1,106 @@
+/* The page pool: pages of one size, allocated from the backend in chunks.
+ * Freed pages go back on their chunk's free stack; fg_pool_trim() returns
+ * chunks with no page in use to the backend. Page ids are
+ * chunk * chunk_pages + index and never move. */
+#include <stdlib.h>
+
+#include "core/internal.h"
+
+void fg_pool_init(fg_pool *pool, fg_backend *be, fg_context *ctx, size_t page_bytes, int32_t chunk_pages,
+                  size_t max_bytes) {
+    *pool = (fg_pool){.be = be, .ctx = ctx, .page_bytes = page_bytes, .chunk_pages = chunk_pages,
+                      .max_bytes = max_bytes};
+}
+
+static void release_chunk(fg_pool *pool, fg_pool_chunk *ch) {
+    if (ch->base)
+        pool->be->ops->buffer_free(pool->be, ch->base);
+    free(ch->free_stack);
+    *ch = (fg_pool_chunk){0};
+}
+
+void fg_pool_release(fg_pool *pool) {
+    for (int32_t i = 0; i < pool->n_chunks; i++)
+        release_chunk(pool, &pool->chunks[i]);
+    free(pool->chunks);
+    pool->chunks = NULL;
+    pool->n_chunks = 0;
+    pool->in_use = 0;
+}
+
+size_t fg_pool_bytes(const fg_pool *pool) {
+    return (size_t)fg_pool_pages_total(pool) * pool->page_bytes;
+}
+
+int64_t fg_pool_pages_total(const fg_pool *pool) {
+    int64_t pages = 0;
+    for (int32_t i = 0; i < pool->n_chunks; i++)
+        if (pool->chunks[i].base)
+            pages += pool->chunk_pages;
+    return pages;
+}
+
+/* A new chunk in a released slot or at the end. */
+static fg_status grow(fg_pool *pool, int32_t *chunk_index) {
+    size_t chunk_bytes = (size_t)pool->chunk_pages * pool->page_bytes;
+    if (pool->max_bytes && fg_pool_bytes(pool) + chunk_bytes > pool->max_bytes)
+        return fg_error(pool->ctx, FG_ERR_OUT_OF_MEMORY,
+                        "page pool is at its cap of %zu bytes (max_pool_bytes); %zu more would be needed",
+                        pool->max_bytes, chunk_bytes);
+    int32_t c = 0;
+    while (c < pool->n_chunks && pool->chunks[c].base)
+        c++;
+    if (c == pool->n_chunks) {
+        fg_pool_chunk *chunks = realloc(pool->chunks, (size_t)(pool->n_chunks + 1) * sizeof *chunks);
+        if (!chunks)
+            return fg_error(pool->ctx, FG_ERR_OUT_OF_MEMORY, "out of host memory growing the page pool");
+        pool->chunks = chunks;
+        pool->chunks[pool->n_chunks++] = (fg_pool_chunk){0};
+    }
+    fg_pool_chunk *ch = &pool->chunks[c];
+    ch->free_stack = malloc((size_t)pool->chunk_pages * sizeof(int32_t));
+    if (!ch->free_stack)
+        return fg_error(pool->ctx, FG_ERR_OUT_OF_MEMORY, "out of host memory growing the page pool");
+    fg_status st = pool->be->ops->buffer_alloc(pool->be, chunk_bytes, &ch->base);
+    if (st) {
+        free(ch->free_stack);
+        *ch = (fg_pool_chunk){0};
+        return st;
+    }
+    /* pop order: page 0 first */
+    for (int32_t i = 0; i < pool->chunk_pages; i++)
+        ch->free_stack[i] = pool->chunk_pages - 1 - i;
+    ch->n_free = pool->chunk_pages;
+    *chunk_index = c;
+    return FG_OK;
+}
+
+fg_status fg_pool_alloc(fg_pool *pool, int32_t *page_id, void **addr) {
+    /* the lowest chunk with a free page, so that high chunks empty out and trim */
+    int32_t c = 0;
+    while (c < pool->n_chunks && !(pool->chunks[c].base && pool->chunks[c].n_free > 0))
+        c++;
+    if (c == pool->n_chunks) {
+        fg_status st = grow(pool, &c);
+        if (st)
+            return st;
+    }
+    fg_pool_chunk *ch = &pool->chunks[c];
+    int32_t idx = ch->free_stack[--ch->n_free];
+    *page_id = c * pool->chunk_pages + idx;
+    *addr = (unsigned char *)ch->base + (size_t)idx * pool->page_bytes;
+    pool->in_use++;
+    return FG_OK;
+}
+
+void fg_pool_free(fg_pool *pool, int32_t page_id) {
+    fg_pool_chunk *ch = &pool->chunks[page_id / pool->chunk_pages];
+    ch->free_stack[ch->n_free++] = page_id % pool->chunk_pages;
+    pool->in_use--;
+}
+
+void fg_pool_trim(fg_pool *pool) {
+    for (int32_t i = 0; i < pool->n_chunks; i++)
+        if (pool->chunks[i].base && pool->chunks[i].n_free == pool->chunk_pages)
+            release_chunk(pool, &pool->chunks[i]);
+}

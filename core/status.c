@@ -1,0 +1,52 @@
+/* Status names, the last-error messages and the version. */
+#include <stdio.h>
+
+#include "core/internal.h"
+
+static _Thread_local char t_error[512] = "";
+
+const char *fg_status_string(fg_status status) {
+    switch (status) {
+    case FG_OK: return "FG_OK: success";
+    case FG_ERR_INVALID_ARGUMENT: return "FG_ERR_INVALID_ARGUMENT: invalid argument";
+    case FG_ERR_OUT_OF_MEMORY: return "FG_ERR_OUT_OF_MEMORY: out of memory";
+    case FG_ERR_UNAVAILABLE: return "FG_ERR_UNAVAILABLE: not available in this build or on this machine";
+    case FG_ERR_BAD_STATE: return "FG_ERR_BAD_STATE: call not valid in the current state";
+    case FG_ERR_CAPACITY: return "FG_ERR_CAPACITY: capacity exceeded";
+    case FG_ERR_BACKEND: return "FG_ERR_BACKEND: backend failure";
+    case FG_ERR_IO: return "FG_ERR_IO: input/output error";
+    case FG_ERR_FORMAT: return "FG_ERR_FORMAT: malformed data";
+    case FG_ERR_INTERNAL: return "FG_ERR_INTERNAL: internal error";
+    }
+    return "unknown fg_status";
+}
+
+const char *fg_version(void) { return FG_VERSION_STRING; }
+
+const char *fg_last_error(const fg_context *ctx) { return ctx ? ctx->error : t_error; }
+
+static fg_status record(fg_context *ctx, fg_status status, const char *fmt, va_list ap) {
+    vsnprintf(t_error, sizeof t_error, fmt, ap);
+    if (ctx) {
+        snprintf(ctx->error, sizeof ctx->error, "%s", t_error);
+        if (ctx->params.log_fn)
+            ctx->params.log_fn(ctx->params.log_user, FG_LOG_ERROR, t_error);
+    }
+    return status;
+}
+
+fg_status fg_error(fg_context *ctx, fg_status status, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    record(ctx, status, fmt, ap);
+    va_end(ap);
+    return status;
+}
+
+fg_status fg_error_sink(void *ctx, fg_status status, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    record((fg_context *)ctx, status, fmt, ap);
+    va_end(ap);
+    return status;
+}

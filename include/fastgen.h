@@ -1,0 +1,243 @@
+/*
+ * fastgen — adaptive KV-cache compression (FastGen, "Model Tells You What to
+ * Discard", Ge et al., ICLR 2024) for LLM inference.
+ *
+ * Flow, per sequence:
+ *   1. fg_seq_create()   registers the prompt tokens (classified special /
+ *                        punctuation / ordinary by the context's token classes);
+ *   2. fg_prefill()      once per layer: causal attention over the prompt, then
+ *                        profiling of every KV head, policy choice, compaction;
+ *   3. fg_decode()       once per layer per new token, batched over sequences:
+ *                        attention over each head's compressed cache plus the
+ *                        new token, score update, insertion and eviction;
+ *   4. fg_seq_destroy()  returns the sequence's pages to the pool.
+ *
+ * Conventions: every function returns an fg_status (FG_OK = 0, errors < 0)
+ * and leaves a message readable with fg_last_error(); handles are opaque;
+ * fg_*_destroy() takes the address of the handle, accepts NULL and clears it.
+ * Activations (Q, K, V, outputs) are host fp32 arrays; keys are passed after
+ * RoPE. A failed call leaves every cache as it was before the call.
+ */
+#ifndef FASTGEN_H
+#define FASTGEN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fastgen_version.h"
+
+#if defined(_WIN32) && defined(FG_BUILDING_DLL)
+#define FG_API __declspec(dllexport)
+#elif defined(_WIN32) && defined(FG_USING_DLL)
+#define FG_API __declspec(dllimport)
+#elif defined(__GNUC__)
+#define FG_API __attribute__((visibility("default")))
+#else
+#define FG_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------- status */
+
+typedef enum fg_status {
+    FG_OK = 0,
+    FG_ERR_INVALID_ARGUMENT = -1, /* a NULL pointer, a size or value out of range */
+    FG_ERR_OUT_OF_MEMORY = -2,    /* host or device allocation failed, or the pool cap */
+    FG_ERR_UNAVAILABLE = -3,      /* backend not compiled in, or no device */
+    FG_ERR_BAD_STATE = -4,        /* e.g. decode before prefill, prefill twice */
+    FG_ERR_CAPACITY = -5,         /* a sequence past max_seq_len, too many sequences */
+    FG_ERR_BACKEND = -6,          /* the backend (driver, kernel) failed */
+    FG_ERR_IO = -7,               /* a file could not be read */
+    FG_ERR_FORMAT = -8,           /* a file or string is malformed */
+    FG_ERR_INTERNAL = -9          /* a bug: please report it */
+} fg_status;
+
+/* Static name of a status ("FG_ERR_INVALID_ARGUMENT: invalid argument"). */
+FG_API const char *fg_status_string(fg_status status);
+
+/* Runtime version string, e.g. "0.1.0"; compare with FG_VERSION_* macros. */
+FG_API const char *fg_version(void);
+
+/* ---------------------------------------------------------------- logging */
+
+typedef enum fg_log_level { FG_LOG_ERROR = 0, FG_LOG_WARN = 1, FG_LOG_INFO = 2, FG_LOG_DEBUG = 3 } fg_log_level;
+typedef void (*fg_log_fn)(void *user, fg_log_level level, const char *message);
+
+/* ---------------------------------------------------------------- token classes
+ * DESIGN §2.1. Special: declared ids, every token of a declared multi-token
+ * sequence, and positions < n_sink. Punctuation: pieces made only of ASCII
+ * punctuation and whitespace (byte-fallback "<0xNN>" pieces by their byte).
+ * A token that is both is special. */
+
+typedef enum fg_token_class { FG_TOKEN_ORDINARY = 0, FG_TOKEN_SPECIAL = 1, FG_TOKEN_PUNCT = 2 } fg_token_class;
+
+typedef struct fg_token_classes fg_token_classes;
+
+/* pieces: [vocab_size] NUL-terminated decoded pieces, or NULL (every id
+ * ordinary until set). Pieces may be NULL individually. */
+FG_API fg_status fg_token_classes_create(int32_t vocab_size, const char *const *pieces, fg_token_classes **out);
+FG_API void fg_token_classes_destroy(fg_token_classes **classes);
+/* Override the class of one id (e.g. declare BOS and EOS special). */
+FG_API fg_status fg_token_classes_set(fg_token_classes *classes, int32_t id, fg_token_class cls);
+FG_API fg_status fg_token_classes_get(const fg_token_classes *classes, int32_t id, fg_token_class *out);
+/* Declare a multi-token special marker such as "[INST]" = ids[0..n). */
+FG_API fg_status fg_token_classes_add_sequence(fg_token_classes *classes, const int32_t *ids, int32_t n);
+FG_API int32_t fg_token_classes_vocab_size(const fg_token_classes *classes);
+/* Classify a whole token stream: out[n] receives fg_token_class values. */
+FG_API fg_status fg_token_classes_classify(const fg_token_classes *classes, const int32_t *tokens, int32_t n,
+                                           int32_t n_sink, uint8_t *out);
+
+/* ---------------------------------------------------------------- policies
+ * DESIGN §2.2. A policy is a union of components; a shortlist is an ordered
+ * list of policies, cheapest first. A head takes the first entry whose
+ * attention recovery reaches the threshold, else the last entry. */
+
+enum {
+    FG_KEEP_SPECIAL = 1u << 0,
+    FG_KEEP_PUNCT = 1u << 1,
+    FG_KEEP_FREQUENT = 1u << 2,
+    FG_KEEP_LOCAL = 1u << 3,
+    FG_KEEP_FULL = 1u << 4
+};
+
+#define FG_MAX_SHORTLIST 8
+
+typedef struct fg_policy {
+    uint32_t components;     /* FG_KEEP_* bits */
+    float ratio_local;       /* r_l in [0,1]: window w(t) = max(1, ceil(r_l t)) */
+    float ratio_frequent;    /* r_f in [0,1]: budget k(t) = ceil(r_f t) */
+    int32_t local_tokens;    /* > 0: absolute window cap (the smaller wins); 0: none */
+    int32_t frequent_tokens; /* > 0: absolute frequent cap; 0: none */
+} fg_policy;
+
+typedef enum fg_score_mode {
+    FG_SCORE_SUM = 0, /* cumulative attention (H2O, the paper) */
+    FG_SCORE_MEAN = 1 /* cumulative attention / number of rows that saw the key */
+} fg_score_mode;
+
+typedef struct fg_compression_params {
+    int32_t n_policies;                   /* 1..FG_MAX_SHORTLIST */
+    fg_policy shortlist[FG_MAX_SHORTLIST];
+    float threshold;                      /* T in (0,1] */
+    int32_t n_sink;                       /* positions < n_sink are special */
+    fg_score_mode score_mode;
+    int32_t observation_window;           /* > 0: profile only the last m prompt rows */
+} fg_compression_params;
+
+/* The paper: special, +punct, +frequent, +local, full; r = 0.3, T = 0.95. */
+FG_API void fg_compression_params_default(fg_compression_params *params);
+/* Named presets: "fastgen", "full", "streamingllm" (special+local, 4 sinks),
+ * "h2o" (frequent+local), "local", "frequent". */
+FG_API fg_status fg_compression_params_preset(const char *name, fg_compression_params *params);
+FG_API fg_status fg_compression_params_validate(const fg_compression_params *params);
+/* "special+punct+frequent" -> FG_KEEP_* bits. */
+FG_API fg_status fg_policy_parse(const char *text, uint32_t *components);
+/* FG_KEEP_* bits -> "special+punct" (written to buf, always NUL-terminated). */
+FG_API fg_status fg_policy_name(uint32_t components, char *buf, size_t buf_size);
+
+/* ---------------------------------------------------------------- context */
+
+typedef enum fg_dtype { FG_DTYPE_F32 = 0, FG_DTYPE_F16 = 1, FG_DTYPE_BF16 = 2 } fg_dtype;
+
+typedef struct fg_context fg_context;
+
+typedef struct fg_context_params {
+    const char *backend;        /* "ref", "cpu", "cuda", "hip"; NULL = "cpu" */
+    int32_t n_layers;
+    int32_t n_q_heads;          /* Hq */
+    int32_t n_kv_heads;         /* Hkv, divides Hq */
+    int32_t head_dim;           /* d */
+    fg_dtype kv_dtype;          /* storage of cached K/V; accumulation is fp32 */
+    int32_t max_seqs;           /* sequences alive at once */
+    int32_t max_seq_len;        /* prompt + generated tokens per sequence */
+    int32_t page_tokens;        /* rows per page (default 16) */
+    int32_t pool_chunk_pages;   /* pages per backend allocation (default 256) */
+    size_t max_pool_bytes;      /* 0 = unlimited; else the pool never grows past it */
+    int32_t n_threads;          /* cpu backend; 0 = OpenMP default */
+    const fg_token_classes *classes; /* required; the context keeps its own copy */
+    fg_compression_params compression; /* default for sequences */
+    fg_log_fn log_fn;           /* optional */
+    void *log_user;
+} fg_context_params;
+
+FG_API void fg_context_params_default(fg_context_params *params);
+FG_API fg_status fg_context_create(const fg_context_params *params, fg_context **out);
+FG_API void fg_context_destroy(fg_context **ctx);
+/* The last error message of ctx, or of this thread when ctx is NULL (for
+ * failed creations and functions that take no context). Never NULL. */
+FG_API const char *fg_last_error(const fg_context *ctx);
+/* Name of the backend the context runs on. */
+FG_API const char *fg_context_backend(const fg_context *ctx);
+
+/* Whether a backend is compiled in and usable here (FG_OK) or why not. */
+FG_API fg_status fg_backend_probe(const char *name);
+
+/* ---------------------------------------------------------------- sequences */
+
+/* Registers a sequence with its prompt. compression: NULL = the context's. */
+FG_API fg_status fg_seq_create(fg_context *ctx, const fg_compression_params *compression, const int32_t *prompt,
+                               int32_t n_prompt, int32_t *seq_out);
+FG_API fg_status fg_seq_destroy(fg_context *ctx, int32_t seq);
+/* Tokens the sequence has at layer (0 before that layer's prefill). */
+FG_API fg_status fg_seq_length(const fg_context *ctx, int32_t seq, int32_t layer, int32_t *length);
+
+/* Prompt phase for one layer: out = causal attention; every KV head is
+ * profiled, takes its policy and keeps its compressed cache.
+ *   q:   [n_prompt][Hq][d]     k, v: [n_prompt][Hkv][d] (k after RoPE)
+ *   out: [n_prompt][Hq][d] */
+FG_API fg_status fg_prefill(fg_context *ctx, int32_t seq, int32_t layer, const float *q, const float *k, const float *v,
+                            float *out);
+
+/* One decoding step of one layer for a batch of distinct sequences. tokens[i]
+ * is the id of the new token of seqs[i]; its position is that sequence's
+ * length at this layer. Every layer sees the same token for a position.
+ *   seqs, tokens: [n_seqs]
+ *   q: [n_seqs][Hq][d]   k, v: [n_seqs][Hkv][d]   out: [n_seqs][Hq][d] */
+FG_API fg_status fg_decode(fg_context *ctx, int32_t layer, int32_t n_seqs, const int32_t *seqs, const int32_t *tokens,
+                           const float *q, const float *k, const float *v, float *out);
+
+/* ---------------------------------------------------------------- inspection */
+
+typedef struct fg_head_info {
+    int32_t policy_index;    /* index in the sequence's shortlist */
+    uint32_t components;     /* FG_KEEP_* of the chosen policy */
+    int32_t n_policies;
+    float recovery[FG_MAX_SHORTLIST]; /* profiled recovery of every entry */
+    int32_t length;          /* t: tokens seen by this layer */
+    int32_t kept;            /* rows the head keeps */
+    size_t kv_bytes_held;    /* pages held by this head (K and V) */
+    size_t kv_bytes_full;    /* pages a full cache of length t would hold */
+} fg_head_info;
+
+FG_API fg_status fg_head_inspect(const fg_context *ctx, int32_t seq, int32_t layer, int32_t kv_head,
+                                 fg_head_info *info);
+/* Kept positions in ascending order (a synchronising read). capacity: size of
+ * positions; *n_out receives the kept count (even when capacity is short:
+ * then FG_ERR_CAPACITY and nothing is written). */
+FG_API fg_status fg_head_positions(fg_context *ctx, int32_t seq, int32_t layer, int32_t kv_head, int32_t *positions,
+                                   int32_t capacity, int32_t *n_out);
+
+typedef struct fg_memory_stats {
+    size_t kv_bytes_held;  /* K/V bytes of the pages in use */
+    size_t kv_bytes_full;  /* K/V bytes of a full paged cache of the same sequences */
+    size_t meta_bytes_held;/* slot metadata (position, flags, score) of the pages in use */
+    size_t pool_bytes;     /* what the pool holds from the backend (pages in use + free) */
+    int64_t pages_in_use;
+    int64_t pages_free;
+    int64_t rows_kept;     /* kept rows over all heads */
+    int64_t rows_full;     /* rows a full cache would keep */
+} fg_memory_stats;
+
+/* seq < 0: the whole context; else one sequence (pool fields are global). */
+FG_API fg_status fg_memory(const fg_context *ctx, int32_t seq, fg_memory_stats *stats);
+/* Returns pool chunks with no page in use to the backend. */
+FG_API fg_status fg_trim(fg_context *ctx);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FASTGEN_H */

@@ -1,0 +1,70 @@
+/*
+ * A tiny test harness: checks that count instead of abort, a seeded RNG
+ * whose seed is printed (and settable with FG_TEST_SEED), and the closing
+ * line "N passed, N failed" that CI reads.
+ */
+#ifndef FG_TEST_HARNESS_H
+#define FG_TEST_HARNESS_H
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static int g_pass, g_fail;
+
+#define EXPECT(cond, ...)                                                                                              \
+    do {                                                                                                               \
+        if (cond) {                                                                                                    \
+            g_pass++;                                                                                                  \
+        } else {                                                                                                       \
+            g_fail++;                                                                                                  \
+            fprintf(stderr, "%s:%d: FAILED: %s: ", __FILE__, __LINE__, #cond);                                         \
+            fprintf(stderr, __VA_ARGS__);                                                                              \
+            fputc('\n', stderr);                                                                                       \
+        }                                                                                                              \
+    } while (0)
+
+/* A call that must succeed; prints the library's message when it does not. */
+#define EXPECT_OK(ctx, call)                                                                                           \
+    do {                                                                                                               \
+        fg_status st_ = (call);                                                                                        \
+        EXPECT(st_ == FG_OK, "%s -> %s (%s)", #call, fg_status_string(st_), fg_last_error(ctx));                       \
+    } while (0)
+
+/* A call that must fail with `status` and leave a non-empty message. */
+#define EXPECT_STATUS(ctx, status, call)                                                                               \
+    do {                                                                                                               \
+        fg_status st_ = (call);                                                                                        \
+        EXPECT(st_ == (status) && fg_last_error(ctx)[0] != '\0', "%s -> %s, wanted %s", #call, fg_status_string(st_),  \
+               fg_status_string(status));                                                                              \
+    } while (0)
+
+static uint64_t g_rng;
+
+static uint64_t rng_next(void) {
+    uint64_t x = (g_rng += 0x9e3779b97f4a7c15ull);
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+static double rng_uniform(void) { return ((double)(rng_next() >> 11) + 0.5) * 0x1p-53; }
+static int32_t rng_int(int32_t lo, int32_t hi) { return lo + (int32_t)(rng_next() % (uint64_t)(hi - lo + 1)); }
+static float rng_gauss(void) {
+    return (float)(sqrt(-2.0 * log(rng_uniform())) * cos(6.283185307179586 * rng_uniform()));
+}
+
+static void test_seed(const char *name) {
+    const char *env = getenv("FG_TEST_SEED");
+    uint64_t seed = env ? strtoull(env, NULL, 0) : 20261130ull;
+    g_rng = seed;
+    printf("%s: seed %llu (set FG_TEST_SEED to change)\n", name, (unsigned long long)seed);
+}
+
+static int test_finish(void) {
+    printf("%d passed, %d failed\n", g_pass, g_fail);
+    return g_fail ? 1 : 0;
+}
+
+#endif

@@ -42,27 +42,27 @@ static int g_pass, g_fail;
 
 static uint64_t g_rng;
 
-static uint64_t rng_next(void) {
+static inline uint64_t rng_next(void) {
     uint64_t x = (g_rng += 0x9e3779b97f4a7c15ull);
     x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
     x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
     return x ^ (x >> 31);
 }
 
-static double rng_uniform(void) { return ((double)(rng_next() >> 11) + 0.5) * 0x1p-53; }
-static int32_t rng_int(int32_t lo, int32_t hi) { return lo + (int32_t)(rng_next() % (uint64_t)(hi - lo + 1)); }
-static float rng_gauss(void) {
+static inline double rng_uniform(void) { return ((double)(rng_next() >> 11) + 0.5) * 0x1p-53; }
+static inline int32_t rng_int(int32_t lo, int32_t hi) { return lo + (int32_t)(rng_next() % (uint64_t)(hi - lo + 1)); }
+static inline float rng_gauss(void) {
     return (float)(sqrt(-2.0 * log(rng_uniform())) * cos(6.283185307179586 * rng_uniform()));
 }
 
-static void test_seed(const char *name) {
+static inline void test_seed(const char *name) {
     const char *env = getenv("FG_TEST_SEED");
     uint64_t seed = env ? strtoull(env, NULL, 0) : 20261130ull;
     g_rng = seed;
     printf("%s: seed %llu (set FG_TEST_SEED to change)\n", name, (unsigned long long)seed);
 }
 
-static int test_finish(void) {
+static inline int test_finish(void) {
     printf("%d passed, %d failed\n", g_pass, g_fail);
     return g_fail ? 1 : 0;
 }

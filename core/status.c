@@ -1,5 +1,6 @@
 /* Status names, the last-error messages and the version. */
 #include <stdio.h>
+#include <string.h>
 
 #include "core/internal.h"
 
@@ -26,11 +27,13 @@ const char *fg_version(void) { return FG_VERSION_STRING; }
 const char *fg_last_error(const fg_context *ctx) { return ctx ? ctx->error : t_error; }
 
 static fg_status record(fg_context *ctx, fg_status status, const char *fmt, va_list ap) {
-    vsnprintf(t_error, sizeof t_error, fmt, ap);
+    char msg[sizeof t_error]; /* the arguments may point into t_error itself */
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    memcpy(t_error, msg, sizeof msg);
     if (ctx) {
-        snprintf(ctx->error, sizeof ctx->error, "%s", t_error);
+        memcpy(ctx->error, msg, sizeof ctx->error);
         if (ctx->params.log_fn)
-            ctx->params.log_fn(ctx->params.log_user, FG_LOG_ERROR, t_error);
+            ctx->params.log_fn(ctx->params.log_user, FG_LOG_ERROR, msg);
     }
     return status;
 }

@@ -1,0 +1,413 @@
+/*
+ * Bad input on every public function: a clear status and a message, never a
+ * crash. Caches that were valid stay valid: a twin context that never sees a
+ * bad call decodes beside the one that does, and after every failed call
+ * both decode one more step and must agree bit for bit (outputs, kept
+ * positions, memory).
+ */
+#include <string.h>
+
+#include "fastgen.h"
+#include "harness.h"
+#include "tools/synth.h"
+
+enum { L = 2, HKV = 5, G = 2, HQ = G * HKV, D = 16, N = 40, MAXLEN = 120 };
+
+typedef struct twin {
+    fg_context *bad, *good;
+    int32_t seq_bad, seq_good;
+    int32_t pos;
+    fg_synth *syn;
+    int32_t tokens[MAXLEN];
+} twin;
+
+static fg_context_params base_params(const fg_synth *syn) {
+    fg_context_params p;
+    fg_context_params_default(&p);
+    p.backend = "ref";
+    p.n_layers = L;
+    p.n_q_heads = HQ;
+    p.n_kv_heads = HKV;
+    p.head_dim = D;
+    p.kv_dtype = FG_DTYPE_BF16;
+    p.max_seqs = 2;
+    p.max_seq_len = MAXLEN;
+    p.page_tokens = 4;
+    p.classes = syn->classes;
+    return p;
+}
+
+static void prefill_all(fg_context *ctx, fg_synth *syn, const int32_t *tokens, int32_t seq) {
+    float q[N * HQ * D], k[N * HKV * D], v[N * HKV * D], out[N * HQ * D];
+    for (int32_t l = 0; l < L; l++) {
+        fg_synth_qkv(syn, l, tokens, 0, N, q, k, v);
+        EXPECT_OK(ctx, fg_prefill(ctx, seq, l, q, k, v, out));
+    }
+}
+
+/* One decode step on both contexts; they must agree exactly. */
+static void step_both(twin *t, const char *after) {
+    float q[HQ * D], k[HKV * D], v[HKV * D], ob[HQ * D], og[HQ * D];
+    const int32_t p = t->pos;
+    for (int32_t l = 0; l < L; l++) {
+        fg_synth_qkv(t->syn, l, &t->tokens[p], p, 1, q, k, v);
+        EXPECT_OK(t->bad, fg_decode(t->bad, l, 1, &t->seq_bad, &t->tokens[p], q, k, v, ob));
+        EXPECT_OK(t->good, fg_decode(t->good, l, 1, &t->seq_good, &t->tokens[p], q, k, v, og));
+        EXPECT(memcmp(ob, og, sizeof ob) == 0, "after %s: outputs differ at layer %d", after, (int)l);
+    }
+    for (int32_t l = 0; l < L; l++)
+        for (int32_t g = 0; g < HKV; g++) {
+            int32_t pb[MAXLEN], pg[MAXLEN], nb = -1, ng = -2;
+            EXPECT_OK(t->bad, fg_head_positions(t->bad, t->seq_bad, l, g, pb, MAXLEN, &nb));
+            EXPECT_OK(t->good, fg_head_positions(t->good, t->seq_good, l, g, pg, MAXLEN, &ng));
+            EXPECT(nb == ng && memcmp(pb, pg, (size_t)nb * sizeof *pb) == 0, "after %s: kept sets differ", after);
+        }
+    fg_memory_stats mb, mg;
+    fg_memory(t->bad, t->seq_bad, &mb);
+    fg_memory(t->good, t->seq_good, &mg);
+    EXPECT(mb.kv_bytes_held == mg.kv_bytes_held && mb.rows_kept == mg.rows_kept, "after %s: memory differs", after);
+    t->pos++;
+}
+
+static void test_params_and_classes(void) {
+    EXPECT(strstr(fg_status_string(FG_ERR_INVALID_ARGUMENT), "invalid") != NULL, "status names");
+    EXPECT(fg_status_string((fg_status)-1234) != NULL, "unknown status still named");
+    EXPECT(fg_version() && strcmp(fg_version(), FG_VERSION_STRING) == 0, "version");
+
+    fg_token_classes *tc = NULL;
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_token_classes_create(10, NULL, NULL));
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_token_classes_create(0, NULL, &tc));
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_token_classes_create(-5, NULL, &tc));
+    EXPECT(tc == NULL, "no handle on failure");
+    EXPECT_OK(NULL, fg_token_classes_create(10, NULL, &tc));
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_token_classes_set(NULL, 1, FG_TOKEN_SPECIAL));
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_token_classes_set(tc, 10, FG_TOKEN_SPECIAL));
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_token_classes_set(tc, -1, FG_TOKEN_SPECIAL));
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_token_classes_set(tc, 1, (fg_token_class)9));
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_token_classes_get(tc, 1, NULL));
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_token_classes_get(tc, 99, &(fg_token_class){0}));
+    const int32_t ids[] = {1, 2, 30};
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_token_classes_add_sequence(tc, NULL, 2));
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_token_classes_add_sequence(tc, ids, 0));
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_token_classes_add_sequence(tc, ids, 65));
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_token_classes_add_sequence(tc, ids, 3));
+    uint8_t cls[3];
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_token_classes_classify(NULL, ids, 2, 0, cls));
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_token_classes_classify(tc, ids, -1, 0, cls));
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_token_classes_classify(tc, ids, 2, -1, cls));
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_token_classes_classify(tc, ids, 3, 0, cls));
+    fg_token_classes_destroy(&tc);
+    fg_token_classes_destroy(&tc); /* NULL handle: no-op */
+    fg_token_classes_destroy(NULL);
+
+    fg_compression_params cp;
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_compression_params_preset(NULL, &cp));
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_compression_params_preset("h2o", NULL));
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_compression_params_preset("snapkv", &cp));
+    EXPECT(strstr(fg_last_error(NULL), "snapkv") != NULL, "message names the bad preset: %s", fg_last_error(NULL));
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_compression_params_validate(NULL));
+    const float bad_T[] = {0.0f, -0.5f, 1.5f, NAN};
+    for (int i = 0; i < 4; i++) {
+        fg_compression_params_default(&cp);
+        cp.threshold = bad_T[i];
+        EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_compression_params_validate(&cp));
+    }
+    const float bad_r[] = {-0.1f, 1.1f, NAN};
+    for (int i = 0; i < 3; i++) {
+        fg_compression_params_default(&cp);
+        cp.shortlist[1].ratio_local = bad_r[i];
+        EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_compression_params_validate(&cp));
+        fg_compression_params_default(&cp);
+        cp.shortlist[2].ratio_frequent = bad_r[i];
+        EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_compression_params_validate(&cp));
+    }
+    fg_compression_params_default(&cp);
+    cp.n_policies = 0;
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_compression_params_validate(&cp));
+    cp.n_policies = FG_MAX_SHORTLIST + 1;
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_compression_params_validate(&cp));
+    fg_compression_params_default(&cp);
+    cp.shortlist[0].components = 0;
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_compression_params_validate(&cp));
+    cp.shortlist[0].components = 1u << 7;
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_compression_params_validate(&cp));
+    fg_compression_params_default(&cp);
+    cp.shortlist[0].local_tokens = -1;
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_compression_params_validate(&cp));
+    fg_compression_params_default(&cp);
+    cp.n_sink = -1;
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_compression_params_validate(&cp));
+    fg_compression_params_default(&cp);
+    cp.score_mode = (fg_score_mode)5;
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_compression_params_validate(&cp));
+    fg_compression_params_default(&cp);
+    cp.observation_window = -3;
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_compression_params_validate(&cp));
+
+    uint32_t comp = 0;
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_policy_parse(NULL, &comp));
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_policy_parse("special", NULL));
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_policy_parse("special+bogus", &comp));
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_policy_parse("special+", &comp));
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_policy_parse("", &comp));
+    EXPECT_OK(NULL, fg_policy_parse("punct+special+local", &comp));
+    char name[64];
+    EXPECT_OK(NULL, fg_policy_name(comp, name, sizeof name));
+    EXPECT(strcmp(name, "special+punct+local") == 0, "canonical name %s", name);
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_policy_name(comp, NULL, 10));
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_policy_name(comp, name, 0));
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_policy_name(0, name, sizeof name));
+    EXPECT_STATUS(NULL, FG_ERR_CAPACITY, fg_policy_name(comp, name, 5));
+}
+
+static void test_context_create(const fg_synth *syn) {
+    fg_context *ctx = NULL;
+    fg_context_params p = base_params(syn);
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_context_create(NULL, &ctx));
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_context_create(&p, NULL));
+#define BAD_PARAM(field, value, status)                                                                                \
+    do {                                                                                                               \
+        fg_context_params bp = base_params(syn);                                                                       \
+        bp.field = value;                                                                                              \
+        EXPECT_STATUS(NULL, status, fg_context_create(&bp, &ctx));                                                     \
+        EXPECT(ctx == NULL, "no context after a failed create (" #field ")");                                          \
+    } while (0)
+    BAD_PARAM(n_layers, 0, FG_ERR_INVALID_ARGUMENT);
+    BAD_PARAM(n_q_heads, -1, FG_ERR_INVALID_ARGUMENT);
+    BAD_PARAM(n_kv_heads, 0, FG_ERR_INVALID_ARGUMENT);
+    BAD_PARAM(n_kv_heads, 3, FG_ERR_INVALID_ARGUMENT); /* 10 % 3 != 0 */
+    BAD_PARAM(head_dim, 0, FG_ERR_INVALID_ARGUMENT);
+    BAD_PARAM(kv_dtype, (fg_dtype)9, FG_ERR_INVALID_ARGUMENT);
+    BAD_PARAM(max_seqs, 0, FG_ERR_INVALID_ARGUMENT);
+    BAD_PARAM(max_seq_len, -4, FG_ERR_INVALID_ARGUMENT);
+    BAD_PARAM(page_tokens, 0, FG_ERR_INVALID_ARGUMENT);
+    BAD_PARAM(pool_chunk_pages, 0, FG_ERR_INVALID_ARGUMENT);
+    BAD_PARAM(n_threads, -2, FG_ERR_INVALID_ARGUMENT);
+    BAD_PARAM(classes, NULL, FG_ERR_INVALID_ARGUMENT);
+    BAD_PARAM(compression.threshold, 1.01f, FG_ERR_INVALID_ARGUMENT);
+    BAD_PARAM(backend, "tpu", FG_ERR_INVALID_ARGUMENT);
+    BAD_PARAM(backend, "a-backend-name-longer-than-sixteen", FG_ERR_INVALID_ARGUMENT);
+#undef BAD_PARAM
+    EXPECT(strstr(fg_last_error(NULL), "backend") != NULL, "message names the backend: %s", fg_last_error(NULL));
+    p.backend = "cuda";
+    fg_status st = fg_context_create(&p, &ctx);
+    if (st != FG_OK) {
+        EXPECT(st == FG_ERR_UNAVAILABLE && strstr(fg_last_error(NULL), "meson setup") != NULL,
+               "cuda without the build says how to build it: %s", fg_last_error(NULL));
+        EXPECT(fg_backend_probe("cuda") == FG_ERR_UNAVAILABLE, "probe cuda");
+    }
+    fg_context_destroy(&ctx);
+    EXPECT(fg_backend_probe("hip") == FG_OK || fg_backend_probe("hip") == FG_ERR_UNAVAILABLE, "probe hip");
+    EXPECT(fg_backend_probe("ref") == FG_OK && fg_backend_probe("cpu") == FG_OK, "probe ref, cpu");
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_backend_probe(NULL));
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_backend_probe("nope"));
+    fg_context_destroy(NULL);
+    ctx = NULL;
+    fg_context_destroy(&ctx);
+}
+
+static void test_calls(twin *t) {
+    fg_context *c = t->bad;
+    float q[N * HQ * D] = {0}, k[N * HKV * D] = {0}, v[N * HKV * D] = {0}, out[N * HQ * D];
+    int32_t s2 = -1, n_out = -1, pos[MAXLEN];
+    const int32_t tok = t->tokens[t->pos];
+
+    /* sequences */
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_seq_create(NULL, NULL, t->tokens, N, &s2));
+    EXPECT_STATUS(c, FG_ERR_INVALID_ARGUMENT, fg_seq_create(c, NULL, NULL, N, &s2));
+    EXPECT_STATUS(c, FG_ERR_INVALID_ARGUMENT, fg_seq_create(c, NULL, t->tokens, 0, &s2));
+    EXPECT_STATUS(c, FG_ERR_INVALID_ARGUMENT, fg_seq_create(c, NULL, t->tokens, -3, &s2));
+    EXPECT_STATUS(c, FG_ERR_CAPACITY, fg_seq_create(c, NULL, t->tokens, MAXLEN + 1, &s2));
+    step_both(t, "bad seq_create");
+    int32_t bad_tokens[3] = {1, FG_SYNTH_VOCAB, 4};
+    EXPECT_STATUS(c, FG_ERR_INVALID_ARGUMENT, fg_seq_create(c, NULL, bad_tokens, 3, &s2));
+    bad_tokens[1] = -7;
+    EXPECT_STATUS(c, FG_ERR_INVALID_ARGUMENT, fg_seq_create(c, NULL, bad_tokens, 3, &s2));
+    fg_compression_params cp;
+    fg_compression_params_default(&cp);
+    cp.threshold = 0.0f;
+    EXPECT_STATUS(c, FG_ERR_INVALID_ARGUMENT, fg_seq_create(c, &cp, t->tokens, N, &s2));
+    EXPECT(strstr(fg_last_error(c), "threshold") != NULL, "context message names T: %s", fg_last_error(c));
+    step_both(t, "bad tokens or params");
+    EXPECT_OK(c, fg_seq_create(c, NULL, t->tokens, N, &s2));
+    int32_t s3 = -1;
+    EXPECT_STATUS(c, FG_ERR_CAPACITY, fg_seq_create(c, NULL, t->tokens, N, &s3)); /* max_seqs = 2 */
+    EXPECT_STATUS(c, FG_ERR_INVALID_ARGUMENT, fg_seq_destroy(c, 7));
+    EXPECT_STATUS(c, FG_ERR_INVALID_ARGUMENT, fg_seq_destroy(c, -1));
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_seq_destroy(NULL, 0));
+    int32_t len = -1;
+    EXPECT_STATUS(c, FG_ERR_INVALID_ARGUMENT, fg_seq_length(c, s2, L, &len));
+    EXPECT_STATUS(c, FG_ERR_INVALID_ARGUMENT, fg_seq_length(c, s2, 0, NULL));
+    EXPECT_OK(c, fg_seq_length(c, s2, 0, &len));
+    EXPECT(len == 0, "not prefilled: length 0");
+
+    /* prefill */
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_prefill(NULL, s2, 0, q, k, v, out));
+    EXPECT_STATUS(c, FG_ERR_INVALID_ARGUMENT, fg_prefill(c, 9, 0, q, k, v, out));
+    EXPECT_STATUS(c, FG_ERR_INVALID_ARGUMENT, fg_prefill(c, s2, -1, q, k, v, out));
+    EXPECT_STATUS(c, FG_ERR_INVALID_ARGUMENT, fg_prefill(c, s2, L, q, k, v, out));
+    EXPECT_STATUS(c, FG_ERR_INVALID_ARGUMENT, fg_prefill(c, s2, 0, NULL, k, v, out));
+    EXPECT_STATUS(c, FG_ERR_INVALID_ARGUMENT, fg_prefill(c, s2, 0, q, k, v, NULL));
+    EXPECT_STATUS(c, FG_ERR_BAD_STATE, fg_prefill(c, t->seq_bad, 0, q, k, v, out)); /* twice */
+    step_both(t, "bad prefill");
+
+    /* decode */
+    const int32_t ids2[2] = {t->seq_bad, t->seq_bad};
+    const int32_t toks2[2] = {tok, tok};
+    float dq[2 * HQ * D] = {0}, dk[2 * HKV * D] = {0}, dv[2 * HKV * D] = {0}, dout[2 * HQ * D];
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_decode(NULL, 0, 1, &t->seq_bad, &tok, dq, dk, dv, dout));
+    EXPECT_STATUS(c, FG_ERR_INVALID_ARGUMENT, fg_decode(c, 0, 1, NULL, &tok, dq, dk, dv, dout));
+    EXPECT_STATUS(c, FG_ERR_INVALID_ARGUMENT, fg_decode(c, 0, 1, &t->seq_bad, NULL, dq, dk, dv, dout));
+    EXPECT_STATUS(c, FG_ERR_INVALID_ARGUMENT, fg_decode(c, 0, 1, &t->seq_bad, &tok, dq, dk, NULL, dout));
+    EXPECT_STATUS(c, FG_ERR_INVALID_ARGUMENT, fg_decode(c, L, 1, &t->seq_bad, &tok, dq, dk, dv, dout));
+    EXPECT_STATUS(c, FG_ERR_INVALID_ARGUMENT, fg_decode(c, 0, 0, &t->seq_bad, &tok, dq, dk, dv, dout));
+    EXPECT_STATUS(c, FG_ERR_INVALID_ARGUMENT, fg_decode(c, 0, 3, ids2, toks2, dq, dk, dv, dout));
+    EXPECT_STATUS(c, FG_ERR_INVALID_ARGUMENT, fg_decode(c, 0, 2, ids2, toks2, dq, dk, dv, dout)); /* twice */
+    const int32_t mixed[2] = {t->seq_bad, s2};
+    EXPECT_STATUS(c, FG_ERR_BAD_STATE, fg_decode(c, 0, 2, mixed, toks2, dq, dk, dv, dout)); /* s2 not prefilled */
+    EXPECT(strstr(fg_last_error(c), "prefill") != NULL, "decode before prefill: %s", fg_last_error(c));
+    const int32_t bad_tok = FG_SYNTH_VOCAB + 3;
+    EXPECT_STATUS(c, FG_ERR_INVALID_ARGUMENT, fg_decode(c, 0, 1, &t->seq_bad, &bad_tok, dq, dk, dv, dout));
+    step_both(t, "bad decode");
+
+    /* every layer must see the same token at a position */
+    float q1[HQ * D], k1[HKV * D], v1[HKV * D];
+    const int32_t other = (tok + 1) % FG_SYNTH_VOCAB;
+    fg_synth_qkv(t->syn, 0, &t->tokens[t->pos], t->pos, 1, q1, k1, v1);
+    EXPECT_OK(c, fg_decode(c, 0, 1, &t->seq_bad, &tok, q1, k1, v1, dout));
+    fg_synth_qkv(t->syn, 1, &t->tokens[t->pos], t->pos, 1, q1, k1, v1);
+    EXPECT_STATUS(c, FG_ERR_INVALID_ARGUMENT, fg_decode(c, 1, 1, &t->seq_bad, &other, q1, k1, v1, dout));
+    EXPECT_OK(c, fg_decode(c, 1, 1, &t->seq_bad, &tok, q1, k1, v1, dout));
+    for (int32_t l = 0; l < L; l++) {
+        fg_synth_qkv(t->syn, l, &t->tokens[t->pos], t->pos, 1, q1, k1, v1);
+        EXPECT_OK(t->good, fg_decode(t->good, l, 1, &t->seq_good, &tok, q1, k1, v1, dout));
+    }
+    t->pos++;
+    step_both(t, "a token that differs between layers");
+
+    /* inspection */
+    fg_head_info info;
+    EXPECT_STATUS(c, FG_ERR_INVALID_ARGUMENT, fg_head_inspect(c, t->seq_bad, 0, HKV, &info));
+    EXPECT_STATUS(c, FG_ERR_INVALID_ARGUMENT, fg_head_inspect(c, t->seq_bad, 0, 0, NULL));
+    EXPECT_STATUS(c, FG_ERR_BAD_STATE, fg_head_inspect(c, s2, 0, 0, &info));
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_head_inspect(NULL, 0, 0, 0, &info));
+    EXPECT_STATUS(c, FG_ERR_INVALID_ARGUMENT, fg_head_positions(c, t->seq_bad, 0, 0, pos, MAXLEN, NULL));
+    EXPECT_STATUS(c, FG_ERR_CAPACITY, fg_head_positions(c, t->seq_bad, 0, 4, pos, 1, &n_out));
+    EXPECT(n_out > 1, "a short buffer still reports the kept count (%d)", (int)n_out);
+    fg_memory_stats m;
+    EXPECT_STATUS(c, FG_ERR_INVALID_ARGUMENT, fg_memory(c, 0, NULL));
+    EXPECT_STATUS(c, FG_ERR_INVALID_ARGUMENT, fg_memory(c, 5, &m));
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_memory(NULL, -1, &m));
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_trim(NULL));
+    EXPECT(fg_context_backend(NULL) == NULL && strcmp(fg_context_backend(c), "ref") == 0, "backend name");
+    EXPECT_OK(c, fg_seq_destroy(c, s2));
+    EXPECT_STATUS(c, FG_ERR_INVALID_ARGUMENT, fg_seq_destroy(c, s2)); /* twice */
+    step_both(t, "bad inspection");
+    (void)q;
+    (void)k;
+    (void)v;
+    (void)out;
+}
+
+/* A pool at its cap: the failing prefill or decode reports out of memory and
+ * changes nothing; once pages are freed, decoding goes on exactly as in an
+ * uncapped twin. */
+static void test_pool_cap(fg_synth *syn, const int32_t *tokens) {
+    fg_context_params p = base_params(syn);
+    p.pool_chunk_pages = 1; /* the pool grows page by page */
+    p.max_seqs = 3;
+    fg_compression_params full, tiny;
+    fg_compression_params_preset("full", &full);
+    fg_compression_params_preset("local", &tiny);
+    tiny.shortlist[0].local_tokens = 1;
+    fg_context *a = NULL, *b = NULL;
+    EXPECT_OK(NULL, fg_context_create(&p, &a));
+    EXPECT_OK(NULL, fg_context_create(&p, &b));
+    int32_t sa = -1, sb = -1, filler = -1;
+    EXPECT_OK(a, fg_seq_create(a, &full, tokens, N, &sa));
+    EXPECT_OK(a, fg_seq_create(a, &tiny, tokens, N, &filler));
+    EXPECT_OK(b, fg_seq_create(b, &full, tokens, N, &sb));
+    prefill_all(a, syn, tokens, sa);
+    prefill_all(a, syn, tokens, filler);
+    prefill_all(b, syn, tokens, sb);
+    fg_memory_stats m0, m;
+    fg_memory(a, -1, &m0);
+    fg_context_destroy(&a);
+
+    /* the same again under a cap of exactly what that took */
+    p.max_pool_bytes = m0.pool_bytes;
+    EXPECT_OK(NULL, fg_context_create(&p, &a));
+    EXPECT_OK(a, fg_seq_create(a, &full, tokens, N, &sa));
+    EXPECT_OK(a, fg_seq_create(a, &tiny, tokens, N, &filler));
+    prefill_all(a, syn, tokens, sa);
+    float q[N * HQ * D], k[N * HKV * D], v[N * HKV * D], out[N * HQ * D];
+    fg_synth_qkv(syn, 0, tokens, 0, N, q, k, v);
+    int32_t extra = -1;
+    EXPECT_OK(a, fg_seq_create(a, &full, tokens, N, &extra));
+    EXPECT_STATUS(a, FG_ERR_OUT_OF_MEMORY, fg_prefill(a, extra, 0, q, k, v, out));
+    EXPECT(strstr(fg_last_error(a), "max_pool_bytes") != NULL, "the cap is named: %s", fg_last_error(a));
+    EXPECT_OK(a, fg_seq_destroy(a, extra));
+    prefill_all(a, syn, tokens, filler);
+
+    /* the first decode needs an 11th page per full head (40 rows fill 10
+     * pages of 4); the cap refuses it, the filler's 10 pages make room for
+     * the next page boundary (4 tokens) */
+    float dq[HQ * D], dk[HKV * D], dv[HKV * D], oa[HQ * D], ob[HQ * D];
+    int refused = 0;
+    for (int32_t pos = N; pos < N + 4; pos++) {
+        for (int32_t l = 0; l < L; l++) {
+            fg_synth_qkv(syn, l, &tokens[pos], pos, 1, dq, dk, dv);
+            fg_status st = fg_decode(a, l, 1, &sa, &tokens[pos], dq, dk, dv, oa);
+            if (st == FG_ERR_OUT_OF_MEMORY) {
+                refused++;
+                int32_t len = -1;
+                fg_seq_length(a, sa, l, &len);
+                fg_memory(a, -1, &m);
+                EXPECT(len == pos && m.pages_in_use == m0.pages_in_use,
+                       "a refused decode changed nothing (length %d, %lld pages)", (int)len,
+                       (long long)m.pages_in_use);
+                EXPECT_OK(a, fg_seq_destroy(a, filler)); /* frees pages under the cap */
+                st = fg_decode(a, l, 1, &sa, &tokens[pos], dq, dk, dv, oa);
+            }
+            EXPECT(st == FG_OK, "decode at %d: %s", (int)pos, fg_last_error(a));
+            EXPECT_OK(b, fg_decode(b, l, 1, &sb, &tokens[pos], dq, dk, dv, ob));
+            EXPECT(memcmp(oa, ob, sizeof oa) == 0, "capped and uncapped outputs differ at %d", (int)pos);
+        }
+    }
+    EXPECT(refused == 1, "the cap refused one decode (%d)", refused);
+    fg_context_destroy(&a);
+    fg_context_destroy(&b);
+}
+
+int main(void) {
+    test_seed("test_errors");
+    fg_synth syn;
+    EXPECT(fg_synth_create(L, HQ, HKV, D, 11, &syn) == FG_OK, "synth");
+    test_params_and_classes();
+    test_context_create(&syn);
+
+    twin t = {.syn = &syn, .pos = N};
+    for (int32_t i = 0; i < MAXLEN; i++)
+        t.tokens[i] = fg_synth_token(&syn, i);
+    fg_context_params p = base_params(&syn);
+    EXPECT_OK(NULL, fg_context_create(&p, &t.bad));
+    EXPECT_OK(NULL, fg_context_create(&p, &t.good));
+    EXPECT_OK(t.bad, fg_seq_create(t.bad, NULL, t.tokens, N, &t.seq_bad));
+    EXPECT_OK(t.good, fg_seq_create(t.good, NULL, t.tokens, N, &t.seq_good));
+    prefill_all(t.bad, &syn, t.tokens, t.seq_bad);
+    prefill_all(t.good, &syn, t.tokens, t.seq_good);
+    step_both(&t, "prefill");
+    test_calls(&t);
+
+    /* a sequence past its maximum length */
+    while (t.pos < MAXLEN)
+        step_both(&t, "filling up");
+    float dq[HQ * D] = {0}, dk[HKV * D] = {0}, dv[HKV * D] = {0}, dout[HQ * D];
+    EXPECT_STATUS(t.bad, FG_ERR_CAPACITY, fg_decode(t.bad, 0, 1, &t.seq_bad, &t.tokens[0], dq, dk, dv, dout));
+    fg_context_destroy(&t.bad);
+    fg_context_destroy(&t.good);
+
+    test_pool_cap(&syn, t.tokens);
+    fg_synth_destroy(&syn);
+    return test_finish();
+}

@@ -119,6 +119,10 @@ void fg_synth_qkv(const fg_synth *s, int32_t layer, const int32_t *tokens, int32
             }
             if (cls == FG_TOKEN_SPECIAL || p == 0)
                 kr[CH_SPECIAL] += A;
+            if (p == 0) { /* BOS is a sink: where a head looks when its target has not appeared yet */
+                kr[CH_PUNCT] += A;
+                kr[CH_HEAVY] += A;
+            }
             if (cls == FG_TOKEN_PUNCT)
                 kr[CH_PUNCT] += A;
             if (is_heavy(s, layer, g, p) && cls == FG_TOKEN_ORDINARY)

@@ -54,7 +54,7 @@ static fg_status cpu_decode_step(fg_backend *be, const fg_page_layout *layout, c
     for (int32_t i = 0; i < n_heads; i++) {
         if (fg_ref_decode_step_head(layout, shape, &heads[i]) != FG_OK) {
 #ifdef _OPENMP
-#pragma omp critical(fg_cpu_decode_bad)
+#pragma omp atomic write
 #endif
             bad = i;
         }

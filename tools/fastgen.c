@@ -1,317 +1,19 @@
-/* fastgen: the command-line tool. Subcommands: demo, version. */
+/* fastgen: the command-line tool. */
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "fastgen.h"
-#include "tools/synth.h"
-
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int usage_error(const char *cmd, const char *fmt, const char *arg) {
-    fprintf(stderr, "fastgen %s: ", cmd);
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, " (try `fastgen %s --help`)\n", cmd);
-    return 2;
-}
-
-/* Parses a whole-string integer in [lo, hi]. */
-static int parse_int(const char *s, long lo, long hi, int32_t *out) {
-    char *end;
-    long v = strtol(s, &end, 10);
-    if (!*s || *end || v < lo || v > hi)
-        return 0;
-    *out = (int32_t)v;
-    return 1;
-}
-
-static int parse_float(const char *s, float *out) {
-    char *end;
-    float v = strtof(s, &end);
-    if (!*s || *end)
-        return 0;
-    *out = v;
-    return 1;
-}
-
-static int fail(const char *what, fg_status st, const fg_context *ctx) {
-    fprintf(stderr, "fastgen: %s: %s\n  %s\n", what, fg_status_string(st), fg_last_error(ctx));
-    return 1;
-}
-
-static void human_bytes(double b, char *buf, size_t n) {
-    const char *unit[] = {"B", "KiB", "MiB", "GiB"};
-    int u = 0;
-    while (b >= 1024.0 && u < 3) {
-        b /= 1024.0;
-        u++;
-    }
-    snprintf(buf, n, "%.1f %s", b, unit[u]);
-}
-
-/* ------------------------------------------------------------------ demo */
-
-typedef struct demo_opts {
-    int32_t layers, q_heads, kv_heads, dim, prompt, steps, batch;
-    float threshold;
-    const char *backend;
-    fg_dtype dtype;
-    uint64_t seed;
-} demo_opts;
-
-static const char *k_demo_help =
-    "usage: fastgen demo [options]\n"
-    "\n"
-    "Runs FastGen on a synthetic workload with planted head types (attention\n"
-    "sinks, punctuation, heavy hitters, local, broad) at a Llama-like shape:\n"
-    "profiles the prompt, decodes, and prints the policy chosen per head, how\n"
-    "often it matches the planted type, and the KV memory held vs a full cache.\n"
-    "\n"
-    "options:\n"
-    "  --layers N      layers (default 2)\n"
-    "  --heads Q/KV    query / KV heads (default 32/8, Llama-3-8B)\n"
-    "  --dim D         head dimension (default 128)\n"
-    "  --prompt N      prompt tokens (default 1024)\n"
-    "  --steps N       decode steps (default 256)\n"
-    "  --batch N       sequences decoded together (default 1)\n"
-    "  -T X            recovery threshold (default 0.95)\n"
-    "  --backend NAME  ref | cpu | cuda | hip (default cpu)\n"
-    "  --dtype NAME    f32 | f16 | bf16 cache storage (default f16)\n"
-    "  --seed S        workload seed (default 1)\n";
-
-static int demo_parse(int argc, char **argv, demo_opts *o) {
-    *o = (demo_opts){2, 32, 8, 128, 1024, 256, 1, 0.95f, "cpu", FG_DTYPE_F16, 1};
-    for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            fputs(k_demo_help, stdout);
-            return -1;
-        }
-        if (i + 1 >= argc)
-            return usage_error("demo", "unknown option or missing value: %s", a);
-        const char *val = argv[++i];
-        int ok = 1;
-        if (!strcmp(a, "--layers"))
-            ok = parse_int(val, 1, 256, &o->layers);
-        else if (!strcmp(a, "--heads")) {
-            char q[32];
-            const char *slash = strchr(val, '/');
-            ok = slash && (size_t)(slash - val) < sizeof q;
-            if (ok) {
-                memcpy(q, val, (size_t)(slash - val));
-                q[slash - val] = '\0';
-                ok = parse_int(q, 1, 1024, &o->q_heads) && parse_int(slash + 1, 1, 1024, &o->kv_heads) &&
-                     o->q_heads % o->kv_heads == 0;
-            }
-        } else if (!strcmp(a, "--dim"))
-            ok = parse_int(val, 16, 1024, &o->dim);
-        else if (!strcmp(a, "--prompt"))
-            ok = parse_int(val, 1, 1 << 20, &o->prompt);
-        else if (!strcmp(a, "--steps"))
-            ok = parse_int(val, 0, 1 << 20, &o->steps);
-        else if (!strcmp(a, "--batch"))
-            ok = parse_int(val, 1, 256, &o->batch);
-        else if (!strcmp(a, "-T"))
-            ok = parse_float(val, &o->threshold) && o->threshold > 0.0f && o->threshold <= 1.0f;
-        else if (!strcmp(a, "--backend"))
-            o->backend = val;
-        else if (!strcmp(a, "--seed")) {
-            int32_t s;
-            ok = parse_int(val, 0, 2147483647, &s);
-            o->seed = (uint64_t)s;
-        } else if (!strcmp(a, "--dtype")) {
-            if (!strcmp(val, "f32"))
-                o->dtype = FG_DTYPE_F32;
-            else if (!strcmp(val, "f16"))
-                o->dtype = FG_DTYPE_F16;
-            else if (!strcmp(val, "bf16"))
-                o->dtype = FG_DTYPE_BF16;
-            else
-                ok = 0;
-        } else
-            return usage_error("demo", "unknown option: %s", a);
-        if (!ok)
-            return usage_error("demo", "bad value for %s", a);
-    }
-    return 0;
-}
-
-static int demo(int argc, char **argv) {
-    demo_opts o;
-    int rc = demo_parse(argc, argv, &o);
-    if (rc)
-        return rc < 0 ? 0 : rc;
-
-    fg_synth syn;
-    fg_status st = fg_synth_create(o.layers, o.q_heads, o.kv_heads, o.dim, o.seed, &syn);
-    if (st)
-        return fail("synthetic workload", st, NULL);
-    fg_context_params cp;
-    fg_context_params_default(&cp);
-    cp.backend = o.backend;
-    cp.n_layers = o.layers;
-    cp.n_q_heads = o.q_heads;
-    cp.n_kv_heads = o.kv_heads;
-    cp.head_dim = o.dim;
-    cp.kv_dtype = o.dtype;
-    cp.max_seqs = o.batch;
-    cp.max_seq_len = o.prompt + o.steps;
-    cp.classes = syn.classes;
-    cp.compression.threshold = o.threshold;
-    fg_context *ctx = NULL;
-    st = fg_context_create(&cp, &ctx);
-    if (st) {
-        fg_synth_destroy(&syn);
-        return fail("context", st, NULL);
-    }
-
-    const int32_t n = o.prompt, Hq = o.q_heads, Hkv = o.kv_heads, d = o.dim, B = o.batch;
-    printf("fastgen %s demo: synthetic workload, %d layers, %d q / %d kv heads, d=%d, %s cache, backend %s\n",
-           fg_version(), (int)o.layers, (int)Hq, (int)Hkv, (int)d,
-           o.dtype == FG_DTYPE_F32 ? "f32" : o.dtype == FG_DTYPE_F16 ? "f16" : "bf16", fg_context_backend(ctx));
-    printf("prompt %d tokens x %d sequences, then %d decode steps, T = %.2f\n\n", (int)n, (int)B, (int)o.steps,
-           (double)o.threshold);
-
-    int32_t total = n + o.steps;
-    int32_t *tokens = malloc((size_t)total * sizeof *tokens);
-    size_t qn = (size_t)n * Hq * d, kn = (size_t)n * Hkv * d;
-    float *q = malloc(qn * sizeof *q), *k = malloc(kn * sizeof *k), *v = malloc(kn * sizeof *v);
-    float *out = malloc(qn * sizeof *out);
-    size_t bq = (size_t)B * Hq * d, bk = (size_t)B * Hkv * d;
-    float *dq = malloc(bq * sizeof *dq), *dk = malloc(bk * sizeof *dk), *dv = malloc(bk * sizeof *dv);
-    float *dout = malloc(bq * sizeof *dout);
-    int32_t *seqs = malloc((size_t)B * sizeof *seqs), *dtok = malloc((size_t)B * sizeof *dtok);
-    if (!tokens || !q || !k || !v || !out || !dq || !dk || !dv || !dout || !seqs || !dtok) {
-        fprintf(stderr, "fastgen demo: out of memory\n");
-        rc = 1;
-        goto done;
-    }
-    for (int32_t p = 0; p < total; p++)
-        tokens[p] = fg_synth_token(&syn, p);
-
-    /* every sequence sees the same stream: a batch of identical requests */
-    double t0 = now_s();
-    for (int32_t b = 0; b < B; b++) {
-        if ((st = fg_seq_create(ctx, NULL, tokens, n, &seqs[b]))) {
-            rc = fail("sequence", st, ctx);
-            goto done;
-        }
-    }
-    for (int32_t l = 0; l < o.layers; l++) {
-        fg_synth_qkv(&syn, l, tokens, 0, n, q, k, v);
-        for (int32_t b = 0; b < B; b++)
-            if ((st = fg_prefill(ctx, seqs[b], l, q, k, v, out))) {
-                rc = fail("prefill", st, ctx);
-                goto done;
-            }
-    }
-    double t_prefill = now_s() - t0;
-
-    fg_memory_stats mem0;
-    fg_memory(ctx, -1, &mem0);
-
-    t0 = now_s();
-    double t_synth = 0.0;
-    for (int32_t step = 0; step < o.steps; step++) {
-        const int32_t p = n + step;
-        for (int32_t l = 0; l < o.layers; l++) {
-            double ts = now_s();
-            fg_synth_qkv(&syn, l, &tokens[p], p, 1, dq, dk, dv);
-            for (int32_t b = 1; b < B; b++) {
-                memcpy(dq + (size_t)b * Hq * d, dq, (size_t)Hq * d * sizeof *dq);
-                memcpy(dk + (size_t)b * Hkv * d, dk, (size_t)Hkv * d * sizeof *dk);
-                memcpy(dv + (size_t)b * Hkv * d, dv, (size_t)Hkv * d * sizeof *dv);
-            }
-            for (int32_t b = 0; b < B; b++)
-                dtok[b] = tokens[p];
-            t_synth += now_s() - ts;
-            if ((st = fg_decode(ctx, l, B, seqs, dtok, dq, dk, dv, dout))) {
-                rc = fail("decode", st, ctx);
-                goto done;
-            }
-        }
-    }
-    double t_decode = now_s() - t0 - t_synth;
-
-    /* the policy map of sequence 0 */
-    fg_compression_params paper;
-    fg_compression_params_default(&paper);
-    int32_t agree = 0, heads = 0;
-    int32_t counts[FG_MAX_SHORTLIST] = {0};
-    printf("policy per KV head (S=special, P=+punct, F=+frequent, L=+local, X=full; lower case = differs from the "
-           "planted type)\n");
-    for (int32_t l = 0; l < o.layers; l++) {
-        printf("  layer %2d  ", (int)l);
-        for (int32_t g = 0; g < Hkv; g++) {
-            fg_head_info info;
-            if ((st = fg_head_inspect(ctx, seqs[0], l, g, &info))) {
-                rc = fail("inspect", st, ctx);
-                goto done;
-            }
-            const char letters[] = "SPFLX";
-            int32_t expected = fg_synth_expected_entry(syn.types[l * Hkv + g]);
-            int ok = info.policy_index == expected;
-            char c = info.policy_index < 5 ? letters[info.policy_index] : '?';
-            putchar(ok ? c : c - 'A' + 'a');
-            agree += ok;
-            heads++;
-            counts[info.policy_index]++;
-        }
-        putchar('\n');
-    }
-    printf("\nchosen policies over %d heads:", (int)heads);
-    for (int32_t e = 0; e < paper.n_policies; e++) {
-        char name[64];
-        fg_policy_name(paper.shortlist[e].components, name, sizeof name);
-        printf("  %s %d", name, (int)counts[e]);
-    }
-    printf("\nplanted vs chosen agreement: %d / %d heads (%.1f%%)\n", (int)agree, (int)heads,
-           100.0 * agree / (heads ? heads : 1));
-
-    fg_memory_stats mem;
-    fg_memory(ctx, -1, &mem);
-    char held[32], full[32], held0[32], full0[32];
-    human_bytes((double)mem0.kv_bytes_held, held0, sizeof held0);
-    human_bytes((double)mem0.kv_bytes_full, full0, sizeof full0);
-    human_bytes((double)mem.kv_bytes_held, held, sizeof held);
-    human_bytes((double)mem.kv_bytes_full, full, sizeof full);
-    printf("\nKV cache after the prompt : %s held vs %s full (%.1f%% kept)\n", held0, full0,
-           100.0 * (double)mem0.kv_bytes_held / (double)mem0.kv_bytes_full);
-    printf("KV cache after decoding   : %s held vs %s full (%.1f%% kept, %lld of %lld rows)\n", held, full,
-           100.0 * (double)mem.kv_bytes_held / (double)mem.kv_bytes_full, (long long)mem.rows_kept,
-           (long long)mem.rows_full);
-    printf("prefill + profiling: %.2f s (%.0f tokens/s); decode: %.3f s for %d steps x %d seqs (%.1f tokens/s)\n",
-           t_prefill, (double)n * B / t_prefill, t_decode, (int)o.steps, (int)B,
-           t_decode > 0 ? (double)o.steps * B / t_decode : 0.0);
-    rc = 0;
-done:
-    free(tokens);
-    free(q);
-    free(k);
-    free(v);
-    free(out);
-    free(dq);
-    free(dk);
-    free(dv);
-    free(dout);
-    free(seqs);
-    free(dtok);
-    fg_context_destroy(&ctx);
-    fg_synth_destroy(&syn);
-    return rc;
-}
+#include "tools/cli.h"
 
 /* ------------------------------------------------------------------ main */
 
 static const char *k_help = "usage: fastgen <command> [options]\n"
                             "\n"
                             "commands:\n"
-                            "  demo      FastGen on a synthetic workload with planted head types\n"
+                            "  generate  generate text with a llama2.c model, attention through fastgen\n"
+                            "  profile   the policy of every head and the recovery of every shortlist entry\n"
+                            "  eval      quality vs memory: FastGen against StreamingLLM, H2O, local, frequent\n"
+                            "  demo      the real model when one is found, else a synthetic workload\n"
                             "  version   print the library version\n"
                             "\n"
                             "`fastgen <command> --help` describes each command.\n";
@@ -326,8 +28,14 @@ int main(int argc, char **argv) {
         fputs(k_help, stdout);
         return 0;
     }
+    if (!strcmp(cmd, "generate"))
+        return cmd_generate(argc - 2, argv + 2);
+    if (!strcmp(cmd, "profile"))
+        return cmd_profile(argc - 2, argv + 2);
+    if (!strcmp(cmd, "eval"))
+        return cmd_eval(argc - 2, argv + 2);
     if (!strcmp(cmd, "demo"))
-        return demo(argc - 2, argv + 2);
+        return cmd_demo(argc - 2, argv + 2);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
         printf("fastgen %s\n", fg_version());
         return 0;

@@ -1,0 +1,234 @@
+/* Shared pieces of the fastgen CLI. */
+#include "tools/cli.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+int cli_usage(const char *cmd, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "fastgen %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, " (try `fastgen %s --help`)\n", cmd);
+    va_end(ap);
+    return 2;
+}
+
+int cli_parse_int(const char *s, long lo, long hi, int32_t *out) {
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (!*s || *end || v < lo || v > hi)
+        return 0;
+    *out = (int32_t)v;
+    return 1;
+}
+
+int cli_parse_float(const char *s, float lo, float hi, float *out) {
+    char *end;
+    float v = strtof(s, &end);
+    if (!*s || *end || !(v >= lo && v <= hi))
+        return 0;
+    *out = v;
+    return 1;
+}
+
+static int file_exists(const char *p) {
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+int cli_find_model(char *model, char *tokenizer, size_t size) {
+    const char *env = getenv("FASTGEN_MODEL");
+    const char *dirs[] = {env, "../shared/models", "models", "../../shared/models"};
+    for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
+        if (!dirs[i] || !*dirs[i])
+            continue;
+        size_t len = strlen(dirs[i]);
+        if (len > 4 && strcmp(dirs[i] + len - 4, ".bin") == 0 && file_exists(dirs[i])) {
+            /* a model file: the tokenizer sits beside it */
+            snprintf(model, size, "%s", dirs[i]);
+            const char *slash = strrchr(dirs[i], '/');
+            snprintf(tokenizer, size, "%.*stok512.bin", slash ? (int)(slash - dirs[i] + 1) : 0, dirs[i]);
+        } else {
+            snprintf(model, size, "%s/stories260K.bin", dirs[i]);
+            snprintf(tokenizer, size, "%s/tok512.bin", dirs[i]);
+        }
+        if (file_exists(model) && file_exists(tokenizer))
+            return 1;
+    }
+    return 0;
+}
+
+void cli_defaults(cli_opts *o, int32_t n) {
+    memset(o, 0, sizeof *o);
+    o->prompt = "Once upon a time";
+    o->policy = "fastgen";
+    o->n = n;
+    o->threshold = 0.95f;
+    o->top_p = 0.9f;
+    o->seed = 1;
+    o->dtype = FG_DTYPE_F32;
+}
+
+static int match(const char *a, const char *s, const char *l) { return (s && !strcmp(a, s)) || !strcmp(a, l); }
+
+int cli_parse(const char *cmd, const char *help, int argc, char **argv, cli_opts *o, cli_extra_fn extra, void *user) {
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (match(a, "-h", "--help")) {
+            fputs(help, stdout);
+            return -1;
+        }
+        /* flags without a value */
+        if (!strcmp(a, "--json")) {
+            o->json = 1;
+            continue;
+        }
+        if (!strcmp(a, "--csv")) {
+            o->csv = 1;
+            continue;
+        }
+        if (match(a, "-q", "--quiet")) {
+            o->quiet = 1;
+            continue;
+        }
+        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
+        int ok = 1, used = 1;
+        if (match(a, "-m", "--model"))
+            o->model = val;
+        else if (match(a, "-z", "--tokenizer"))
+            o->tokenizer = val;
+        else if (match(a, "-p", "--prompt"))
+            o->prompt = val;
+        else if (match(a, "-n", "--steps"))
+            ok = val && cli_parse_int(val, 0, 1 << 20, &o->n);
+        else if (!strcmp(a, "--policy"))
+            o->policy = val;
+        else if (!strcmp(a, "-T")) {
+            ok = val && cli_parse_float(val, 0.0f, 1.0f, &o->threshold) && o->threshold > 0.0f;
+            o->has_threshold = 1;
+        } else if (!strcmp(a, "--ratio-local")) {
+            ok = val && cli_parse_float(val, 0.0f, 1.0f, &o->ratio_local);
+            o->has_ratio_local = 1;
+        } else if (!strcmp(a, "--ratio-frequent")) {
+            ok = val && cli_parse_float(val, 0.0f, 1.0f, &o->ratio_frequent);
+            o->has_ratio_frequent = 1;
+        } else if (!strcmp(a, "--backend"))
+            o->backend = val;
+        else if (!strcmp(a, "--svg"))
+            o->svg = val;
+        else if (!strcmp(a, "--temperature") || !strcmp(a, "-t"))
+            ok = val && cli_parse_float(val, 0.0f, 100.0f, &o->temperature);
+        else if (!strcmp(a, "--top-p"))
+            ok = val && cli_parse_float(val, 0.0f, 1.0f, &o->top_p) && o->top_p > 0.0f;
+        else if (!strcmp(a, "--seed")) {
+            int32_t s = 0;
+            ok = val && cli_parse_int(val, 0, 2147483647, &s);
+            o->seed = (uint64_t)s;
+        } else if (!strcmp(a, "--dtype")) {
+            ok = val != NULL;
+            if (ok && !strcmp(val, "f32"))
+                o->dtype = FG_DTYPE_F32;
+            else if (ok && !strcmp(val, "f16"))
+                o->dtype = FG_DTYPE_F16;
+            else if (ok && !strcmp(val, "bf16"))
+                o->dtype = FG_DTYPE_BF16;
+            else
+                ok = 0;
+        } else if (extra) {
+            int r = extra(user, a, val, &used);
+            if (r == 2)
+                return cli_usage(cmd, "unknown option %s", a);
+            ok = r == 0;
+        } else {
+            return cli_usage(cmd, "unknown option %s", a);
+        }
+        if (!ok || (used && !val))
+            return val ? cli_usage(cmd, "bad value for %s: %s", a, val) : cli_usage(cmd, "%s needs a value", a);
+        i += used;
+    }
+    return 0;
+}
+
+int cli_compression(const char *cmd, const cli_opts *o, fg_compression_params *cp) {
+    if (fg_compression_params_preset(o->policy, cp) != FG_OK)
+        return cli_usage(cmd, "unknown policy \"%s\" (fastgen, full, streamingllm, h2o, local, frequent)", o->policy);
+    if (o->has_threshold)
+        cp->threshold = o->threshold;
+    for (int32_t e = 0; e < cp->n_policies; e++) {
+        if (o->has_ratio_local)
+            cp->shortlist[e].ratio_local = o->ratio_local;
+        if (o->has_ratio_frequent)
+            cp->shortlist[e].ratio_frequent = o->ratio_frequent;
+    }
+    return 0;
+}
+
+fg_status cli_open(const cli_opts *o, int32_t max_seqs, int track_recovery, cli_session *s, char *err, size_t n) {
+    memset(s, 0, sizeof *s);
+    fg_status st = fg_llama_load_file(o->model, &s->model, err, n);
+    if (st == FG_OK)
+        st = fg_tokenizer_load_file(o->tokenizer, s->model.config.vocab_size, &s->tok, err, n);
+    if (st == FG_OK) {
+        fg_runner_params rp = {o->backend, o->dtype, max_seqs, 0, track_recovery};
+        st = fg_runner_create(&s->model, &s->tok, &rp, &s->runner, err, n);
+    }
+    if (st)
+        cli_close(s);
+    return st;
+}
+
+void cli_close(cli_session *s) {
+    fg_runner_destroy(&s->runner);
+    fg_tokenizer_free(&s->tok);
+    fg_llama_free(&s->model);
+}
+
+fg_status cli_encode(const cli_session *s, const char *prompt, int32_t **tokens, int32_t *n) {
+    int32_t cap = (int32_t)strlen(prompt) + 3;
+    *tokens = malloc((size_t)cap * sizeof **tokens);
+    if (!*tokens)
+        return FG_ERR_OUT_OF_MEMORY;
+    fg_status st = fg_tokenizer_encode(&s->tok, prompt, 1, *tokens, cap, n);
+    if (st) {
+        free(*tokens);
+        *tokens = NULL;
+    }
+    return st;
+}
+
+void cli_json_string(FILE *f, const char *s) {
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            fprintf(f, "\\%c", *p);
+        else if (*p == '\n')
+            fputs("\\n", f);
+        else if (*p == '\t')
+            fputs("\\t", f);
+        else if (*p < 0x20)
+            fprintf(f, "\\u%04x", *p);
+        else
+            fputc(*p, f);
+    }
+    fputc('"', f);
+}
+
+void cli_human_bytes(double b, char *buf, size_t n) {
+    const char *unit[] = {"B", "KiB", "MiB", "GiB"};
+    int u = 0;
+    while (b >= 1024.0 && u < 3) {
+        b /= 1024.0;
+        u++;
+    }
+    snprintf(buf, n, u ? "%.1f %s" : "%.0f %s", b, unit[u]);
+}
+
+double cli_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}

@@ -1,0 +1,65 @@
+/* Shared pieces of the fastgen CLI: options, the model session, output. */
+#ifndef FG_CLI_H
+#define FG_CLI_H
+
+#include <stdio.h>
+
+#include "fastgen.h"
+#include "tools/llama2c.h"
+#include "tools/runner.h"
+#include "tools/tokenizer.h"
+
+/* Options shared by generate, profile and eval. */
+typedef struct cli_opts {
+    const char *model, *tokenizer, *prompt, *policy, *backend, *svg, *csv_path, *prompts_file;
+    int32_t n;
+    float threshold, ratio_local, ratio_frequent, temperature, top_p;
+    int has_threshold, has_ratio_local, has_ratio_frequent;
+    uint64_t seed;
+    fg_dtype dtype;
+    int json, csv, quiet;
+} cli_opts;
+
+typedef struct cli_session {
+    fg_llama_model model;
+    fg_tokenizer tok;
+    fg_runner *runner;
+} cli_session;
+
+/* Bad usage: prints "fastgen CMD: reason (try ...)" and returns 2. */
+int cli_usage(const char *cmd, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+int cli_parse_int(const char *s, long lo, long hi, int32_t *out);
+int cli_parse_float(const char *s, float lo, float hi, float *out);
+/* Parses the common options; unknown ones go to `extra` (may be NULL).
+ * Returns 0, 2 on bad usage, or -1 after --help (help text printed). */
+typedef int (*cli_extra_fn)(void *user, const char *opt, const char *val, int *used_val);
+int cli_parse(const char *cmd, const char *help, int argc, char **argv, cli_opts *o, cli_extra_fn extra, void *user);
+/* Defaults: the model found by cli_find_model, prompt "Once upon a time". */
+void cli_defaults(cli_opts *o, int32_t n);
+/* $FASTGEN_MODEL, ../shared/models/, ./models/: the first directory (or .bin
+ * file) holding stories260K.bin and tok512.bin. Returns 0 when none. */
+int cli_find_model(char *model, char *tokenizer, size_t size);
+/* The compression parameters the options describe. */
+int cli_compression(const char *cmd, const cli_opts *o, fg_compression_params *cp);
+
+fg_status cli_open(const cli_opts *o, int32_t max_seqs, int track_recovery, cli_session *s, char *err, size_t n);
+void cli_close(cli_session *s);
+/* prompt -> tokens with BOS (malloc'd). */
+fg_status cli_encode(const cli_session *s, const char *prompt, int32_t **tokens, int32_t *n);
+
+/* JSON string (quoted, escaped). */
+void cli_json_string(FILE *f, const char *s);
+void cli_human_bytes(double b, char *buf, size_t n);
+double cli_now(void);
+
+/* Subcommands. */
+int cmd_generate(int argc, char **argv);
+int cmd_profile(int argc, char **argv);
+int cmd_eval(int argc, char **argv);
+int cmd_demo(int argc, char **argv);
+
+#endif

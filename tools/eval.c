@@ -1,0 +1,417 @@
+/* fastgen eval: quality against memory on a real model (DESIGN §5.2).
+ *
+ * For every prompt, the full cache generates a greedy reference of N tokens.
+ * Every policy is then teacher-forced on that reference and compared with
+ * the full model's next-token distributions step by step. Phase 1 runs
+ * FastGen at each T; phase 2 runs each baseline at the KV memory FastGen
+ * kept on that prompt at that T (its ratio set to FastGen's time-averaged
+ * kept fraction). All sequences of a phase decode together in one batch. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tools/cli.h"
+#include "tools/svg.h"
+
+#define N_T 3
+static const float k_T[N_T] = {0.90f, 0.95f, 0.98f};
+#define N_BASE 4
+static const char *const k_base[N_BASE] = {"streamingllm", "h2o", "local", "frequent"};
+#define N_CFG (N_T * (1 + N_BASE))
+
+typedef struct eval_acc {
+    double kl_sum, kl_max, nll_sum, nll_full_sum, rec_sum, kept_sum;
+    int64_t steps, top1;
+    int32_t prompts;
+} eval_acc;
+
+typedef struct eval_state {
+    cli_session s;
+    int32_t n_steps, vocab;
+    float *ref_logits;  /* [N][vocab] full-cache logits before each reference token */
+    int32_t *ref;       /* [N] reference tokens */
+    float *logits;      /* [N_CFG][vocab] */
+    eval_acc acc[N_CFG];
+} eval_state;
+
+static const char *cfg_family(int i) { return i < N_T ? "fastgen" : k_base[(i - N_T) / N_T]; }
+static int cfg_t(int i) { return i % N_T; }
+
+static void cfg_name(int i, char *buf, size_t n) {
+    if (i < N_T)
+        snprintf(buf, n, "fastgen T=%.2f", (double)k_T[i]);
+    else
+        snprintf(buf, n, "%s @ T=%.2f mem", cfg_family(i), (double)k_T[cfg_t(i)]);
+}
+
+static double log_softmax_at(const float *logits, int32_t vocab, int32_t i, double *lse_out) {
+    double m = -INFINITY, s = 0.0;
+    for (int32_t v = 0; v < vocab; v++)
+        m = logits[v] > m ? logits[v] : m;
+    for (int32_t v = 0; v < vocab; v++)
+        s += exp(logits[v] - m);
+    double lse = m + log(s);
+    if (lse_out)
+        *lse_out = lse;
+    return logits[i] - lse;
+}
+
+static int32_t argmax(const float *x, int32_t n) {
+    int32_t b = 0;
+    for (int32_t i = 1; i < n; i++)
+        if (x[i] > x[b])
+            b = i;
+    return b;
+}
+
+/* Compares step `t` of configuration `c` (logits) with the reference. */
+static void score_step(eval_state *e, int c, int32_t t, const float *logits) {
+    const int32_t V = e->vocab;
+    const float *pf = e->ref_logits + (size_t)t * V;
+    double lse_f, lse_c;
+    log_softmax_at(pf, V, 0, &lse_f);
+    log_softmax_at(logits, V, 0, &lse_c);
+    double kl = 0.0;
+    for (int32_t v = 0; v < V; v++) {
+        double lf = pf[v] - lse_f, lc = logits[v] - lse_c;
+        kl += exp(lf) * (lf - lc);
+    }
+    eval_acc *a = &e->acc[c];
+    a->kl_sum += kl;
+    a->kl_max = kl > a->kl_max ? kl : a->kl_max;
+    a->nll_sum -= logits[e->ref[t]] - lse_c;
+    a->nll_full_sum -= pf[e->ref[t]] - lse_f;
+    a->top1 += argmax(logits, V) == argmax(pf, V);
+    a->steps++;
+}
+
+/* Teacher-forces the configurations cfg[0..n) with params cp[0..n) on the
+ * reference; their time-averaged kept fraction goes to kept[0..n). */
+static fg_status run_phase(eval_state *e, const int32_t *prompt, int32_t n_prompt, int n, const int *cfg,
+                           const fg_compression_params *cp, double *kept) {
+    fg_context *ctx = fg_runner_context(e->s.runner);
+    int32_t seqs[N_CFG];
+    fg_status st = FG_OK;
+    int made = 0;
+    for (; made < n && st == FG_OK; made++)
+        st = fg_runner_prefill(e->s.runner, &cp[made], prompt, n_prompt, &seqs[made],
+                               e->logits + (size_t)made * e->vocab);
+    if (st) {
+        made--;
+        goto out;
+    }
+    double held[N_CFG] = {0}, full[N_CFG] = {0};
+    int32_t toks[N_CFG];
+    for (int32_t t = 0; t < e->n_steps; t++) {
+        for (int i = 0; i < n; i++) {
+            score_step(e, cfg[i], t, e->logits + (size_t)i * e->vocab);
+            toks[i] = e->ref[t];
+        }
+        if (t + 1 == e->n_steps)
+            break;
+        if ((st = fg_runner_decode(e->s.runner, n, seqs, toks, e->logits)))
+            goto out;
+        for (int i = 0; i < n; i++) {
+            fg_memory_stats m;
+            fg_memory(ctx, seqs[i], &m);
+            held[i] += (double)m.kv_bytes_held;
+            full[i] += (double)m.kv_bytes_full;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        kept[i] = full[i] > 0 ? held[i] / full[i] : 1.0;
+        eval_acc *a = &e->acc[cfg[i]];
+        a->kept_sum += kept[i];
+        a->rec_sum += fg_runner_recovery(e->s.runner, seqs[i]);
+        a->prompts++;
+    }
+out:
+    for (int i = 0; i < made; i++)
+        fg_runner_release(e->s.runner, seqs[i]);
+    return st;
+}
+
+/* The baseline `family` with its budget set to keep about `rho` of the rows. */
+static void baseline_params(const char *family, double rho, int32_t t_mid, fg_compression_params *cp) {
+    fg_compression_params_preset(family, cp);
+    fg_policy *p = &cp->shortlist[0];
+    float r = (float)fmin(1.0, fmax(0.0, rho));
+    if (!strcmp(family, "h2o")) {
+        p->ratio_local = p->ratio_frequent = r / 2.0f;
+    } else if (!strcmp(family, "streamingllm")) {
+        p->ratio_local = (float)fmax(0.0, rho - (double)cp->n_sink / t_mid);
+    } else if (!strcmp(family, "local")) {
+        p->ratio_local = r;
+    } else {
+        p->ratio_frequent = r;
+    }
+}
+
+static fg_status eval_prompt(eval_state *e, const char *text) {
+    fg_context *ctx = fg_runner_context(e->s.runner);
+    int32_t *prompt = NULL, n_prompt = 0, seq = -1;
+    fg_status st = cli_encode(&e->s, text, &prompt, &n_prompt);
+    if (st)
+        return st;
+    const int32_t V = e->vocab;
+    if (n_prompt + e->n_steps > e->s.model.config.seq_len) {
+        free(prompt);
+        return FG_ERR_CAPACITY;
+    }
+    /* the full-cache greedy reference */
+    fg_compression_params cp[N_CFG];
+    fg_compression_params_preset("full", &cp[0]);
+    st = fg_runner_prefill(e->s.runner, &cp[0], prompt, n_prompt, &seq, e->ref_logits);
+    for (int32_t t = 0; st == FG_OK && t < e->n_steps; t++) {
+        e->ref[t] = argmax(e->ref_logits + (size_t)t * V, V);
+        if (t + 1 < e->n_steps)
+            st = fg_runner_decode(e->s.runner, 1, &seq, &e->ref[t], e->ref_logits + (size_t)(t + 1) * V);
+    }
+    if (seq >= 0)
+        fg_runner_release(e->s.runner, seq);
+    /* phase 1: FastGen at each T */
+    int cfg[N_CFG];
+    double kept[N_CFG];
+    for (int i = 0; i < N_T; i++) {
+        fg_compression_params_default(&cp[i]);
+        cp[i].threshold = k_T[i];
+        cfg[i] = i;
+    }
+    if (st == FG_OK)
+        st = run_phase(e, prompt, n_prompt, N_T, cfg, cp, kept);
+    /* phase 2: every baseline at the memory of each FastGen run */
+    double rho[N_T];
+    memcpy(rho, kept, sizeof rho);
+    const int32_t t_mid = n_prompt + e->n_steps / 2;
+    for (int b = 0; b < N_BASE; b++)
+        for (int t = 0; t < N_T; t++) {
+            int i = b * N_T + t;
+            cfg[i] = N_T + i;
+            baseline_params(k_base[b], rho[t], t_mid, &cp[i]);
+        }
+    if (st == FG_OK)
+        st = run_phase(e, prompt, n_prompt, N_BASE * N_T, cfg, cp, kept);
+    if (st)
+        fprintf(stderr, "fastgen eval: %s\n", fg_last_error(ctx));
+    free(prompt);
+    return st;
+}
+
+static const char *k_eval_help =
+    "usage: fastgen eval [options]\n"
+    "\n"
+    "Quality against memory on a real model. For each prompt the full cache makes\n"
+    "a greedy reference of N tokens; FastGen at T = 0.90, 0.95, 0.98 and, at the\n"
+    "KV memory each FastGen run kept, StreamingLLM, H2O, local-only and\n"
+    "frequent-only are teacher-forced on it. Reported per policy: mean and max\n"
+    "KL(full || compressed) of the next-token distribution, top-1 agreement,\n"
+    "perplexity ratio, attention recovered while decoding (against the full\n"
+    "cache) and KV bytes held / full (pages of one token, so bytes = rows).\n"
+    "\n"
+    "options:\n"
+    "  -m, --model FILE     llama2.c checkpoint (default: found as for generate)\n"
+    "  -z, --tokenizer FILE tokenizer (default: tok512.bin beside the model)\n"
+    "  --prompts FILE       one prompt per line (default tests/data/prompts.txt)\n"
+    "  --limit K            only the first K prompts\n"
+    "  -n, --steps N        reference tokens per prompt (default 128)\n"
+    "  --backend NAME       ref | cpu | cuda | hip (default cpu)\n"
+    "  --csv | --json       machine-readable results instead of the table\n"
+    "  --svg FILE           quality vs memory, one line per policy\n"
+    "  -q, --quiet          no progress bar (none either when stderr is not a terminal)\n";
+
+typedef struct eval_extra {
+    const char *prompts;
+    int32_t limit;
+} eval_extra;
+
+static int eval_option(void *user, const char *opt, const char *val, int *used) {
+    eval_extra *x = user;
+    *used = 1;
+    if (!strcmp(opt, "--prompts")) {
+        x->prompts = val;
+        return val ? 0 : 1;
+    }
+    if (!strcmp(opt, "--limit"))
+        return val && cli_parse_int(val, 1, 1 << 20, &x->limit) ? 0 : 1;
+    return 2;
+}
+
+static char **read_prompts(const char *path, int32_t *n) {
+    void *buf;
+    size_t size;
+    char err[256];
+    *n = 0;
+    if (fg_read_file(path, &buf, &size, err, sizeof err) != FG_OK) {
+        fprintf(stderr, "fastgen eval: %s\n", err);
+        return NULL;
+    }
+    char *text = realloc(buf, size + 1);
+    if (!text) {
+        free(buf);
+        return NULL;
+    }
+    text[size] = '\0';
+    char **lines = calloc(size / 2 + 2, sizeof *lines);
+    if (!lines) {
+        free(text);
+        return NULL;
+    }
+    lines[0] = text; /* owns the buffer; lines point into it */
+    int32_t count = 0;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n"))
+        if (line[0] && line[0] != '#')
+            lines[1 + count++] = line;
+    *n = count;
+    return lines;
+}
+
+static void progress(int done, int total) {
+    const int width = 30;
+    int filled = total ? width * done / total : width;
+    fprintf(stderr, "\r  [%.*s%*s] %d/%d prompts", filled, "##############################", width - filled, "", done,
+            total);
+    if (done == total)
+        fputc('\n', stderr);
+    fflush(stderr);
+}
+
+int cmd_eval(int argc, char **argv) {
+    cli_opts o;
+    cli_defaults(&o, 128);
+    eval_extra x = {"tests/data/prompts.txt", 0};
+    int rc = cli_parse("eval", k_eval_help, argc, argv, &o, eval_option, &x);
+    if (rc)
+        return rc < 0 ? 0 : rc;
+    char model[1024], tokp[1024];
+    if (!o.model && cli_find_model(model, tokp, sizeof model)) {
+        o.model = model;
+        o.tokenizer = o.tokenizer ? o.tokenizer : tokp;
+    }
+    if (!o.model || !o.tokenizer)
+        return cli_usage("eval", "no model found: pass -m MODEL -z TOKENIZER");
+    if (o.n < 1)
+        return cli_usage("eval", "-n must be at least 1");
+    int32_t n_prompts = 0;
+    char **prompts = read_prompts(x.prompts, &n_prompts);
+    if (!prompts)
+        return 1;
+    if (x.limit && x.limit < n_prompts)
+        n_prompts = x.limit;
+
+    eval_state e;
+    memset(&e, 0, sizeof e);
+    char err[512];
+    fg_status st = fg_llama_load_file(o.model, &e.s.model, err, sizeof err);
+    if (st == FG_OK)
+        st = fg_tokenizer_load_file(o.tokenizer, e.s.model.config.vocab_size, &e.s.tok, err, sizeof err);
+    if (st == FG_OK) {
+        fg_runner_params rp = {o.backend, o.dtype, N_BASE * N_T, 1, 1};
+        st = fg_runner_create(&e.s.model, &e.s.tok, &rp, &e.s.runner, err, sizeof err);
+    }
+    rc = 1;
+    if (st) {
+        fprintf(stderr, "fastgen eval: %s\n", err);
+        goto done;
+    }
+    e.vocab = e.s.model.config.vocab_size;
+    e.n_steps = o.n;
+    e.ref = malloc((size_t)o.n * sizeof *e.ref);
+    e.ref_logits = malloc((size_t)o.n * e.vocab * sizeof *e.ref_logits);
+    e.logits = malloc((size_t)N_CFG * e.vocab * sizeof *e.logits);
+    if (!e.ref || !e.ref_logits || !e.logits)
+        goto done;
+    const int show = !o.quiet && isatty(2);
+    double t0 = cli_now();
+    for (int32_t p = 0; p < n_prompts; p++) {
+        if (show)
+            progress(p, n_prompts);
+        st = eval_prompt(&e, prompts[1 + p]);
+        if (st == FG_ERR_CAPACITY) {
+            fprintf(stderr, "fastgen eval: prompt %d plus %d tokens does not fit the context; skipped\n", (int)p + 1,
+                    (int)o.n);
+            continue;
+        }
+        if (st)
+            goto done;
+    }
+    if (show)
+        progress(n_prompts, n_prompts);
+
+    /* results */
+    double kept[N_CFG], kl[N_CFG], klmax[N_CFG], top1[N_CFG], ppl[N_CFG], rec[N_CFG];
+    for (int i = 0; i < N_CFG; i++) {
+        const eval_acc *a = &e.acc[i];
+        double steps = a->steps ? (double)a->steps : 1.0, np = a->prompts ? a->prompts : 1;
+        kept[i] = a->kept_sum / np;
+        kl[i] = a->kl_sum / steps;
+        klmax[i] = a->kl_max;
+        top1[i] = (double)a->top1 / steps;
+        ppl[i] = exp((a->nll_sum - a->nll_full_sum) / steps);
+        rec[i] = a->rec_sum / np;
+    }
+    const int order[N_CFG] = {0, 3, 6, 9, 12, 1, 4, 7, 10, 13, 2, 5, 8, 11, 14};
+    if (o.json) {
+        printf("{\"prompts\": %d, \"steps\": %d, \"results\": [", (int)n_prompts, (int)o.n);
+        for (int k = 0; k < N_CFG; k++) {
+            int i = order[k];
+            printf("%s{\"policy\": \"%s\", \"matched_T\": %.2f, \"kv_kept\": %.4f, \"kl_mean\": %.6f, "
+                   "\"kl_max\": %.6f, \"top1\": %.4f, \"ppl_ratio\": %.4f, \"attention_recovered\": %.4f}",
+                   k ? ", " : "", cfg_family(i), (double)k_T[cfg_t(i)], kept[i], kl[i], klmax[i], top1[i], ppl[i],
+                   rec[i]);
+        }
+        printf("]}\n");
+    } else if (o.csv) {
+        printf("policy,matched_T,kv_kept,kl_mean,kl_max,top1,ppl_ratio,attention_recovered\n");
+        for (int k = 0; k < N_CFG; k++) {
+            int i = order[k];
+            printf("%s,%.2f,%.4f,%.6f,%.6f,%.4f,%.4f,%.4f\n", cfg_family(i), (double)k_T[cfg_t(i)], kept[i], kl[i],
+                   klmax[i], top1[i], ppl[i], rec[i]);
+        }
+    } else {
+        printf("fastgen eval: %d prompts x %d teacher-forced tokens, %s (%.1f s)\n\n", (int)n_prompts, (int)o.n,
+               o.model, cli_now() - t0);
+        printf("%-28s %8s %9s %9s %7s %9s %9s\n", "policy", "KV kept", "KL mean", "KL max", "top-1", "ppl x",
+               "att. rec");
+        for (int k = 0; k < N_CFG; k++) {
+            int i = order[k];
+            char name[64];
+            cfg_name(i, name, sizeof name);
+            printf("%-28s %7.1f%% %9.4f %9.4f %6.1f%% %9.4f %8.1f%%\n", name, 100 * kept[i], kl[i], klmax[i],
+                   100 * top1[i], ppl[i], 100 * rec[i]);
+            if (k % (1 + N_BASE) == N_BASE)
+                printf("\n");
+        }
+    }
+    if (o.svg) {
+        fg_svg_series series[1 + N_BASE];
+        double xs[1 + N_BASE][N_T], ys[1 + N_BASE][N_T];
+        for (int f = 0; f <= N_BASE; f++) {
+            for (int t = 0; t < N_T; t++) {
+                int i = f == 0 ? t : N_T + (f - 1) * N_T + t;
+                xs[f][t] = kept[i];
+                ys[f][t] = top1[i];
+            }
+            series[f] = (fg_svg_series){f == 0 ? "fastgen (T = 0.90, 0.95, 0.98)" : k_base[f - 1], N_T, xs[f], ys[f]};
+        }
+        FILE *fp = fopen(o.svg, "w");
+        if (!fp || fg_svg_lines(fp, "Top-1 agreement with the full cache vs KV memory kept", "KV bytes held / full",
+                                "top-1 agreement", series, 1 + N_BASE) != 0) {
+            fprintf(stderr, "fastgen eval: cannot write %s\n", o.svg);
+            if (fp)
+                fclose(fp);
+            goto done;
+        }
+        fclose(fp);
+    }
+    rc = 0;
+done:
+    free(e.ref);
+    free(e.ref_logits);
+    free(e.logits);
+    cli_close(&e.s);
+    if (prompts)
+        free(prompts[0]);
+    free(prompts);
+    return rc;
+}

@@ -1,0 +1,355 @@
+/* fastgen generate and fastgen profile. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "tools/cli.h"
+#include "tools/svg.h"
+
+static const char *k_model_help =
+    "  -m, --model FILE        llama2.c checkpoint (default: stories260K.bin from $FASTGEN_MODEL,\n"
+    "                          ../shared/models/ or ./models/)\n"
+    "  -z, --tokenizer FILE    llama2.c tokenizer (default: tok512.bin beside the model)\n"
+    "  -p, --prompt TEXT       prompt (default \"Once upon a time\")\n"
+    "  --policy NAME           fastgen | full | streamingllm | h2o | local | frequent (default fastgen)\n"
+    "  -T X                    recovery threshold in (0, 1] (default 0.95)\n"
+    "  --ratio-local R         local window ratio of every policy (default 0.3)\n"
+    "  --ratio-frequent R      frequent budget ratio of every policy (default 0.3)\n"
+    "  --backend NAME          ref | cpu | cuda | hip (default cpu)\n"
+    "  --dtype NAME            f32 | f16 | bf16 KV cache storage (default f32)\n";
+
+/* Fills model/tokenizer from the default locations when not given. */
+static int need_model(const char *cmd, cli_opts *o, char *model, char *tok, size_t size) {
+    if (!o->model && cli_find_model(model, tok, size)) {
+        o->model = model;
+        if (!o->tokenizer)
+            o->tokenizer = tok;
+    }
+    if (!o->model)
+        return cli_usage(cmd, "no model found: pass -m MODEL -z TOKENIZER (stories260K.bin and tok512.bin: "
+                              "github.com/karpathy/llama2.c, the tinyllamas models)");
+    if (!o->tokenizer) {
+        const char *slash = strrchr(o->model, '/');
+        snprintf(tok, size, "%.*stok512.bin", slash ? (int)(slash - o->model + 1) : 0, o->model);
+        o->tokenizer = tok;
+    }
+    return 0;
+}
+
+static int open_or_fail(const cli_opts *o, int track, cli_session *s) {
+    char err[512];
+    fg_status st = cli_open(o, 1, track, s, err, sizeof err);
+    if (st) {
+        fprintf(stderr, "fastgen: %s\n", err);
+        return 1;
+    }
+    return 0;
+}
+
+/* A growing string. */
+typedef struct text_buf {
+    char *s;
+    size_t len, cap;
+} text_buf;
+
+static void text_append(text_buf *t, const char *piece) {
+    size_t n = strlen(piece);
+    if (t->len + n + 1 > t->cap) {
+        size_t cap = t->cap ? t->cap * 2 : 256;
+        while (cap < t->len + n + 1)
+            cap *= 2;
+        char *s = realloc(t->s, cap);
+        if (!s)
+            return;
+        t->s = s;
+        t->cap = cap;
+    }
+    memcpy(t->s + t->len, piece, n + 1);
+    t->len += n;
+}
+
+/* ------------------------------------------------------------------ generate */
+
+static const char *k_generate_help_head =
+    "usage: fastgen generate [options]\n"
+    "\n"
+    "Generates text with a llama2.c model whose attention runs through fastgen,\n"
+    "then prints tokens/s and the KV bytes held against a full cache.\n"
+    "\n"
+    "options:\n";
+static const char *k_generate_help_tail =
+    "  -n, --steps N           tokens to generate after the prompt (default 64)\n"
+    "  -t, --temperature X     0 = greedy (default 0)\n"
+    "  --top-p P               nucleus sampling when temperature > 0 (default 0.9)\n"
+    "  --seed S                sampling seed (default 1)\n"
+    "  --json                  one JSON object: text, tokens, kv_bytes_held, kv_bytes_full, ...\n";
+
+int cmd_generate(int argc, char **argv) {
+    char help[4096], model[1024], tokp[1024];
+    snprintf(help, sizeof help, "%s%s%s", k_generate_help_head, k_model_help, k_generate_help_tail);
+    cli_opts o;
+    cli_defaults(&o, 64);
+    int rc = cli_parse("generate", help, argc, argv, &o, NULL, NULL);
+    if (rc)
+        return rc < 0 ? 0 : rc;
+    fg_compression_params cp;
+    if ((rc = need_model("generate", &o, model, tokp, sizeof model)) || (rc = cli_compression("generate", &o, &cp)))
+        return rc;
+    if (o.csv || o.svg)
+        return cli_usage("generate", "--csv and --svg belong to profile and eval");
+
+    cli_session s;
+    if (open_or_fail(&o, 0, &s))
+        return 1;
+    const int32_t seq_len = s.model.config.seq_len, vocab = s.model.config.vocab_size;
+    int32_t *tokens = NULL, n_prompt = 0, seq = -1;
+    float *logits = malloc((size_t)vocab * sizeof *logits);
+    text_buf text = {0};
+    rc = 1;
+    if (!logits || cli_encode(&s, o.prompt, &tokens, &n_prompt) != FG_OK) {
+        fprintf(stderr, "fastgen generate: cannot encode the prompt\n");
+        goto done;
+    }
+    if (n_prompt > seq_len) {
+        fprintf(stderr, "fastgen generate: the prompt is %d tokens, longer than the model's context of %d\n",
+                (int)n_prompt, (int)seq_len);
+        goto done;
+    }
+    if (n_prompt + o.n > seq_len) {
+        fprintf(stderr, "fastgen generate: generating %d tokens, not %d: the context holds %d\n",
+                (int)(seq_len - n_prompt), (int)o.n, (int)seq_len);
+        o.n = seq_len - n_prompt;
+    }
+    int32_t *all = realloc(tokens, (size_t)(n_prompt + o.n + 1) * sizeof *all);
+    if (!all)
+        goto done;
+    tokens = all;
+
+    double t0 = cli_now();
+    fg_status st = fg_runner_prefill(s.runner, &cp, tokens, n_prompt, &seq, logits);
+    if (st) {
+        fprintf(stderr, "fastgen generate: prefill: %s\n", fg_last_error(fg_runner_context(s.runner)));
+        goto done;
+    }
+    double t_prefill = cli_now() - t0;
+    for (int32_t i = 1; i < n_prompt; i++)
+        text_append(&text, fg_tokenizer_decode(&s.tok, tokens[i - 1], tokens[i]));
+    if (!o.json) {
+        fputs(text.s ? text.s : "", stdout);
+        fflush(stdout);
+    }
+    fg_sampler sampler = {o.temperature, o.top_p, o.seed * 0x9e3779b97f4a7c15ull + 1};
+    int32_t n_total = n_prompt;
+    t0 = cli_now();
+    for (int32_t step = 0; step < o.n; step++) {
+        int32_t next = fg_sample(&sampler, logits, vocab);
+        if (next == FG_TOKEN_BOS || next == FG_TOKEN_EOS)
+            break;
+        const char *piece = fg_tokenizer_decode(&s.tok, tokens[n_total - 1], next);
+        text_append(&text, piece);
+        if (!o.json) {
+            fputs(piece, stdout);
+            fflush(stdout);
+        }
+        tokens[n_total++] = next;
+        if (step + 1 < o.n && (st = fg_runner_decode(s.runner, 1, &seq, &next, logits))) {
+            fprintf(stderr, "\nfastgen generate: decode: %s\n", fg_last_error(fg_runner_context(s.runner)));
+            goto done;
+        }
+    }
+    double t_decode = cli_now() - t0;
+    fg_memory_stats mem;
+    fg_memory(fg_runner_context(s.runner), seq, &mem);
+    const int32_t generated = n_total - n_prompt;
+    const double tps = t_decode > 0.0 ? generated / t_decode : 0.0;
+    if (o.json) {
+        printf("{\"text\": ");
+        cli_json_string(stdout, text.s ? text.s : "");
+        printf(", \"tokens\": [");
+        for (int32_t i = 0; i < n_total; i++)
+            printf("%s%d", i ? ", " : "", (int)tokens[i]);
+        printf("], \"n_prompt\": %d, \"n_generated\": %d, \"policy\": ", (int)n_prompt, (int)generated);
+        cli_json_string(stdout, o.policy);
+        printf(", \"backend\": ");
+        cli_json_string(stdout, fg_context_backend(fg_runner_context(s.runner)));
+        printf(", \"kv_bytes_held\": %zu, \"kv_bytes_full\": %zu, \"rows_kept\": %lld, \"rows_full\": %lld, "
+               "\"prefill_s\": %.6f, \"tokens_per_s\": %.2f}\n",
+               mem.kv_bytes_held, mem.kv_bytes_full, (long long)mem.rows_kept, (long long)mem.rows_full, t_prefill,
+               tps);
+    } else {
+        char held[32], full[32];
+        cli_human_bytes((double)mem.kv_bytes_held, held, sizeof held);
+        cli_human_bytes((double)mem.kv_bytes_full, full, sizeof full);
+        printf("\n\n%d prompt + %d generated tokens, %.1f tokens/s (backend %s, policy %s)\n", (int)n_prompt,
+               (int)generated, tps, fg_context_backend(fg_runner_context(s.runner)), o.policy);
+        printf("KV cache: %s held vs %s full (%.1f%%; %lld of %lld rows kept)\n", held, full,
+               100.0 * (double)mem.kv_bytes_held / (double)(mem.kv_bytes_full ? mem.kv_bytes_full : 1),
+               (long long)mem.rows_kept, (long long)mem.rows_full);
+    }
+    rc = 0;
+done:
+    free(tokens);
+    free(logits);
+    free(text.s);
+    cli_close(&s);
+    return rc;
+}
+
+/* ------------------------------------------------------------------ profile */
+
+static const char *k_profile_help_head =
+    "usage: fastgen profile [options]\n"
+    "\n"
+    "Profiles a prompt: per layer and KV head, the policy FastGen chooses and the\n"
+    "attention recovered by every shortlist entry. The prompt is followed by N\n"
+    "greedily generated tokens (full cache), so that a short opening still gives\n"
+    "a prompt long enough to profile.\n"
+    "\n"
+    "options:\n";
+static const char *k_profile_help_tail =
+    "  -n, --steps N           tokens generated after the prompt before profiling (default 128)\n"
+    "  --json                  one JSON object: layers[{layer, heads[{kv_head, policy, recovery, kept}]}]\n"
+    "  --svg FILE              heat map of the policies (layers x KV heads) with counts per layer\n";
+
+int cmd_profile(int argc, char **argv) {
+    char help[4096], model[1024], tokp[1024];
+    snprintf(help, sizeof help, "%s%s%s", k_profile_help_head, k_model_help, k_profile_help_tail);
+    cli_opts o;
+    cli_defaults(&o, 128);
+    int rc = cli_parse("profile", help, argc, argv, &o, NULL, NULL);
+    if (rc)
+        return rc < 0 ? 0 : rc;
+    fg_compression_params cp, full;
+    if ((rc = need_model("profile", &o, model, tokp, sizeof model)) || (rc = cli_compression("profile", &o, &cp)))
+        return rc;
+    fg_compression_params_preset("full", &full);
+    cli_session s;
+    if (open_or_fail(&o, 0, &s))
+        return 1;
+    const fg_llama_config *c = &s.model.config;
+    fg_context *ctx = fg_runner_context(s.runner);
+    int32_t *tokens = NULL, n = 0, seq = -1;
+    float *logits = malloc((size_t)c->vocab_size * sizeof *logits);
+    int32_t *policy = malloc((size_t)c->n_layers * c->n_kv_heads * sizeof *policy);
+    fg_head_info *info = malloc((size_t)c->n_layers * c->n_kv_heads * sizeof *info);
+    rc = 1;
+    if (!logits || !policy || !info || cli_encode(&s, o.prompt, &tokens, &n) != FG_OK || n > c->seq_len) {
+        fprintf(stderr, "fastgen profile: cannot encode the prompt or it is longer than the context (%d)\n",
+                (int)c->seq_len);
+        goto done;
+    }
+    if (n + o.n > c->seq_len)
+        o.n = c->seq_len - n;
+    int32_t *all = realloc(tokens, (size_t)(n + o.n) * sizeof *all);
+    if (!all)
+        goto done;
+    tokens = all;
+    /* the continuation, greedy with the full cache */
+    fg_status st = fg_runner_prefill(s.runner, &full, tokens, n, &seq, logits);
+    fg_sampler greedy = {0};
+    for (int32_t i = 0; st == FG_OK && i < o.n; i++) {
+        tokens[n] = fg_sample(&greedy, logits, c->vocab_size);
+        st = fg_runner_decode(s.runner, 1, &seq, &tokens[n], logits);
+        n++;
+    }
+    if (seq >= 0)
+        fg_runner_release(s.runner, seq);
+    if (st == FG_OK)
+        st = fg_runner_prefill(s.runner, &cp, tokens, n, &seq, NULL);
+    if (st) {
+        fprintf(stderr, "fastgen profile: %s\n", fg_last_error(ctx));
+        goto done;
+    }
+    for (int32_t l = 0; l < c->n_layers; l++)
+        for (int32_t g = 0; g < c->n_kv_heads; g++) {
+            fg_head_info *hi = &info[l * c->n_kv_heads + g];
+            fg_head_inspect(ctx, seq, l, g, hi);
+            policy[l * c->n_kv_heads + g] = hi->policy_index;
+        }
+    char names[FG_MAX_SHORTLIST][64];
+    const char *name_ptr[FG_MAX_SHORTLIST];
+    for (int32_t e = 0; e < cp.n_policies; e++) {
+        fg_policy_name(cp.shortlist[e].components, names[e], sizeof names[e]);
+        name_ptr[e] = names[e];
+    }
+    fg_memory_stats mem;
+    fg_memory(ctx, seq, &mem);
+
+    if (o.json) {
+        printf("{\"prompt_tokens\": %d, \"policy\": ", (int)n);
+        cli_json_string(stdout, o.policy);
+        printf(", \"threshold\": %.4f, \"shortlist\": [", (double)cp.threshold);
+        for (int32_t e = 0; e < cp.n_policies; e++) {
+            printf("%s", e ? ", " : "");
+            cli_json_string(stdout, names[e]);
+        }
+        printf("], \"layers\": [");
+        for (int32_t l = 0; l < c->n_layers; l++) {
+            printf("%s{\"layer\": %d, \"heads\": [", l ? ", " : "", (int)l);
+            for (int32_t g = 0; g < c->n_kv_heads; g++) {
+                const fg_head_info *hi = &info[l * c->n_kv_heads + g];
+                printf("%s{\"kv_head\": %d, \"policy\": ", g ? ", " : "", (int)g);
+                cli_json_string(stdout, names[hi->policy_index]);
+                printf(", \"recovery\": [");
+                for (int32_t e = 0; e < hi->n_policies; e++)
+                    printf("%s%.6f", e ? ", " : "", (double)hi->recovery[e]);
+                printf("], \"kept\": %d, \"length\": %d}", (int)hi->kept, (int)hi->length);
+            }
+            printf("]}");
+        }
+        printf("], \"kv_bytes_held\": %zu, \"kv_bytes_full\": %zu}\n", mem.kv_bytes_held, mem.kv_bytes_full);
+    } else {
+        printf("profile of %d tokens, policy %s, T = %.2f\n\n", (int)n, o.policy, (double)cp.threshold);
+        printf("layer head  %-30s", "policy");
+        for (int32_t e = 0; e < cp.n_policies; e++)
+            printf("  rec[%d]", (int)e);
+        printf("   kept\n");
+        for (int32_t l = 0; l < c->n_layers; l++)
+            for (int32_t g = 0; g < c->n_kv_heads; g++) {
+                const fg_head_info *hi = &info[l * c->n_kv_heads + g];
+                printf("%5d %4d  %-30s", (int)l, (int)g, names[hi->policy_index]);
+                for (int32_t e = 0; e < hi->n_policies; e++)
+                    printf("  %6.3f", (double)hi->recovery[e]);
+                printf("  %3d/%d\n", (int)hi->kept, (int)hi->length);
+            }
+        printf("\nshortlist:");
+        for (int32_t e = 0; e < cp.n_policies; e++)
+            printf(" [%d] %s", (int)e, names[e]);
+        printf("\npolicies per layer:\n");
+        for (int32_t l = 0; l < c->n_layers; l++) {
+            printf("  layer %d:", (int)l);
+            for (int32_t e = 0; e < cp.n_policies; e++) {
+                int cnt = 0;
+                for (int32_t g = 0; g < c->n_kv_heads; g++)
+                    cnt += policy[l * c->n_kv_heads + g] == e;
+                if (cnt)
+                    printf(" %s %d", names[e], cnt);
+            }
+            printf("\n");
+        }
+        char held[32], fullb[32];
+        cli_human_bytes((double)mem.kv_bytes_held, held, sizeof held);
+        cli_human_bytes((double)mem.kv_bytes_full, fullb, sizeof fullb);
+        printf("KV cache after the prompt: %s held vs %s full (%lld of %lld rows kept)\n", held, fullb,
+               (long long)mem.rows_kept, (long long)mem.rows_full);
+    }
+    if (o.svg) {
+        FILE *f = fopen(o.svg, "w");
+        if (!f || fg_svg_profile(f, c->n_layers, c->n_kv_heads, policy, name_ptr, cp.n_policies) != 0) {
+            fprintf(stderr, "fastgen profile: cannot write %s\n", o.svg);
+            if (f)
+                fclose(f);
+            goto done;
+        }
+        fclose(f);
+        if (!o.json)
+            printf("heat map written to %s\n", o.svg);
+    }
+    rc = 0;
+done:
+    free(tokens);
+    free(logits);
+    free(policy);
+    free(info);
+    cli_close(&s);
+    return rc;
+}

@@ -1,0 +1,378 @@
+/* The model runner of tools/runner.h. */
+#include "tools/runner.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef FG_HAVE_BLAS
+#include <cblas.h>
+#endif
+
+struct fg_runner {
+    const fg_llama_model *model;
+    fg_context *ctx;
+    fg_token_classes *classes;
+    int32_t max_seqs, max_rows; /* rows = prompt positions or batch */
+    /* activations, [max_rows][width] */
+    float *x, *xb, *q, *k, *v, *att, *hb, *hb2;
+    /* recovery tracking: every key of every sequence, [max_seqs][L][seq_len][kv_dim] */
+    int track;
+    float *keys;
+    double *rec_sum;
+    int64_t *rec_count;
+    int32_t *kept; /* [seq_len] scratch */
+    int32_t *pos;  /* [max_rows] position of each row */
+};
+
+/* y[rows][out] = x[rows][in] . W[out][in]^T */
+static void matmul(float *y, const float *x, const float *W, int32_t rows, int32_t in, int32_t out) {
+#ifdef FG_HAVE_BLAS
+    if (rows == 1)
+        cblas_sgemv(CblasRowMajor, CblasNoTrans, out, in, 1.0f, W, in, x, 1, 0.0f, y, 1);
+    else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, out, in, 1.0f, x, in, W, in, 0.0f, y, out);
+#else
+    for (int32_t r = 0; r < rows; r++)
+        for (int32_t o = 0; o < out; o++) {
+            float s = 0.0f;
+            for (int32_t i = 0; i < in; i++)
+                s += W[(size_t)o * in + i] * x[(size_t)r * in + i];
+            y[(size_t)r * out + o] = s;
+        }
+#endif
+}
+
+static void rmsnorm(float *o, const float *x, const float *w, int32_t n) {
+    float ss = 0.0f;
+    for (int32_t i = 0; i < n; i++)
+        ss += x[i] * x[i];
+    ss = 1.0f / sqrtf(ss / (float)n + 1e-5f);
+    for (int32_t i = 0; i < n; i++)
+        o[i] = w[i] * (ss * x[i]);
+}
+
+/* Rotates adjacent pairs of every head of one row by the angle of pos. */
+static void rope(float *v, int32_t width, int32_t head_size, int32_t pos) {
+    for (int32_t i = 0; i < width; i += 2) {
+        float freq = 1.0f / powf(10000.0f, (float)(i % head_size) / (float)head_size);
+        float a = (float)pos * freq, c = cosf(a), s = sinf(a);
+        float v0 = v[i], v1 = v[i + 1];
+        v[i] = v0 * c - v1 * s;
+        v[i + 1] = v0 * s + v1 * c;
+    }
+}
+
+static fg_status fail(char *err, size_t n, fg_status st, const char *what) {
+    snprintf(err, n, "%s: %s", what, st == FG_OK ? "" : fg_last_error(NULL));
+    return st;
+}
+
+fg_status fg_runner_create(const fg_llama_model *model, const fg_tokenizer *tok, const fg_runner_params *rp,
+                           fg_runner **out, char *err, size_t err_size) {
+    const fg_llama_config *c = &model->config;
+    *out = NULL;
+    fg_runner *r = calloc(1, sizeof *r);
+    if (!r)
+        return fail(err, err_size, FG_ERR_OUT_OF_MEMORY, "runner");
+    r->model = model;
+    r->max_seqs = rp->max_seqs > 0 ? rp->max_seqs : 1;
+    r->max_rows = c->seq_len > r->max_seqs ? c->seq_len : r->max_seqs;
+    r->track = rp->track_recovery;
+
+    /* token classes: punctuation from the pieces, BOS and EOS special */
+    const char **pieces = malloc((size_t)c->vocab_size * sizeof *pieces);
+    fg_status st = pieces ? FG_OK : FG_ERR_OUT_OF_MEMORY;
+    if (st == FG_OK) {
+        for (int32_t i = 0; i < c->vocab_size; i++)
+            pieces[i] = tok->pieces[i];
+        st = fg_token_classes_create(c->vocab_size, pieces, &r->classes);
+        free(pieces);
+    }
+    if (st == FG_OK)
+        st = fg_token_classes_set(r->classes, FG_TOKEN_BOS, FG_TOKEN_SPECIAL);
+    if (st == FG_OK && c->vocab_size > FG_TOKEN_EOS)
+        st = fg_token_classes_set(r->classes, FG_TOKEN_EOS, FG_TOKEN_SPECIAL);
+    if (st) {
+        fg_runner_destroy(&r);
+        return fail(err, err_size, st, "token classes");
+    }
+
+    fg_context_params p;
+    fg_context_params_default(&p);
+    p.backend = rp->backend;
+    p.n_layers = c->n_layers;
+    p.n_q_heads = c->n_heads;
+    p.n_kv_heads = c->n_kv_heads;
+    p.head_dim = c->head_size;
+    p.kv_dtype = rp->kv_dtype;
+    p.max_seqs = r->max_seqs;
+    p.max_seq_len = c->seq_len;
+    if (rp->page_tokens > 0)
+        p.page_tokens = rp->page_tokens;
+    p.classes = r->classes;
+    st = fg_context_create(&p, &r->ctx);
+    if (st) {
+        fg_runner_destroy(&r);
+        return fail(err, err_size, st, "context");
+    }
+
+    const size_t rows = (size_t)r->max_rows, D = (size_t)c->dim, H = (size_t)c->hidden_dim;
+    r->x = malloc(rows * D * sizeof(float));
+    r->xb = malloc(rows * D * sizeof(float));
+    r->q = malloc(rows * D * sizeof(float));
+    r->k = malloc(rows * (size_t)c->kv_dim * sizeof(float));
+    r->v = malloc(rows * (size_t)c->kv_dim * sizeof(float));
+    r->att = malloc(rows * D * sizeof(float));
+    r->hb = malloc(rows * H * sizeof(float));
+    r->hb2 = malloc(rows * H * sizeof(float));
+    r->pos = malloc(rows * sizeof(int32_t));
+    int ok = r->x && r->xb && r->q && r->k && r->v && r->att && r->hb && r->hb2 && r->pos;
+    if (r->track) {
+        r->keys = malloc((size_t)r->max_seqs * c->n_layers * c->seq_len * c->kv_dim * sizeof(float));
+        r->rec_sum = calloc((size_t)r->max_seqs, sizeof(double));
+        r->rec_count = calloc((size_t)r->max_seqs, sizeof(int64_t));
+        r->kept = malloc((size_t)c->seq_len * sizeof(int32_t));
+        ok = ok && r->keys && r->rec_sum && r->rec_count && r->kept;
+    }
+    if (!ok) {
+        fg_runner_destroy(&r);
+        return fail(err, err_size, FG_ERR_OUT_OF_MEMORY, "runner activations");
+    }
+#ifdef FG_HAVE_BLAS
+    openblas_set_num_threads(1); /* rows this small lose to thread start-up */
+#endif
+    *out = r;
+    return FG_OK;
+}
+
+void fg_runner_destroy(fg_runner **pr) {
+    if (!pr || !*pr)
+        return;
+    fg_runner *r = *pr;
+    fg_context_destroy(&r->ctx);
+    fg_token_classes_destroy(&r->classes);
+    free(r->x);
+    free(r->xb);
+    free(r->q);
+    free(r->k);
+    free(r->v);
+    free(r->att);
+    free(r->hb);
+    free(r->hb2);
+    free(r->keys);
+    free(r->rec_sum);
+    free(r->rec_count);
+    free(r->kept);
+    free(r->pos);
+    free(r);
+    *pr = NULL;
+}
+
+fg_context *fg_runner_context(fg_runner *r) { return r->ctx; }
+const fg_token_classes *fg_runner_classes(const fg_runner *r) { return r->classes; }
+
+static float *seq_keys(const fg_runner *r, int32_t seq, int32_t layer) {
+    const fg_llama_config *c = &r->model->config;
+    return r->keys + (((size_t)seq * c->n_layers + layer) * c->seq_len) * c->kv_dim;
+}
+
+/* After fg_decode of `layer` for row b (sequence seq at position pos): the
+ * full-cache attention of each query head, and its mass on the kept rows. */
+static fg_status track_recovery(fg_runner *r, int32_t layer, int32_t b, int32_t seq, int32_t pos) {
+    const fg_llama_config *c = &r->model->config;
+    const int32_t hs = c->head_size, G = c->n_heads / c->n_kv_heads;
+    const float *keys = seq_keys(r, seq, layer);
+    for (int32_t g = 0; g < c->n_kv_heads; g++) {
+        int32_t n_kept = 0;
+        fg_status st = fg_head_positions(r->ctx, seq, layer, g, r->kept, c->seq_len, &n_kept);
+        if (st)
+            return st;
+        for (int32_t h = g * G; h < (g + 1) * G; h++) {
+            const float *q = r->q + (size_t)b * c->dim + (size_t)h * hs;
+            double m = -INFINITY, sum = 0.0, kept = 0.0;
+            for (int32_t j = 0; j <= pos; j++) {
+                double s = 0.0;
+                for (int32_t x = 0; x < hs; x++)
+                    s += (double)q[x] * keys[(size_t)j * c->kv_dim + (size_t)g * hs + x];
+                m = s > m ? s : m;
+            }
+            int32_t ki = 0;
+            for (int32_t j = 0; j <= pos; j++) {
+                double s = 0.0;
+                for (int32_t x = 0; x < hs; x++)
+                    s += (double)q[x] * keys[(size_t)j * c->kv_dim + (size_t)g * hs + x];
+                double e = exp((s - m) / sqrt((double)hs));
+                sum += e;
+                while (ki < n_kept && r->kept[ki] < j)
+                    ki++;
+                if (j == pos || (ki < n_kept && r->kept[ki] == j))
+                    kept += e;
+            }
+            r->rec_sum[seq] += kept / sum;
+            r->rec_count[seq]++;
+        }
+    }
+    return FG_OK;
+}
+
+/* One transformer pass over `rows` rows: prompt positions of one sequence
+ * (seqs == NULL) or one new token of each of `rows` sequences. */
+static fg_status forward(fg_runner *r, int32_t rows, int32_t prefill_seq, const int32_t *seqs, const int32_t *tokens,
+                         const int32_t *pos, float *logits, int logits_last_only) {
+    const fg_llama_model *m = r->model;
+    const fg_llama_config *c = &m->config;
+    const fg_llama_weights *w = &m->weights;
+    const int32_t D = c->dim, KV = c->kv_dim, H = c->hidden_dim;
+    for (int32_t i = 0; i < rows; i++)
+        memcpy(r->x + (size_t)i * D, w->token_embedding + (size_t)tokens[i] * D, (size_t)D * sizeof(float));
+    for (int32_t l = 0; l < c->n_layers; l++) {
+        for (int32_t i = 0; i < rows; i++)
+            rmsnorm(r->xb + (size_t)i * D, r->x + (size_t)i * D, w->rms_att + (size_t)l * D, D);
+        matmul(r->q, r->xb, w->wq + (size_t)l * D * D, rows, D, D);
+        matmul(r->k, r->xb, w->wk + (size_t)l * KV * D, rows, D, KV);
+        matmul(r->v, r->xb, w->wv + (size_t)l * KV * D, rows, D, KV);
+        for (int32_t i = 0; i < rows; i++) {
+            rope(r->q + (size_t)i * D, D, c->head_size, pos[i]);
+            rope(r->k + (size_t)i * KV, KV, c->head_size, pos[i]);
+        }
+        fg_status st;
+        if (!seqs) {
+            st = fg_prefill(r->ctx, prefill_seq, l, r->q, r->k, r->v, r->att);
+            if (st == FG_OK && r->track)
+                memcpy(seq_keys(r, prefill_seq, l), r->k, (size_t)rows * KV * sizeof(float));
+        } else {
+            if (r->track)
+                for (int32_t i = 0; i < rows; i++)
+                    memcpy(seq_keys(r, seqs[i], l) + (size_t)pos[i] * KV, r->k + (size_t)i * KV,
+                           (size_t)KV * sizeof(float));
+            st = fg_decode(r->ctx, l, rows, seqs, tokens, r->q, r->k, r->v, r->att);
+            for (int32_t i = 0; st == FG_OK && r->track && i < rows; i++)
+                st = track_recovery(r, l, i, seqs[i], pos[i]);
+        }
+        if (st)
+            return st;
+        matmul(r->xb, r->att, w->wo + (size_t)l * D * D, rows, D, D);
+        for (size_t i = 0; i < (size_t)rows * D; i++)
+            r->x[i] += r->xb[i];
+        for (int32_t i = 0; i < rows; i++)
+            rmsnorm(r->xb + (size_t)i * D, r->x + (size_t)i * D, w->rms_ffn + (size_t)l * D, D);
+        matmul(r->hb, r->xb, w->w1 + (size_t)l * H * D, rows, D, H);
+        matmul(r->hb2, r->xb, w->w3 + (size_t)l * H * D, rows, D, H);
+        for (size_t i = 0; i < (size_t)rows * H; i++) {
+            float a = r->hb[i];
+            r->hb[i] = a / (1.0f + expf(-a)) * r->hb2[i]; /* SwiGLU */
+        }
+        matmul(r->xb, r->hb, w->w2 + (size_t)l * D * H, rows, H, D);
+        for (size_t i = 0; i < (size_t)rows * D; i++)
+            r->x[i] += r->xb[i];
+    }
+    if (logits) {
+        int32_t first = logits_last_only ? rows - 1 : 0;
+        for (int32_t i = first; i < rows; i++)
+            rmsnorm(r->xb + (size_t)(i - first) * D, r->x + (size_t)i * D, w->rms_final, D);
+        matmul(logits, r->xb, w->wcls, rows - first, D, c->vocab_size);
+    }
+    return FG_OK;
+}
+
+fg_status fg_runner_prefill(fg_runner *r, const fg_compression_params *cp, const int32_t *tokens, int32_t n,
+                            int32_t *seq, float *logits) {
+    const fg_llama_config *c = &r->model->config;
+    if (n <= 0 || n > c->seq_len)
+        return FG_ERR_CAPACITY;
+    fg_status st = fg_seq_create(r->ctx, cp, tokens, n, seq);
+    if (st)
+        return st;
+    for (int32_t i = 0; i < n; i++)
+        r->pos[i] = i;
+    st = forward(r, n, *seq, NULL, tokens, r->pos, logits, 1);
+    if (st) {
+        fg_seq_destroy(r->ctx, *seq);
+        return st;
+    }
+    if (r->track) {
+        r->rec_sum[*seq] = 0.0;
+        r->rec_count[*seq] = 0;
+    }
+    return FG_OK;
+}
+
+fg_status fg_runner_decode(fg_runner *r, int32_t n, const int32_t *seqs, const int32_t *tokens, float *logits) {
+    if (n <= 0 || n > r->max_seqs)
+        return FG_ERR_INVALID_ARGUMENT;
+    for (int32_t i = 0; i < n; i++) {
+        fg_status st = fg_seq_length(r->ctx, seqs[i], 0, &r->pos[i]);
+        if (st)
+            return st;
+        if (r->pos[i] >= r->model->config.seq_len)
+            return FG_ERR_CAPACITY;
+    }
+    return forward(r, n, -1, seqs, tokens, r->pos, logits, 0);
+}
+
+fg_status fg_runner_release(fg_runner *r, int32_t seq) { return fg_seq_destroy(r->ctx, seq); }
+
+double fg_runner_recovery(const fg_runner *r, int32_t seq) {
+    if (!r->track || seq < 0 || seq >= r->max_seqs || r->rec_count[seq] == 0)
+        return NAN;
+    return r->rec_sum[seq] / (double)r->rec_count[seq];
+}
+
+/* ------------------------------------------------------------------ sampling */
+
+static uint32_t rng_u32(uint64_t *s) { /* xorshift64* */
+    *s ^= *s >> 12;
+    *s ^= *s << 25;
+    *s ^= *s >> 27;
+    return (uint32_t)((*s * 0x2545f4914f6cdd1dull) >> 32);
+}
+
+static float rng_unit(uint64_t *s) { return (float)(rng_u32(s) >> 8) / 16777216.0f; }
+
+typedef struct prob_index {
+    float p;
+    int32_t i;
+} prob_index;
+
+static int by_prob_desc(const void *a, const void *b) {
+    float x = ((const prob_index *)a)->p, y = ((const prob_index *)b)->p;
+    return (x < y) - (x > y);
+}
+
+int32_t fg_sample(fg_sampler *s, float *logits, int32_t vocab) {
+    int32_t best = 0;
+    for (int32_t i = 1; i < vocab; i++)
+        if (logits[i] > logits[best])
+            best = i;
+    if (s->temperature <= 0.0f)
+        return best;
+    float m = logits[best], sum = 0.0f;
+    for (int32_t i = 0; i < vocab; i++) {
+        logits[i] = expf((logits[i] - m) / s->temperature);
+        sum += logits[i];
+    }
+    prob_index *pi = malloc((size_t)vocab * sizeof *pi);
+    if (!pi)
+        return best;
+    for (int32_t i = 0; i < vocab; i++)
+        pi[i] = (prob_index){logits[i] / sum, i};
+    qsort(pi, (size_t)vocab, sizeof *pi, by_prob_desc);
+    /* the smallest prefix whose mass reaches top_p */
+    float top_p = s->top_p > 0.0f && s->top_p <= 1.0f ? s->top_p : 1.0f, mass = 0.0f;
+    int32_t keep = 0;
+    while (keep < vocab && mass < top_p)
+        mass += pi[keep++].p;
+    float u = rng_unit(&s->state) * mass, acc = 0.0f;
+    int32_t pick = pi[keep - 1].i;
+    for (int32_t i = 0; i < keep; i++) {
+        acc += pi[i].p;
+        if (u < acc) {
+            pick = pi[i].i;
+            break;
+        }
+    }
+    free(pi);
+    return pick;
+}

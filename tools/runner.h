@@ -1,0 +1,50 @@
+/*
+ * A small Llama runner whose attention goes only through the fastgen API:
+ * RMSNorm, RoPE (adjacent pairs, theta 10000), SwiGLU MLP, matmuls through
+ * BLAS (sgemm over a prompt or a batch, sgemv for one token); prefill +
+ * profiling + compaction per layer for the prompt, one batched fg_decode per
+ * layer per token.
+ */
+#ifndef FG_RUNNER_H
+#define FG_RUNNER_H
+
+#include "fastgen.h"
+#include "tools/llama2c.h"
+#include "tools/tokenizer.h"
+
+typedef struct fg_runner_params {
+    const char *backend;        /* NULL = the library default */
+    fg_dtype kv_dtype;
+    int32_t max_seqs;           /* sequences decoded together */
+    int32_t page_tokens;        /* 0 = library default */
+    int track_recovery;         /* measure attention recovered vs the full cache */
+} fg_runner_params;
+
+typedef struct fg_runner fg_runner;
+
+fg_status fg_runner_create(const fg_llama_model *model, const fg_tokenizer *tok, const fg_runner_params *params,
+                           fg_runner **out, char *err, size_t err_size);
+void fg_runner_destroy(fg_runner **r);
+fg_context *fg_runner_context(fg_runner *r);
+const fg_token_classes *fg_runner_classes(const fg_runner *r);
+
+/* Registers and prefills a prompt under cp (NULL = paper FastGen); logits of
+ * its last position go to logits[vocab] (may be NULL). */
+fg_status fg_runner_prefill(fg_runner *r, const fg_compression_params *cp, const int32_t *tokens, int32_t n,
+                            int32_t *seq, float *logits);
+/* One token for each of n sequences; logits: [n][vocab] (may be NULL). */
+fg_status fg_runner_decode(fg_runner *r, int32_t n, const int32_t *seqs, const int32_t *tokens, float *logits);
+fg_status fg_runner_release(fg_runner *r, int32_t seq);
+
+/* Mean over decode steps, layers and query heads of the attention mass (under
+ * the full cache) on the rows the head kept plus the new token. */
+double fg_runner_recovery(const fg_runner *r, int32_t seq);
+
+/* Sampling: temperature 0 = greedy; else top-p with a seeded RNG. */
+typedef struct fg_sampler {
+    float temperature, top_p;
+    uint64_t state;
+} fg_sampler;
+int32_t fg_sample(fg_sampler *s, float *logits, int32_t vocab);
+
+#endif

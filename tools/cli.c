@@ -188,7 +188,7 @@ void cli_close(cli_session *s) {
 }
 
 fg_status cli_encode(const cli_session *s, const char *prompt, int32_t **tokens, int32_t *n) {
-    int32_t cap = (int32_t)strlen(prompt) + 3;
+    int32_t cap = (int32_t)strlen(prompt) + 2;
     *tokens = malloc((size_t)cap * sizeof **tokens);
     if (!*tokens)
         return FG_ERR_OUT_OF_MEMORY;

@@ -132,20 +132,54 @@ out:
     return st;
 }
 
-/* The baseline `family` with its budget set to keep about `rho` of the rows. */
-static void baseline_params(const char *family, double rho, int32_t t_mid, fg_compression_params *cp) {
-    fg_compression_params_preset(family, cp);
-    fg_policy *p = &cp->shortlist[0];
-    float r = (float)fmin(1.0, fmax(0.0, rho));
+/* ceil(r t) as the library computes it (ratios in parts per million). */
+static int64_t ceil_ratio(double r, int64_t t) {
+    int64_t ppm = llround(r * 1e6);
+    return (ppm * t + 999999) / 1000000;
+}
+
+/* Rows a one-entry baseline keeps at length t (its budgets are deterministic;
+ * the stories have no special token after BOS, which the sinks hold). */
+static int64_t baseline_rows(const char *family, double r, int64_t t, int32_t n_sink) {
+    int64_t w = ceil_ratio(r, t) < 1 ? 1 : ceil_ratio(r, t), k = ceil_ratio(r, t), rows;
     if (!strcmp(family, "h2o")) {
-        p->ratio_local = p->ratio_frequent = r / 2.0f;
+        int64_t half = ceil_ratio(r / 2, t);
+        rows = (half < 1 ? 1 : half) + half;
     } else if (!strcmp(family, "streamingllm")) {
-        p->ratio_local = (float)fmax(0.0, rho - (double)cp->n_sink / t_mid);
+        rows = n_sink + w;
     } else if (!strcmp(family, "local")) {
-        p->ratio_local = r;
+        rows = w;
     } else {
-        p->ratio_frequent = r;
+        rows = k;
     }
+    return rows < t ? rows : t;
+}
+
+/* The baseline `family` with the ratio whose rows, summed over the lengths
+ * t in [t0, t1), come closest to rho of the full cache's (bisection). */
+static void baseline_params(const char *family, double rho, int32_t t0, int32_t t1, fg_compression_params *cp) {
+    fg_compression_params_preset(family, cp);
+    int64_t full = 0;
+    for (int64_t t = t0; t < t1; t++)
+        full += t;
+    double lo = 0.0, hi = 1.0;
+    for (int it = 0; it < 40; it++) {
+        double mid = 0.5 * (lo + hi);
+        int64_t rows = 0;
+        for (int64_t t = t0; t < t1; t++)
+            rows += baseline_rows(family, mid, t, cp->n_sink);
+        if ((double)rows < rho * (double)full)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    fg_policy *p = &cp->shortlist[0];
+    if (!strcmp(family, "h2o"))
+        p->ratio_local = p->ratio_frequent = (float)(lo / 2);
+    else if (!strcmp(family, "streamingllm") || !strcmp(family, "local"))
+        p->ratio_local = (float)lo;
+    else
+        p->ratio_frequent = (float)lo;
 }
 
 static fg_status eval_prompt(eval_state *e, const char *text) {
@@ -183,12 +217,12 @@ static fg_status eval_prompt(eval_state *e, const char *text) {
     /* phase 2: every baseline at the memory of each FastGen run */
     double rho[N_T];
     memcpy(rho, kept, sizeof rho);
-    const int32_t t_mid = n_prompt + e->n_steps / 2;
     for (int b = 0; b < N_BASE; b++)
         for (int t = 0; t < N_T; t++) {
             int i = b * N_T + t;
             cfg[i] = N_T + i;
-            baseline_params(k_base[b], rho[t], t_mid, &cp[i]);
+            /* memory is sampled after each decode step: lengths n_prompt + 1 .. n_prompt + N - 1 */
+            baseline_params(k_base[b], rho[t], n_prompt + 1, n_prompt + e->n_steps, &cp[i]);
         }
     if (st == FG_OK)
         st = run_phase(e, prompt, n_prompt, N_BASE * N_T, cfg, cp, kept);

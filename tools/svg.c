@@ -22,7 +22,7 @@ static void text_escaped(FILE *f, const char *s) {
 }
 
 int fg_svg_profile(FILE *f, int32_t L, int32_t H, const int32_t *policy, const char *const *names, int32_t n_names) {
-    const int cell = 28, left = 70, top = 50, bar_w = 200, gap = 40;
+    const int cell = 28, left = 70, top = 72, bar_w = 200, gap = 40;
     const int map_w = H * cell, map_h = L * cell;
     const int legend_y = top + map_h + 40;
     const int width = left + map_w + gap + bar_w + 40, height = legend_y + 24 * n_names + 20;

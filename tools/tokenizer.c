@@ -38,8 +38,10 @@ void fg_tokenizer_free(fg_tokenizer *t) {
 fg_status fg_tokenizer_load_memory(const void *buf, size_t size, int32_t vocab_size, fg_tokenizer *out, char *err,
                                    size_t err_size) {
     memset(out, 0, sizeof *out);
-    if (vocab_size <= 0)
-        return failf(err, err_size, FG_ERR_INVALID_ARGUMENT, "vocabulary size %d", (int)vocab_size);
+    if (vocab_size <= FG_TOKEN_EOS)
+        return failf(err, err_size, FG_ERR_INVALID_ARGUMENT,
+                     "vocabulary of %d tokens: a llama2.c tokenizer has at least <unk>, BOS and EOS",
+                     (int)vocab_size);
     const unsigned char *p = buf;
     if (!buf || size < 4)
         return failf(err, err_size, FG_ERR_FORMAT, "tokenizer is %zu bytes, shorter than its header", size);
@@ -112,19 +114,22 @@ static int32_t lookup(const fg_tokenizer *t, const char *s) {
 
 fg_status fg_tokenizer_encode(const fg_tokenizer *t, const char *text, int bos, int32_t *tokens, int32_t cap,
                               int32_t *n_out) {
+    /* before merging: at most BOS, the dummy prefix and one token per byte */
+    const size_t len_text = strlen(text);
+    int32_t *work = malloc((len_text + 2) * sizeof *work);
+    char *pair = malloc(2 * t->max_piece_len + 1);
+    if (!work || !pair) {
+        free(work);
+        free(pair);
+        return FG_ERR_OUT_OF_MEMORY;
+    }
     int32_t n = 0;
-#define PUSH(id)                                                                                                       \
-    do {                                                                                                               \
-        if (n < cap)                                                                                                   \
-            tokens[n] = (id);                                                                                          \
-        n++;                                                                                                           \
-    } while (0)
     if (bos)
-        PUSH(FG_TOKEN_BOS);
+        work[n++] = FG_TOKEN_BOS;
     if (text[0]) {
         int32_t space = lookup(t, " ");
         if (space >= 0)
-            PUSH(space);
+            work[n++] = space;
     }
     /* code points whole, else their bytes */
     char cp[5];
@@ -136,28 +141,21 @@ fg_status fg_tokenizer_encode(const fg_tokenizer *t, const char *text, int bos, 
         cp[len] = '\0';
         int32_t id = lookup(t, cp);
         if (id >= 0) {
-            PUSH(id);
+            work[n++] = id;
         } else {
             for (size_t i = 0; i < len; i++)
-                PUSH(3 + (int32_t)s[i] < t->vocab_size ? 3 + (int32_t)s[i] : 0);
+                work[n++] = 3 + (int32_t)s[i] < t->vocab_size ? 3 + (int32_t)s[i] : 0;
         }
         s += len;
     }
-    if (n > cap) {
-        *n_out = n;
-        return FG_ERR_CAPACITY;
-    }
     /* merges: the best-scoring adjacent pair, until none is in the vocabulary */
-    char *pair = malloc(2 * t->max_piece_len + 1);
-    if (!pair)
-        return FG_ERR_OUT_OF_MEMORY;
     for (;;) {
         float best = -INFINITY;
         int32_t best_id = -1, best_at = -1;
         for (int32_t i = 0; i + 1 < n; i++) {
-            size_t a = strlen(t->pieces[tokens[i]]), b = strlen(t->pieces[tokens[i + 1]]);
-            memcpy(pair, t->pieces[tokens[i]], a);
-            memcpy(pair + a, t->pieces[tokens[i + 1]], b + 1);
+            size_t a = strlen(t->pieces[work[i]]), b = strlen(t->pieces[work[i + 1]]);
+            memcpy(pair, t->pieces[work[i]], a);
+            memcpy(pair + a, t->pieces[work[i + 1]], b + 1);
             int32_t id = lookup(t, pair);
             if (id >= 0 && t->scores[id] > best) {
                 best = t->scores[id];
@@ -167,14 +165,17 @@ fg_status fg_tokenizer_encode(const fg_tokenizer *t, const char *text, int bos, 
         }
         if (best_at < 0)
             break;
-        tokens[best_at] = best_id;
-        memmove(tokens + best_at + 1, tokens + best_at + 2, (size_t)(n - best_at - 2) * sizeof *tokens);
+        work[best_at] = best_id;
+        memmove(work + best_at + 1, work + best_at + 2, (size_t)(n - best_at - 2) * sizeof *work);
         n--;
     }
-    free(pair);
-#undef PUSH
     *n_out = n;
-    return FG_OK;
+    fg_status st = n <= cap ? FG_OK : FG_ERR_CAPACITY;
+    if (st == FG_OK)
+        memcpy(tokens, work, (size_t)n * sizeof *work);
+    free(work);
+    free(pair);
+    return st;
 }
 
 const char *fg_tokenizer_decode(const fg_tokenizer *t, int32_t prev, int32_t token) {

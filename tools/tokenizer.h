@@ -37,7 +37,7 @@ fg_status fg_tokenizer_load_file(const char *path, int32_t vocab_size, fg_tokeni
 void fg_tokenizer_free(fg_tokenizer *t);
 
 /* text -> tokens (BOS first when bos). cap: room in tokens; FG_ERR_CAPACITY
- * when the text needs more (n_out then holds the count needed so far). */
+ * when the result needs more (*n_out then holds how many it needs). */
 fg_status fg_tokenizer_encode(const fg_tokenizer *t, const char *text, int bos, int32_t *tokens, int32_t cap,
                               int32_t *n_out);
 /* The text of token after prev (a leading space after BOS is dropped, byte

@@ -1,0 +1,140 @@
+"""The fastgen CLI on the real model: usage manners, bad files, outputs.
+
+usage: test_cli.py FASTGEN MODEL_DIR DATA_DIR
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+
+FASTGEN, MODEL_DIR, DATA_DIR = sys.argv[1:4]
+MODEL = os.path.join(MODEL_DIR, "stories260K.bin")
+TOK = os.path.join(MODEL_DIR, "tok512.bin")
+REFERENCE = ("Once upon a time, there was a little girl named Lily. She loved to play outside in the park. "
+             "One day, she saw a big, red ball. She wanted to play with it, but it was too high.\nLily")
+passed = failed = 0
+
+
+def check(cond, what):
+    global passed, failed
+    if cond:
+        passed += 1
+    else:
+        failed += 1
+        print("FAILED:", what, file=sys.stderr)
+
+
+def run(*args, env=None):
+    return subprocess.run([FASTGEN, *args], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, **(env or {})})
+
+
+def model_args():
+    return ["-m", MODEL, "-z", TOK]
+
+
+# --- manners: help, bad usage (exit 2, one line), no crash on any argument
+check(run("--help").returncode == 0, "fastgen --help")
+r = run()
+check(r.returncode == 2, "no command: exit 2")
+r = run("frobnicate")
+check(r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, "unknown command: one line, exit 2")
+for cmd in ["generate", "profile", "eval", "demo"]:
+    r = run(cmd, "--help")
+    check(r.returncode == 0 and "usage: fastgen " + cmd in r.stdout, cmd + " --help")
+bad_usage = [
+    ["generate", "-n", "abc"], ["generate", "--policy", "bogus"], ["generate", "-T", "1.5"], ["generate", "-T", "0"],
+    ["generate", "--bogus"], ["generate", "-m"], ["generate", "--dtype", "f8"], ["generate", "--top-p", "0"],
+    ["generate", "--ratio-local", "-0.5"], ["profile", "-n", "-3"], ["eval", "--limit", "0"], ["eval", "--wat"],
+    ["demo", "--layers", "0"], ["demo", "--heads", "32/5"], ["demo", "--dim", "8"], ["generate", "--csv"],
+]
+for args in bad_usage:
+    r = run(*args, *model_args())
+    lines = r.stderr.strip().splitlines()
+    check(r.returncode == 2 and len(lines) == 1 and lines[0].startswith("fastgen "),
+          "bad usage %s: rc %d, stderr %r" % (args, r.returncode, r.stderr))
+
+# --- bad files: a clear message, exit 1, no crash
+with tempfile.TemporaryDirectory() as tmp:
+    model_bytes = open(MODEL, "rb").read()
+    tok_bytes = open(TOK, "rb").read()
+    cases = {
+        "truncated.bin": (model_bytes[:100000], TOK, "truncated"),
+        "header.bin": (model_bytes[:4] + b"\x07\x00\x00\x00" + model_bytes[8:], TOK, "header"),
+        "empty.bin": (b"", TOK, "header"),
+    }
+    for name, (data, tok, word) in cases.items():
+        path = os.path.join(tmp, name)
+        open(path, "wb").write(data)
+        r = run("generate", "-m", path, "-z", tok)
+        check(r.returncode == 1 and word in r.stderr, "%s: rc %d %r" % (name, r.returncode, r.stderr))
+    short_tok = os.path.join(tmp, "short_tok.bin")
+    open(short_tok, "wb").write(tok_bytes[:3000])
+    r = run("generate", "-m", MODEL, "-z", short_tok)
+    check(r.returncode == 1 and "entries" in r.stderr, "short tokenizer: %r" % r.stderr)
+    r = run("generate", "-m", os.path.join(tmp, "missing.bin"), "-z", TOK)
+    check(r.returncode == 1 and "missing.bin" in r.stderr, "missing model: %r" % r.stderr)
+    r = run("generate", *model_args(), "-p", "x" * 2000)
+    check(r.returncode == 1 and "longer than" in r.stderr, "prompt past the context: %r" % r.stderr)
+
+    # --- generate
+    r = run("generate", *model_args(), "--policy", "full", "-n", "60", "--json")
+    out = json.loads(r.stdout) if r.returncode == 0 else {}
+    for key in ["text", "tokens", "kv_bytes_held", "kv_bytes_full"]:
+        check(key in out, "generate --json has " + key)
+    check(out.get("text") == REFERENCE, "full-cache text is llama2.c's reference: %r" % out.get("text"))
+    check(out.get("kv_bytes_held") == out.get("kv_bytes_full"), "full cache holds everything")
+    r = run("generate", *model_args(), "-n", "100", "--json")
+    out = json.loads(r.stdout)
+    check(0 < out["kv_bytes_held"] < out["kv_bytes_full"], "FastGen holds less: %r" % out)
+    a, b, c = (json.loads(run("generate", *model_args(), "-t", "1.0", "--seed", s, "-n", "40", "--json").stdout)["text"]
+               for s in ["5", "5", "6"])
+    check(a == b and a != c, "top-p sampling is seeded")
+    r = run("generate", *model_args(), "-n", "20", "--backend", "ref")
+    check(r.returncode == 0 and "backend ref" in r.stdout, "--backend ref")
+    r = run("generate", *model_args(), "--backend", "cuda")
+    check(r.returncode == 1 and "cuda" in r.stderr, "unavailable backend: %r" % r.stderr)
+
+    # --- profile
+    svg = os.path.join(tmp, "profile.svg")
+    r = run("profile", *model_args(), "--json", "--svg", svg)
+    prof = json.loads(r.stdout)
+    check(len(prof["layers"]) == 5 and all(len(l["heads"]) == 4 for l in prof["layers"]), "profile shape")
+    for layer in prof["layers"]:
+        for h in layer["heads"]:
+            rec = h["recovery"]
+            first = next((i for i, x in enumerate(rec) if x >= prof["threshold"] - 1e-6), len(rec) - 1)
+            check(h["policy"] == prof["shortlist"][first], "head takes the first entry over T: %r" % h)
+            check(abs(rec[-1] - 1.0) < 1e-6 and all(0 <= x <= 1 + 1e-6 for x in rec), "recoveries in [0, 1]")
+            check(0 < h["kept"] <= h["length"], "kept rows")
+    root = ET.parse(svg).getroot()
+    check(root.tag.endswith("svg") and len(root.findall(".//{http://www.w3.org/2000/svg}rect")) >= 20,
+          "profile SVG parses, with a cell per head")
+    r = run("profile", *model_args(), "-n", "40")
+    check(r.returncode == 0 and "policies per layer" in r.stdout, "profile table")
+
+    # --- eval (small): json, csv, svg; no progress bar when stderr is not a terminal
+    prompts = os.path.join(DATA_DIR, "prompts.txt")
+    r = run("eval", *model_args(), "--prompts", prompts, "--limit", "2", "-n", "8", "--json")
+    ev = json.loads(r.stdout)
+    check(len(ev["results"]) == 15, "eval: 3 FastGen runs and 12 baselines")
+    check(all(0 < x["kv_kept"] <= 1 and 0 <= x["top1"] <= 1 and x["kl_mean"] >= -1e-9 for x in ev["results"]),
+          "eval figures in range")
+    check(r.stderr == "", "no progress bar off a terminal: %r" % r.stderr)
+    r = run("eval", *model_args(), "--prompts", prompts, "--limit", "1", "-n", "4", "--csv", "--svg",
+            os.path.join(tmp, "eval.svg"))
+    check(r.stdout.splitlines()[0].startswith("policy,") and len(r.stdout.splitlines()) == 16, "eval --csv")
+    check(ET.parse(os.path.join(tmp, "eval.svg")).getroot().tag.endswith("svg"), "eval SVG parses")
+    r = run("eval", *model_args(), "--prompts", os.path.join(tmp, "nope.txt"))
+    check(r.returncode == 1 and "nope.txt" in r.stderr, "missing prompt file")
+
+# --- demo: the real model when found, else the synthetic workload
+r = run("demo", env={"FASTGEN_MODEL": MODEL_DIR})
+check(r.returncode == 0 and "stories260K" in r.stdout and "KV cache" in r.stdout, "demo with the model")
+r = run("demo", "--synthetic", "--prompt", "128", "--steps", "8", "--layers", "1")
+check(r.returncode == 0 and "agreement" in r.stdout, "synthetic demo")
+
+print("%d passed, %d failed" % (passed, failed))
+sys.exit(1 if failed else 0)

@@ -1,0 +1,159 @@
+/*
+ * Real model end to end (suite `model`): stories260K through the public API.
+ *   - the tokenizer encodes and decodes the reference prompt;
+ *   - with the `full` policy, greedy decoding reproduces llama2.c's reference
+ *     text byte for byte, on every backend and cache dtype;
+ *   - FastGen gives the same text on `cpu` as on `ref`, and holds less memory;
+ *   - sequences decoded in one batch, each with its own policy, match the
+ *     same sequences decoded alone;
+ *   - a prompt longer than the context is refused cleanly.
+ * Usage: test_model MODEL_DIR
+ */
+#include <string.h>
+
+#include "harness.h"
+#include "tools/llama2c.h"
+#include "tools/runner.h"
+#include "tools/tokenizer.h"
+
+static const char *k_reference =
+    "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. One day, she saw "
+    "a big, red ball. She wanted to play with it, but it was too high.\nLily";
+
+typedef struct model_env {
+    fg_llama_model model;
+    fg_tokenizer tok;
+    int32_t prompt[8], n_prompt;
+} model_env;
+
+/* Greedy text of n tokens after the prompt; tokens[] receives all of them. */
+static int greedy(model_env *env, const char *backend, fg_dtype dtype, const char *policy, int32_t n, char *text,
+                  size_t cap, int32_t *tokens, fg_memory_stats *mem) {
+    fg_runner_params rp = {backend, dtype, 1, 0, 0};
+    fg_runner *r = NULL;
+    char err[256];
+    if (fg_runner_create(&env->model, &env->tok, &rp, &r, err, sizeof err) != FG_OK) {
+        fprintf(stderr, "runner %s: %s\n", backend, err);
+        return 0;
+    }
+    fg_compression_params cp;
+    fg_compression_params_preset(policy, &cp);
+    const int32_t V = env->model.config.vocab_size;
+    float *logits = malloc((size_t)V * sizeof *logits);
+    int32_t seq = -1, len = env->n_prompt;
+    memcpy(tokens, env->prompt, (size_t)len * sizeof *tokens);
+    fg_status st = fg_runner_prefill(r, &cp, env->prompt, env->n_prompt, &seq, logits);
+    text[0] = '\0';
+    for (int32_t i = 1; i < env->n_prompt; i++)
+        strncat(text, fg_tokenizer_decode(&env->tok, env->prompt[i - 1], env->prompt[i]), cap - strlen(text) - 1);
+    fg_sampler g = {0};
+    for (int32_t i = 0; st == FG_OK && i < n; i++) {
+        int32_t next = fg_sample(&g, logits, V);
+        strncat(text, fg_tokenizer_decode(&env->tok, tokens[len - 1], next), cap - strlen(text) - 1);
+        tokens[len++] = next;
+        if (i + 1 < n)
+            st = fg_runner_decode(r, 1, &seq, &next, logits);
+    }
+    EXPECT(st == FG_OK, "%s %s: %s", backend, policy, fg_last_error(fg_runner_context(r)));
+    if (mem)
+        fg_memory(fg_runner_context(r), seq, mem);
+    free(logits);
+    fg_runner_destroy(&r);
+    return st == FG_OK;
+}
+
+int main(int argc, char **argv) {
+    test_seed("test_model");
+    if (argc < 2) {
+        fprintf(stderr, "usage: test_model MODEL_DIR\n");
+        return 1;
+    }
+    char path[1024], err[256];
+    model_env env;
+    snprintf(path, sizeof path, "%s/stories260K.bin", argv[1]);
+    fg_status st = fg_llama_load_file(path, &env.model, err, sizeof err);
+    EXPECT(st == FG_OK, "load %s: %s (the model comes from ../shared/models/, see its README)", path, err);
+    if (st)
+        return test_finish();
+    snprintf(path, sizeof path, "%s/tok512.bin", argv[1]);
+    st = fg_tokenizer_load_file(path, env.model.config.vocab_size, &env.tok, err, sizeof err);
+    EXPECT(st == FG_OK, "tokenizer %s: %s", path, err);
+    if (st)
+        return test_finish();
+    const fg_llama_config *c = &env.model.config;
+    EXPECT(c->dim == 64 && c->n_layers == 5 && c->n_heads == 8 && c->n_kv_heads == 4 && c->vocab_size == 512 &&
+               c->seq_len == 512 && c->shared_classifier,
+           "stories260K header");
+
+    /* tokenizer */
+    EXPECT(fg_tokenizer_encode(&env.tok, "Once upon a time", 1, env.prompt, 8, &env.n_prompt) == FG_OK, "encode");
+    const int32_t want[] = {1, 403, 407, 261, 378};
+    EXPECT(env.n_prompt == 5 && memcmp(env.prompt, want, sizeof want) == 0, "\"Once upon a time\" -> %d tokens",
+           (int)env.n_prompt);
+
+    /* llama2.c's 64 steps = the 5-token prompt and 60 generated tokens */
+    static char text[8192], text_ref[8192];
+    int32_t tokens[600], tokens_ref[600];
+    const char *backends[] = {"ref", "cpu"};
+    const fg_dtype dtypes[] = {FG_DTYPE_F32, FG_DTYPE_F16, FG_DTYPE_BF16};
+    for (int b = 0; b < 2; b++)
+        for (int d = 0; d < 3; d++)
+            if (greedy(&env, backends[b], dtypes[d], "full", 60, text, sizeof text, tokens, NULL))
+                EXPECT(strcmp(text, k_reference) == 0, "%s dtype %d: full cache text differs:\n%s", backends[b], d,
+                       text);
+
+    /* FastGen: cpu == ref, and less memory than the full cache */
+    fg_memory_stats mem;
+    if (greedy(&env, "ref", FG_DTYPE_F32, "fastgen", 200, text_ref, sizeof text_ref, tokens_ref, NULL) &&
+        greedy(&env, "cpu", FG_DTYPE_F32, "fastgen", 200, text, sizeof text, tokens, &mem)) {
+        EXPECT(strcmp(text, text_ref) == 0, "fastgen text differs between cpu and ref");
+        EXPECT(mem.kv_bytes_held < mem.kv_bytes_full, "FastGen holds %zu of %zu bytes", mem.kv_bytes_held,
+               mem.kv_bytes_full);
+        printf("FastGen after 200 tokens: %zu of %zu KV bytes held\n", mem.kv_bytes_held, mem.kv_bytes_full);
+    }
+
+    /* a batch of two policies == each alone */
+    fg_runner_params rp = {"cpu", FG_DTYPE_F32, 2, 0, 0};
+    fg_runner *r = NULL;
+    EXPECT(fg_runner_create(&env.model, &env.tok, &rp, &r, err, sizeof err) == FG_OK, "runner: %s", err);
+    fg_compression_params cp[2];
+    fg_compression_params_preset("full", &cp[0]);
+    fg_compression_params_preset("h2o", &cp[1]);
+    const int32_t V = c->vocab_size;
+    float *lb = malloc(2 * (size_t)V * sizeof(float)), *la = malloc((size_t)V * sizeof(float));
+    int32_t seqs[2];
+    const int32_t *forced = tokens_ref + env.n_prompt; /* teacher-forced continuation */
+    for (int i = 0; i < 2; i++)
+        EXPECT_OK(fg_runner_context(r), fg_runner_prefill(r, &cp[i], env.prompt, env.n_prompt, &seqs[i], NULL));
+    for (int32_t step = 0; step < 40; step++) {
+        int32_t toks[2] = {forced[step], forced[step]};
+        EXPECT_OK(fg_runner_context(r), fg_runner_decode(r, 2, seqs, toks, lb));
+    }
+    for (int i = 0; i < 2; i++)
+        fg_runner_release(r, seqs[i]);
+    double worst = 0.0;
+    for (int i = 0; i < 2; i++) {
+        int32_t s1 = -1;
+        EXPECT_OK(fg_runner_context(r), fg_runner_prefill(r, &cp[i], env.prompt, env.n_prompt, &s1, NULL));
+        for (int32_t step = 0; step < 40; step++)
+            EXPECT_OK(fg_runner_context(r), fg_runner_decode(r, 1, &s1, &forced[step], la));
+        fg_runner_release(r, s1);
+        for (int32_t v = 0; v < V; v++)
+            worst = fmax(worst, fabs((double)lb[i * V + v] - la[v]));
+    }
+    EXPECT(worst < 1e-3, "batched and single decoding differ by %.3g in the logits", worst);
+
+    /* a prompt longer than the context */
+    int32_t *longp = malloc((size_t)(c->seq_len + 1) * sizeof *longp);
+    for (int32_t i = 0; i <= c->seq_len; i++)
+        longp[i] = i ? 300 : 1;
+    int32_t s = -1;
+    EXPECT(fg_runner_prefill(r, NULL, longp, c->seq_len + 1, &s, NULL) == FG_ERR_CAPACITY, "prompt past the context");
+    free(longp);
+    free(lb);
+    free(la);
+    fg_runner_destroy(&r);
+    fg_tokenizer_free(&env.tok);
+    fg_llama_free(&env.model);
+    return test_finish();
+}

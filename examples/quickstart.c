@@ -3,6 +3,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+static float noise(void) { return (float)rand() / (float)RAND_MAX - 0.5f; }
+
 int main(void) {
     enum { VOCAB = 100, LAYERS = 1, HQ = 8, HKV = 2, D = 64, N = 256 };
 
@@ -35,10 +37,10 @@ int main(void) {
     for (int i = 0; i < N; i++)
         prompt[i] = i == 0 ? 1 : (i % 7 == 0 ? 2 : 3 + rand() % 90);
     for (int i = 0; i < N * HQ * D; i++)
-        q[i] = (float)rand() / RAND_MAX - 0.5f;
+        q[i] = noise();
     for (int i = 0; i < N * HKV * D; i++) {
-        k[i] = (float)rand() / RAND_MAX - 0.5f;
-        v[i] = (float)rand() / RAND_MAX - 0.5f;
+        k[i] = noise();
+        v[i] = noise();
     }
     int32_t seq;
     fg_status st = fg_seq_create(ctx, NULL, prompt, N, &seq);

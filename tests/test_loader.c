@@ -124,10 +124,10 @@ static void test_tokenizer(void) {
         snprintf(bytes[b], sizeof bytes[b], "<0x%02X>", b);
         pieces[3 + b] = bytes[b];
     }
-    const char *merges[] = {" ", "a", "b", "ab", " ab", "c", " c", "."};
-    for (int i = 0; i < 8; i++)
+    const char *merges[] = {" ", "a", "b", "ab", " ab", "c", " c", ".", "<0x-1>", "<0x 1>"};
+    for (int i = 0; i < 10; i++)
         pieces[259 + i] = merges[i];
-    const int32_t V = 267;
+    const int32_t V = 269;
     size_t size;
     unsigned char *buf = tokfile(pieces, V, &size);
     fg_tokenizer t;
@@ -145,6 +145,8 @@ static void test_tokenizer(void) {
                tok[2] == 3 + 0xc3 && tok[3] == 3 + 0xa9,
            "byte fallback (%d tokens)", (int)n);
     EXPECT(strcmp(fg_tokenizer_decode(&t, 0, 3 + 'z'), "z") == 0, "byte piece decodes to its byte");
+    EXPECT(strcmp(fg_tokenizer_decode(&t, 0, 267), "<0x-1>") == 0 && strcmp(fg_tokenizer_decode(&t, 0, 268), "<0x 1>") == 0,
+           "only two hex digits make a byte piece (a sign once read out of bounds)");
     EXPECT(fg_tokenizer_decode(&t, 0, V + 3)[0] == '\0' && fg_tokenizer_decode(&t, 0, -1)[0] == '\0',
            "out-of-range ids decode to nothing");
     EXPECT(fg_tokenizer_encode(&t, "abcabcabc", 1, tok, 3, &n) == FG_ERR_CAPACITY && n > 3, "capacity");

@@ -19,6 +19,16 @@ static fg_status failf(char *err, size_t n, fg_status st, const char *fmt, ...) 
     return st;
 }
 
+static int hex_digit(char c) {
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    return -1;
+}
+
 static int by_piece(const void *a, const void *b) {
     return strcmp(((const fg_tokenizer_entry *)a)->piece, ((const fg_tokenizer_entry *)b)->piece);
 }
@@ -184,9 +194,11 @@ const char *fg_tokenizer_decode(const fg_tokenizer *t, int32_t prev, int32_t tok
     const char *piece = t->pieces[token];
     if (prev == FG_TOKEN_BOS && piece[0] == ' ')
         piece++;
-    unsigned byte;
-    char close;
-    if (strlen(piece) == 6 && sscanf(piece, "<0x%02X%c", &byte, &close) == 2 && close == '>')
-        return t->byte_pieces[byte];
+    /* "<0xNN>" with exactly two hex digits (no sign, no space) is its byte */
+    if (strlen(piece) == 6 && !strncmp(piece, "<0x", 3) && piece[5] == '>') {
+        int hi = hex_digit(piece[3]), lo = hex_digit(piece[4]);
+        if (hi >= 0 && lo >= 0)
+            return t->byte_pieces[hi * 16 + lo];
+    }
     return piece;
 }

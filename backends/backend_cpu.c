@@ -1,7 +1,10 @@
-/* The `cpu` backend: host memory, ops parallelised with OpenMP over heads.
- * Until the SIMD kernels land, each task runs the per-head reference kernel,
- * so results are bit-identical to `ref`. */
+/* The `cpu` backend: host memory, OpenMP + SIMD kernels (kernels_cpu.h). Ops
+ * without an optimised kernel yet run the per-head reference kernel in
+ * parallel over heads. */
+#include <stdlib.h>
+
 #include "backends/backend_host.h"
+#include "kernels_cpu/kernels_cpu.h"
 #include "kernels_cpu/kernels_ref.h"
 
 #ifdef _OPENMP
@@ -45,24 +48,11 @@ static fg_status cpu_compact(fg_backend *be, const fg_page_layout *layout, const
     return FG_OK;
 }
 
-static fg_status cpu_decode_step(fg_backend *be, const fg_page_layout *layout, const fg_shape *shape,
-                                 int32_t n_heads, const fg_decode_head *heads) {
-    int32_t bad = -1;
-#ifdef _OPENMP
-#pragma omp parallel for schedule(dynamic, 1) num_threads(FG_OMP_THREADS(be))
-#endif
-    for (int32_t i = 0; i < n_heads; i++) {
-        if (fg_ref_decode_step_head(layout, shape, &heads[i]) != FG_OK) {
-#ifdef _OPENMP
-#pragma omp atomic write
-#endif
-            bad = i;
-        }
-    }
-    if (bad >= 0)
-        return be->err(be->err_sink, FG_ERR_INTERNAL,
-                       "decode_step: head %d ended with a slot count the host did not expect", bad);
-    return FG_OK;
+static void cpu_destroy(fg_backend *be) {
+    fg_cpu_state *st = be->impl;
+    if (st)
+        free(st->ws);
+    free(st);
 }
 
 static const fg_backend_ops k_cpu_ops = {
@@ -72,12 +62,17 @@ static const fg_backend_ops k_cpu_ops = {
     .prefill_attention = cpu_prefill_attention,
     .profile_stats = cpu_profile_stats,
     .compact = cpu_compact,
-    .decode_step = cpu_decode_step,
+    .decode_step = fg_cpu_decode_step,
     .read_slots = fg_ref_read_slots,
-    .destroy = NULL,
+    .destroy = cpu_destroy,
 };
 
 fg_status fg_backend_cpu_init(fg_backend *be) {
+    fg_cpu_state *st = calloc(1, sizeof *st);
+    if (!st)
+        return be->err(be->err_sink, FG_ERR_OUT_OF_MEMORY, "cpu backend: out of memory");
+    st->isa = fg_cpu_isa_detect();
+    be->impl = st;
     be->ops = &k_cpu_ops;
     return FG_OK;
 }

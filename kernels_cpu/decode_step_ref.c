@@ -32,49 +32,13 @@ static int32_t remove_slot(const fg_page_layout *L, void *const *pages, int32_t 
     return n - 1;
 }
 
-fg_status fg_ref_decode_step_head(const fg_page_layout *L, const fg_shape *shape, const fg_decode_head *hd) {
-    const int32_t G = shape->n_q_heads / shape->n_kv_heads, d = shape->head_dim;
-    const float scale = 1.0f / sqrtf((float)d);
+/* Steps 3-4 of one head, after attention and the score update: `new_score`
+ * is the pooled attention the new token gave itself. Shared by every host
+ * backend, so the bookkeeping of §2.5 exists once. */
+fg_status fg_ref_decode_finish_head(const fg_page_layout *L, const fg_decode_head *hd, float new_score) {
     const int track = (hd->components & FG_KEEP_FREQUENT) && !(hd->components & FG_KEEP_FULL);
     void *const *pages = hd->pages;
     int32_t n = hd->n_slots;
-
-    /* 1-2. attention and score update, one query head at a time */
-    float new_score = 0.0f;
-    for (int32_t h = 0; h < G; h++) {
-        const float *q = hd->q + (size_t)h * d;
-        float *o = hd->out + (size_t)h * d;
-        const float s_new = dot_f32(q, hd->k, d) * scale;
-        float m = s_new;
-        for (int32_t s = 0; s < n; s++) {
-            float x = dot_row(q, fg_slot_k(L, fg_slot(L, pages, s)), L->dtype, d) * scale;
-            if (x > m)
-                m = x;
-        }
-        const float p_new = expf(s_new - m);
-        float sum = p_new;
-        for (int32_t c = 0; c < d; c++)
-            o[c] = p_new * hd->v[c];
-        for (int32_t s = 0; s < n; s++) {
-            fg_slot_ref r = fg_slot(L, pages, s);
-            float p = expf(dot_row(q, fg_slot_k(L, r), L->dtype, d) * scale - m);
-            sum += p;
-            const void *vr = fg_slot_v(L, r);
-            for (int32_t c = 0; c < d; c++)
-                o[c] += p * fg_load_elem(vr, L->dtype, c);
-        }
-        for (int32_t c = 0; c < d; c++)
-            o[c] /= sum;
-        if (track) {
-            const float inv = 1.0f / (sum * (float)G);
-            for (int32_t s = 0; s < n; s++) {
-                fg_slot_ref r = fg_slot(L, pages, s);
-                float p = expf(dot_row(q, fg_slot_k(L, r), L->dtype, d) * scale - m);
-                *fg_slot_score(L, r) += p * inv;
-            }
-            new_score += p_new * inv;
-        }
-    }
 
     /* 3. insert the new token */
     if (hd->insert_flag) {
@@ -124,6 +88,53 @@ fg_status fg_ref_decode_step_head(const fg_page_layout *L, const fg_shape *shape
         }
     }
     return n == hd->n_slots_after ? FG_OK : FG_ERR_INTERNAL;
+}
+
+fg_status fg_ref_decode_step_head(const fg_page_layout *L, const fg_shape *shape, const fg_decode_head *hd) {
+    const int32_t G = shape->n_q_heads / shape->n_kv_heads, d = shape->head_dim;
+    const float scale = 1.0f / sqrtf((float)d);
+    const int track = (hd->components & FG_KEEP_FREQUENT) && !(hd->components & FG_KEEP_FULL);
+    void *const *pages = hd->pages;
+    int32_t n = hd->n_slots;
+
+    /* 1-2. attention and score update, one query head at a time */
+    float new_score = 0.0f;
+    for (int32_t h = 0; h < G; h++) {
+        const float *q = hd->q + (size_t)h * d;
+        float *o = hd->out + (size_t)h * d;
+        const float s_new = dot_f32(q, hd->k, d) * scale;
+        float m = s_new;
+        for (int32_t s = 0; s < n; s++) {
+            float x = dot_row(q, fg_slot_k(L, fg_slot(L, pages, s)), L->dtype, d) * scale;
+            if (x > m)
+                m = x;
+        }
+        const float p_new = expf(s_new - m);
+        float sum = p_new;
+        for (int32_t c = 0; c < d; c++)
+            o[c] = p_new * hd->v[c];
+        for (int32_t s = 0; s < n; s++) {
+            fg_slot_ref r = fg_slot(L, pages, s);
+            float p = expf(dot_row(q, fg_slot_k(L, r), L->dtype, d) * scale - m);
+            sum += p;
+            const void *vr = fg_slot_v(L, r);
+            for (int32_t c = 0; c < d; c++)
+                o[c] += p * fg_load_elem(vr, L->dtype, c);
+        }
+        for (int32_t c = 0; c < d; c++)
+            o[c] /= sum;
+        if (track) {
+            const float inv = 1.0f / (sum * (float)G);
+            for (int32_t s = 0; s < n; s++) {
+                fg_slot_ref r = fg_slot(L, pages, s);
+                float p = expf(dot_row(q, fg_slot_k(L, r), L->dtype, d) * scale - m);
+                *fg_slot_score(L, r) += p * inv;
+            }
+            new_score += p_new * inv;
+        }
+    }
+
+    return fg_ref_decode_finish_head(L, hd, new_score);
 }
 
 fg_status fg_ref_decode_step(fg_backend *be, const fg_page_layout *layout, const fg_shape *shape, int32_t n_heads,

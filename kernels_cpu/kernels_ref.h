@@ -26,5 +26,8 @@ void fg_ref_compact_head(const fg_page_layout *layout, const fg_shape *shape, co
                          const fg_compact_head *head);
 /* Returns FG_ERR_INTERNAL when the slot count disagrees with the host mirror. */
 fg_status fg_ref_decode_step_head(const fg_page_layout *layout, const fg_shape *shape, const fg_decode_head *head);
+/* Steps 3-4 of §2.5 (insert, window, frequent budget) once attention and the
+ * score update are done; new_score: the new token's pooled self-attention. */
+fg_status fg_ref_decode_finish_head(const fg_page_layout *layout, const fg_decode_head *head, float new_score);
 
 #endif /* FG_KERNELS_REF_H */

@@ -1,0 +1,384 @@
+/*
+ * The `cpu` decode step (DESIGN §2.5), built for memory bandwidth:
+ *   1. work items are (head, chunk of FG_CPU_CHUNK slots): heads keep from 3
+ *      to 30k rows, so long heads are split and threads stay balanced. Each
+ *      item reads its K and V rows once for all G query heads of the group
+ *      and leaves a partial softmax state (max, sum, output) per query head,
+ *      plus the raw scores when the head tracks frequent scores;
+ *   2. per head: the partial states and the new token merge into the output,
+ *      the scores grow by the pooled attention (from the raw scores, not a
+ *      second pass over K), then insertion and eviction run as in `ref`.
+ * Chunking does not depend on the thread count, so results do not either.
+ * The workspace lives in the backend and only grows: a step in steady state
+ * allocates nothing.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels_cpu/kernels_cpu.h"
+#include "kernels_cpu/kernels_ref.h"
+#include "kernels_cpu/page.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define FG_X86 1
+#endif
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+/* ------------------------------------------------------------------ ISA variants */
+
+/* generic: 8 lanes in a struct, plain C */
+typedef struct vec8 {
+    float v[8];
+} vec8;
+static inline vec8 g_zero(void) { return (vec8){{0}}; }
+static inline vec8 g_set1(float x) { return (vec8){{x, x, x, x, x, x, x, x}}; }
+static inline vec8 g_load(const float *p) {
+    vec8 r;
+    memcpy(r.v, p, sizeof r.v);
+    return r;
+}
+static inline void g_store(float *p, vec8 a) { memcpy(p, a.v, sizeof a.v); }
+static inline vec8 g_fma(vec8 a, vec8 b, vec8 c) {
+    for (int i = 0; i < 8; i++)
+        c.v[i] += a.v[i] * b.v[i];
+    return c;
+}
+static inline vec8 g_mul(vec8 a, vec8 b) {
+    for (int i = 0; i < 8; i++)
+        a.v[i] *= b.v[i];
+    return a;
+}
+static inline float g_hsum(vec8 a) {
+    return ((a.v[0] + a.v[4]) + (a.v[1] + a.v[5])) + ((a.v[2] + a.v[6]) + (a.v[3] + a.v[7]));
+}
+static inline vec8 g_load_f16(const uint16_t *p) {
+    vec8 r;
+    for (int i = 0; i < 8; i++)
+        r.v[i] = fg_f16_to_f32(p[i]);
+    return r;
+}
+static inline vec8 g_load_bf16(const uint16_t *p) {
+    vec8 r;
+    for (int i = 0; i < 8; i++)
+        r.v[i] = fg_bf16_to_f32(p[i]);
+    return r;
+}
+
+#define ISA(name) name##_generic
+#define FG_TARGET
+#define VW 8
+#define vec vec8
+#define VZERO() g_zero()
+#define VSET1(x) g_set1(x)
+#define VLOAD(p) g_load(p)
+#define VSTORE(p, v) g_store(p, v)
+#define VFMA(a, b, c) g_fma(a, b, c)
+#define VMUL(a, b) g_mul(a, b)
+#define VHSUM(v) g_hsum(v)
+#define VLOAD_F16(p) g_load_f16(p)
+#define VLOAD_BF16(p) g_load_bf16(p)
+#include "kernels_cpu/attend_chunk.inc"
+#undef ISA
+#undef FG_TARGET
+#undef VW
+#undef vec
+#undef VZERO
+#undef VSET1
+#undef VLOAD
+#undef VSTORE
+#undef VFMA
+#undef VMUL
+#undef VHSUM
+#undef VLOAD_F16
+#undef VLOAD_BF16
+
+#ifdef FG_X86
+/* AVX2 + FMA + F16C */
+#define FG_TARGET __attribute__((target("avx2,fma,f16c")))
+FG_TARGET static inline float hsum256(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+#define ISA(name) name##_avx2
+#define VW 8
+#define vec __m256
+#define VZERO() _mm256_setzero_ps()
+#define VSET1(x) _mm256_set1_ps(x)
+#define VLOAD(p) _mm256_loadu_ps(p)
+#define VSTORE(p, v) _mm256_storeu_ps(p, v)
+#define VFMA(a, b, c) _mm256_fmadd_ps(a, b, c)
+#define VMUL(a, b) _mm256_mul_ps(a, b)
+#define VHSUM(v) hsum256(v)
+#define VLOAD_F16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(p)))
+#define VLOAD_BF16(p)                                                                                                  \
+    _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)(p))), 16))
+#include "kernels_cpu/attend_chunk.inc"
+#undef ISA
+#undef FG_TARGET
+#undef VW
+#undef vec
+#undef VZERO
+#undef VSET1
+#undef VLOAD
+#undef VSTORE
+#undef VFMA
+#undef VMUL
+#undef VHSUM
+#undef VLOAD_F16
+#undef VLOAD_BF16
+
+/* AVX-512 (F, BW for the 16-bit widening) */
+#define FG_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
+#define ISA(name) name##_avx512
+#define VW 16
+#define vec __m512
+#define VZERO() _mm512_setzero_ps()
+#define VSET1(x) _mm512_set1_ps(x)
+#define VLOAD(p) _mm512_loadu_ps(p)
+#define VSTORE(p, v) _mm512_storeu_ps(p, v)
+#define VFMA(a, b, c) _mm512_fmadd_ps(a, b, c)
+#define VMUL(a, b) _mm512_mul_ps(a, b)
+#define VHSUM(v) _mm512_reduce_add_ps(v)
+#define VLOAD_F16(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(p)))
+#define VLOAD_BF16(p)                                                                                                  \
+    _mm512_castsi512_ps(                                                                                               \
+        _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(p))), 16))
+#include "kernels_cpu/attend_chunk.inc"
+#undef ISA
+#undef FG_TARGET
+#undef VW
+#undef vec
+#undef VZERO
+#undef VSET1
+#undef VLOAD
+#undef VSTORE
+#undef VFMA
+#undef VMUL
+#undef VHSUM
+#undef VLOAD_F16
+#undef VLOAD_BF16
+#endif /* FG_X86 */
+
+/* ------------------------------------------------------------------ dispatch */
+
+static int isa_lanes(fg_cpu_isa isa) { return isa == FG_ISA_AVX512 ? 16 : 8; }
+
+static fg_attend_chunk_fn *isa_kernel(fg_cpu_isa isa) {
+#ifdef FG_X86
+    if (isa == FG_ISA_AVX512)
+        return attend_chunk_avx512;
+    if (isa == FG_ISA_AVX2)
+        return attend_chunk_avx2;
+#endif
+    (void)isa;
+    return attend_chunk_generic;
+}
+
+fg_cpu_isa fg_cpu_isa_detect(void) {
+    fg_cpu_isa best = FG_ISA_GENERIC;
+#ifdef FG_X86
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        best = FG_ISA_AVX2;
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+        best = FG_ISA_AVX512;
+#endif
+    /* FG_CPU_ISA=generic|avx2|avx512 asks for less (never more than the CPU has) */
+    const char *want = getenv("FG_CPU_ISA");
+    if (want && !strcmp(want, "generic"))
+        return FG_ISA_GENERIC;
+    if (want && !strcmp(want, "avx2") && best >= FG_ISA_AVX2)
+        return FG_ISA_AVX2;
+    return best;
+}
+
+const char *fg_cpu_isa_name(fg_cpu_isa isa) {
+    return isa == FG_ISA_AVX512 ? "avx512" : isa == FG_ISA_AVX2 ? "avx2" : "generic";
+}
+
+/* ------------------------------------------------------------------ the step */
+
+typedef struct head_plan {
+    int32_t first_item, n_items; /* work items of the head */
+    size_t raw;                  /* offset of its raw scores, or SIZE_MAX */
+    int fast;                    /* 0: the reference kernel handles the head */
+} head_plan;
+
+/* Grows the workspace to `bytes` (64-byte aligned); contents are not kept. */
+static fg_status workspace(fg_backend *be, fg_cpu_state *st, size_t bytes) {
+    if (bytes <= st->ws_bytes)
+        return FG_OK;
+    free(st->ws);
+    st->ws = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    st->ws_bytes = st->ws ? bytes : 0;
+    if (!st->ws)
+        return be->err(be->err_sink, FG_ERR_OUT_OF_MEMORY, "cpu decode: workspace of %zu bytes", bytes);
+    return FG_OK;
+}
+
+static size_t up64(size_t x) { return (x + 63) / 64 * 64; }
+
+fg_status fg_cpu_decode_step(fg_backend *be, const fg_page_layout *layout, const fg_shape *shape, int32_t n_heads,
+                             const fg_decode_head *heads) {
+    fg_cpu_state *st = be->impl;
+    const int32_t G = shape->n_q_heads / shape->n_kv_heads, d = shape->head_dim;
+    const float scale = 1.0f / sqrtf((float)d);
+    const int fast_ok = d % isa_lanes(st->isa) == 0 && G <= FG_MAX_GROUP;
+#ifdef _OPENMP
+    const int threads = be->n_threads > 0 ? be->n_threads : omp_get_max_threads();
+#else
+    const int threads = 1;
+#endif
+
+    /* plan: work items and workspace offsets (host arithmetic only) */
+    int32_t n_items = 0;
+    size_t raw_floats = 0;
+    for (int32_t i = 0; i < n_heads; i++) {
+        const fg_decode_head *hd = &heads[i];
+        const int track = (hd->components & FG_KEEP_FREQUENT) && !(hd->components & FG_KEEP_FULL);
+        n_items += fast_ok ? (hd->n_slots + FG_CPU_CHUNK - 1) / FG_CPU_CHUNK : 0;
+        raw_floats += fast_ok && track ? (size_t)G * hd->n_slots : 0;
+    }
+    const size_t off_plan = 0;
+    const size_t off_item = off_plan + up64((size_t)n_heads * sizeof(head_plan));
+    const size_t off_q = off_item + up64((size_t)n_items * sizeof(fg_attend_chunk));
+    const size_t off_state = off_q + up64((size_t)n_heads * G * d * sizeof(float));
+    const size_t off_raw = off_state + up64((size_t)n_items * G * (d + 2) * sizeof(float));
+    const size_t off_buf = off_raw + up64(raw_floats * sizeof(float));
+    const size_t per_thread = up64((size_t)(1 + 16) * d * sizeof(float));
+    fg_status s = workspace(be, st, off_buf + (size_t)threads * per_thread);
+    if (s)
+        return s;
+    unsigned char *ws = st->ws;
+    head_plan *plan = (head_plan *)(void *)(ws + off_plan);
+    fg_attend_chunk *items = (fg_attend_chunk *)(void *)(ws + off_item);
+    float *qs = (float *)(void *)(ws + off_q), *state = (float *)(void *)(ws + off_state);
+    float *raw = (float *)(void *)(ws + off_raw);
+
+    int32_t item = 0;
+    size_t raw_at = 0;
+    for (int32_t i = 0; i < n_heads; i++) {
+        const fg_decode_head *hd = &heads[i];
+        const int track = (hd->components & FG_KEEP_FREQUENT) && !(hd->components & FG_KEEP_FULL);
+        head_plan *hp = &plan[i];
+        hp->fast = fast_ok;
+        hp->first_item = item;
+        hp->n_items = fast_ok ? (hd->n_slots + FG_CPU_CHUNK - 1) / FG_CPU_CHUNK : 0;
+        hp->raw = fast_ok && track ? raw_at : SIZE_MAX;
+        float *q = qs + (size_t)i * G * d;
+        for (int32_t c = 0; c < G * d; c++)
+            q[c] = hd->q[c] * scale;
+        for (int32_t c = 0; c < hp->n_items; c++, item++) {
+            fg_attend_chunk *a = &items[item];
+            a->layout = layout;
+            a->pages = hd->pages;
+            a->begin = c * FG_CPU_CHUNK;
+            a->end = a->begin + FG_CPU_CHUNK < hd->n_slots ? a->begin + FG_CPU_CHUNK : hd->n_slots;
+            a->G = G;
+            a->d = d;
+            a->q = q;
+            a->m = state + (size_t)item * G * (d + 2);
+            a->l = a->m + G;
+            a->acc = a->l + G;
+            a->raw = hp->raw != SIZE_MAX ? raw + hp->raw + a->begin : NULL;
+            a->raw_stride = (size_t)hd->n_slots;
+        }
+        if (hp->raw != SIZE_MAX)
+            raw_at += (size_t)G * hd->n_slots;
+    }
+
+    /* 1. partial attention of every chunk */
+    fg_attend_chunk_fn *attend = isa_kernel(st->isa);
+    unsigned char *bufs = ws + off_buf;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+#endif
+    for (int32_t it = 0; it < n_items; it++) {
+#ifdef _OPENMP
+        float *kbuf = (float *)(void *)(bufs + (size_t)omp_get_thread_num() * per_thread);
+#else
+        float *kbuf = (float *)(void *)bufs;
+#endif
+        fg_attend_chunk a = items[it];
+        a.kbuf = kbuf;
+        a.vbuf = kbuf + d;
+        attend(&a);
+    }
+
+    /* 2. per head: merge, score update, insert and evict */
+    int32_t bad = -1;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+#endif
+    for (int32_t i = 0; i < n_heads; i++) {
+        const fg_decode_head *hd = &heads[i];
+        const head_plan *hp = &plan[i];
+        fg_status hs;
+        if (!hp->fast) {
+            hs = fg_ref_decode_step_head(layout, shape, hd);
+        } else {
+            const float *q = qs + (size_t)i * G * d;
+            float M[FG_MAX_GROUP], Linv[FG_MAX_GROUP], new_score = 0.0f;
+            for (int32_t h = 0; h < G; h++) {
+                const float *qh = q + (size_t)h * d;
+                float s_new = 0.0f;
+                for (int32_t c = 0; c < d; c++)
+                    s_new += qh[c] * hd->k[c];
+                float m = s_new;
+                for (int32_t c = 0; c < hp->n_items; c++)
+                    m = fmaxf(m, items[hp->first_item + c].m[h]);
+                const float p_new = expf(s_new - m);
+                float l = p_new, *o = hd->out + (size_t)h * d;
+                for (int32_t x = 0; x < d; x++)
+                    o[x] = p_new * hd->v[x];
+                for (int32_t c = 0; c < hp->n_items; c++) {
+                    const fg_attend_chunk *a = &items[hp->first_item + c];
+                    const float w = expf(a->m[h] - m);
+                    l += a->l[h] * w;
+                    const float *acc = a->acc + (size_t)h * d;
+                    for (int32_t x = 0; x < d; x++)
+                        o[x] += w * acc[x];
+                }
+                const float inv = 1.0f / l;
+                for (int32_t x = 0; x < d; x++)
+                    o[x] *= inv;
+                M[h] = m;
+                Linv[h] = inv / (float)G;
+                new_score += p_new * Linv[h];
+            }
+            if (hp->raw != SIZE_MAX) {
+                const float *r = raw + hp->raw;
+                const int32_t n = hd->n_slots, P = layout->page_tokens;
+                for (int32_t s0 = 0; s0 < n; s0 += P) {
+                    float *score = (float *)(void *)((unsigned char *)hd->pages[s0 / P] + layout->score_offset);
+                    const int32_t rows = n - s0 < P ? n - s0 : P;
+                    for (int32_t j = 0; j < rows; j++) {
+                        float gained = 0.0f;
+                        for (int32_t h = 0; h < G; h++)
+                            gained += expf(r[(size_t)h * n + s0 + j] - M[h]) * Linv[h];
+                        score[j] += gained;
+                    }
+                }
+            }
+            hs = fg_ref_decode_finish_head(layout, hd, new_score);
+        }
+        if (hs != FG_OK) {
+#ifdef _OPENMP
+#pragma omp atomic write
+#endif
+            bad = i;
+        }
+    }
+    if (bad >= 0)
+        return be->err(be->err_sink, FG_ERR_INTERNAL,
+                       "decode_step: head %d ended with a slot count the host did not expect", bad);
+    return FG_OK;
+}

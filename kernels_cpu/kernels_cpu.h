@@ -1,0 +1,49 @@
+/*
+ * The optimised CPU kernels (OpenMP + SIMD). The reference kernels in
+ * kernels_ref.h are their oracle; the `cpu` backend (backends/backend_cpu.c)
+ * puts them in its table.
+ */
+#ifndef FG_KERNELS_CPU_H
+#define FG_KERNELS_CPU_H
+
+#include "backends/backend.h"
+
+typedef enum fg_cpu_isa { FG_ISA_GENERIC = 0, FG_ISA_AVX2 = 1, FG_ISA_AVX512 = 2 } fg_cpu_isa;
+
+/* The best ISA this CPU runs (FG_CPU_ISA=generic|avx2 in the environment asks for less). */
+fg_cpu_isa fg_cpu_isa_detect(void);
+const char *fg_cpu_isa_name(fg_cpu_isa isa);
+
+/* State of the `cpu` backend (be->impl). */
+typedef struct fg_cpu_state {
+    fg_cpu_isa isa;
+    void *ws;        /* decode workspace, grown on demand, 64-byte aligned */
+    size_t ws_bytes;
+} fg_cpu_state;
+
+#define FG_CPU_CHUNK 512 /* slots per decode work item */
+#define FG_MAX_GROUP 64  /* query heads per KV head on the SIMD path */
+
+/* One decode work item: G query heads over slots [begin, end) of a head. */
+typedef struct fg_attend_chunk {
+    const fg_page_layout *layout;
+    void *const *pages;
+    int32_t begin, end;
+    int32_t G, d;
+    const float *q;    /* [G][d] already scaled by 1/sqrt(d) */
+    float *m, *l;      /* [G] partial max and sum */
+    float *acc;        /* [G][d] partial output (unnormalised) */
+    float *raw;        /* raw[h * raw_stride + (s - begin)] = score of slot s, or NULL */
+    size_t raw_stride;
+    float *kbuf;       /* [d] thread scratch */
+    float *vbuf;       /* [16][d] thread scratch */
+} fg_attend_chunk;
+
+typedef void fg_attend_chunk_fn(const fg_attend_chunk *a);
+
+fg_decode_step_fn fg_cpu_decode_step;
+fg_prefill_attention_fn fg_cpu_prefill_attention;
+fg_profile_stats_fn fg_cpu_profile_stats;
+fg_compact_fn fg_cpu_compact;
+
+#endif /* FG_KERNELS_CPU_H */

@@ -31,6 +31,15 @@
 
 /* ------------------------------------------------------------------ ISA variants */
 
+#define CAT3_(a, b, c) a##_##b##_##c
+#define CAT3(a, b, c) CAT3_(a, b, c)
+#define FN(name) CAT3(name, DTN, ISAN)
+
+/* One instantiation of the template per cache dtype, for the current ISA. */
+#define ROW_F32(p, c) VLOAD((const float *)(const void *)(p) + (c))
+#define ROW_F16(p, c) VLOAD_F16((const uint16_t *)(const void *)(p) + (c))
+#define ROW_BF16(p, c) VLOAD_BF16((const uint16_t *)(const void *)(p) + (c))
+
 /* generic: 8 lanes in a struct, plain C */
 typedef struct vec8 {
     float v[8];
@@ -53,6 +62,16 @@ static inline vec8 g_mul(vec8 a, vec8 b) {
         a.v[i] *= b.v[i];
     return a;
 }
+static inline vec8 g_sub(vec8 a, vec8 b) {
+    for (int i = 0; i < 8; i++)
+        a.v[i] -= b.v[i];
+    return a;
+}
+static inline vec8 g_exp(vec8 a) {
+    for (int i = 0; i < 8; i++)
+        a.v[i] = expf(a.v[i]);
+    return a;
+}
 static inline float g_hsum(vec8 a) {
     return ((a.v[0] + a.v[4]) + (a.v[1] + a.v[5])) + ((a.v[2] + a.v[6]) + (a.v[3] + a.v[7]));
 }
@@ -69,7 +88,7 @@ static inline vec8 g_load_bf16(const uint16_t *p) {
     return r;
 }
 
-#define ISA(name) name##_generic
+#define ISAN generic
 #define FG_TARGET
 #define VW 8
 #define vec vec8
@@ -79,26 +98,16 @@ static inline vec8 g_load_bf16(const uint16_t *p) {
 #define VSTORE(p, v) g_store(p, v)
 #define VFMA(a, b, c) g_fma(a, b, c)
 #define VMUL(a, b) g_mul(a, b)
+#define VSUB(a, b) g_sub(a, b)
+#define VEXP(v) g_exp(v)
 #define VHSUM(v) g_hsum(v)
 #define VLOAD_F16(p) g_load_f16(p)
 #define VLOAD_BF16(p) g_load_bf16(p)
-#include "kernels_cpu/attend_chunk.inc"
-#undef ISA
-#undef FG_TARGET
-#undef VW
-#undef vec
-#undef VZERO
-#undef VSET1
-#undef VLOAD
-#undef VSTORE
-#undef VFMA
-#undef VMUL
-#undef VHSUM
-#undef VLOAD_F16
-#undef VLOAD_BF16
+#include "kernels_cpu/attend_chunk_dtypes.inc"
 
 #ifdef FG_X86
 /* AVX2 + FMA + F16C */
+#define ISAN avx2
 #define FG_TARGET __attribute__((target("avx2,fma,f16c")))
 FG_TARGET static inline float hsum256(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -106,7 +115,23 @@ FG_TARGET static inline float hsum256(__m256 v) {
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
 }
-#define ISA(name) name##_avx2
+/* e^x for x <= 0 (Cephes expf: range reduction by ln 2, degree-6 polynomial) */
+FG_TARGET static inline __m256 exp256(__m256 x) {
+    x = _mm256_max_ps(x, _mm256_set1_ps(-87.33654f));
+    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    x = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    x = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), x);
+    __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507e-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073e-3f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894e-2f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
+    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
+    y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+    return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
 #define VW 8
 #define vec __m256
 #define VZERO() _mm256_setzero_ps()
@@ -115,28 +140,33 @@ FG_TARGET static inline float hsum256(__m256 v) {
 #define VSTORE(p, v) _mm256_storeu_ps(p, v)
 #define VFMA(a, b, c) _mm256_fmadd_ps(a, b, c)
 #define VMUL(a, b) _mm256_mul_ps(a, b)
+#define VSUB(a, b) _mm256_sub_ps(a, b)
+#define VEXP(v) exp256(v)
 #define VHSUM(v) hsum256(v)
 #define VLOAD_F16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(p)))
 #define VLOAD_BF16(p)                                                                                                  \
     _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)(p))), 16))
-#include "kernels_cpu/attend_chunk.inc"
-#undef ISA
-#undef FG_TARGET
-#undef VW
-#undef vec
-#undef VZERO
-#undef VSET1
-#undef VLOAD
-#undef VSTORE
-#undef VFMA
-#undef VMUL
-#undef VHSUM
-#undef VLOAD_F16
-#undef VLOAD_BF16
+#include "kernels_cpu/attend_chunk_dtypes.inc"
 
-/* AVX-512 (F, BW for the 16-bit widening) */
+/* AVX-512 (F, BW for the 16-bit widening, DQ, VL) */
+#define ISAN avx512
 #define FG_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
-#define ISA(name) name##_avx512
+FG_TARGET static inline __m512 exp512(__m512 x) {
+    x = _mm512_max_ps(x, _mm512_set1_ps(-87.33654f));
+    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    x = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    x = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), x);
+    __m512 y = _mm512_set1_ps(1.9875691500e-4f);
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.3981999507e-3f));
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(8.3334519073e-3f));
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(4.1665795894e-2f));
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.6666665459e-1f));
+    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(5.0000001201e-1f));
+    y = _mm512_fmadd_ps(y, _mm512_mul_ps(x, x), _mm512_add_ps(x, _mm512_set1_ps(1.0f)));
+    __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+    return _mm512_mul_ps(y, _mm512_castsi512_ps(e));
+}
 #define VW 16
 #define vec __m512
 #define VZERO() _mm512_setzero_ps()
@@ -145,40 +175,33 @@ FG_TARGET static inline float hsum256(__m256 v) {
 #define VSTORE(p, v) _mm512_storeu_ps(p, v)
 #define VFMA(a, b, c) _mm512_fmadd_ps(a, b, c)
 #define VMUL(a, b) _mm512_mul_ps(a, b)
+#define VSUB(a, b) _mm512_sub_ps(a, b)
+#define VEXP(v) exp512(v)
 #define VHSUM(v) _mm512_reduce_add_ps(v)
 #define VLOAD_F16(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(p)))
 #define VLOAD_BF16(p)                                                                                                  \
     _mm512_castsi512_ps(                                                                                               \
         _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(p))), 16))
-#include "kernels_cpu/attend_chunk.inc"
-#undef ISA
-#undef FG_TARGET
-#undef VW
-#undef vec
-#undef VZERO
-#undef VSET1
-#undef VLOAD
-#undef VSTORE
-#undef VFMA
-#undef VMUL
-#undef VHSUM
-#undef VLOAD_F16
-#undef VLOAD_BF16
+#include "kernels_cpu/attend_chunk_dtypes.inc"
 #endif /* FG_X86 */
 
 /* ------------------------------------------------------------------ dispatch */
 
 static int isa_lanes(fg_cpu_isa isa) { return isa == FG_ISA_AVX512 ? 16 : 8; }
 
-static fg_attend_chunk_fn *isa_kernel(fg_cpu_isa isa) {
+static fg_attend_chunk_fn *isa_kernel(fg_cpu_isa isa, fg_dtype dtype) {
+#define PICK(isan)                                                                                                     \
+    return dtype == FG_DTYPE_F16 ? attend_chunk_f16_##isan : dtype == FG_DTYPE_BF16 ? attend_chunk_bf16_##isan         \
+                                                                                    : attend_chunk_f32_##isan
 #ifdef FG_X86
     if (isa == FG_ISA_AVX512)
-        return attend_chunk_avx512;
+        PICK(avx512);
     if (isa == FG_ISA_AVX2)
-        return attend_chunk_avx2;
+        PICK(avx2);
 #endif
     (void)isa;
-    return attend_chunk_generic;
+    PICK(generic);
+#undef PICK
 }
 
 fg_cpu_isa fg_cpu_isa_detect(void) {
@@ -253,8 +276,7 @@ fg_status fg_cpu_decode_step(fg_backend *be, const fg_page_layout *layout, const
     const size_t off_state = off_q + up64((size_t)n_heads * G * d * sizeof(float));
     const size_t off_raw = off_state + up64((size_t)n_items * G * (d + 2) * sizeof(float));
     const size_t off_buf = off_raw + up64(raw_floats * sizeof(float));
-    const size_t per_thread = up64((size_t)(1 + 16) * d * sizeof(float));
-    fg_status s = workspace(be, st, off_buf + (size_t)threads * per_thread);
+    fg_status s = workspace(be, st, off_buf);
     if (s)
         return s;
     unsigned char *ws = st->ws;
@@ -296,22 +318,12 @@ fg_status fg_cpu_decode_step(fg_backend *be, const fg_page_layout *layout, const
     }
 
     /* 1. partial attention of every chunk */
-    fg_attend_chunk_fn *attend = isa_kernel(st->isa);
-    unsigned char *bufs = ws + off_buf;
+    fg_attend_chunk_fn *attend = isa_kernel(st->isa, layout->dtype);
 #ifdef _OPENMP
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
 #endif
-    for (int32_t it = 0; it < n_items; it++) {
-#ifdef _OPENMP
-        float *kbuf = (float *)(void *)(bufs + (size_t)omp_get_thread_num() * per_thread);
-#else
-        float *kbuf = (float *)(void *)bufs;
-#endif
-        fg_attend_chunk a = items[it];
-        a.kbuf = kbuf;
-        a.vbuf = kbuf + d;
-        attend(&a);
-    }
+    for (int32_t it = 0; it < n_items; it++)
+        attend(&items[it]);
 
     /* 2. per head: merge, score update, insert and evict */
     int32_t bad = -1;
@@ -355,15 +367,22 @@ fg_status fg_cpu_decode_step(fg_backend *be, const fg_page_layout *layout, const
                 new_score += p_new * Linv[h];
             }
             if (hp->raw != SIZE_MAX) {
+                /* pooled attention of slot s: sum_h raw[h][s] e^(m_c - M) / (L G), one factor per chunk */
+                for (int32_t c = 0; c < hp->n_items; c++) {
+                    fg_attend_chunk *a = &items[hp->first_item + c];
+                    for (int32_t h = 0; h < G; h++)
+                        a->m[h] = expf(a->m[h] - M[h]) * Linv[h]; /* m is not needed any more */
+                }
                 const float *r = raw + hp->raw;
                 const int32_t n = hd->n_slots, P = layout->page_tokens;
                 for (int32_t s0 = 0; s0 < n; s0 += P) {
                     float *score = (float *)(void *)((unsigned char *)hd->pages[s0 / P] + layout->score_offset);
                     const int32_t rows = n - s0 < P ? n - s0 : P;
                     for (int32_t j = 0; j < rows; j++) {
+                        const float *f = items[hp->first_item + (s0 + j) / FG_CPU_CHUNK].m;
                         float gained = 0.0f;
                         for (int32_t h = 0; h < G; h++)
-                            gained += expf(r[(size_t)h * n + s0 + j] - M[h]) * Linv[h];
+                            gained += r[(size_t)h * n + s0 + j] * f[h];
                         score[j] += gained;
                     }
                 }

@@ -33,10 +33,8 @@ typedef struct fg_attend_chunk {
     const float *q;    /* [G][d] already scaled by 1/sqrt(d) */
     float *m, *l;      /* [G] partial max and sum */
     float *acc;        /* [G][d] partial output (unnormalised) */
-    float *raw;        /* raw[h * raw_stride + (s - begin)] = score of slot s, or NULL */
+    float *raw;        /* raw[h * raw_stride + (s - begin)] = e^(score - m[h]) of slot s, or NULL */
     size_t raw_stride;
-    float *kbuf;       /* [d] thread scratch */
-    float *vbuf;       /* [16][d] thread scratch */
 } fg_attend_chunk;
 
 typedef void fg_attend_chunk_fn(const fg_attend_chunk *a);

@@ -1,0 +1,256 @@
+/*
+ * bench_decode: the decode step against this machine's streaming read
+ * bandwidth, measured first in the same process.
+ *
+ * Shapes: Llama-2-7B (32 q = 32 KV heads, d = 128) and Llama-3-8B (32 q / 8 KV).
+ * Contexts 1k, 4k, 16k; batch 1 and 8; f16 and f32 caches. Per group, the
+ * full cache (every head full) runs interleaved with a FastGen-like mix (per
+ * layer: special-only, +punct, +frequent, +local and full heads) and uniform
+ * keep ratios of 50/25/10 %. Each case rotates over enough layer copies to
+ * touch >= 4x the last-level cache (cold), and runs the real `cpu` decode
+ * step (attention, score update, window and budget checks; the cache is kept
+ * stationary: nothing is inserted or evicted). Bytes = kept rows x 2 x d x
+ * dtype size. Last line:
+ *   decode summary: bw_fraction=F efficiency=E
+ * over the FastGen-mix cases at >= 4k context (medians).
+ * Options: --csv (CSV table), --quick (contexts 1k and 4k, batch 1 only),
+ *          --backend NAME (default cpu).
+ */
+#include <math.h>
+#include <stdarg.h>
+
+#include "backends/backend.h"
+#include "bench_util.h"
+#include "kernels_cpu/dtype.h"
+
+enum { T_SPECIAL, T_PUNCT, T_FREQ, T_LOCAL, T_FULL, N_TYPES };
+static const uint32_t k_type_comp[N_TYPES] = {
+    FG_KEEP_SPECIAL,
+    FG_KEEP_SPECIAL | FG_KEEP_PUNCT,
+    FG_KEEP_SPECIAL | FG_KEEP_PUNCT | FG_KEEP_FREQUENT,
+    FG_KEEP_SPECIAL | FG_KEEP_PUNCT | FG_KEEP_FREQUENT | FG_KEEP_LOCAL,
+    FG_KEEP_FULL,
+};
+/* rows kept at length t: sinks and specials ~1%, punctuation ~12%, r = 0.3 */
+static int32_t type_rows(int type, int32_t t) {
+    static const double frac[N_TYPES] = {0.01, 0.12, 0.42, 0.72, 1.0};
+    int32_t n = (int32_t)ceil(frac[type] * t);
+    return n < 4 ? 4 : n > t ? t : n;
+}
+/* The paper's figure, per layer, cheapest first: about 20% special, 20%
+ * +punct, 20% +frequent, 25% +local, 15% full. */
+static int head_type(int g, int Hkv) {
+    double x = (g + 0.5) / Hkv;
+    return x < 0.20 ? T_SPECIAL : x < 0.40 ? T_PUNCT : x < 0.60 ? T_FREQ : x < 0.85 ? T_LOCAL : T_FULL;
+}
+
+typedef struct model_shape {
+    const char *name;
+    int32_t Hq, Hkv, d;
+} model_shape;
+
+enum { MIX_FULL, MIX_FASTGEN, MIX_50, MIX_25, MIX_10, N_MIX };
+static const char *const k_mix_name[N_MIX] = {"full", "fastgen-mix", "keep-50%", "keep-25%", "keep-10%"};
+
+#define REPS 21
+
+typedef struct bench_case {
+    int mix;
+    int32_t R;               /* layer copies rotated over */
+    int32_t n_heads;         /* batch x Hkv */
+    unsigned char *mem;      /* every page of every copy */
+    void **page_ptrs;
+    fg_decode_head *heads;   /* [R][n_heads] */
+    size_t bytes;            /* K/V bytes one step reads */
+    double t[REPS];
+} bench_case;
+
+static fg_status bench_err(void *sink, fg_status st, const char *fmt, ...) {
+    (void)sink;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    return st;
+}
+
+static int32_t case_rows(int mix, int g, int32_t Hkv, int32_t t) {
+    switch (mix) {
+    case MIX_FULL: return t;
+    case MIX_FASTGEN: return type_rows(head_type(g, Hkv), t);
+    case MIX_50: return t / 2;
+    case MIX_25: return t / 4;
+    default: return t / 10;
+    }
+}
+
+static int case_type(int mix, int g, int32_t Hkv) {
+    return mix == MIX_FULL ? T_FULL : mix == MIX_FASTGEN ? head_type(g, Hkv) : T_LOCAL;
+}
+
+static int build_case(bench_case *c, int mix, const model_shape *m, int32_t t, int32_t B, fg_dtype dtype,
+                      const fg_page_layout *L, const float *q, const float *k, const float *v, float *out,
+                      const unsigned char *page_template) {
+    const int32_t Hkv = m->Hkv, P = L->page_tokens, G = m->Hq / m->Hkv;
+    memset(c, 0, sizeof *c);
+    c->mix = mix;
+    c->n_heads = B * Hkv;
+    size_t pages_per_copy = 0;
+    for (int32_t g = 0; g < Hkv; g++) {
+        int32_t rows = case_rows(mix, g, Hkv, t);
+        c->bytes += (size_t)B * rows * 2 * m->d * fg_dtype_size(dtype);
+        pages_per_copy += (size_t)B * ((rows + P) / P); /* room for one more row */
+    }
+    const size_t copy_bytes = pages_per_copy * L->page_bytes, target = 4 * bench_llc_bytes();
+    c->R = (int32_t)((target + copy_bytes - 1) / copy_bytes);
+    if (c->R < 1)
+        c->R = 1;
+    c->mem = aligned_alloc(64, copy_bytes * c->R);
+    c->page_ptrs = malloc(pages_per_copy * c->R * sizeof(void *));
+    c->heads = malloc((size_t)c->R * c->n_heads * sizeof *c->heads);
+    if (!c->mem || !c->page_ptrs || !c->heads)
+        return 0;
+    size_t page = 0;
+    for (int32_t r = 0; r < c->R; r++)
+        for (int32_t b = 0; b < B; b++)
+            for (int32_t g = 0; g < Hkv; g++) {
+                const int32_t rows = case_rows(mix, g, Hkv, t), np = (rows + P) / P;
+                const int type = case_type(mix, g, Hkv);
+                void **pp = c->page_ptrs + page;
+                for (int32_t p = 0; p < np; p++, page++) {
+                    pp[p] = c->mem + page * L->page_bytes;
+                    memcpy(pp[p], page_template, L->page_bytes);
+                }
+                const int track = type == T_FREQ || type == T_LOCAL;
+                for (int32_t s = 0; s < rows; s++) {
+                    unsigned char *pg = pp[s / P];
+                    ((int32_t *)(void *)(pg + L->pos_offset))[s % P] = s;
+                    pg[L->flags_offset + s % P] = track ? FG_SLOT_FREQUENT : (uint8_t)k_type_comp[type];
+                }
+                c->heads[(size_t)r * c->n_heads + b * Hkv + g] = (fg_decode_head){
+                    .pages = pp,
+                    .n_slots = rows,
+                    .n_slots_after = rows,
+                    .components = k_type_comp[type],
+                    .score_mode = FG_SCORE_SUM,
+                    .pos = t,
+                    .insert_flag = 0,
+                    .window_start = 0,
+                    .freq_budget = rows,
+                    .q = q + ((size_t)b * m->Hq + (size_t)g * G) * m->d,
+                    .k = k + ((size_t)b * Hkv + g) * m->d,
+                    .v = v + ((size_t)b * Hkv + g) * m->d,
+                    .out = out + ((size_t)b * m->Hq + (size_t)g * G) * m->d,
+                };
+            }
+    return 1;
+}
+
+static void free_case(bench_case *c) {
+    free(c->mem);
+    free(c->page_ptrs);
+    free(c->heads);
+}
+
+int main(int argc, char **argv) {
+    const int csv = bench_has_flag(argc, argv, "--csv"), quick = bench_has_flag(argc, argv, "--quick");
+    const char *backend = "cpu";
+    for (int i = 1; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--backend"))
+            backend = argv[i + 1];
+    fg_backend be = {.err = bench_err};
+    if (fg_backend_open(backend, 0, &be) != FG_OK)
+        return 1;
+
+    const double read_bw = bench_read_bandwidth();
+    printf("# bench_decode: backend %s, %d threads, LLC %zu MiB, streaming read bandwidth %.2f GB/s\n", backend,
+           bench_threads(), bench_llc_bytes() >> 20, read_bw / 1e9);
+    if (csv)
+        printf("model,context,batch,dtype,case,kept_fraction,time_ms,gb_per_s,bw_fraction,ideal_speedup,"
+               "measured_speedup\n");
+    else
+        printf("%-10s %6s %5s %5s %-12s %6s %9s %8s %7s %8s %8s\n", "model", "ctx", "batch", "dtype", "case", "kept",
+               "time ms", "GB/s", "of bw", "ideal x", "meas. x");
+
+    const model_shape models[] = {{"llama2-7b", 32, 32, 128}, {"llama3-8b", 32, 8, 128}};
+    const int32_t contexts[] = {1024, 4096, 16384};
+    const int32_t batches[] = {1, 8};
+    const fg_dtype dtypes[] = {FG_DTYPE_F16, FG_DTYPE_F32};
+    double fracs[64], effs[64];
+    int n_summary = 0;
+    for (size_t mi = 0; mi < 2; mi++)
+        for (size_t ci = 0; ci < (quick ? 2 : 3); ci++)
+            for (size_t bi = 0; bi < (quick ? 1 : 2); bi++)
+                for (size_t di = 0; di < 2; di++) {
+                    const model_shape *m = &models[mi];
+                    const int32_t t = contexts[ci], B = batches[bi];
+                    const fg_dtype dt = dtypes[di];
+                    const fg_page_layout L = fg_page_layout_make(16, m->d, dt);
+                    const size_t qn = (size_t)B * m->Hq * m->d, kn = (size_t)B * m->Hkv * m->d;
+                    float *q = malloc(qn * sizeof *q), *k = malloc(kn * sizeof *k), *v = malloc(kn * sizeof *v);
+                    float *out = malloc(qn * sizeof *out);
+                    unsigned char *tmpl = aligned_alloc(64, L.page_bytes);
+                    float row[1024];
+                    for (size_t i = 0; i < qn; i++)
+                        q[i] = (float)((i * 7919) % 1000) / 1000.0f - 0.5f;
+                    for (size_t i = 0; i < kn; i++)
+                        k[i] = v[i] = (float)((i * 104729) % 1000) / 1000.0f - 0.5f;
+                    memset(tmpl, 0, L.page_bytes);
+                    for (int32_t r = 0; r < 16; r++) {
+                        for (int32_t c = 0; c < m->d; c++)
+                            row[c] = (float)(((r * 131 + c) * 2654435761u) % 2000) / 1000.0f - 1.0f;
+                        fg_store_row(tmpl + L.k_offset + (size_t)r * m->d * fg_dtype_size(dt), dt, row, m->d);
+                        fg_store_row(tmpl + L.v_offset + (size_t)r * m->d * fg_dtype_size(dt), dt, row, m->d);
+                    }
+                    bench_case cases[N_MIX];
+                    int ok = 1;
+                    for (int x = 0; x < N_MIX; x++)
+                        ok &= build_case(&cases[x], x, m, t, B, dt, &L, q, k, v, out, tmpl);
+                    if (!ok) {
+                        fprintf(stderr, "bench_decode: out of memory\n");
+                        return 1;
+                    }
+                    /* warm-up, then the cases interleaved rep by rep */
+                    for (int x = 0; x < N_MIX; x++)
+                        be.ops->decode_step(&be, &L, &(fg_shape){m->Hq, m->Hkv, m->d}, cases[x].n_heads,
+                                            cases[x].heads);
+                    for (int rep = 0; rep < REPS; rep++)
+                        for (int x = 0; x < N_MIX; x++) {
+                            bench_case *c = &cases[x];
+                            const fg_decode_head *h = c->heads + (size_t)(rep % c->R) * c->n_heads;
+                            double t0 = bench_now();
+                            be.ops->decode_step(&be, &L, &(fg_shape){m->Hq, m->Hkv, m->d}, c->n_heads, h);
+                            c->t[rep] = bench_now() - t0;
+                        }
+                    const double t_full = bench_median(cases[MIX_FULL].t, REPS);
+                    for (int x = 0; x < N_MIX; x++) {
+                        bench_case *c = &cases[x];
+                        const double tm = bench_median(c->t, REPS), gbs = (double)c->bytes / tm;
+                        const double ideal = (double)cases[MIX_FULL].bytes / (double)c->bytes;
+                        const double meas = t_full / tm, kept = 1.0 / ideal;
+                        const char *dn = dt == FG_DTYPE_F16 ? "f16" : "f32";
+                        if (csv)
+                            printf("%s,%d,%d,%s,%s,%.4f,%.4f,%.3f,%.4f,%.3f,%.3f\n", m->name, (int)t, (int)B, dn,
+                                   k_mix_name[x], kept, 1e3 * tm, gbs / 1e9, gbs / read_bw, ideal, meas);
+                        else
+                            printf("%-10s %6d %5d %5s %-12s %5.1f%% %9.3f %8.2f %6.1f%% %8.2f %8.2f\n", m->name,
+                                   (int)t, (int)B, dn, k_mix_name[x], 100 * kept, 1e3 * tm, gbs / 1e9,
+                                   100 * gbs / read_bw, ideal, meas);
+                        if (x == MIX_FASTGEN && t >= 4096 && n_summary < 64) {
+                            fracs[n_summary] = gbs / read_bw;
+                            effs[n_summary++] = meas / ideal;
+                        }
+                        free_case(c);
+                    }
+                    free(q);
+                    free(k);
+                    free(v);
+                    free(out);
+                    free(tmpl);
+                }
+    fg_backend_close(&be);
+    printf("decode summary: bw_fraction=%.3f efficiency=%.3f\n", bench_median(fracs, n_summary),
+           bench_median(effs, n_summary));
+    return 0;
+}

@@ -67,46 +67,87 @@ static inline size_t bench_llc_bytes(void) {
     return best ? best : (size_t)32 << 20;
 }
 
-/* Streaming read bandwidth (bytes/s) over a buffer of >= 4x the LLC, all
- * threads, median of 9 passes. */
-static inline double bench_read_bandwidth(void) {
-    size_t bytes = 8 * bench_llc_bytes();
-    if (bytes < ((size_t)256 << 20))
-        bytes = (size_t)256 << 20;
-    const size_t n = bytes / sizeof(float);
-    float *buf = aligned_alloc(64, n * sizeof(float));
-    if (!buf)
-        return 0.0;
+#if defined(__x86_64__)
+#include <immintrin.h>
+/* Sum of n floats (n a multiple of 64) with 8 independent AVX2 accumulators. */
+__attribute__((target("avx2"))) static inline float bench_sum_avx2(const float *p, size_t n) {
+    __m256 a[8];
+    for (int k = 0; k < 8; k++)
+        a[k] = _mm256_setzero_ps();
+    for (size_t i = 0; i < n; i += 64)
+        for (int k = 0; k < 8; k++)
+            a[k] = _mm256_add_ps(a[k], _mm256_load_ps(p + i + 8 * k));
+    for (int k = 1; k < 8; k++)
+        a[0] = _mm256_add_ps(a[0], a[k]);
+    float out[8];
+    _mm256_storeu_ps(out, a[0]);
+    return out[0] + out[1] + out[2] + out[3] + out[4] + out[5] + out[6] + out[7];
+}
+#endif
+
+static inline float bench_sum(const float *p, size_t n) {
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("avx2"))
+        return bench_sum_avx2(p, n);
+#endif
+    float acc[16] = {0};
+    for (size_t i = 0; i < n; i += 16)
+        for (int k = 0; k < 16; k++)
+            acc[k] += p[i + k];
+    float s = 0.0f;
+    for (int k = 0; k < 16; k++)
+        s += acc[k];
+    return s;
+}
+
+/* One streaming read of n floats (a multiple of 64 per thread's share), all
+ * threads, each over its contiguous part: the bandwidth probe. */
+static inline float bench_stream_read(const float *buf, size_t n) {
+    float total = 0.0f;
+    const int T = bench_threads();
+    const size_t per = n / 64 / (size_t)T * 64;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) reduction(+ : total) num_threads(T)
+#endif
+    for (int t = 0; t < T; t++)
+        total += bench_sum(buf + (size_t)t * per, per);
+    return total;
+}
+
+/* A buffer of >= 4x the LLC (at least 128 MiB) for bench_stream_read. */
+static inline float *bench_stream_buffer(size_t *n_floats) {
+    size_t bytes = 4 * bench_llc_bytes();
+    if (bytes < ((size_t)128 << 20))
+        bytes = (size_t)128 << 20;
+    *n_floats = bytes / sizeof(float);
+    float *buf = aligned_alloc(64, bytes);
+    if (buf) {
 #ifdef _OPENMP
 #pragma omp parallel for schedule(static)
 #endif
-    for (size_t i = 0; i < n; i++)
-        buf[i] = (float)(i & 1023);
+        for (size_t i = 0; i < *n_floats; i++)
+            buf[i] = (float)(i & 1023);
+    }
+    return buf;
+}
+
+/* Streaming read bandwidth (bytes/s), all threads, median of 9 passes. */
+static inline double bench_read_bandwidth(void) {
+    size_t n;
+    float *buf = bench_stream_buffer(&n);
+    if (!buf)
+        return 0.0;
     double t[9];
     volatile float sink = 0.0f;
+    const size_t read = n / 64 / (size_t)bench_threads() * 64 * (size_t)bench_threads();
     for (int r = 0; r < 9; r++) {
         double t0 = bench_now();
-        float total = 0.0f;
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) reduction(+ : total)
-#endif
-        for (size_t b = 0; b < n / 64; b++) {
-            float acc[16] = {0};
-            const float *p = buf + b * 64;
-            for (int u = 0; u < 64; u += 16)
-                for (int k = 0; k < 16; k++)
-                    acc[k] += p[u + k];
-            float s = 0.0f;
-            for (int k = 0; k < 16; k++)
-                s += acc[k];
-            total += s;
-        }
+        sink += bench_stream_read(buf, n);
         t[r] = bench_now() - t0;
-        sink += total;
     }
     (void)sink;
     free(buf);
-    return (double)bytes / bench_median(t, 9);
+    return (double)(read * sizeof(float)) / bench_median(t, 9);
 }
 
 /* Copy bandwidth (bytes read + written per second), all threads. */

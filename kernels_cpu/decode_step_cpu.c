@@ -62,6 +62,11 @@ static inline vec8 g_mul(vec8 a, vec8 b) {
         a.v[i] *= b.v[i];
     return a;
 }
+static inline vec8 g_add(vec8 a, vec8 b) {
+    for (int i = 0; i < 8; i++)
+        a.v[i] += b.v[i];
+    return a;
+}
 static inline vec8 g_sub(vec8 a, vec8 b) {
     for (int i = 0; i < 8; i++)
         a.v[i] -= b.v[i];
@@ -99,6 +104,7 @@ static inline vec8 g_load_bf16(const uint16_t *p) {
 #define VFMA(a, b, c) g_fma(a, b, c)
 #define VMUL(a, b) g_mul(a, b)
 #define VSUB(a, b) g_sub(a, b)
+#define VADD(a, b) g_add(a, b)
 #define VEXP(v) g_exp(v)
 #define VHSUM(v) g_hsum(v)
 #define VLOAD_F16(p) g_load_f16(p)
@@ -141,6 +147,7 @@ FG_TARGET static inline __m256 exp256(__m256 x) {
 #define VFMA(a, b, c) _mm256_fmadd_ps(a, b, c)
 #define VMUL(a, b) _mm256_mul_ps(a, b)
 #define VSUB(a, b) _mm256_sub_ps(a, b)
+#define VADD(a, b) _mm256_add_ps(a, b)
 #define VEXP(v) exp256(v)
 #define VHSUM(v) hsum256(v)
 #define VLOAD_F16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(p)))
@@ -176,6 +183,7 @@ FG_TARGET static inline __m512 exp512(__m512 x) {
 #define VFMA(a, b, c) _mm512_fmadd_ps(a, b, c)
 #define VMUL(a, b) _mm512_mul_ps(a, b)
 #define VSUB(a, b) _mm512_sub_ps(a, b)
+#define VADD(a, b) _mm512_add_ps(a, b)
 #define VEXP(v) exp512(v)
 #define VHSUM(v) _mm512_reduce_add_ps(v)
 #define VLOAD_F16(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(p)))
@@ -276,7 +284,9 @@ fg_status fg_cpu_decode_step(fg_backend *be, const fg_page_layout *layout, const
     const size_t off_state = off_q + up64((size_t)n_heads * G * d * sizeof(float));
     const size_t off_raw = off_state + up64((size_t)n_items * G * (d + 2) * sizeof(float));
     const size_t off_buf = off_raw + up64(raw_floats * sizeof(float));
-    fg_status s = workspace(be, st, off_buf);
+    /* kbuf and vbuf 64 bytes off a 4 KiB multiple apart: no 4K aliasing between them */
+    const size_t per_thread = up64(((size_t)2 * 16 * d + 16) * sizeof(float)) + 64;
+    fg_status s = workspace(be, st, off_buf + (size_t)threads * per_thread);
     if (s)
         return s;
     unsigned char *ws = st->ws;
@@ -319,11 +329,20 @@ fg_status fg_cpu_decode_step(fg_backend *be, const fg_page_layout *layout, const
 
     /* 1. partial attention of every chunk */
     fg_attend_chunk_fn *attend = isa_kernel(st->isa, layout->dtype);
+    unsigned char *bufs = ws + off_buf;
 #ifdef _OPENMP
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
 #endif
-    for (int32_t it = 0; it < n_items; it++)
+    for (int32_t it = 0; it < n_items; it++) {
+#ifdef _OPENMP
+        float *buf = (float *)(void *)(bufs + (size_t)omp_get_thread_num() * per_thread);
+#else
+        float *buf = (float *)(void *)bufs;
+#endif
+        items[it].kbuf = buf;
+        items[it].vbuf = buf + (size_t)16 * d + 16;
         attend(&items[it]);
+    }
 
     /* 2. per head: merge, score update, insert and evict */
     int32_t bad = -1;
@@ -375,15 +394,19 @@ fg_status fg_cpu_decode_step(fg_backend *be, const fg_page_layout *layout, const
                 }
                 const float *r = raw + hp->raw;
                 const int32_t n = hd->n_slots, P = layout->page_tokens;
-                for (int32_t s0 = 0; s0 < n; s0 += P) {
-                    float *score = (float *)(void *)((unsigned char *)hd->pages[s0 / P] + layout->score_offset);
-                    const int32_t rows = n - s0 < P ? n - s0 : P;
-                    for (int32_t j = 0; j < rows; j++) {
-                        const float *f = items[hp->first_item + (s0 + j) / FG_CPU_CHUNK].m;
-                        float gained = 0.0f;
-                        for (int32_t h = 0; h < G; h++)
-                            gained += r[(size_t)h * n + s0 + j] * f[h];
-                        score[j] += gained;
+                for (int32_t c = 0; c < hp->n_items; c++) {
+                    const fg_attend_chunk *a = &items[hp->first_item + c];
+                    const float *f = a->m;
+                    for (int32_t s0 = a->begin; s0 < a->end;) {
+                        float *score = (float *)(void *)((unsigned char *)hd->pages[s0 / P] + layout->score_offset);
+                        const int32_t j0 = s0 % P, rows = a->end - s0 < P - j0 ? a->end - s0 : P - j0;
+                        for (int32_t j = 0; j < rows; j++) {
+                            float gained = 0.0f;
+                            for (int32_t h = 0; h < G; h++)
+                                gained += r[(size_t)h * n + s0 + j] * f[h];
+                            score[j0 + j] += gained;
+                        }
+                        s0 += rows;
                     }
                 }
             }

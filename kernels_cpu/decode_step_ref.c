@@ -46,19 +46,23 @@ fg_status fg_ref_decode_finish_head(const fg_page_layout *L, const fg_decode_hea
         n++;
     }
 
-    /* 4a. rows leaving the window */
+    /* 4a. rows leaving the window (metadata walked page by page) */
+    const int32_t P = L->page_tokens;
     if (hd->components & FG_KEEP_LOCAL) {
-        for (int32_t s = 0; s < n;) {
-            fg_slot_ref r = fg_slot(L, pages, s);
-            if (*fg_slot_flags(L, r) == FG_SLOT_LOCAL && *fg_slot_pos(L, r) < hd->window_start) {
+        for (int32_t s0 = 0; s0 < n; s0 += P) {
+            unsigned char *page = pages[s0 / P];
+            uint8_t *flags = page + L->flags_offset;
+            const int32_t *pos = (const int32_t *)(const void *)(page + L->pos_offset);
+            for (int32_t j = 0; j < P && s0 + j < n; j++) {
+                if (flags[j] != FG_SLOT_LOCAL || pos[j] >= hd->window_start)
+                    continue;
                 if (hd->components & FG_KEEP_FREQUENT) {
-                    *fg_slot_flags(L, r) = FG_SLOT_FREQUENT;
+                    flags[j] = FG_SLOT_FREQUENT;
                 } else {
-                    n = remove_slot(L, pages, s, n);
-                    continue; /* slot s now holds what was the last one */
+                    n = remove_slot(L, pages, s0 + j, n); /* the last slot moves into j */
+                    j--;
                 }
             }
-            s++;
         }
     }
 
@@ -66,21 +70,28 @@ fg_status fg_ref_decode_finish_head(const fg_page_layout *L, const fg_decode_hea
     if (track) {
         const int32_t t = hd->pos + 1;
         int32_t n_freq = 0;
-        for (int32_t s = 0; s < n; s++)
-            n_freq += *fg_slot_flags(L, fg_slot(L, pages, s)) == FG_SLOT_FREQUENT;
+        for (int32_t s0 = 0; s0 < n; s0 += P) {
+            const uint8_t *flags = (const uint8_t *)pages[s0 / P] + L->flags_offset;
+            for (int32_t j = 0; j < P && s0 + j < n; j++)
+                n_freq += flags[j] == FG_SLOT_FREQUENT;
+        }
         while (n_freq > hd->freq_budget) {
             int32_t worst = -1, worst_pos = 0;
             float worst_rank = 0.0f;
-            for (int32_t s = 0; s < n; s++) {
-                fg_slot_ref r = fg_slot(L, pages, s);
-                if (*fg_slot_flags(L, r) != FG_SLOT_FREQUENT)
-                    continue;
-                int32_t p = *fg_slot_pos(L, r);
-                float rank = fg_rank_score(hd->score_mode, *fg_slot_score(L, r), p, t);
-                if (worst < 0 || fg_ranks_below(rank, p, worst_rank, worst_pos)) {
-                    worst = s;
-                    worst_rank = rank;
-                    worst_pos = p;
+            for (int32_t s0 = 0; s0 < n; s0 += P) {
+                const unsigned char *page = pages[s0 / P];
+                const uint8_t *flags = page + L->flags_offset;
+                const int32_t *pos = (const int32_t *)(const void *)(page + L->pos_offset);
+                const float *score = (const float *)(const void *)(page + L->score_offset);
+                for (int32_t j = 0; j < P && s0 + j < n; j++) {
+                    if (flags[j] != FG_SLOT_FREQUENT)
+                        continue;
+                    float rank = fg_rank_score(hd->score_mode, score[j], pos[j], t);
+                    if (worst < 0 || fg_ranks_below(rank, pos[j], worst_rank, worst_pos)) {
+                        worst = s0 + j;
+                        worst_rank = rank;
+                        worst_pos = pos[j];
+                    }
                 }
             }
             n = remove_slot(L, pages, worst, n);

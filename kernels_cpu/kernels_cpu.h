@@ -35,6 +35,7 @@ typedef struct fg_attend_chunk {
     float *acc;        /* [G][d] partial output (unnormalised) */
     float *raw;        /* raw[h * raw_stride + (s - begin)] = e^(score - m[h]) of slot s, or NULL */
     size_t raw_stride;
+    float *kbuf, *vbuf; /* [16][d] each: the thread's scratch for converted rows */
 } fg_attend_chunk;
 
 typedef void fg_attend_chunk_fn(const fg_attend_chunk *a);

@@ -36,7 +36,7 @@ static const char *k_demo_help =
     "  --layers N      layers (default 2)\n"
     "  --heads Q/KV    query / KV heads (default 32/8, Llama-3-8B)\n"
     "  --dim D         head dimension (default 128)\n"
-    "  --prompt N      prompt tokens (default 1024)\n"
+    "  --prompt N      prompt tokens (default 2048)\n"
     "  --steps N       decode steps (default 256)\n"
     "  --batch N       sequences decoded together (default 1)\n"
     "  -T X            recovery threshold (default 0.95)\n"
@@ -46,7 +46,7 @@ static const char *k_demo_help =
     "  --synthetic     use the synthetic workload even when a model is found\n";
 
 static int demo_parse(int argc, char **argv, demo_opts *o) {
-    *o = (demo_opts){2, 32, 8, 128, 1024, 256, 1, 0.95f, "cpu", FG_DTYPE_F16, 1};
+    *o = (demo_opts){2, 32, 8, 128, 2048, 256, 1, 0.95f, "cpu", FG_DTYPE_F16, 1};
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {

@@ -1,0 +1,91 @@
+/* Compaction on the CPU: a streaming gather of the kept prompt rows into
+ * pages, parallel over heads; 16-bit caches convert 8 values at a time (F16C
+ * for fp16, integer rounding for bf16), bit-identical to the scalar path. */
+#include <string.h>
+
+#include "kernels_cpu/kernels_cpu.h"
+#include "kernels_cpu/page.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+/* fp32 -> fp16, round to nearest even (F16C); NaN stays NaN */
+__attribute__((target("avx2,f16c"))) static void store_f16_avx2(uint16_t *dst, const float *src, int32_t n) {
+    int32_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(void *)(dst + i),
+                         _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    for (; i < n; i++)
+        dst[i] = fg_f32_to_f16(src[i]);
+}
+
+/* fp32 -> bf16: add 0x7fff + the kept lsb, keep the high half; NaN -> quiet NaN */
+__attribute__((target("avx2"))) static void store_bf16_avx2(uint16_t *dst, const float *src, int32_t n) {
+    int32_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256i x = _mm256_castps_si256(_mm256_loadu_ps(src + i));
+        __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
+        __m256i r = _mm256_srli_epi32(_mm256_add_epi32(x, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
+        __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x7fffffff)),
+                                         _mm256_set1_epi32(0x7f800000));
+        __m256i q = _mm256_or_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(0x40));
+        r = _mm256_blendv_epi8(r, q, nan);
+        /* pack the low 16 bits of 8 lanes */
+        __m256i packed = _mm256_packus_epi32(r, r); /* lanes 0-3 and 4-7 in each 128-bit half */
+        packed = _mm256_permute4x64_epi64(packed, 0x08);
+        _mm_storeu_si128((__m128i *)(void *)(dst + i), _mm256_castsi256_si128(packed));
+    }
+    for (; i < n; i++)
+        dst[i] = fg_f32_to_bf16(src[i]);
+}
+#endif
+
+static void store_row(void *dst, fg_dtype dtype, const float *src, int32_t n, int simd) {
+#if defined(__x86_64__)
+    if (simd && dtype == FG_DTYPE_F16) {
+        store_f16_avx2(dst, src, n);
+        return;
+    }
+    if (simd && dtype == FG_DTYPE_BF16) {
+        store_bf16_avx2(dst, src, n);
+        return;
+    }
+#endif
+    (void)simd;
+    fg_store_row(dst, dtype, src, n);
+}
+
+fg_status fg_cpu_compact(fg_backend *be, const fg_page_layout *L, const fg_shape *shape, int32_t n,
+                         const float *k, /* [n][Hkv][d] */
+                         const float *v, /* [n][Hkv][d] */
+                         int32_t n_heads, const fg_compact_head *heads) {
+    (void)n;
+    const int32_t Hkv = shape->n_kv_heads, d = shape->head_dim, P = L->page_tokens;
+    const size_t row_bytes = (size_t)d * fg_dtype_size(L->dtype);
+    const fg_cpu_state *st = be->impl;
+    const int simd = st->isa >= FG_ISA_AVX2;
+#ifdef _OPENMP
+#pragma omp parallel for schedule(dynamic, 1) num_threads(be->n_threads > 0 ? be->n_threads : omp_get_max_threads())
+#endif
+    for (int32_t i = 0; i < n_heads; i++) {
+        const fg_compact_head *hd = &heads[i];
+        for (int32_t s0 = 0; s0 < hd->n_keep; s0 += P) {
+            unsigned char *page = hd->pages[s0 / P];
+            const int32_t rows = hd->n_keep - s0 < P ? hd->n_keep - s0 : P;
+            for (int32_t j = 0; j < rows; j++) {
+                const int32_t pos = hd->pos[s0 + j];
+                const size_t src = ((size_t)pos * Hkv + hd->kv_head) * d;
+                store_row(page + L->k_offset + (size_t)j * row_bytes, L->dtype, k + src, d, simd);
+                store_row(page + L->v_offset + (size_t)j * row_bytes, L->dtype, v + src, d, simd);
+            }
+            memcpy(page + L->pos_offset, hd->pos + s0, (size_t)rows * sizeof(int32_t));
+            memcpy(page + L->score_offset, hd->score + s0, (size_t)rows * sizeof(float));
+            memcpy(page + L->flags_offset, hd->flags + s0, (size_t)rows);
+        }
+    }
+    return FG_OK;
+}

@@ -1,0 +1,102 @@
+/* The helpers of cpu_math.h. */
+#include "kernels_cpu/cpu_math.h"
+
+#include <math.h>
+
+#ifdef FG_HAVE_BLAS
+#include <cblas.h>
+#endif
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+void fg_sgemm_nt(int32_t M, int32_t N, int32_t K, float alpha, const float *A, int32_t lda, const float *B,
+                 int32_t ldb, float beta, float *C, int32_t ldc) {
+#ifdef FG_HAVE_BLAS
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+#else
+    for (int32_t i = 0; i < M; i++)
+        for (int32_t j = 0; j < N; j++) {
+            float s = 0.0f;
+            for (int32_t k = 0; k < K; k++)
+                s += A[(size_t)i * lda + k] * B[(size_t)j * ldb + k];
+            C[(size_t)i * ldc + j] = alpha * s + (beta != 0.0f ? beta * C[(size_t)i * ldc + j] : 0.0f);
+        }
+#endif
+}
+
+void fg_sgemm_nn(int32_t M, int32_t N, int32_t K, const float *A, int32_t lda, const float *B, int32_t ldb,
+                 float beta, float *C, int32_t ldc) {
+#ifdef FG_HAVE_BLAS
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, M, N, K, 1.0f, A, lda, B, ldb, beta, C, ldc);
+#else
+    for (int32_t i = 0; i < M; i++) {
+        float *c = C + (size_t)i * ldc;
+        for (int32_t j = 0; j < N; j++)
+            c[j] = beta != 0.0f ? beta * c[j] : 0.0f;
+        for (int32_t k = 0; k < K; k++) {
+            const float a = A[(size_t)i * lda + k];
+            const float *b = B + (size_t)k * ldb;
+            for (int32_t j = 0; j < N; j++)
+                c[j] += a * b[j];
+        }
+    }
+#endif
+}
+
+void fg_blas_single_thread(void) {
+#ifdef FG_HAVE_BLAS
+    openblas_set_num_threads(1);
+#endif
+}
+
+#if defined(__x86_64__)
+/* e^x for x <= 0, 8 lanes (Cephes expf reduction and polynomial) */
+__attribute__((target("avx2,fma"))) static float exp_sub_sum_avx2(float *x, int32_t n, float sub) {
+    const __m256 vs = _mm256_set1_ps(sub);
+    __m256 acc = _mm256_setzero_ps();
+    int32_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 v = _mm256_max_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), vs), _mm256_set1_ps(-87.33654f));
+        __m256 k = _mm256_round_ps(_mm256_mul_ps(v, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        v = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), v);
+        v = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4f), v);
+        __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+        y = _mm256_fmadd_ps(y, v, _mm256_set1_ps(1.3981999507e-3f));
+        y = _mm256_fmadd_ps(y, v, _mm256_set1_ps(8.3334519073e-3f));
+        y = _mm256_fmadd_ps(y, v, _mm256_set1_ps(4.1665795894e-2f));
+        y = _mm256_fmadd_ps(y, v, _mm256_set1_ps(1.6666665459e-1f));
+        y = _mm256_fmadd_ps(y, v, _mm256_set1_ps(5.0000001201e-1f));
+        y = _mm256_fmadd_ps(y, _mm256_mul_ps(v, v), _mm256_add_ps(v, _mm256_set1_ps(1.0f)));
+        __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
+        y = _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+        /* -inf inputs (masked keys) give exactly 0 */
+        y = _mm256_and_ps(y, _mm256_cmp_ps(_mm256_loadu_ps(x + i), _mm256_set1_ps(-INFINITY), _CMP_NEQ_OQ));
+        _mm256_storeu_ps(x + i, y);
+        acc = _mm256_add_ps(acc, y);
+    }
+    float lanes[8], s = 0.0f;
+    _mm256_storeu_ps(lanes, acc);
+    for (int k = 0; k < 8; k++)
+        s += lanes[k];
+    for (; i < n; i++) {
+        x[i] = expf(x[i] - sub);
+        s += x[i];
+    }
+    return s;
+}
+#endif
+
+float fg_exp_sub_sum(float *x, int32_t n, float sub) {
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        return exp_sub_sum_avx2(x, n, sub);
+#endif
+    float s = 0.0f;
+    for (int32_t i = 0; i < n; i++) {
+        x[i] = expf(x[i] - sub);
+        s += x[i];
+    }
+    return s;
+}

@@ -1,0 +1,97 @@
+/* Causal prefill attention on tiles (pass 1 of DESIGN §2.3): for each query
+ * head and tile of FG_TQ rows, key tiles of FG_TK columns go through sgemm
+ * (S = Q K^T), an online softmax, and sgemm again (O += P V). Never an n x n
+ * buffer; row max and normaliser come out for profile_stats. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels_cpu/cpu_math.h"
+#include "kernels_cpu/kernels_cpu.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#define FG_TQ 64
+#define FG_TK 256
+
+fg_status fg_cpu_prefill_attention(fg_backend *be, const fg_shape *shape, int32_t n,
+                                   const float *q,      /* [n][Hq][d] */
+                                   const float *k,      /* [n][Hkv][d] */
+                                   const float *v,      /* [n][Hkv][d] */
+                                   float *out,          /* [n][Hq][d] */
+                                   float *row_max,      /* [Hq][n] */
+                                   float *row_sum) {    /* [Hq][n] */
+    const int32_t Hq = shape->n_q_heads, Hkv = shape->n_kv_heads, d = shape->head_dim, G = Hq / Hkv;
+    const int32_t n_tiles = (n + FG_TQ - 1) / FG_TQ;
+    const float scale = 1.0f / sqrtf((float)d);
+#ifdef _OPENMP
+    const int threads = be->n_threads > 0 ? be->n_threads : omp_get_max_threads();
+#else
+    const int threads = 1;
+#endif
+    /* per thread: S [TQ][TK], O [TQ][d] */
+    const size_t per_thread = (size_t)FG_TQ * FG_TK + (size_t)FG_TQ * d;
+    float *ws = malloc((size_t)threads * per_thread * sizeof(float));
+    if (!ws)
+        return be->err(be->err_sink, FG_ERR_OUT_OF_MEMORY, "prefill: workspace of %zu bytes",
+                       (size_t)threads * per_thread * sizeof(float));
+    fg_blas_single_thread();
+#ifdef _OPENMP
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+#endif
+    for (int32_t item = 0; item < Hq * n_tiles; item++) {
+        /* the last tiles have the most keys: start with them */
+        const int32_t h = item % Hq, tile = n_tiles - 1 - item / Hq, g = h / G;
+        const int32_t i0 = tile * FG_TQ, i1 = i0 + FG_TQ < n ? i0 + FG_TQ : n, rows = i1 - i0;
+#ifdef _OPENMP
+        float *S = ws + (size_t)omp_get_thread_num() * per_thread;
+#else
+        float *S = ws;
+#endif
+        float *O = S + (size_t)FG_TQ * FG_TK;
+        float *m = row_max + (size_t)h * n + i0, *l = row_sum + (size_t)h * n + i0;
+        for (int32_t r = 0; r < rows; r++) {
+            m[r] = -INFINITY;
+            l[r] = 0.0f;
+        }
+        memset(O, 0, (size_t)rows * d * sizeof(float));
+        for (int32_t j0 = 0; j0 < i1; j0 += FG_TK) {
+            const int32_t j1 = j0 + FG_TK < i1 ? j0 + FG_TK : i1, cols = j1 - j0;
+            fg_sgemm_nt(rows, cols, d, scale, q + ((size_t)i0 * Hq + h) * d, Hq * d, k + ((size_t)j0 * Hkv + g) * d,
+                        Hkv * d, 0.0f, S, FG_TK);
+            for (int32_t r = 0; r < rows; r++) {
+                float *s = S + (size_t)r * FG_TK;
+                const int32_t last = i0 + r - j0; /* keys past the row are masked */
+                const int32_t valid = last + 1 < cols ? last + 1 : cols;
+                for (int32_t c = valid; c < cols; c++)
+                    s[c] = -INFINITY;
+                if (valid <= 0) { /* no visible key in this tile: p = 0 */
+                    memset(s, 0, (size_t)cols * sizeof(float));
+                    continue;
+                }
+                float bm = s[0];
+                for (int32_t c = 1; c < valid; c++)
+                    bm = s[c] > bm ? s[c] : bm;
+                if (bm > m[r]) {
+                    const float alpha = expf(m[r] - bm);
+                    l[r] *= alpha;
+                    for (int32_t x = 0; x < d; x++)
+                        O[(size_t)r * d + x] *= alpha;
+                    m[r] = bm;
+                }
+                l[r] += fg_exp_sub_sum(s, cols, m[r]);
+            }
+            fg_sgemm_nn(rows, d, cols, S, FG_TK, v + ((size_t)j0 * Hkv + g) * d, Hkv * d, 1.0f, O, d);
+        }
+        for (int32_t r = 0; r < rows; r++) {
+            float *o = out + ((size_t)(i0 + r) * Hq + h) * d;
+            const float inv = 1.0f / l[r];
+            for (int32_t x = 0; x < d; x++)
+                o[x] = O[(size_t)r * d + x] * inv;
+        }
+    }
+    free(ws);
+    return FG_OK;
+}

@@ -1,0 +1,414 @@
+/*
+ * Backend ops against `ref` (suite `backend`), op by op, on the same inputs,
+ * modelled on ggml's test-backend-ops:
+ *   prefill_attention, profile_stats  head dims 64/80/128/256 and odd ones,
+ *                                     G 1/4/8, prompts 1, 2, 3, 17, 255, 4099;
+ *   compact                           pages byte for byte;
+ *   decode_step                       heads of 1 .. 20000 rows in one batch,
+ *                                     mixed policies, several steps, and a
+ *                                     500-step run: outputs NMSE, kept sets
+ *                                     exactly, scores close.
+ * NMSE in double: <= 1e-8 with fp32 caches, <= 5e-4 with fp16/bf16. Guard
+ * regions after every output must stay untouched; NaN/Inf fail. Each
+ * backend runs with 1 and 2 threads, which must agree bit for bit.
+ * Usage: test_backend_ops [backend...]   (default: every backend that probes OK)
+ */
+#include <string.h>
+
+#include "backends/backend.h"
+#include "core/internal.h"
+#include "harness.h"
+#include "kernels_cpu/page.h"
+
+#define GUARD 64
+#define GUARD_VALUE 1234.5f
+
+static fg_status err_sink(void *s, fg_status st, const char *fmt, ...) {
+    (void)s;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    return st;
+}
+
+static float *guarded(size_t n) {
+    if (n > ((size_t)1 << 34)) /* no test asks for this much; keeps the allocator size bounded */
+        n = 0;
+    float *p = malloc((n + GUARD) * sizeof *p);
+    for (size_t i = 0; i < n + GUARD; i++)
+        p[i] = GUARD_VALUE;
+    return p;
+}
+
+static int guard_ok(const float *p, size_t n) {
+    for (size_t i = n; i < n + GUARD; i++)
+        if (p[i] != GUARD_VALUE)
+            return 0;
+    return 1;
+}
+
+static double nmse(const float *a, const float *ref, size_t n) {
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(a[i]) || !isfinite(ref[i]))
+            return INFINITY;
+        num += ((double)a[i] - ref[i]) * ((double)a[i] - ref[i]);
+        den += (double)ref[i] * ref[i];
+    }
+    return den > 0.0 ? num / den : num;
+}
+
+static void fill(float *x, size_t n, float scale) {
+    for (size_t i = 0; i < n; i++)
+        x[i] = scale * rng_gauss();
+}
+
+typedef struct backend_pair {
+    const char *name;
+    fg_backend ref, one, two; /* two: 2 threads */
+} backend_pair;
+
+/* ------------------------------------------------------------------ prefill + profile */
+
+static void check_prompt(backend_pair *bp, int32_t d, int32_t G, int32_t Hkv, int32_t n, int32_t row_begin) {
+    const fg_shape sh = {G * Hkv, Hkv, d};
+    const int32_t Hq = G * Hkv;
+    const size_t nq = (size_t)n * Hq * d, nk = (size_t)n * Hkv * d;
+    float *q = malloc(nq * sizeof *q), *k = malloc(nk * sizeof *k), *v = malloc(nk * sizeof *v);
+    fill(q, nq, 1.0f);
+    fill(k, nk, 1.0f);
+    fill(v, nk, 1.0f);
+    fg_profile_request req = {.n = n, .row_begin = row_begin, .n_windows = 2, .window = {1 + n / 3, 5}};
+    fg_backend *bes[3] = {&bp->ref, &bp->one, &bp->two};
+    float *out[3], *mx[3], *sm[3], *col[3], *cl[3];
+    for (int b = 0; b < 3; b++) {
+        out[b] = guarded(nq);
+        mx[b] = guarded((size_t)Hq * n);
+        sm[b] = guarded((size_t)Hq * n);
+        col[b] = guarded((size_t)Hkv * n);
+        cl[b] = guarded(2 * (size_t)Hkv * n);
+        EXPECT(bes[b]->ops->prefill_attention(bes[b], &sh, n, q, k, v, out[b], mx[b], sm[b]) == FG_OK, "prefill");
+        EXPECT(bes[b]->ops->profile_stats(bes[b], &sh, &req, q, k, mx[b], sm[b], col[b], cl[b]) == FG_OK, "profile");
+    }
+    const double e_out = nmse(out[1], out[0], nq), e_sum = nmse(sm[1], sm[0], (size_t)Hq * n);
+    const double e_col = nmse(col[1], col[0], (size_t)Hkv * n), e_cl = nmse(cl[1], cl[0], 2 * (size_t)Hkv * n);
+    EXPECT(e_out <= 1e-8 && e_sum <= 1e-8 && nmse(mx[1], mx[0], (size_t)Hq * n) <= 1e-8,
+           "%s prefill d=%d G=%d n=%d: NMSE out %.3g sum %.3g", bp->name, (int)d, (int)G, (int)n, e_out, e_sum);
+    EXPECT(e_col <= 1e-8 && e_cl <= 1e-8, "%s profile d=%d G=%d n=%d: NMSE col %.3g col_local %.3g", bp->name, (int)d,
+           (int)G, (int)n, e_col, e_cl);
+    int guards = 1;
+    for (int b = 1; b < 3; b++)
+        guards &= guard_ok(out[b], nq) && guard_ok(mx[b], (size_t)Hq * n) && guard_ok(sm[b], (size_t)Hq * n) &&
+                  guard_ok(col[b], (size_t)Hkv * n) && guard_ok(cl[b], 2 * (size_t)Hkv * n);
+    EXPECT(guards, "%s prompt ops wrote past an output", bp->name);
+    EXPECT(memcmp(out[1], out[2], nq * sizeof(float)) == 0 &&
+               memcmp(col[1], col[2], (size_t)Hkv * n * sizeof(float)) == 0 &&
+               memcmp(cl[1], cl[2], 2 * (size_t)Hkv * n * sizeof(float)) == 0,
+           "%s prompt ops: 1 and 2 threads differ", bp->name);
+    printf("  %-4s prefill+profile d=%-3d G=%d Hkv=%d n=%-5d  NMSE out %.1e col %.1e col_local %.1e\n", bp->name,
+           (int)d, (int)G, (int)Hkv, (int)n, e_out, e_col, e_cl);
+    for (int b = 0; b < 3; b++) {
+        free(out[b]);
+        free(mx[b]);
+        free(sm[b]);
+        free(col[b]);
+        free(cl[b]);
+    }
+    free(q);
+    free(k);
+    free(v);
+}
+
+/* ------------------------------------------------------------------ caches for compact and decode */
+
+/* One head's cache in one backend: pages with room for `cap` rows. */
+typedef struct head_cache {
+    void **pages;
+    int32_t n_pages;
+} head_cache;
+
+static void cache_alloc(fg_backend *be, const fg_page_layout *L, int32_t cap, head_cache *c) {
+    c->n_pages = (cap + L->page_tokens - 1) / L->page_tokens;
+    c->pages = calloc((size_t)c->n_pages, sizeof(void *));
+    for (int32_t p = 0; p < c->n_pages; p++) {
+        be->ops->buffer_alloc(be, L->page_bytes, &c->pages[p]);
+        memset(c->pages[p], 0, L->page_bytes);
+    }
+}
+
+static void cache_free(fg_backend *be, head_cache *c) {
+    for (int32_t p = 0; p < c->n_pages; p++)
+        be->ops->buffer_free(be, c->pages[p]);
+    free(c->pages);
+}
+
+/* A head as a prefill would leave it: a random profile, a policy, its kept rows. */
+typedef struct sim_head {
+    fg_policy pol;
+    uint32_t comp;
+    fg_score_mode mode;
+    int32_t t, n_slots, n_freq;
+    uint8_t *cls; /* [cap] classes of every position */
+} sim_head;
+
+static void compact_one(fg_backend *be, const fg_page_layout *L, const fg_shape *sh, int32_t n, const float *k,
+                        const float *v, int32_t g, const int32_t *pos, const uint8_t *flags, const float *score,
+                        int32_t n_keep, head_cache *c) {
+    fg_compact_head ch = {.kv_head = g, .n_keep = n_keep, .pos = pos, .flags = flags, .score = score,
+                          .pages = c->pages};
+    EXPECT(be->ops->compact(be, L, sh, n, k, v, 1, &ch) == FG_OK, "compact");
+}
+
+static int pages_equal(const fg_page_layout *L, const head_cache *a, const head_cache *b, int32_t n_slots) {
+    const int32_t P = L->page_tokens;
+    const size_t row = (size_t)L->head_dim * fg_dtype_size(L->dtype);
+    for (int32_t s0 = 0; s0 < n_slots; s0 += P) {
+        const unsigned char *x = a->pages[s0 / P], *y = b->pages[s0 / P];
+        const int32_t rows = n_slots - s0 < P ? n_slots - s0 : P;
+        if (memcmp(x + L->k_offset, y + L->k_offset, rows * row) || memcmp(x + L->v_offset, y + L->v_offset, rows * row) ||
+            memcmp(x + L->pos_offset, y + L->pos_offset, rows * 4) || memcmp(x + L->flags_offset, y + L->flags_offset, rows))
+            return 0;
+    }
+    return 1;
+}
+
+static int cmp_i32(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Kept positions, sorted (slot order may differ between backends). */
+static void kept_positions(fg_backend *be, const fg_page_layout *L, const head_cache *c, int32_t n, int32_t *pos) {
+    be->ops->read_slots(be, L, c->pages, n, pos, NULL, NULL);
+    qsort(pos, (size_t)n, sizeof *pos, cmp_i32);
+}
+
+/* Decode over a batch of heads of the given lengths and policies, `steps` steps. */
+static void check_decode(backend_pair *bp, int32_t d, int32_t G, fg_dtype dt, int32_t page_tokens, int32_t n_heads,
+                         const int32_t *lengths, const uint32_t *comps, int32_t steps) {
+    const fg_shape sh = {G, 1, d}; /* every head of the batch is KV head 0 of its own sequence */
+    const fg_page_layout L = fg_page_layout_make(page_tokens, d, dt);
+    fg_backend *bes[3] = {&bp->ref, &bp->one, &bp->two};
+    int32_t max_len = 0;
+    for (int32_t i = 0; i < n_heads; i++)
+        max_len = lengths[i] > max_len ? lengths[i] : max_len;
+    const int32_t cap = max_len + steps + 1;
+    sim_head *hs = calloc((size_t)n_heads, sizeof *hs);
+    head_cache(*caches)[3] = calloc((size_t)n_heads, sizeof *caches);
+    float **K = calloc((size_t)n_heads, sizeof *K), **V = calloc((size_t)n_heads, sizeof *V);
+    float **Q = calloc((size_t)n_heads, sizeof *Q);
+    int32_t *pos = malloc((size_t)cap * sizeof *pos), *pos2 = malloc((size_t)cap * sizeof *pos2);
+    uint8_t *flags = malloc((size_t)cap);
+    float *score = malloc((size_t)cap * sizeof *score), *col = malloc((size_t)cap * sizeof *col);
+    float *cl = malloc((size_t)cap * sizeof *cl);
+    fg_rank_entry *rank = malloc((size_t)cap * sizeof *rank);
+    for (int32_t i = 0; i < n_heads; i++) {
+        sim_head *h = &hs[i];
+        h->t = lengths[i];
+        h->pol = (fg_policy){comps[i], 0.25f, 0.125f, 0, 0};
+        h->comp = fg_effective_components(comps[i]);
+        h->mode = (i % 2) ? FG_SCORE_MEAN : FG_SCORE_SUM;
+        h->cls = malloc((size_t)cap);
+        for (int32_t p = 0; p < cap; p++) {
+            int32_t r = rng_int(0, 99);
+            h->cls[p] = r < 3 ? FG_TOKEN_SPECIAL : r < 15 ? FG_TOKEN_PUNCT : FG_TOKEN_ORDINARY;
+        }
+        K[i] = malloc((size_t)cap * d * sizeof(float));
+        V[i] = malloc((size_t)cap * d * sizeof(float));
+        Q[i] = malloc((size_t)cap * G * d * sizeof(float));
+        fill(K[i], (size_t)cap * d, 1.5f);
+        fill(V[i], (size_t)cap * d, 1.0f);
+        fill(Q[i], (size_t)cap * G * d, 1.5f);
+        /* a prefill's state: a random profile through the real policy code */
+        for (int32_t j = 0; j < h->t; j++) {
+            col[j] = (float)(rng_uniform() * 3.0);
+            cl[j] = col[j] * 0.5f;
+        }
+        fg_compression_params cp;
+        fg_compression_params_default(&cp);
+        cp.n_policies = 1;
+        cp.shortlist[0] = h->pol;
+        cp.score_mode = h->mode;
+        fg_profile_view pv = {.n = h->t, .row_begin = 0, .cls = h->cls, .col = col, .col_local = {cl}};
+        h->n_slots = fg_policy_keep(&cp, &cp.shortlist[0], &pv, rank, pos, flags, score, &h->n_freq);
+        for (int b = 0; b < 3; b++) {
+            cache_alloc(bes[b], &L, cap, &caches[i][b]);
+            compact_one(bes[b], &L, &sh, h->t, K[i], V[i], 0, pos, flags, score, h->n_slots, &caches[i][b]);
+        }
+    }
+    fg_decode_head *dh[3];
+    float *out[3];
+    for (int b = 0; b < 3; b++) {
+        dh[b] = calloc((size_t)n_heads, sizeof *dh[b]);
+        out[b] = guarded((size_t)n_heads * G * d);
+    }
+    double worst = 0.0;
+    int same_sets = 1, same_threads = 1, guards = 1;
+    for (int32_t step = 0; step < steps; step++) {
+        fg_step_plan plans[64];
+        for (int32_t i = 0; i < n_heads; i++) {
+            sim_head *h = &hs[i];
+            plans[i] = fg_plan_step(&h->pol, h->t + 1, h->cls, h->cls[h->t], h->n_slots, h->n_freq);
+            for (int b = 0; b < 3; b++)
+                dh[b][i] = (fg_decode_head){.pages = caches[i][b].pages, .n_slots = h->n_slots,
+                                            .n_slots_after = plans[i].n_slots, .components = h->comp,
+                                            .score_mode = h->mode, .pos = h->t, .insert_flag = plans[i].insert_flag,
+                                            .window_start = plans[i].window_start, .freq_budget = plans[i].freq_budget,
+                                            .q = Q[i] + (size_t)h->t * G * d, .k = K[i] + (size_t)h->t * d,
+                                            .v = V[i] + (size_t)h->t * d, .out = out[b] + (size_t)i * G * d};
+        }
+        for (int b = 0; b < 3; b++)
+            EXPECT(bes[b]->ops->decode_step(bes[b], &L, &sh, n_heads, dh[b]) == FG_OK, "%s decode_step: %s",
+                   b ? bp->name : "ref", fg_last_error(NULL));
+        const double e = nmse(out[1], out[0], (size_t)n_heads * G * d);
+        worst = e > worst ? e : worst;
+        same_threads &= memcmp(out[1], out[2], (size_t)n_heads * G * d * sizeof(float)) == 0;
+        guards &= guard_ok(out[1], (size_t)n_heads * G * d) && guard_ok(out[2], (size_t)n_heads * G * d);
+        for (int32_t i = 0; i < n_heads; i++) {
+            sim_head *h = &hs[i];
+            h->n_slots = plans[i].n_slots;
+            h->n_freq = plans[i].n_freq;
+            h->t++;
+            kept_positions(&bp->ref, &L, &caches[i][0], h->n_slots, pos);
+            kept_positions(bes[1], &L, &caches[i][1], h->n_slots, pos2);
+            same_sets &= memcmp(pos, pos2, (size_t)h->n_slots * sizeof *pos) == 0;
+            kept_positions(bes[2], &L, &caches[i][2], h->n_slots, pos2);
+            same_threads &= memcmp(pos, pos2, (size_t)h->n_slots * sizeof *pos) == 0;
+        }
+    }
+    const double limit = dt == FG_DTYPE_F32 ? 1e-8 : 5e-4;
+    const char *dn = dt == FG_DTYPE_F32 ? "f32" : dt == FG_DTYPE_F16 ? "f16" : "bf16";
+    EXPECT(worst <= limit, "%s decode d=%d G=%d %s: NMSE %.3g", bp->name, (int)d, (int)G, dn, worst);
+    EXPECT(same_sets, "%s decode d=%d G=%d %s: kept sets differ from ref", bp->name, (int)d, (int)G, dn);
+    EXPECT(same_threads, "%s decode: 1 and 2 threads differ", bp->name);
+    EXPECT(guards, "%s decode wrote past its output", bp->name);
+    printf("  %-4s decode d=%-3d G=%d %-4s page=%-2d heads=%d (rows %d..%d) steps=%-3d NMSE %.1e\n", bp->name, (int)d,
+           (int)G, dn, (int)page_tokens, (int)n_heads, (int)lengths[0], (int)max_len, (int)steps, worst);
+    for (int32_t i = 0; i < n_heads; i++) {
+        for (int b = 0; b < 3; b++)
+            cache_free(bes[b], &caches[i][b]);
+        free(hs[i].cls);
+        free(K[i]);
+        free(V[i]);
+        free(Q[i]);
+    }
+    for (int b = 0; b < 3; b++) {
+        free(dh[b]);
+        free(out[b]);
+    }
+    free(hs);
+    free(caches);
+    free(K);
+    free(V);
+    free(Q);
+    free(pos);
+    free(pos2);
+    free(flags);
+    free(score);
+    free(col);
+    free(cl);
+    free(rank);
+}
+
+/* ------------------------------------------------------------------ compact */
+
+static void check_compact(backend_pair *bp, int32_t d, fg_dtype dt, int32_t n) {
+    const int32_t Hkv = 3;
+    const fg_shape sh = {Hkv, Hkv, d};
+    const fg_page_layout L = fg_page_layout_make(16, d, dt);
+    float *k = malloc((size_t)n * Hkv * d * sizeof(float)), *v = malloc((size_t)n * Hkv * d * sizeof(float));
+    fill(k, (size_t)n * Hkv * d, 2.0f);
+    fill(v, (size_t)n * Hkv * d, 2.0f);
+    k[0] = 1e-6f; /* an fp16 subnormal, and values near the fp16 limits */
+    k[1] = 65519.0f;
+    v[0] = -3e-8f;
+    int32_t *pos = malloc((size_t)n * sizeof *pos), kept = 0;
+    uint8_t *flags = malloc((size_t)n);
+    float *score = malloc((size_t)n * sizeof *score);
+    for (int32_t j = 0; j < n; j++)
+        if (rng_int(0, 2)) {
+            pos[kept] = j;
+            flags[kept] = FG_SLOT_FREQUENT;
+            score[kept++] = (float)j;
+        }
+    head_cache a, b;
+    cache_alloc(&bp->ref, &L, kept + 1, &a);
+    cache_alloc(&bp->one, &L, kept + 1, &b);
+    compact_one(&bp->ref, &L, &sh, n, k, v, 2, pos, flags, score, kept, &a);
+    compact_one(&bp->one, &L, &sh, n, k, v, 2, pos, flags, score, kept, &b);
+    EXPECT(pages_equal(&L, &a, &b, kept), "%s compact d=%d dtype %d: pages differ from ref", bp->name, (int)d, (int)dt);
+    cache_free(&bp->ref, &a);
+    cache_free(&bp->one, &b);
+    free(k);
+    free(v);
+    free(pos);
+    free(flags);
+    free(score);
+}
+
+int main(int argc, char **argv) {
+    test_seed("test_backend_ops");
+    const char *all[] = {"cpu", "cuda", "hip"};
+    const char **names = argc > 1 ? (const char **)argv + 1 : all;
+    const int n_names = argc > 1 ? argc - 1 : 3;
+    int ran = 0;
+    for (int i = 0; i < n_names; i++) {
+        backend_pair bp = {.name = names[i]};
+        bp.ref.err = bp.one.err = bp.two.err = err_sink;
+        fg_status st = fg_backend_probe(names[i]);
+        if (st != FG_OK) {
+            printf("%s: not tested: %s\n", names[i], fg_last_error(NULL));
+            EXPECT(argc == 1 && st == FG_ERR_UNAVAILABLE, "backend %s requested but unavailable", names[i]);
+            continue;
+        }
+        fg_backend_open("ref", 1, &bp.ref);
+        fg_backend_open(names[i], 1, &bp.one);
+        fg_backend_open(names[i], 2, &bp.two);
+        ran++;
+
+        /* prompt ops: odd and real shapes */
+        const int32_t prompt[][5] = {
+            /* d, G, Hkv, n, row_begin */
+            {64, 1, 2, 1, 0},    {64, 4, 1, 2, 0},   {80, 1, 2, 3, 0},   {128, 8, 1, 17, 0}, {128, 4, 2, 255, 0},
+            {256, 1, 1, 255, 100}, {7, 2, 3, 37, 0}, {80, 4, 1, 300, 290}, {64, 1, 1, 4099, 0},
+        };
+        for (size_t c = 0; c < sizeof prompt / sizeof prompt[0]; c++)
+            check_prompt(&bp, prompt[c][0], prompt[c][1], prompt[c][2], prompt[c][3], prompt[c][4]);
+
+        /* compact: every dtype, byte for byte */
+        for (int dt = 0; dt < 3; dt++) {
+            check_compact(&bp, 128, (fg_dtype)dt, 300);
+            check_compact(&bp, 7, (fg_dtype)dt, 50);
+        }
+
+        /* decode: batches of heads from 1 to 20000 rows, mixed policies */
+        const uint32_t S = FG_KEEP_SPECIAL, P = FG_KEEP_PUNCT, F = FG_KEEP_FREQUENT, L = FG_KEEP_LOCAL;
+        const uint32_t comps[] = {S, S | P, S | P | F, S | P | F | L, FG_KEEP_FULL, F | L, L, F};
+        const int32_t lengths[] = {1, 2, 3, 17, 255, 4099, 20000, 40};
+        const int32_t dims[] = {64, 80, 128, 256};
+        const int32_t groups[] = {1, 4, 8};
+        for (int r = 0; r < 9; r++) {
+            const int32_t d = dims[r % 4], G = groups[r % 3];
+            const fg_dtype dt = (fg_dtype)(r % 3);
+            int32_t lens[8];
+            uint32_t cs[8];
+            for (int j = 0; j < 8; j++) {
+                lens[j] = lengths[(j + r) % 8];
+                cs[j] = comps[(j + 2 * r) % 8];
+            }
+            check_decode(&bp, d, G, dt, r % 2 ? 16 : 5, 8, lens, cs, 6);
+        }
+        check_decode(&bp, 7, 2, FG_DTYPE_F16, 3, 2, (const int32_t[]){9, 30}, (const uint32_t[]){S | P | F | L, F}, 20);
+        /* a long run: kept sets identical for 500 steps */
+        check_decode(&bp, 64, 4, FG_DTYPE_F32, 16, 4, (const int32_t[]){50, 300, 7, 120},
+                     (const uint32_t[]){S | P | F | L, F | L, F, S | P | F}, 500);
+
+        fg_backend_close(&bp.ref);
+        fg_backend_close(&bp.one);
+        fg_backend_close(&bp.two);
+    }
+    EXPECT(ran > 0, "no backend besides ref was tested");
+    return test_finish();
+}

@@ -78,7 +78,7 @@ typedef fg_status fg_profile_stats_fn(fg_backend *be, const fg_shape *shape, con
 typedef struct fg_compact_head {
     int32_t kv_head;
     int32_t n_keep;
-    const int32_t *pos;   /* [n_keep] prompt positions */
+    const int32_t *pos;   /* [n_keep] prompt positions, ascending */
     const uint8_t *flags; /* [n_keep] FG_SLOT_* */
     const float *score;   /* [n_keep] initial cumulative score */
     void *const *pages;   /* [ceil(n_keep / page_tokens)] */

@@ -150,7 +150,20 @@ static inline double bench_read_bandwidth(void) {
     return (double)(read * sizeof(float)) / bench_median(t, 9);
 }
 
-/* Copy bandwidth (bytes read + written per second), all threads. */
+/* One memcpy of `bytes` from a to b split over all threads: the copy probe. */
+static inline void bench_copy_once(unsigned char *b, const unsigned char *a, size_t bytes) {
+    const int T = bench_threads();
+#ifdef _OPENMP
+#pragma omp parallel for schedule(static) num_threads(T)
+#endif
+    for (int i = 0; i < T; i++) {
+        size_t lo = bytes / T * i, hi = i == T - 1 ? bytes : bytes / T * (i + 1);
+        memcpy(b + lo, a + lo, hi - lo);
+    }
+}
+
+/* Copy bandwidth (bytes read + written per second) over >= 4x the LLC, all
+ * threads, median of 9 passes. */
 static inline double bench_copy_bandwidth(void) {
     size_t bytes = 4 * bench_llc_bytes();
     if (bytes < ((size_t)128 << 20))
@@ -163,17 +176,10 @@ static inline double bench_copy_bandwidth(void) {
     }
     memset(a, 1, bytes);
     memset(b, 2, bytes);
-    const int T = bench_threads();
     double t[9];
     for (int r = 0; r < 9; r++) {
         double t0 = bench_now();
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static)
-#endif
-        for (int i = 0; i < T; i++) {
-            size_t lo = bytes / T * i, hi = i == T - 1 ? bytes : bytes / T * (i + 1);
-            memcpy(b + lo, a + lo, hi - lo);
-        }
+        bench_copy_once(b, a, bytes);
         t[r] = bench_now() - t0;
     }
     free(a);
@@ -185,29 +191,33 @@ static inline double bench_copy_bandwidth(void) {
  * C[M][N] = A[M][K] B[N][K]^T, the profiling tile. */
 static inline double bench_sgemm_rate(int M, int N, int K) {
 #ifdef FG_HAVE_BLAS
-    const int T = bench_threads(), reps = 200;
-    double t[5];
-    for (int r = 0; r < 5; r++) {
+    const int T = bench_threads(), reps = 300;
+    openblas_set_num_threads(1);
+    float *bufs = malloc(sizeof(float) * (size_t)T * (M * K + N * K + M * N));
+    if (!bufs)
+        return 0.0;
+    for (size_t i = 0; i < (size_t)T * (M * K + N * K + M * N); i++)
+        bufs[i] = 0.001f * (float)(i % 97);
+    double t[7];
+    for (int r = 0; r < 7; r++) {
         double t0 = bench_now();
 #ifdef _OPENMP
 #pragma omp parallel num_threads(T)
 #endif
         {
-            float *A = malloc(sizeof(float) * M * K), *B = malloc(sizeof(float) * N * K);
-            float *C = malloc(sizeof(float) * M * N);
-            for (int i = 0; i < M * K; i++)
-                A[i] = 0.001f * (float)(i % 97);
-            for (int i = 0; i < N * K; i++)
-                B[i] = 0.001f * (float)(i % 89);
+#ifdef _OPENMP
+            const int me = omp_get_thread_num();
+#else
+            const int me = 0;
+#endif
+            float *A = bufs + (size_t)me * (M * K + N * K + M * N), *B = A + M * K, *C = B + N * K;
             for (int i = 0; i < reps; i++)
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, A, K, B, K, 0.0f, C, N);
-            free(A);
-            free(B);
-            free(C);
         }
         t[r] = bench_now() - t0;
     }
-    return 2.0 * M * N * K * reps * T / bench_median(t, 5);
+    free(bufs);
+    return 2.0 * M * N * K * reps * T / bench_median(t, 7);
 #else
     (void)M;
     (void)N;

@@ -59,32 +59,50 @@ static void store_row(void *dst, fg_dtype dtype, const float *src, int32_t n, in
     fg_store_row(dst, dtype, src, n);
 }
 
+/* First index of sorted[0..n) whose value is >= x. */
+static int32_t lower_bound(const int32_t *sorted, int32_t n, int32_t x) {
+    int32_t lo = 0, hi = n;
+    while (lo < hi) {
+        int32_t mid = lo + (hi - lo) / 2;
+        if (sorted[mid] < x)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo;
+}
+
+#define FG_COMPACT_SPAN 64 /* prompt positions per work item: [span][Hkv][d] rows stay in L2 */
+
 fg_status fg_cpu_compact(fg_backend *be, const fg_page_layout *L, const fg_shape *shape, int32_t n,
                          const float *k, /* [n][Hkv][d] */
                          const float *v, /* [n][Hkv][d] */
                          int32_t n_heads, const fg_compact_head *heads) {
-    (void)n;
     const int32_t Hkv = shape->n_kv_heads, d = shape->head_dim, P = L->page_tokens;
     const size_t row_bytes = (size_t)d * fg_dtype_size(L->dtype);
     const fg_cpu_state *st = be->impl;
     const int simd = st->isa >= FG_ISA_AVX2;
+    const int32_t n_spans = (n + FG_COMPACT_SPAN - 1) / FG_COMPACT_SPAN;
+    /* work items walk the prompt in order; every head takes its kept rows of
+     * the span (pos is ascending), so the span is read from memory once */
 #ifdef _OPENMP
 #pragma omp parallel for schedule(dynamic, 1) num_threads(be->n_threads > 0 ? be->n_threads : omp_get_max_threads())
 #endif
-    for (int32_t i = 0; i < n_heads; i++) {
-        const fg_compact_head *hd = &heads[i];
-        for (int32_t s0 = 0; s0 < hd->n_keep; s0 += P) {
-            unsigned char *page = hd->pages[s0 / P];
-            const int32_t rows = hd->n_keep - s0 < P ? hd->n_keep - s0 : P;
-            for (int32_t j = 0; j < rows; j++) {
-                const int32_t pos = hd->pos[s0 + j];
-                const size_t src = ((size_t)pos * Hkv + hd->kv_head) * d;
+    for (int32_t span = 0; span < n_spans; span++) {
+        const int32_t p0 = span * FG_COMPACT_SPAN, p1 = p0 + FG_COMPACT_SPAN;
+        for (int32_t i = 0; i < n_heads; i++) {
+            const fg_compact_head *hd = &heads[i];
+            const int32_t s0 = lower_bound(hd->pos, hd->n_keep, p0), s1 = lower_bound(hd->pos, hd->n_keep, p1);
+            for (int32_t s = s0; s < s1; s++) {
+                unsigned char *page = hd->pages[s / P];
+                const int32_t j = s % P;
+                const size_t src = ((size_t)hd->pos[s] * Hkv + hd->kv_head) * d;
                 store_row(page + L->k_offset + (size_t)j * row_bytes, L->dtype, k + src, d, simd);
                 store_row(page + L->v_offset + (size_t)j * row_bytes, L->dtype, v + src, d, simd);
+                ((int32_t *)(void *)(page + L->pos_offset))[j] = hd->pos[s];
+                ((float *)(void *)(page + L->score_offset))[j] = hd->score[s];
+                page[L->flags_offset + j] = hd->flags[s];
             }
-            memcpy(page + L->pos_offset, hd->pos + s0, (size_t)rows * sizeof(int32_t));
-            memcpy(page + L->score_offset, hd->score + s0, (size_t)rows * sizeof(float));
-            memcpy(page + L->flags_offset, hd->flags + s0, (size_t)rows);
         }
     }
     return FG_OK;

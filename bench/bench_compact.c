@@ -1,0 +1,126 @@
+/*
+ * bench_compact: compaction (gathering the kept prompt rows of every head
+ * into its pages) against this machine's copy bandwidth, measured in the
+ * same run (memcpy over >= 4x the LLC, all threads, bytes read + written).
+ * Bytes moved = kept rows x 2 (K, V) x d x (4 read + dtype size written).
+ * A copy of >= 4x the LLC is timed between the compactions (interleaved), and
+ * each case's fraction is against those copies.
+ * Shape: one Llama-3-8B layer (8 KV heads, d = 128), prompts of 4k, 16k and
+ * 64k tokens, half of the rows kept, f32 and f16 caches; each prompt's K/V
+ * is >= 4x the LLC or rotated over enough copies to be. Last line:
+ *   compact summary: copy_fraction=C     (median over the cases)
+ * Options: --csv, --backend NAME.
+ */
+#include <stdarg.h>
+
+#include "backends/backend.h"
+#include "bench_util.h"
+
+static fg_status bench_err(void *sink, fg_status st, const char *fmt, ...) {
+    (void)sink;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    return st;
+}
+
+#define REPS 15
+
+int main(int argc, char **argv) {
+    const int csv = bench_has_flag(argc, argv, "--csv");
+    const char *backend = "cpu";
+    for (int i = 1; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--backend"))
+            backend = argv[i + 1];
+    fg_backend be = {.err = bench_err};
+    if (fg_backend_open(backend, 0, &be) != FG_OK)
+        return 1;
+    const int32_t Hkv = 8, d = 128;
+    const fg_shape sh = {32, Hkv, d};
+    const double copy_bw = bench_copy_bandwidth();
+    size_t probe_bytes = 4 * bench_llc_bytes();
+    probe_bytes = probe_bytes < ((size_t)128 << 20) ? (size_t)128 << 20 : probe_bytes;
+    unsigned char *pa = aligned_alloc(64, probe_bytes), *pb = aligned_alloc(64, probe_bytes);
+    if (!pa || !pb)
+        return 1;
+    memset(pa, 1, probe_bytes);
+    memset(pb, 2, probe_bytes);
+    printf("# bench_compact: backend %s, %d threads, copy bandwidth %.2f GB/s (read + write) at the start; each case "
+           "re-measures it between its runs\n",
+           backend, bench_threads(), copy_bw / 1e9);
+    if (csv)
+        printf("n,dtype,kept_rows,time_ms,gb_per_s,copy_fraction\n");
+    else
+        printf("%7s %5s %10s %9s %8s %8s\n", "n", "dtype", "kept rows", "time ms", "GB/s", "of copy");
+    const int32_t lengths[] = {4096, 16384, 65536};
+    double fracs[6];
+    int count = 0;
+    for (int li = 0; li < 3; li++)
+        for (int di = 0; di < 2; di++) {
+            const int32_t n = lengths[li];
+            const fg_dtype dt = di ? FG_DTYPE_F16 : FG_DTYPE_F32;
+            const fg_page_layout L = fg_page_layout_make(16, d, dt);
+            const size_t kv_bytes = (size_t)n * Hkv * d * sizeof(float);
+            int32_t R = (int32_t)((4 * bench_llc_bytes() + 2 * kv_bytes - 1) / (2 * kv_bytes));
+            R = R < 1 ? 1 : R;
+            float *kv = malloc((size_t)R * 2 * kv_bytes);
+            const int32_t keep = n / 2, np = (keep + 15) / 16;
+            int32_t *pos = malloc((size_t)keep * sizeof *pos);
+            uint8_t *flags = malloc((size_t)keep);
+            float *score = malloc((size_t)keep * sizeof *score);
+            unsigned char *pages = aligned_alloc(64, (size_t)Hkv * np * L.page_bytes);
+            void **ptrs = malloc((size_t)Hkv * np * sizeof *ptrs);
+            if (!kv || !pos || !flags || !score || !pages || !ptrs) {
+                fprintf(stderr, "bench_compact: out of memory\n");
+                return 1;
+            }
+            for (size_t i = 0; i < (size_t)R * 2 * kv_bytes / sizeof(float); i++)
+                kv[i] = (float)(i % 977) / 977.0f - 0.5f;
+            memset(pages, 0, (size_t)Hkv * np * L.page_bytes);
+            for (int32_t j = 0; j < keep; j++) {
+                pos[j] = 2 * j + (j % 2); /* every other row, not a regular stride */
+                flags[j] = FG_SLOT_FREQUENT;
+                score[j] = 1.0f;
+            }
+            fg_compact_head heads[8];
+            for (int32_t g = 0; g < Hkv; g++) {
+                for (int32_t p = 0; p < np; p++)
+                    ptrs[g * np + p] = pages + ((size_t)g * np + p) * L.page_bytes;
+                heads[g] = (fg_compact_head){g, keep, pos, flags, score, ptrs + (size_t)g * np};
+            }
+            double t[REPS], tc[REPS];
+            for (int r = 0; r < REPS; r++) {
+                const double tc0 = bench_now();
+                bench_copy_once(pb, pa, probe_bytes);
+                tc[r] = bench_now() - tc0;
+                const float *k = kv + (size_t)(r % R) * 2 * (kv_bytes / sizeof(float));
+                const float *v = k + kv_bytes / sizeof(float);
+                double t0 = bench_now();
+                be.ops->compact(&be, &L, &sh, n, k, v, Hkv, heads);
+                t[r] = bench_now() - t0;
+            }
+            const double tm = bench_median(t, REPS);
+            const double bytes = (double)keep * Hkv * 2 * d * (4.0 + (double)fg_dtype_size(dt));
+            const double gbs = bytes / tm, bw = 2.0 * (double)probe_bytes / bench_median(tc, REPS);
+            fracs[count++] = gbs / bw;
+            if (csv)
+                printf("%d,%s,%d,%.4f,%.3f,%.4f\n", (int)n, di ? "f16" : "f32", (int)(keep * Hkv), 1e3 * tm, gbs / 1e9,
+                       gbs / bw);
+            else
+                printf("%7d %5s %10d %9.3f %8.2f %7.1f%%\n", (int)n, di ? "f16" : "f32", (int)(keep * Hkv), 1e3 * tm,
+                       gbs / 1e9, 100 * gbs / bw);
+            free(kv);
+            free(pos);
+            free(flags);
+            free(score);
+            free(pages);
+            free(ptrs);
+        }
+    fg_backend_close(&be);
+    free(pa);
+    free(pb);
+    printf("compact summary: copy_fraction=%.3f\n", bench_median(fracs, count));
+    return 0;
+}

@@ -1,0 +1,98 @@
+/*
+ * bench_profile: profiling (pass 2 of DESIGN §2.3) against the prefill
+ * attention of the same prompt, and both against an sgemm rate measured in
+ * the same run on the profiling tile (64 x 256 x d, one single-threaded sgemm
+ * per thread). Shape: one Llama-3-8B layer (32 q / 8 KV heads, d = 128),
+ * prompts of 1k, 4k and 8k tokens. Flops counted: profiling = the causal
+ * half of Q K^T (2 n^2/2 d per query head); prefill = Q K^T and P V.
+ * Last line:
+ *   profile summary: profile_over_prefill=R gemm_fraction=G
+ * R: median over prompts of time(profile) / time(prefill attention);
+ * G: median of profiling GFLOP/s / sgemm GFLOP/s.
+ * Options: --csv, --quick (1k and 4k), --backend NAME.
+ */
+#include <math.h>
+#include <stdarg.h>
+
+#include "backends/backend.h"
+#include "bench_util.h"
+
+static fg_status bench_err(void *sink, fg_status st, const char *fmt, ...) {
+    (void)sink;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    return st;
+}
+
+int main(int argc, char **argv) {
+    const int csv = bench_has_flag(argc, argv, "--csv"), quick = bench_has_flag(argc, argv, "--quick");
+    const char *backend = "cpu";
+    for (int i = 1; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--backend"))
+            backend = argv[i + 1];
+    fg_backend be = {.err = bench_err};
+    if (fg_backend_open(backend, 0, &be) != FG_OK)
+        return 1;
+    const int32_t Hq = 32, Hkv = 8, d = 128;
+    const fg_shape sh = {Hq, Hkv, d};
+    const double gemm = bench_sgemm_rate(64, 256, d);
+    printf("# bench_profile: backend %s, %d threads, sgemm on the 64x256x%d tile: %.1f GFLOP/s\n", backend,
+           bench_threads(), (int)d, gemm / 1e9);
+    if (csv)
+        printf("n,prefill_s,profile_s,profile_over_prefill,prefill_gflops,profile_gflops,gemm_fraction\n");
+    else
+        printf("%6s %11s %11s %9s %14s %14s %9s\n", "n", "prefill s", "profile s", "ratio", "prefill GF/s",
+               "profile GF/s", "of sgemm");
+    const int32_t lengths[] = {1024, 4096, 8192};
+    double ratios[3], fracs[3];
+    int count = 0;
+    for (int li = 0; li < (quick ? 2 : 3); li++) {
+        const int32_t n = lengths[li];
+        const size_t nq = (size_t)n * Hq * d, nk = (size_t)n * Hkv * d;
+        float *q = malloc(nq * sizeof *q), *k = malloc(nk * sizeof *k), *v = malloc(nk * sizeof *v);
+        float *out = malloc(nq * sizeof *out), *mx = malloc((size_t)Hq * n * sizeof *mx);
+        float *sm = malloc((size_t)Hq * n * sizeof *sm), *col = malloc((size_t)Hkv * n * sizeof *col);
+        float *cl = malloc((size_t)Hkv * n * sizeof *cl);
+        for (size_t i = 0; i < nq; i++)
+            q[i] = (float)((i * 7919) % 1000) / 500.0f - 1.0f;
+        for (size_t i = 0; i < nk; i++)
+            k[i] = v[i] = (float)((i * 104729) % 1000) / 500.0f - 1.0f;
+        fg_profile_request req = {.n = n, .row_begin = 0, .n_windows = 1, .window = {(int32_t)ceil(0.3 * n)}};
+        const int reps = n <= 1024 ? 5 : 3;
+        double tp[5], tf[5];
+        for (int r = 0; r < reps; r++) { /* interleaved */
+            double t0 = bench_now();
+            be.ops->prefill_attention(&be, &sh, n, q, k, v, out, mx, sm);
+            tp[r] = bench_now() - t0;
+            t0 = bench_now();
+            be.ops->profile_stats(&be, &sh, &req, q, k, mx, sm, col, cl);
+            tf[r] = bench_now() - t0;
+        }
+        const double t_pre = bench_median(tp, reps), t_prof = bench_median(tf, reps);
+        const double qk = 2.0 * Hq * ((double)n * (n + 1) / 2.0) * d; /* causal Q K^T */
+        const double f_pre = 2.0 * qk / t_pre, f_prof = qk / t_prof;
+        ratios[count] = t_prof / t_pre;
+        fracs[count++] = gemm > 0 ? f_prof / gemm : 0.0;
+        if (csv)
+            printf("%d,%.4f,%.4f,%.3f,%.2f,%.2f,%.3f\n", (int)n, t_pre, t_prof, t_prof / t_pre, f_pre / 1e9,
+                   f_prof / 1e9, gemm > 0 ? f_prof / gemm : 0.0);
+        else
+            printf("%6d %11.4f %11.4f %9.3f %14.2f %14.2f %8.1f%%\n", (int)n, t_pre, t_prof, t_prof / t_pre,
+                   f_pre / 1e9, f_prof / 1e9, gemm > 0 ? 100 * f_prof / gemm : 0.0);
+        free(q);
+        free(k);
+        free(v);
+        free(out);
+        free(mx);
+        free(sm);
+        free(col);
+        free(cl);
+    }
+    fg_backend_close(&be);
+    printf("profile summary: profile_over_prefill=%.3f gemm_fraction=%.3f\n", bench_median(ratios, count),
+           bench_median(fracs, count));
+    return 0;
+}

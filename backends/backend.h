@@ -12,6 +12,10 @@
 
 #include "fastgen.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 typedef struct fg_backend fg_backend;
 
 /* Slot flags: which component keeps a cached row (same bits as FG_KEEP_*). */
@@ -116,14 +120,19 @@ typedef fg_status fg_read_slots_fn(fg_backend *be, const fg_page_layout *layout,
                                    uint8_t *flags,   /* [n_slots] or NULL */
                                    float *score);    /* [n_slots] or NULL */
 
-/* ---- buffers: device memory for pages. */
+/* ---- buffers: device memory for pages. write/read copy between host and
+ * backend memory (NULL in a backend whose memory is host memory). */
 typedef fg_status fg_buffer_alloc_fn(fg_backend *be, size_t bytes, void **out);
 typedef void fg_buffer_free_fn(fg_backend *be, void *ptr);
+typedef fg_status fg_buffer_write_fn(fg_backend *be, void *dst, const void *src, size_t bytes);
+typedef fg_status fg_buffer_read_fn(fg_backend *be, void *dst, const void *src, size_t bytes);
 
 typedef struct fg_backend_ops {
     const char *name;
     fg_buffer_alloc_fn *buffer_alloc;
     fg_buffer_free_fn *buffer_free;
+    fg_buffer_write_fn *buffer_write; /* optional */
+    fg_buffer_read_fn *buffer_read;   /* optional */
     fg_prefill_attention_fn *prefill_attention;
     fg_profile_stats_fn *profile_stats;
     fg_compact_fn *compact;
@@ -155,9 +164,16 @@ fg_backend_init_fn fg_backend_hip_init;
 /* Registry (backends/registry.c). */
 fg_status fg_backend_open(const char *name, int32_t n_threads, fg_backend *be);
 void fg_backend_close(fg_backend *be);
+/* Host <-> backend copies (memcpy for host-memory backends). */
+fg_status fg_backend_write(fg_backend *be, void *dst, const void *src, size_t bytes);
+fg_status fg_backend_read(fg_backend *be, void *dst, const void *src, size_t bytes);
 
 /* Layout of a page for the given shape and storage type. */
 fg_page_layout fg_page_layout_make(int32_t page_tokens, int32_t head_dim, fg_dtype dtype);
 size_t fg_dtype_size(fg_dtype dtype);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* FG_BACKEND_H */

@@ -34,6 +34,20 @@ void fg_backend_close(fg_backend *be) {
     be->impl = NULL;
 }
 
+fg_status fg_backend_write(fg_backend *be, void *dst, const void *src, size_t bytes) {
+    if (be->ops->buffer_write)
+        return be->ops->buffer_write(be, dst, src, bytes);
+    memcpy(dst, src, bytes);
+    return FG_OK;
+}
+
+fg_status fg_backend_read(fg_backend *be, void *dst, const void *src, size_t bytes) {
+    if (be->ops->buffer_read)
+        return be->ops->buffer_read(be, dst, src, bytes);
+    memcpy(dst, src, bytes);
+    return FG_OK;
+}
+
 size_t fg_dtype_size(fg_dtype dtype) { return dtype == FG_DTYPE_F32 ? 4 : 2; }
 
 static size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }

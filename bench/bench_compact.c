@@ -70,7 +70,8 @@ int main(int argc, char **argv) {
             int32_t *pos = malloc((size_t)keep * sizeof *pos);
             uint8_t *flags = malloc((size_t)keep);
             float *score = malloc((size_t)keep * sizeof *score);
-            unsigned char *pages = aligned_alloc(64, (size_t)Hkv * np * L.page_bytes);
+            unsigned char *pages = NULL; /* backend memory: the device's for a GPU backend */
+            be.ops->buffer_alloc(&be, (size_t)Hkv * np * L.page_bytes, (void **)&pages);
             void **ptrs = malloc((size_t)Hkv * np * sizeof *ptrs);
             if (!kv || !pos || !flags || !score || !pages || !ptrs) {
                 fprintf(stderr, "bench_compact: out of memory\n");
@@ -78,7 +79,6 @@ int main(int argc, char **argv) {
             }
             for (size_t i = 0; i < (size_t)R * 2 * kv_bytes / sizeof(float); i++)
                 kv[i] = (float)(i % 977) / 977.0f - 0.5f;
-            memset(pages, 0, (size_t)Hkv * np * L.page_bytes);
             for (int32_t j = 0; j < keep; j++) {
                 pos[j] = 2 * j + (j % 2); /* every other row, not a regular stride */
                 flags[j] = FG_SLOT_FREQUENT;
@@ -115,7 +115,7 @@ int main(int argc, char **argv) {
             free(pos);
             free(flags);
             free(score);
-            free(pages);
+            be.ops->buffer_free(&be, pages);
             free(ptrs);
         }
     fg_backend_close(&be);

@@ -16,7 +16,9 @@
  *   decode summary: bw_fraction=F efficiency=E
  * over the FastGen-mix cases at >= 4k context (medians).
  * Options: --csv (CSV table), --quick (contexts 1k and 4k, batch 1 only),
- *          --backend NAME (default cpu).
+ *          --backend NAME (default cpu). With a GPU backend the pages live on
+ *          the device, but the ceiling is still the host's read bandwidth and
+ *          the time includes the step's host transfers (no device events yet).
  */
 #include <math.h>
 #include <stdarg.h>
@@ -91,7 +93,7 @@ static int case_type(int mix, int g, int32_t Hkv) {
     return mix == MIX_FULL ? T_FULL : mix == MIX_FASTGEN ? head_type(g, Hkv) : T_LOCAL;
 }
 
-static int build_case(bench_case *c, int mix, const model_shape *m, int32_t t, int32_t B, fg_dtype dtype,
+static int build_case(fg_backend *be, bench_case *c, int mix, const model_shape *m, int32_t t, int32_t B, fg_dtype dtype,
                       const fg_page_layout *L, const float *q, const float *k, const float *v, float *out,
                       const unsigned char *page_template) {
     const int32_t Hkv = m->Hkv, P = L->page_tokens, G = m->Hq / m->Hkv;
@@ -108,27 +110,28 @@ static int build_case(bench_case *c, int mix, const model_shape *m, int32_t t, i
     c->R = (int32_t)((target + copy_bytes - 1) / copy_bytes);
     if (c->R < 1)
         c->R = 1;
-    c->mem = aligned_alloc(64, copy_bytes * c->R);
     c->page_ptrs = malloc(pages_per_copy * c->R * sizeof(void *));
     c->heads = malloc((size_t)c->R * c->n_heads * sizeof *c->heads);
-    if (!c->mem || !c->page_ptrs || !c->heads)
+    unsigned char *staging = aligned_alloc(64, L->page_bytes);
+    if (!c->page_ptrs || !c->heads || !staging || be->ops->buffer_alloc(be, copy_bytes * c->R, (void **)&c->mem))
         return 0;
     size_t page = 0;
     for (int32_t r = 0; r < c->R; r++)
         for (int32_t b = 0; b < B; b++)
             for (int32_t g = 0; g < Hkv; g++) {
                 const int32_t rows = case_rows(mix, g, Hkv, t), np = (rows + P) / P;
-                const int type = case_type(mix, g, Hkv);
+                const int type = case_type(mix, g, Hkv), track = type == T_FREQ || type == T_LOCAL;
                 void **pp = c->page_ptrs + page;
                 for (int32_t p = 0; p < np; p++, page++) {
+                    /* a page: the template rows, then this head's metadata */
+                    memcpy(staging, page_template, L->page_bytes);
+                    for (int32_t j = 0; j < P && p * P + j < rows; j++) {
+                        ((int32_t *)(void *)(staging + L->pos_offset))[j] = p * P + j;
+                        staging[L->flags_offset + j] = track ? FG_SLOT_FREQUENT : (uint8_t)k_type_comp[type];
+                    }
                     pp[p] = c->mem + page * L->page_bytes;
-                    memcpy(pp[p], page_template, L->page_bytes);
-                }
-                const int track = type == T_FREQ || type == T_LOCAL;
-                for (int32_t s = 0; s < rows; s++) {
-                    unsigned char *pg = pp[s / P];
-                    ((int32_t *)(void *)(pg + L->pos_offset))[s % P] = s;
-                    pg[L->flags_offset + s % P] = track ? FG_SLOT_FREQUENT : (uint8_t)k_type_comp[type];
+                    if (fg_backend_write(be, pp[p], staging, L->page_bytes))
+                        return 0;
                 }
                 c->heads[(size_t)r * c->n_heads + b * Hkv + g] = (fg_decode_head){
                     .pages = pp,
@@ -146,11 +149,13 @@ static int build_case(bench_case *c, int mix, const model_shape *m, int32_t t, i
                     .out = out + ((size_t)b * m->Hq + (size_t)g * G) * m->d,
                 };
             }
+    free(staging);
     return 1;
 }
 
-static void free_case(bench_case *c) {
-    free(c->mem);
+static void free_case(fg_backend *be, bench_case *c) {
+    if (c->mem)
+        be->ops->buffer_free(be, c->mem);
     free(c->page_ptrs);
     free(c->heads);
 }
@@ -213,7 +218,7 @@ int main(int argc, char **argv) {
                     bench_case cases[N_MIX];
                     int ok = 1;
                     for (int x = 0; x < N_MIX; x++)
-                        ok &= build_case(&cases[x], x, m, t, B, dt, &L, q, k, v, out, tmpl);
+                        ok &= build_case(&be, &cases[x], x, m, t, B, dt, &L, q, k, v, out, tmpl);
                     if (!ok) {
                         fprintf(stderr, "bench_decode: out of memory\n");
                         return 1;
@@ -256,7 +261,7 @@ int main(int argc, char **argv) {
                             fracs[n_summary] = gbs / bw;
                             effs[n_summary++] = meas / ideal;
                         }
-                        free_case(c);
+                        free_case(&be, c);
                     }
                     free(q);
                     free(k);

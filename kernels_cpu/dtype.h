@@ -10,19 +10,26 @@
 
 #include "fastgen.h"
 
-static inline uint32_t fg_f32_bits(float f) {
+/* The conversions also run on GPUs (kernels_cuda/), bit-identical to the host. */
+#if defined(__CUDACC__) || defined(__HIPCC__)
+#define FG_HD __host__ __device__
+#else
+#define FG_HD
+#endif
+
+FG_HD static inline uint32_t fg_f32_bits(float f) {
     uint32_t u;
     memcpy(&u, &f, sizeof u);
     return u;
 }
 
-static inline float fg_bits_f32(uint32_t u) {
+FG_HD static inline float fg_bits_f32(uint32_t u) {
     float f;
     memcpy(&f, &u, sizeof f);
     return f;
 }
 
-static inline uint16_t fg_f32_to_f16(float f) {
+FG_HD static inline uint16_t fg_f32_to_f16(float f) {
     uint32_t x = fg_f32_bits(f);
     uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
     uint32_t ax = x & 0x7fffffffu;
@@ -46,7 +53,7 @@ static inline uint16_t fg_f32_to_f16(float f) {
     return (uint16_t)(sign | h);
 }
 
-static inline float fg_f16_to_f32(uint16_t h) {
+FG_HD static inline float fg_f16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
     uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
     if (e == 0) {
@@ -58,7 +65,7 @@ static inline float fg_f16_to_f32(uint16_t h) {
     return fg_bits_f32(sign | ((e + 112u) << 23) | (m << 13));
 }
 
-static inline uint16_t fg_f32_to_bf16(float f) {
+FG_HD static inline uint16_t fg_f32_to_bf16(float f) {
     uint32_t x = fg_f32_bits(f);
     if ((x & 0x7fffffffu) > 0x7f800000u) /* nan stays a quiet nan */
         return (uint16_t)((x >> 16) | 0x40u);
@@ -66,10 +73,10 @@ static inline uint16_t fg_f32_to_bf16(float f) {
     return (uint16_t)(x >> 16);
 }
 
-static inline float fg_bf16_to_f32(uint16_t b) { return fg_bits_f32((uint32_t)b << 16); }
+FG_HD static inline float fg_bf16_to_f32(uint16_t b) { return fg_bits_f32((uint32_t)b << 16); }
 
 /* Store n floats as dtype at dst. */
-static inline void fg_store_row(void *dst, fg_dtype dtype, const float *src, int32_t n) {
+FG_HD static inline void fg_store_row(void *dst, fg_dtype dtype, const float *src, int32_t n) {
     switch (dtype) {
     case FG_DTYPE_F32:
         memcpy(dst, src, (size_t)n * sizeof(float));
@@ -86,7 +93,7 @@ static inline void fg_store_row(void *dst, fg_dtype dtype, const float *src, int
 }
 
 /* Element i of a row stored as dtype. */
-static inline float fg_load_elem(const void *row, fg_dtype dtype, int32_t i) {
+FG_HD static inline float fg_load_elem(const void *row, fg_dtype dtype, int32_t i) {
     switch (dtype) {
     case FG_DTYPE_F16:
         return fg_f16_to_f32(((const uint16_t *)row)[i]);
@@ -99,7 +106,7 @@ static inline float fg_load_elem(const void *row, fg_dtype dtype, int32_t i) {
 }
 
 /* Round-trip a value through dtype (what the cache will hand back). */
-static inline float fg_quantize(float x, fg_dtype dtype) {
+FG_HD static inline float fg_quantize(float x, fg_dtype dtype) {
     switch (dtype) {
     case FG_DTYPE_F16:
         return fg_f16_to_f32(fg_f32_to_f16(x));

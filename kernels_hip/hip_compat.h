@@ -1,0 +1,33 @@
+/*
+ * HIP compatibility: the CUDA runtime names kernels_cuda/ uses, mapped to
+ * HIP, so the same .cu sources build with hipcc. Kernels never assume a warp
+ * of 32 (AMD CDNA runs wavefronts of 64, RDNA 32): block reductions go
+ * through shared memory and sizes come from blockDim.
+ */
+#ifndef FG_HIP_COMPAT_H
+#define FG_HIP_COMPAT_H
+
+#include <hip/hip_runtime.h>
+
+#define cudaError_t hipError_t
+#define cudaSuccess hipSuccess
+#define cudaMalloc hipMalloc
+#define cudaFree hipFree
+#define cudaMemcpy hipMemcpy
+#define cudaMemcpyAsync hipMemcpyAsync
+#define cudaMemsetAsync hipMemsetAsync
+#define cudaMemcpyHostToDevice hipMemcpyHostToDevice
+#define cudaMemcpyDeviceToHost hipMemcpyDeviceToHost
+#define cudaMemcpyDeviceToDevice hipMemcpyDeviceToDevice
+#define cudaStream_t hipStream_t
+#define cudaStreamCreate hipStreamCreate
+#define cudaStreamDestroy hipStreamDestroy
+#define cudaStreamSynchronize hipStreamSynchronize
+#define cudaGetDeviceCount hipGetDeviceCount
+#define cudaGetErrorString hipGetErrorString
+#define cudaGetLastError hipGetLastError
+#define cudaSetDevice hipSetDevice
+#define cudaDeviceProp hipDeviceProp_t
+#define cudaGetDeviceProperties hipGetDeviceProperties
+
+#endif /* FG_HIP_COMPAT_H */

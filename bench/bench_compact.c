@@ -11,20 +11,9 @@
  *   compact summary: copy_fraction=C     (median over the cases)
  * Options: --csv, --backend NAME.
  */
-#include <stdarg.h>
 
 #include "backends/backend.h"
 #include "bench_util.h"
-
-static fg_status bench_err(void *sink, fg_status st, const char *fmt, ...) {
-    (void)sink;
-    va_list ap;
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-    return st;
-}
 
 #define REPS 15
 

@@ -21,7 +21,6 @@
  *          the time includes the step's host transfers (no device events yet).
  */
 #include <math.h>
-#include <stdarg.h>
 
 #include "backends/backend.h"
 #include "bench_util.h"
@@ -68,16 +67,6 @@ typedef struct bench_case {
     size_t bytes;            /* K/V bytes one step reads */
     double t[REPS];
 } bench_case;
-
-static fg_status bench_err(void *sink, fg_status st, const char *fmt, ...) {
-    (void)sink;
-    va_list ap;
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-    return st;
-}
 
 static int32_t case_rows(int mix, int g, int32_t Hkv, int32_t t) {
     switch (mix) {

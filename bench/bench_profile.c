@@ -12,20 +12,9 @@
  * Options: --csv, --quick (1k and 4k), --backend NAME.
  */
 #include <math.h>
-#include <stdarg.h>
 
 #include "backends/backend.h"
 #include "bench_util.h"
-
-static fg_status bench_err(void *sink, fg_status st, const char *fmt, ...) {
-    (void)sink;
-    va_list ap;
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-    return st;
-}
 
 int main(int argc, char **argv) {
     const int csv = bench_has_flag(argc, argv, "--csv"), quick = bench_has_flag(argc, argv, "--quick");

@@ -6,6 +6,7 @@
 #ifndef FG_BENCH_UTIL_H
 #define FG_BENCH_UTIL_H
 
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +19,19 @@
 #ifdef FG_HAVE_BLAS
 #include <cblas.h>
 #endif
+
+#include "fastgen.h"
+
+/* The error sink the benchmarks give their backend: the message to stderr. */
+static inline fg_status bench_err(void *sink, fg_status st, const char *fmt, ...) {
+    (void)sink;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    return st;
+}
 
 static inline double bench_now(void) {
     struct timespec ts;

@@ -6,9 +6,7 @@
 #ifdef FG_HAVE_BLAS
 #include <cblas.h>
 #endif
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
+#include "kernels_cpu/exp_avx2.h"
 
 void fg_sgemm_nt(int32_t M, int32_t N, int32_t K, float alpha, const float *A, int32_t lda, const float *B,
                  int32_t ldb, float beta, float *C, int32_t ldc) {
@@ -51,26 +49,12 @@ void fg_blas_single_thread(void) {
 }
 
 #if defined(__x86_64__)
-/* e^x for x <= 0, 8 lanes (Cephes expf reduction and polynomial) */
 __attribute__((target("avx2,fma"))) static float exp_sub_sum_avx2(float *x, int32_t n, float sub) {
     const __m256 vs = _mm256_set1_ps(sub);
     __m256 acc = _mm256_setzero_ps();
     int32_t i = 0;
     for (; i + 8 <= n; i += 8) {
-        __m256 v = _mm256_max_ps(_mm256_sub_ps(_mm256_loadu_ps(x + i), vs), _mm256_set1_ps(-87.33654f));
-        __m256 k = _mm256_round_ps(_mm256_mul_ps(v, _mm256_set1_ps(1.44269504088896341f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        v = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), v);
-        v = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4f), v);
-        __m256 y = _mm256_set1_ps(1.9875691500e-4f);
-        y = _mm256_fmadd_ps(y, v, _mm256_set1_ps(1.3981999507e-3f));
-        y = _mm256_fmadd_ps(y, v, _mm256_set1_ps(8.3334519073e-3f));
-        y = _mm256_fmadd_ps(y, v, _mm256_set1_ps(4.1665795894e-2f));
-        y = _mm256_fmadd_ps(y, v, _mm256_set1_ps(1.6666665459e-1f));
-        y = _mm256_fmadd_ps(y, v, _mm256_set1_ps(5.0000001201e-1f));
-        y = _mm256_fmadd_ps(y, _mm256_mul_ps(v, v), _mm256_add_ps(v, _mm256_set1_ps(1.0f)));
-        __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
-        y = _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+        __m256 y = fg_exp256(_mm256_sub_ps(_mm256_loadu_ps(x + i), vs));
         /* -inf inputs (masked keys) give exactly 0 */
         y = _mm256_and_ps(y, _mm256_cmp_ps(_mm256_loadu_ps(x + i), _mm256_set1_ps(-INFINITY), _CMP_NEQ_OQ));
         _mm256_storeu_ps(x + i, y);

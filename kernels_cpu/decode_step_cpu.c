@@ -19,6 +19,7 @@
 #include "kernels_cpu/kernels_cpu.h"
 #include "kernels_cpu/kernels_ref.h"
 #include "kernels_cpu/page.h"
+#include "kernels_cpu/exp_avx2.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -121,23 +122,6 @@ FG_TARGET static inline float hsum256(__m256 v) {
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
 }
-/* e^x for x <= 0 (Cephes expf: range reduction by ln 2, degree-6 polynomial) */
-FG_TARGET static inline __m256 exp256(__m256 x) {
-    x = _mm256_max_ps(x, _mm256_set1_ps(-87.33654f));
-    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    x = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-    x = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), x);
-    __m256 y = _mm256_set1_ps(1.9875691500e-4f);
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507e-3f));
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073e-3f));
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894e-2f));
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
-    y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
-    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
-}
 #define VW 8
 #define vec __m256
 #define VZERO() _mm256_setzero_ps()
@@ -148,7 +132,7 @@ FG_TARGET static inline __m256 exp256(__m256 x) {
 #define VMUL(a, b) _mm256_mul_ps(a, b)
 #define VSUB(a, b) _mm256_sub_ps(a, b)
 #define VADD(a, b) _mm256_add_ps(a, b)
-#define VEXP(v) exp256(v)
+#define VEXP(v) fg_exp256(v)
 #define VHSUM(v) hsum256(v)
 #define VLOAD_F16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(p)))
 #define VLOAD_BF16(p)                                                                                                  \

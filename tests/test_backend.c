@@ -11,40 +11,13 @@
 #include <string.h>
 
 #include "fastgen.h"
+#include "checks.h"
 #include "harness.h"
-
-#define GUARD 64
-#define GUARD_VALUE 1234.5f
 
 typedef struct shape_case {
     int32_t d, G, Hkv, n, steps;
     fg_dtype dtype;
 } shape_case;
-
-static float *guarded(size_t n) {
-    float *p = malloc((n + GUARD) * sizeof *p);
-    for (size_t i = 0; i < n + GUARD; i++)
-        p[i] = GUARD_VALUE;
-    return p;
-}
-
-static int guard_ok(const float *p, size_t n) {
-    for (size_t i = n; i < n + GUARD; i++)
-        if (p[i] != GUARD_VALUE)
-            return 0;
-    return 1;
-}
-
-static double nmse(const float *a, const float *ref, size_t n) {
-    double num = 0.0, den = 0.0;
-    for (size_t i = 0; i < n; i++) {
-        if (!isfinite(a[i]) || !isfinite(ref[i]))
-            return INFINITY;
-        num += ((double)a[i] - ref[i]) * ((double)a[i] - ref[i]);
-        den += (double)ref[i] * ref[i];
-    }
-    return den > 0.0 ? num / den : num;
-}
 
 typedef struct run_out {
     float *prefill;        /* [n][Hq][d] */

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static fg_status failf(char *err, size_t n, fg_status st, const char *fmt, ...) {
+fg_status fg_failf(char *err, size_t n, fg_status st, const char *fmt, ...) {
     if (err && n) {
         va_list ap;
         va_start(ap, fmt);
@@ -25,21 +25,21 @@ fg_status fg_read_file(const char *path, void **data, size_t *size, char *err, s
     *size = 0;
     FILE *f = fopen(path, "rb");
     if (!f)
-        return failf(err, err_size, FG_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+        return fg_failf(err, err_size, FG_ERR_IO, "cannot open %s: %s", path, strerror(errno));
     fg_status st = FG_OK;
     long len = -1;
     if (fseek(f, 0, SEEK_END) == 0)
         len = ftell(f);
     if (len < 0 || fseek(f, 0, SEEK_SET) != 0)
-        st = failf(err, err_size, FG_ERR_IO, "cannot size %s: %s", path, strerror(errno));
+        st = fg_failf(err, err_size, FG_ERR_IO, "cannot size %s: %s", path, strerror(errno));
     unsigned char *buf = NULL;
     if (st == FG_OK) {
         buf = malloc(len > 0 ? (size_t)len : 1);
         if (!buf)
-            st = failf(err, err_size, FG_ERR_OUT_OF_MEMORY, "out of memory reading %s (%ld bytes)", path, len);
+            st = fg_failf(err, err_size, FG_ERR_OUT_OF_MEMORY, "out of memory reading %s (%ld bytes)", path, len);
     }
     if (st == FG_OK && fread(buf, 1, (size_t)len, f) != (size_t)len)
-        st = failf(err, err_size, FG_ERR_IO, "cannot read %s", path);
+        st = fg_failf(err, err_size, FG_ERR_IO, "cannot read %s", path);
     fclose(f);
     if (st) {
         free(buf);
@@ -60,7 +60,7 @@ fg_status fg_read_file(const char *path, void **data, size_t *size, char *err, s
 fg_status fg_llama_load_memory(const void *buf, size_t size, fg_llama_model *out, char *err, size_t err_size) {
     memset(out, 0, sizeof *out);
     if (!buf || size < 7 * sizeof(int32_t))
-        return failf(err, err_size, FG_ERR_FORMAT, "checkpoint is %zu bytes, shorter than its 28-byte header", size);
+        return fg_failf(err, err_size, FG_ERR_FORMAT, "checkpoint is %zu bytes, shorter than its 28-byte header", size);
     int32_t h[7];
     memcpy(h, buf, sizeof h);
     fg_llama_config c = {.dim = h[0], .hidden_dim = h[1], .n_layers = h[2], .n_heads = h[3], .n_kv_heads = h[4],
@@ -71,12 +71,12 @@ fg_status fg_llama_load_memory(const void *buf, size_t size, fg_llama_model *out
     if (c.dim <= 0 || c.dim > MAX_DIM || c.hidden_dim <= 0 || c.hidden_dim > MAX_HIDDEN || c.n_layers <= 0 ||
         c.n_layers > MAX_LAYERS || c.n_heads <= 0 || c.n_kv_heads <= 0 || c.vocab_size <= 0 ||
         c.vocab_size > MAX_VOCAB || c.seq_len <= 0 || c.seq_len > MAX_SEQ)
-        return failf(err, err_size, FG_ERR_FORMAT,
+        return fg_failf(err, err_size, FG_ERR_FORMAT,
                      "implausible header: dim %d, hidden_dim %d, n_layers %d, n_heads %d, n_kv_heads %d, "
                      "vocab_size %d, seq_len %d",
                      h[0], h[1], h[2], h[3], h[4], h[5], h[6]);
     if (c.dim % c.n_heads || c.n_heads % c.n_kv_heads || (c.dim / c.n_heads) % 2)
-        return failf(err, err_size, FG_ERR_FORMAT,
+        return fg_failf(err, err_size, FG_ERR_FORMAT,
                      "header fields disagree: dim %d must split into %d heads of even size, and n_heads %d into "
                      "%d KV heads",
                      c.dim, c.n_heads, c.n_heads, c.n_kv_heads);
@@ -89,7 +89,7 @@ fg_status fg_llama_load_memory(const void *buf, size_t size, fg_llama_model *out
                             (uint64_t)c.seq_len * (uint64_t)c.head_size + (c.shared_classifier ? 0 : V * D);
     const uint64_t want = 28 + 4 * floats;
     if ((uint64_t)size != want)
-        return failf(err, err_size, FG_ERR_FORMAT,
+        return fg_failf(err, err_size, FG_ERR_FORMAT,
                      "checkpoint is %zu bytes but its header (dim %d, hidden %d, %d layers, %d/%d heads, vocab %d, "
                      "seq_len %d, %s classifier) needs %llu: truncated or not a llama2.c file",
                      size, c.dim, c.hidden_dim, c.n_layers, c.n_heads, c.n_kv_heads, c.vocab_size, c.seq_len,
@@ -97,13 +97,13 @@ fg_status fg_llama_load_memory(const void *buf, size_t size, fg_llama_model *out
 
     float *w = malloc((size_t)floats * sizeof(float));
     if (!w)
-        return failf(err, err_size, FG_ERR_OUT_OF_MEMORY, "out of memory for %llu weights",
+        return fg_failf(err, err_size, FG_ERR_OUT_OF_MEMORY, "out of memory for %llu weights",
                      (unsigned long long)floats);
     memcpy(w, (const unsigned char *)buf + 28, (size_t)floats * sizeof(float));
     for (uint64_t i = 0; i < floats; i++)
         if (!isfinite(w[i])) {
             free(w);
-            return failf(err, err_size, FG_ERR_FORMAT, "weight %llu is not finite", (unsigned long long)i);
+            return fg_failf(err, err_size, FG_ERR_FORMAT, "weight %llu is not finite", (unsigned long long)i);
         }
     const float *p = w;
     fg_llama_weights *W = &out->weights;

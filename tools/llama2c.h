@@ -50,6 +50,13 @@ fg_status fg_llama_load_memory(const void *buf, size_t size, fg_llama_model *out
 fg_status fg_llama_load_file(const char *path, fg_llama_model *out, char *err, size_t err_size);
 void fg_llama_free(fg_llama_model *model);
 
+/* Writes a one-line reason into err (err_size bytes) and returns st. */
+fg_status fg_failf(char *err, size_t err_size, fg_status st, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
+
 /* Whole file into memory (the caller frees *data). */
 fg_status fg_read_file(const char *path, void **data, size_t *size, char *err, size_t err_size);
 

@@ -2,22 +2,11 @@
 #include "tools/tokenizer.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "tools/llama2c.h"
-
-static fg_status failf(char *err, size_t n, fg_status st, const char *fmt, ...) {
-    if (err && n) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, n, fmt, ap);
-        va_end(ap);
-    }
-    return st;
-}
 
 static int hex_digit(char c) {
     if (c >= '0' && c <= '9')
@@ -49,19 +38,19 @@ fg_status fg_tokenizer_load_memory(const void *buf, size_t size, int32_t vocab_s
                                    size_t err_size) {
     memset(out, 0, sizeof *out);
     if (vocab_size <= FG_TOKEN_EOS)
-        return failf(err, err_size, FG_ERR_INVALID_ARGUMENT,
+        return fg_failf(err, err_size, FG_ERR_INVALID_ARGUMENT,
                      "vocabulary of %d tokens: a llama2.c tokenizer has at least <unk>, BOS and EOS",
                      (int)vocab_size);
     const unsigned char *p = buf;
     if (!buf || size < 4)
-        return failf(err, err_size, FG_ERR_FORMAT, "tokenizer is %zu bytes, shorter than its header", size);
+        return fg_failf(err, err_size, FG_ERR_FORMAT, "tokenizer is %zu bytes, shorter than its header", size);
     out->vocab_size = vocab_size;
     out->pieces = calloc((size_t)vocab_size, sizeof *out->pieces);
     out->scores = malloc((size_t)vocab_size * sizeof *out->scores);
     out->sorted = malloc((size_t)vocab_size * sizeof *out->sorted);
     if (!out->pieces || !out->scores || !out->sorted) {
         fg_tokenizer_free(out);
-        return failf(err, err_size, FG_ERR_OUT_OF_MEMORY, "out of memory for %d tokens", (int)vocab_size);
+        return fg_failf(err, err_size, FG_ERR_OUT_OF_MEMORY, "out of memory for %d tokens", (int)vocab_size);
     }
     size_t off = 4; /* max_token_length: not trusted, lengths are checked one by one */
     for (int32_t i = 0; i < vocab_size; i++) {
@@ -69,7 +58,7 @@ fg_status fg_tokenizer_load_memory(const void *buf, size_t size, int32_t vocab_s
         int32_t len;
         if (size - off < 8) {
             fg_tokenizer_free(out);
-            return failf(err, err_size, FG_ERR_FORMAT,
+            return fg_failf(err, err_size, FG_ERR_FORMAT,
                          "tokenizer has %d entries, the model's vocabulary has %d (truncated or wrong file)", (int)i,
                          (int)vocab_size);
         }
@@ -78,14 +67,14 @@ fg_status fg_tokenizer_load_memory(const void *buf, size_t size, int32_t vocab_s
         off += 8;
         if (len < 0 || (size_t)len > size - off || !isfinite(score)) {
             fg_tokenizer_free(out);
-            return failf(err, err_size, FG_ERR_FORMAT,
+            return fg_failf(err, err_size, FG_ERR_FORMAT,
                          "tokenizer entry %d: length %d or score %g runs past the end of the file (%zu bytes)",
                          (int)i, (int)len, (double)score, size);
         }
         out->pieces[i] = malloc((size_t)len + 1);
         if (!out->pieces[i]) {
             fg_tokenizer_free(out);
-            return failf(err, err_size, FG_ERR_OUT_OF_MEMORY, "out of memory for tokenizer entry %d", (int)i);
+            return fg_failf(err, err_size, FG_ERR_OUT_OF_MEMORY, "out of memory for tokenizer entry %d", (int)i);
         }
         memcpy(out->pieces[i], p + off, (size_t)len);
         out->pieces[i][len] = '\0';

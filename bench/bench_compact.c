@@ -19,12 +19,9 @@
 
 int main(int argc, char **argv) {
     const int csv = bench_has_flag(argc, argv, "--csv");
-    const char *backend = "cpu";
-    for (int i = 1; i + 1 < argc; i++)
-        if (!strcmp(argv[i], "--backend"))
-            backend = argv[i + 1];
-    fg_backend be = {.err = bench_err};
-    if (fg_backend_open(backend, 0, &be) != FG_OK)
+    const char *backend;
+    fg_backend be;
+    if (bench_open_backend(argc, argv, &be, &backend) != FG_OK)
         return 1;
     const int32_t Hkv = 8, d = 128;
     const fg_shape sh = {32, Hkv, d};

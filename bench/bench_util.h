@@ -20,7 +20,7 @@
 #include <cblas.h>
 #endif
 
-#include "fastgen.h"
+#include "backends/backend.h"
 
 /* The error sink the benchmarks give their backend: the message to stderr. */
 static inline fg_status bench_err(void *sink, fg_status st, const char *fmt, ...) {
@@ -238,6 +238,16 @@ static inline double bench_sgemm_rate(int M, int N, int K) {
     (void)K;
     return 0.0;
 #endif
+}
+
+/* Opens the backend named by --backend NAME (default cpu); *name gets it. */
+static inline fg_status bench_open_backend(int argc, char **argv, fg_backend *be, const char **name) {
+    *name = "cpu";
+    for (int i = 1; i + 1 < argc; i++)
+        if (!strcmp(argv[i], "--backend"))
+            *name = argv[i + 1];
+    *be = (fg_backend){.err = bench_err};
+    return fg_backend_open(*name, 0, be);
 }
 
 static inline int bench_has_flag(int argc, char **argv, const char *flag) {

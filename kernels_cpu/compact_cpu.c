@@ -6,10 +6,6 @@
 #include "kernels_cpu/kernels_cpu.h"
 #include "kernels_cpu/page.h"
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 #if defined(__x86_64__)
 #include <immintrin.h>
 
@@ -86,7 +82,7 @@ fg_status fg_cpu_compact(fg_backend *be, const fg_page_layout *L, const fg_shape
     /* work items walk the prompt in order; every head takes its kept rows of
      * the span (pos is ascending), so the span is read from memory once */
 #ifdef _OPENMP
-#pragma omp parallel for schedule(dynamic, 1) num_threads(be->n_threads > 0 ? be->n_threads : omp_get_max_threads())
+#pragma omp parallel for schedule(dynamic, 1) num_threads(fg_cpu_threads(be))
 #endif
     for (int32_t span = 0; span < n_spans; span++) {
         const int32_t p0 = span * FG_COMPACT_SPAN, p1 = p0 + FG_COMPACT_SPAN;

@@ -247,11 +247,7 @@ fg_status fg_cpu_decode_step(fg_backend *be, const fg_page_layout *layout, const
     const int32_t G = shape->n_q_heads / shape->n_kv_heads, d = shape->head_dim;
     const float scale = 1.0f / sqrtf((float)d);
     const int fast_ok = d % isa_lanes(st->isa) == 0 && G <= FG_MAX_GROUP;
-#ifdef _OPENMP
-    const int threads = be->n_threads > 0 ? be->n_threads : omp_get_max_threads();
-#else
-    const int threads = 1;
-#endif
+    const int threads = fg_cpu_threads(be);
 
     /* plan: work items and workspace offsets (host arithmetic only) */
     int32_t n_items = 0;

@@ -14,6 +14,9 @@ typedef enum fg_cpu_isa { FG_ISA_GENERIC = 0, FG_ISA_AVX2 = 1, FG_ISA_AVX512 = 2
 fg_cpu_isa fg_cpu_isa_detect(void);
 const char *fg_cpu_isa_name(fg_cpu_isa isa);
 
+/* Threads a cpu kernel uses: the backend's n_threads, else OpenMP's default. */
+int fg_cpu_threads(const fg_backend *be);
+
 /* State of the `cpu` backend (be->impl). */
 typedef struct fg_cpu_state {
     fg_cpu_isa isa;

@@ -26,11 +26,7 @@ fg_status fg_cpu_prefill_attention(fg_backend *be, const fg_shape *shape, int32_
     const int32_t Hq = shape->n_q_heads, Hkv = shape->n_kv_heads, d = shape->head_dim, G = Hq / Hkv;
     const int32_t n_tiles = (n + FG_TQ - 1) / FG_TQ;
     const float scale = 1.0f / sqrtf((float)d);
-#ifdef _OPENMP
-    const int threads = be->n_threads > 0 ? be->n_threads : omp_get_max_threads();
-#else
-    const int threads = 1;
-#endif
+    const int threads = fg_cpu_threads(be);
     /* per thread: S [TQ][TK], O [TQ][d] */
     const size_t per_thread = (size_t)FG_TQ * FG_TK + (size_t)FG_TQ * d;
     float *ws = malloc((size_t)threads * per_thread * sizeof(float));

@@ -27,11 +27,7 @@ fg_status fg_cpu_profile_stats(fg_backend *be, const fg_shape *shape, const fg_p
     const int32_t Hq = shape->n_q_heads, Hkv = shape->n_kv_heads, d = shape->head_dim, G = Hq / Hkv;
     const int32_t n = req->n, n_ktiles = (n + FG_TK - 1) / FG_TK;
     const float scale = 1.0f / sqrtf((float)d);
-#ifdef _OPENMP
-    const int threads = be->n_threads > 0 ? be->n_threads : omp_get_max_threads();
-#else
-    const int threads = 1;
-#endif
+    const int threads = fg_cpu_threads(be);
     const size_t per_thread = (size_t)FG_TQ * FG_TK;
     float *ws = malloc((size_t)threads * per_thread * sizeof(float));
     if (!ws)

@@ -153,6 +153,23 @@ int cli_parse(const char *cmd, const char *help, int argc, char **argv, cli_opts
     return 0;
 }
 
+int cli_need_model(const char *cmd, cli_opts *o, char *model, char *tok, size_t size) {
+    if (!o->model && cli_find_model(model, tok, size)) {
+        o->model = model;
+        if (!o->tokenizer)
+            o->tokenizer = tok;
+    }
+    if (!o->model)
+        return cli_usage(cmd, "no model found: pass -m MODEL -z TOKENIZER (stories260K.bin and tok512.bin: "
+                              "github.com/karpathy/llama2.c, the tinyllamas models)");
+    if (!o->tokenizer) {
+        const char *slash = strrchr(o->model, '/');
+        snprintf(tok, size, "%.*stok512.bin", slash ? (int)(slash - o->model + 1) : 0, o->model);
+        o->tokenizer = tok;
+    }
+    return 0;
+}
+
 int cli_compression(const char *cmd, const cli_opts *o, fg_compression_params *cp) {
     if (fg_compression_params_preset(o->policy, cp) != FG_OK)
         return cli_usage(cmd, "unknown policy \"%s\" (fastgen, full, streamingllm, h2o, local, frequent)", o->policy);

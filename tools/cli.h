@@ -43,6 +43,10 @@ void cli_defaults(cli_opts *o, int32_t n);
 /* $FASTGEN_MODEL, ../shared/models/, ./models/: the first directory (or .bin
  * file) holding stories260K.bin and tok512.bin. Returns 0 when none. */
 int cli_find_model(char *model, char *tokenizer, size_t size);
+/* Fills o->model / o->tokenizer from cli_find_model when not given (the
+ * tokenizer defaults to tok512.bin beside the model); bad usage (2) when no
+ * model is found, else 0. */
+int cli_need_model(const char *cmd, cli_opts *o, char *model, char *tok, size_t size);
 /* The compression parameters the options describe. */
 int cli_compression(const char *cmd, const cli_opts *o, fg_compression_params *cp);
 

@@ -318,12 +318,8 @@ int cmd_eval(int argc, char **argv) {
     if (rc)
         return rc < 0 ? 0 : rc;
     char model[1024], tokp[1024];
-    if (!o.model && cli_find_model(model, tokp, sizeof model)) {
-        o.model = model;
-        o.tokenizer = o.tokenizer ? o.tokenizer : tokp;
-    }
-    if (!o.model || !o.tokenizer)
-        return cli_usage("eval", "no model found: pass -m MODEL -z TOKENIZER");
+    if ((rc = cli_need_model("eval", &o, model, tokp, sizeof model)))
+        return rc;
     if (o.n < 1)
         return cli_usage("eval", "-n must be at least 1");
     int32_t n_prompts = 0;

@@ -17,22 +17,20 @@ static const char *k_model_help =
     "  --backend NAME          ref | cpu | cuda | hip (default cpu)\n"
     "  --dtype NAME            f32 | f16 | bf16 KV cache storage (default f32)\n";
 
-/* Fills model/tokenizer from the default locations when not given. */
-static int need_model(const char *cmd, cli_opts *o, char *model, char *tok, size_t size) {
-    if (!o->model && cli_find_model(model, tok, size)) {
-        o->model = model;
-        if (!o->tokenizer)
-            o->tokenizer = tok;
-    }
-    if (!o->model)
-        return cli_usage(cmd, "no model found: pass -m MODEL -z TOKENIZER (stories260K.bin and tok512.bin: "
-                              "github.com/karpathy/llama2.c, the tinyllamas models)");
-    if (!o->tokenizer) {
-        const char *slash = strrchr(o->model, '/');
-        snprintf(tok, size, "%.*stok512.bin", slash ? (int)(slash - o->model + 1) : 0, o->model);
-        o->tokenizer = tok;
-    }
-    return 0;
+/* The common start of a model command: help text, options, the model (found
+ * in the default places when not given), the compression parameters.
+ * Returns 0 to go on, else the exit code (0 after --help). */
+static int model_command(const char *cmd, const char *help_head, const char *help_tail, int32_t n_default, int argc,
+                         char **argv, cli_opts *o, fg_compression_params *cp, char *model, char *tok, size_t size) {
+    char help[4096];
+    snprintf(help, sizeof help, "%s%s%s", help_head, k_model_help, help_tail);
+    cli_defaults(o, n_default);
+    int rc = cli_parse(cmd, help, argc, argv, o, NULL, NULL);
+    if (rc)
+        return rc < 0 ? -1 : rc;
+    if ((rc = cli_need_model(cmd, o, model, tok, size)))
+        return rc;
+    return cli_compression(cmd, o, cp);
 }
 
 static int open_or_fail(const cli_opts *o, int track, cli_session *s) {
@@ -84,16 +82,13 @@ static const char *k_generate_help_tail =
     "  --json                  one JSON object: text, tokens, kv_bytes_held, kv_bytes_full, ...\n";
 
 int cmd_generate(int argc, char **argv) {
-    char help[4096], model[1024], tokp[1024];
-    snprintf(help, sizeof help, "%s%s%s", k_generate_help_head, k_model_help, k_generate_help_tail);
+    char model[1024], tokp[1024];
     cli_opts o;
-    cli_defaults(&o, 64);
-    int rc = cli_parse("generate", help, argc, argv, &o, NULL, NULL);
+    fg_compression_params cp;
+    int rc = model_command("generate", k_generate_help_head, k_generate_help_tail, 64, argc, argv, &o, &cp, model,
+                           tokp, sizeof model);
     if (rc)
         return rc < 0 ? 0 : rc;
-    fg_compression_params cp;
-    if ((rc = need_model("generate", &o, model, tokp, sizeof model)) || (rc = cli_compression("generate", &o, &cp)))
-        return rc;
     if (o.csv || o.svg)
         return cli_usage("generate", "--csv and --svg belong to profile and eval");
 
@@ -211,16 +206,13 @@ static const char *k_profile_help_tail =
     "  --svg FILE              heat map of the policies (layers x KV heads) with counts per layer\n";
 
 int cmd_profile(int argc, char **argv) {
-    char help[4096], model[1024], tokp[1024];
-    snprintf(help, sizeof help, "%s%s%s", k_profile_help_head, k_model_help, k_profile_help_tail);
+    char model[1024], tokp[1024];
     cli_opts o;
-    cli_defaults(&o, 128);
-    int rc = cli_parse("profile", help, argc, argv, &o, NULL, NULL);
+    fg_compression_params cp, full;
+    int rc = model_command("profile", k_profile_help_head, k_profile_help_tail, 128, argc, argv, &o, &cp, model, tokp,
+                           sizeof model);
     if (rc)
         return rc < 0 ? 0 : rc;
-    fg_compression_params cp, full;
-    if ((rc = need_model("profile", &o, model, tokp, sizeof model)) || (rc = cli_compression("profile", &o, &cp)))
-        return rc;
     fg_compression_params_preset("full", &full);
     cli_session s;
     if (open_or_fail(&o, 0, &s))

@@ -162,9 +162,11 @@ static void check_decode(backend_pair *bp, int32_t d, int32_t G, fg_dtype dt, in
     const fg_shape sh = {G, 1, d}; /* every head of the batch is KV head 0 of its own sequence */
     const fg_page_layout L = fg_page_layout_make(page_tokens, d, dt);
     fg_backend *bes[3] = {&bp->ref, &bp->one, &bp->two};
-    int32_t max_len = 0;
-    for (int32_t i = 0; i < n_heads; i++)
+    int32_t max_len = 0, min_len = lengths[0];
+    for (int32_t i = 0; i < n_heads; i++) {
         max_len = lengths[i] > max_len ? lengths[i] : max_len;
+        min_len = lengths[i] < min_len ? lengths[i] : min_len;
+    }
     const int32_t cap = max_len + steps + 1;
     sim_head *hs = calloc((size_t)n_heads, sizeof *hs);
     head_cache(*caches)[3] = calloc((size_t)n_heads, sizeof *caches);
@@ -256,7 +258,7 @@ static void check_decode(backend_pair *bp, int32_t d, int32_t G, fg_dtype dt, in
     EXPECT(same_threads, "%s decode: 1 and 2 threads differ", bp->name);
     EXPECT(guards, "%s decode wrote past its output", bp->name);
     printf("  %-4s decode d=%-3d G=%d %-4s page=%-2d heads=%d (rows %d..%d) steps=%-3d NMSE %.1e\n", bp->name, (int)d,
-           (int)G, dn, (int)page_tokens, (int)n_heads, (int)lengths[0], (int)max_len, (int)steps, worst);
+           (int)G, dn, (int)page_tokens, (int)n_heads, (int)min_len, (int)max_len, (int)steps, worst);
     for (int32_t i = 0; i < n_heads; i++) {
         for (int b = 0; b < 3; b++)
             cache_free(bes[b], &caches[i][b]);
@@ -372,6 +374,10 @@ int main(int argc, char **argv) {
             check_decode(&bp, d, G, dt, r % 2 ? 16 : 5, 8, lens, cs, 6);
         }
         check_decode(&bp, 7, 2, FG_DTYPE_F16, 3, 2, (const int32_t[]){9, 30}, (const uint32_t[]){S | P | F | L, F}, 20);
+        /* groups of more than 8 query heads: 16-bit blocks widened once into scratch */
+        check_decode(&bp, 64, 16, FG_DTYPE_F16, 16, 3, (const int32_t[]){3, 700, 1100},
+                     (const uint32_t[]){S | P | F | L, FG_KEEP_FULL, F}, 6);
+        check_decode(&bp, 128, 12, FG_DTYPE_BF16, 5, 2, (const int32_t[]){600, 40}, (const uint32_t[]){F | L, S | P}, 6);
         /* a long run: kept sets identical for 500 steps */
         check_decode(&bp, 64, 4, FG_DTYPE_F32, 16, 4, (const int32_t[]){50, 300, 7, 120},
                      (const uint32_t[]){S | P | F | L, F | L, F, S | P | F}, 500);

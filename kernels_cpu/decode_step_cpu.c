@@ -36,6 +36,18 @@
 #define CAT3(a, b, c) CAT3_(a, b, c)
 #define FN(name) CAT3(name, DTN, ISAN)
 
+/* Asks for the cache lines of one row at a and, unless NULL, one at b
+ * (always inlined: GCC 12 at -O1 and above dropped the calls of this
+ * prefetch-only function when it was left to its own inlining choice). */
+static inline __attribute__((always_inline)) void fg_prefetch_rows(const unsigned char *a, const unsigned char *b,
+                                                                   size_t bytes) {
+    for (size_t off = 0; off < bytes; off += 64) {
+        __builtin_prefetch(a + off, 0, 3);
+        if (b)
+            __builtin_prefetch(b + off, 0, 3);
+    }
+}
+
 /* One instantiation of the template per cache dtype, for the current ISA. */
 #define ROW_F32(p, c) VLOAD((const float *)(const void *)(p) + (c))
 #define ROW_F16(p, c) VLOAD_F16((const uint16_t *)(const void *)(p) + (c))

@@ -1,6 +1,8 @@
 /* Compaction on the CPU: a streaming gather of the kept prompt rows into
- * pages, parallel over heads; 16-bit caches convert 8 values at a time (F16C
- * for fp16, integer rounding for bf16), bit-identical to the scalar path. */
+ * pages, parallel over spans of the prompt; rows are written with
+ * non-temporal stores where aligned, 16-bit caches convert 8 values at a
+ * time (F16C for fp16, integer rounding for bf16), bit-identical to the
+ * scalar path. */
 #include <string.h>
 
 #include "kernels_cpu/kernels_cpu.h"
@@ -9,39 +11,64 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
-/* fp32 -> fp16, round to nearest even (F16C); NaN stays NaN */
+/* 8 fp32 -> 8 fp16, round to nearest even (F16C); NaN stays NaN */
+__attribute__((target("avx2,f16c"))) static inline __m128i f16x8(const float *src) {
+    return _mm256_cvtps_ph(_mm256_loadu_ps(src), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+
+/* 8 fp32 -> 8 bf16: add 0x7fff + the kept lsb, keep the high half; NaN -> quiet NaN */
+__attribute__((target("avx2"))) static inline __m128i bf16x8(const float *src) {
+    __m256i x = _mm256_castps_si256(_mm256_loadu_ps(src));
+    __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
+    __m256i r = _mm256_srli_epi32(_mm256_add_epi32(x, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
+    __m256i nan =
+        _mm256_cmpgt_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x7fffffff)), _mm256_set1_epi32(0x7f800000));
+    __m256i q = _mm256_or_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(0x40));
+    r = _mm256_blendv_epi8(r, q, nan);
+    /* pack the low 16 bits of 8 lanes */
+    __m256i packed = _mm256_packus_epi32(r, r); /* lanes 0-3 and 4-7 in each 128-bit half */
+    return _mm256_castsi256_si128(_mm256_permute4x64_epi64(packed, 0x08));
+}
+
 __attribute__((target("avx2,f16c"))) static void store_f16_avx2(uint16_t *dst, const float *src, int32_t n) {
     int32_t i = 0;
     for (; i + 8 <= n; i += 8)
-        _mm_storeu_si128((__m128i *)(void *)(dst + i),
-                         _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        _mm_storeu_si128((__m128i *)(void *)(dst + i), f16x8(src + i));
     for (; i < n; i++)
         dst[i] = fg_f32_to_f16(src[i]);
 }
 
-/* fp32 -> bf16: add 0x7fff + the kept lsb, keep the high half; NaN -> quiet NaN */
 __attribute__((target("avx2"))) static void store_bf16_avx2(uint16_t *dst, const float *src, int32_t n) {
     int32_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-        __m256i x = _mm256_castps_si256(_mm256_loadu_ps(src + i));
-        __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
-        __m256i r = _mm256_srli_epi32(_mm256_add_epi32(x, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
-        __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x7fffffff)),
-                                         _mm256_set1_epi32(0x7f800000));
-        __m256i q = _mm256_or_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(0x40));
-        r = _mm256_blendv_epi8(r, q, nan);
-        /* pack the low 16 bits of 8 lanes */
-        __m256i packed = _mm256_packus_epi32(r, r); /* lanes 0-3 and 4-7 in each 128-bit half */
-        packed = _mm256_permute4x64_epi64(packed, 0x08);
-        _mm_storeu_si128((__m128i *)(void *)(dst + i), _mm256_castsi256_si128(packed));
-    }
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(void *)(dst + i), bf16x8(src + i));
     for (; i < n; i++)
         dst[i] = fg_f32_to_bf16(src[i]);
+}
+
+/* A whole row with non-temporal stores (n % 8 == 0, dst aligned to 32 bytes
+ * for fp32 and 16 for 16-bit rows): compaction writes far more than the
+ * caches hold, so skipping the read-for-ownership of every written line
+ * saves a third of the memory traffic. The caller fences. */
+__attribute__((target("avx2,f16c"))) static void stream_row_avx2(void *dst, fg_dtype dtype, const float *src,
+                                                                 int32_t n) {
+    for (int32_t i = 0; i < n; i += 8) {
+        if (dtype == FG_DTYPE_F32)
+            _mm256_stream_ps((float *)dst + i, _mm256_loadu_ps(src + i));
+        else
+            _mm_stream_si128((__m128i *)(void *)((uint16_t *)dst + i),
+                             dtype == FG_DTYPE_F16 ? f16x8(src + i) : bf16x8(src + i));
+    }
 }
 #endif
 
 static void store_row(void *dst, fg_dtype dtype, const float *src, int32_t n, int simd) {
 #if defined(__x86_64__)
+    const uintptr_t align = dtype == FG_DTYPE_F32 ? 32 : 16;
+    if (simd && n % 8 == 0 && (uintptr_t)dst % align == 0) {
+        stream_row_avx2(dst, dtype, src, n);
+        return;
+    }
     if (simd && dtype == FG_DTYPE_F16) {
         store_f16_avx2(dst, src, n);
         return;
@@ -100,6 +127,10 @@ fg_status fg_cpu_compact(fg_backend *be, const fg_page_layout *L, const fg_shape
                 page[L->flags_offset + j] = hd->flags[s];
             }
         }
+#if defined(__x86_64__)
+        if (simd) /* the streamed rows are visible to every thread from here */
+            _mm_sfence();
+#endif
     }
     return FG_OK;
 }

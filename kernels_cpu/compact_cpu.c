@@ -1,6 +1,6 @@
 /* Compaction on the CPU: a streaming gather of the kept prompt rows into
- * pages, parallel over spans of the prompt; rows are written with
- * non-temporal stores where aligned, 16-bit caches convert 8 values at a
+ * pages, parallel over spans of the prompt; large compactions write their
+ * rows with non-temporal stores where aligned, 16-bit caches convert 8 values at a
  * time (F16C for fp16, integer rounding for bf16), bit-identical to the
  * scalar path. */
 #include <string.h>
@@ -47,9 +47,9 @@ __attribute__((target("avx2"))) static void store_bf16_avx2(uint16_t *dst, const
 }
 
 /* A whole row with non-temporal stores (n % 8 == 0, dst aligned to 32 bytes
- * for fp32 and 16 for 16-bit rows): compaction writes far more than the
- * caches hold, so skipping the read-for-ownership of every written line
- * saves a third of the memory traffic. The caller fences. */
+ * for fp32 and 16 for 16-bit rows): a large compaction writes far more than
+ * the caches hold, so skipping the read-for-ownership of every written line
+ * saves up to a third of the memory traffic. The caller fences. */
 __attribute__((target("avx2,f16c"))) static void stream_row_avx2(void *dst, fg_dtype dtype, const float *src,
                                                                  int32_t n) {
     for (int32_t i = 0; i < n; i += 8) {
@@ -62,23 +62,25 @@ __attribute__((target("avx2,f16c"))) static void stream_row_avx2(void *dst, fg_d
 }
 #endif
 
-static void store_row(void *dst, fg_dtype dtype, const float *src, int32_t n, int simd) {
+typedef enum store_mode { STORE_SCALAR, STORE_SIMD, STORE_STREAM } store_mode;
+
+static void store_row(void *dst, fg_dtype dtype, const float *src, int32_t n, store_mode mode) {
 #if defined(__x86_64__)
     const uintptr_t align = dtype == FG_DTYPE_F32 ? 32 : 16;
-    if (simd && n % 8 == 0 && (uintptr_t)dst % align == 0) {
+    if (mode == STORE_STREAM && n % 8 == 0 && (uintptr_t)dst % align == 0) {
         stream_row_avx2(dst, dtype, src, n);
         return;
     }
-    if (simd && dtype == FG_DTYPE_F16) {
+    if (mode != STORE_SCALAR && dtype == FG_DTYPE_F16) {
         store_f16_avx2(dst, src, n);
         return;
     }
-    if (simd && dtype == FG_DTYPE_BF16) {
+    if (mode != STORE_SCALAR && dtype == FG_DTYPE_BF16) {
         store_bf16_avx2(dst, src, n);
         return;
     }
 #endif
-    (void)simd;
+    (void)mode;
     fg_store_row(dst, dtype, src, n);
 }
 
@@ -104,7 +106,12 @@ fg_status fg_cpu_compact(fg_backend *be, const fg_page_layout *L, const fg_shape
     const int32_t Hkv = shape->n_kv_heads, d = shape->head_dim, P = L->page_tokens;
     const size_t row_bytes = (size_t)d * fg_dtype_size(L->dtype);
     const fg_cpu_state *st = be->impl;
-    const int simd = st->isa >= FG_ISA_AVX2;
+    size_t written = 0;
+    for (int32_t i = 0; i < n_heads; i++)
+        written += (size_t)heads[i].n_keep * 2 * row_bytes;
+    const store_mode mode = st->isa < FG_ISA_AVX2            ? STORE_SCALAR
+                            : written >= FG_CPU_STREAM_BYTES ? STORE_STREAM
+                                                             : STORE_SIMD;
     const int32_t n_spans = (n + FG_COMPACT_SPAN - 1) / FG_COMPACT_SPAN;
     /* work items walk the prompt in order; every head takes its kept rows of
      * the span (pos is ascending), so the span is read from memory once */
@@ -120,15 +127,15 @@ fg_status fg_cpu_compact(fg_backend *be, const fg_page_layout *L, const fg_shape
                 unsigned char *page = hd->pages[s / P];
                 const int32_t j = s % P;
                 const size_t src = ((size_t)hd->pos[s] * Hkv + hd->kv_head) * d;
-                store_row(page + L->k_offset + (size_t)j * row_bytes, L->dtype, k + src, d, simd);
-                store_row(page + L->v_offset + (size_t)j * row_bytes, L->dtype, v + src, d, simd);
+                store_row(page + L->k_offset + (size_t)j * row_bytes, L->dtype, k + src, d, mode);
+                store_row(page + L->v_offset + (size_t)j * row_bytes, L->dtype, v + src, d, mode);
                 ((int32_t *)(void *)(page + L->pos_offset))[j] = hd->pos[s];
                 ((float *)(void *)(page + L->score_offset))[j] = hd->score[s];
                 page[L->flags_offset + j] = hd->flags[s];
             }
         }
 #if defined(__x86_64__)
-        if (simd) /* the streamed rows are visible to every thread from here */
+        if (mode == STORE_STREAM) /* the streamed rows are visible to every thread from here */
             _mm_sfence();
 #endif
     }

@@ -26,6 +26,9 @@ typedef struct fg_cpu_state {
 
 #define FG_CPU_CHUNK 512 /* slots per decode work item */
 #define FG_MAX_GROUP 64  /* query heads per KV head on the SIMD path */
+/* compactions that write at least this many K/V bytes bypass the caches
+ * (non-temporal stores); smaller ones leave their pages cached for decode */
+#define FG_CPU_STREAM_BYTES ((size_t)4 << 20)
 
 /* One decode work item: G query heads over slots [begin, end) of a head. */
 typedef struct fg_attend_chunk {

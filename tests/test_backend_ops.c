@@ -19,6 +19,7 @@
 #include "core/internal.h"
 #include "checks.h"
 #include "harness.h"
+#include "kernels_cpu/kernels_cpu.h"
 #include "kernels_cpu/page.h"
 
 static fg_status err_sink(void *s, fg_status st, const char *fmt, ...) {
@@ -354,6 +355,9 @@ int main(int argc, char **argv) {
         for (int dt = 0; dt < 3; dt++) {
             check_compact(&bp, 128, (fg_dtype)dt, 300);
             check_compact(&bp, 7, (fg_dtype)dt, 50);
+            /* large enough for the cpu backend's non-temporal stores (about 2/3 of the rows are kept) */
+            const size_t row = 128 * fg_dtype_size((fg_dtype)dt);
+            check_compact(&bp, 128, (fg_dtype)dt, (int32_t)(FG_CPU_STREAM_BYTES / (2 * row) * 2));
         }
 
         /* decode: batches of heads from 1 to 20000 rows, mixed policies */

@@ -5,6 +5,11 @@
 
 #include <stdint.h>
 
+/* Tiles of the prompt kernels (prefill attention, profiling): FG_TQ query rows
+ * by FG_TK key columns, a tile of scores small enough for L2. */
+#define FG_TQ 64
+#define FG_TK 256
+
 /* C[M][N] = alpha A[M][K] . B[N][K]^T + beta C   (row-major, leading dims given) */
 void fg_sgemm_nt(int32_t M, int32_t N, int32_t K, float alpha, const float *A, int32_t lda, const float *B,
                  int32_t ldb, float beta, float *C, int32_t ldc);

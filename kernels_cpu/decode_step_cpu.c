@@ -26,9 +26,6 @@
 #define FG_X86 1
 #endif
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 /* ------------------------------------------------------------------ ISA variants */
 
@@ -277,7 +274,7 @@ fg_status fg_cpu_decode_step(fg_backend *be, const fg_page_layout *layout, const
     const size_t off_raw = off_state + up64((size_t)n_items * G * (d + 2) * sizeof(float));
     const size_t off_buf = off_raw + up64(raw_floats * sizeof(float));
     /* kbuf and vbuf 64 bytes off a 4 KiB multiple apart: no 4K aliasing between them */
-    const size_t per_thread = up64(((size_t)2 * 16 * d + 16) * sizeof(float)) + 64;
+    const size_t per_thread = up64(((size_t)2 * FG_CPU_BLOCK * d + 16) * sizeof(float)) + 64;
     fg_status s = workspace(be, st, off_buf + (size_t)threads * per_thread);
     if (s)
         return s;
@@ -326,13 +323,9 @@ fg_status fg_cpu_decode_step(fg_backend *be, const fg_page_layout *layout, const
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
 #endif
     for (int32_t it = 0; it < n_items; it++) {
-#ifdef _OPENMP
-        float *buf = (float *)(void *)(bufs + (size_t)omp_get_thread_num() * per_thread);
-#else
-        float *buf = (float *)(void *)bufs;
-#endif
+        float *buf = (float *)(void *)(bufs + (size_t)fg_cpu_thread_id() * per_thread);
         items[it].kbuf = buf;
-        items[it].vbuf = buf + (size_t)16 * d + 16;
+        items[it].vbuf = buf + (size_t)FG_CPU_BLOCK * d + 16;
         attend(&items[it]);
     }
 

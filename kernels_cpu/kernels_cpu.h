@@ -16,6 +16,9 @@ const char *fg_cpu_isa_name(fg_cpu_isa isa);
 
 /* Threads a cpu kernel uses: the backend's n_threads, else OpenMP's default. */
 int fg_cpu_threads(const fg_backend *be);
+/* The calling thread's number inside a cpu kernel's parallel loop (0 without
+ * OpenMP): its slice of a per-thread workspace. */
+int fg_cpu_thread_id(void);
 
 /* State of the `cpu` backend (be->impl). */
 typedef struct fg_cpu_state {
@@ -25,6 +28,7 @@ typedef struct fg_cpu_state {
 } fg_cpu_state;
 
 #define FG_CPU_CHUNK 512 /* slots per decode work item */
+#define FG_CPU_BLOCK 16  /* rows a decode work item scores at once: one rescale, one V pass */
 #define FG_MAX_GROUP 64  /* query heads per KV head on the SIMD path */
 /* compactions that write at least this many K/V bytes bypass the caches
  * (non-temporal stores); smaller ones leave their pages cached for decode */
@@ -41,7 +45,7 @@ typedef struct fg_attend_chunk {
     float *acc;        /* [G][d] partial output (unnormalised) */
     float *raw;        /* raw[h * raw_stride + (s - begin)] = e^(score - m[h]) of slot s, or NULL */
     size_t raw_stride;
-    float *kbuf, *vbuf; /* [16][d] each: the thread's scratch for converted rows */
+    float *kbuf, *vbuf; /* [FG_CPU_BLOCK][d] each: the thread's scratch for converted rows */
 } fg_attend_chunk;
 
 typedef void fg_attend_chunk_fn(const fg_attend_chunk *a);

@@ -9,12 +9,7 @@
 #include "kernels_cpu/cpu_math.h"
 #include "kernels_cpu/kernels_cpu.h"
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
-#define FG_TQ 64
-#define FG_TK 256
 
 fg_status fg_cpu_prefill_attention(fg_backend *be, const fg_shape *shape, int32_t n,
                                    const float *q,      /* [n][Hq][d] */
@@ -41,11 +36,7 @@ fg_status fg_cpu_prefill_attention(fg_backend *be, const fg_shape *shape, int32_
         /* the last tiles have the most keys: start with them */
         const int32_t h = item % Hq, tile = n_tiles - 1 - item / Hq, g = h / G;
         const int32_t i0 = tile * FG_TQ, i1 = i0 + FG_TQ < n ? i0 + FG_TQ : n, rows = i1 - i0;
-#ifdef _OPENMP
-        float *S = ws + (size_t)omp_get_thread_num() * per_thread;
-#else
-        float *S = ws;
-#endif
+        float *S = ws + (size_t)fg_cpu_thread_id() * per_thread;
         float *O = S + (size_t)FG_TQ * FG_TK;
         float *m = row_max + (size_t)h * n + i0, *l = row_sum + (size_t)h * n + i0;
         for (int32_t r = 0; r < rows; r++) {

@@ -10,12 +10,7 @@
 #include "kernels_cpu/cpu_math.h"
 #include "kernels_cpu/kernels_cpu.h"
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
-#define FG_TQ 64
-#define FG_TK 256
 
 fg_status fg_cpu_profile_stats(fg_backend *be, const fg_shape *shape, const fg_profile_request *req,
                                const float *q,        /* [n][Hq][d] */
@@ -40,11 +35,7 @@ fg_status fg_cpu_profile_stats(fg_backend *be, const fg_shape *shape, const fg_p
     for (int32_t item = 0; item < Hkv * n_ktiles; item++) {
         const int32_t g = item % Hkv, kt = item / Hkv; /* early key tiles have the most rows: first */
         const int32_t j0 = kt * FG_TK, j1 = j0 + FG_TK < n ? j0 + FG_TK : n, cols = j1 - j0;
-#ifdef _OPENMP
-        float *S = ws + (size_t)omp_get_thread_num() * per_thread;
-#else
-        float *S = ws;
-#endif
+        float *S = ws + (size_t)fg_cpu_thread_id() * per_thread;
         float *cg = col + (size_t)g * n + j0;
         memset(cg, 0, (size_t)cols * sizeof(float));
         for (int32_t w = 0; w < req->n_windows; w++)

@@ -24,6 +24,8 @@ const char *fg_status_string(fg_status status) {
 
 const char *fg_version(void) { return FG_VERSION_STRING; }
 
+const char *fg_build_backends(void) { return FG_BUILD_BACKENDS; }
+
 const char *fg_last_error(const fg_context *ctx) { return ctx ? ctx->error : t_error; }
 
 static fg_status record(fg_context *ctx, fg_status status, const char *fmt, va_list ap) {

@@ -60,6 +60,9 @@ FG_API const char *fg_status_string(fg_status status);
 
 /* Runtime version string, e.g. "0.1.0"; compare with FG_VERSION_* macros. */
 FG_API const char *fg_version(void);
+/* The backends this build serves, e.g. "ref, cpu, cuda"; a HIP backend that
+ * runs on the CPU through HIP-CPU is listed as "hip (HIP-CPU emulation)". */
+FG_API const char *fg_build_backends(void);
 
 /* ---------------------------------------------------------------- logging */
 

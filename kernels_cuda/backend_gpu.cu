@@ -86,8 +86,8 @@ extern "C" fg_status FG_GPU(read_slots)(fg_backend *be, const fg_page_layout *la
     float *d_score = (float *)(base + at);
     at = fg_gpu_align(at + (size_t)n_slots * 4);
     uint8_t *d_flags = base + at;
-    gather_slots<<<(n_slots + FG_THREADS - 1) / FG_THREADS, FG_THREADS, 0, st->stream>>>(
-        fg_gpu_layout_of(layout), (void *const *)d_pages, n_slots, d_pos, d_flags, d_score);
+    FG_LAUNCH(gather_slots, (n_slots + FG_THREADS - 1) / FG_THREADS, FG_THREADS, 0, st->stream,
+              fg_gpu_layout_of(layout), (void *const *)d_pages, n_slots, d_pos, d_flags, d_score);
     GPU_CHECK(be, cudaGetLastError());
     GPU_CHECK(be, cudaMemcpyAsync(pos, d_pos, (size_t)n_slots * 4, cudaMemcpyDeviceToHost, st->stream));
     if (flags)

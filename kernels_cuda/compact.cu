@@ -86,10 +86,9 @@ extern "C" fg_status FG_GPU(compact)(fg_backend *be, const fg_page_layout *layou
         if (!s) s = FG_GPU(upload)(be, base, &at, flags, (size_t)slots, &dfl);
         if (!s) {
             dim3 grid((max_keep + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK, n_heads);
-            compact_rows<<<grid, FG_THREADS, 0, st->stream>>>(fg_gpu_layout_of(layout), Hkv, (const float *)dk,
-                                                              (const float *)dv, (const compact_desc *)dd,
-                                                              (void *const *)dp, (const int32_t *)dpos,
-                                                              (const uint8_t *)dfl, (const float *)dsc);
+            FG_LAUNCH(compact_rows, grid, FG_THREADS, 0, st->stream, fg_gpu_layout_of(layout), Hkv,
+                      (const float *)dk, (const float *)dv, (const compact_desc *)dd, (void *const *)dp,
+                      (const int32_t *)dpos, (const uint8_t *)dfl, (const float *)dsc);
             cudaError_t e = cudaGetLastError();
             if (e == cudaSuccess)
                 e = cudaStreamSynchronize(st->stream); /* the staging buffers are freed below */

@@ -40,7 +40,7 @@ __device__ static inline const unsigned char *slot_row(const fg_gpu_layout &L, v
 
 __global__ static void attend_chunks(fg_gpu_layout L, int32_t G, const decode_desc *heads, const decode_item *items,
                                      void *const *ptab, const float *q, float *praw, float *part) {
-    extern __shared__ float red[];
+    FG_DYNAMIC_SHARED(float, red);
     const decode_item it = items[blockIdx.x];
     const decode_desc h = heads[it.head];
     void *const *pages = ptab + h.page0;
@@ -104,7 +104,7 @@ __device__ static inline int32_t block_min_int(int32_t x, int32_t *sh) {
     __syncthreads();
     for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
         if (threadIdx.x < s)
-            sh[threadIdx.x] = min(sh[threadIdx.x], sh[threadIdx.x + s]);
+            sh[threadIdx.x] = fg_imin(sh[threadIdx.x], sh[threadIdx.x + s]);
         __syncthreads();
     }
     int32_t r = sh[0];
@@ -121,7 +121,7 @@ __device__ static inline float rank_of(int32_t mode, float score, int32_t pos, i
 __global__ static void finish_heads(fg_gpu_layout L, int32_t G, const decode_desc *heads, void *const *ptab,
                                     const float *q, const float *k, const float *v, float *out, const float *praw,
                                     float *part, int32_t *status) {
-    extern __shared__ float red[];
+    FG_DYNAMIC_SHARED(float, red);
     int32_t *ired = (int32_t *)(red + blockDim.x);
     __shared__ float M[64], Linv[64];
     const decode_desc h = heads[blockIdx.x];
@@ -214,7 +214,7 @@ __global__ static void finish_heads(fg_gpu_layout L, int32_t G, const decode_des
                     const unsigned char *page = (const unsigned char *)pages[s / P];
                     if (page[L.flags_offset + s % P] == FG_SLOT_LOCAL &&
                         ((const int32_t *)(page + L.pos_offset))[s % P] < h.window_start)
-                        mine = min(mine, s);
+                        mine = fg_imin(mine, s);
                 }
                 const int32_t hole = block_min_int(mine, ired);
                 if (hole == INT32_MAX)
@@ -248,7 +248,7 @@ __global__ static void finish_heads(fg_gpu_layout L, int32_t G, const decode_des
                 const int32_t j = s % P, p = ((const int32_t *)(page + L.pos_offset))[j];
                 if (page[L.flags_offset + j] == FG_SLOT_FREQUENT &&
                     rank_of(h.score_mode, ((const float *)(page + L.score_offset))[j], p, t) == worst_rank)
-                    oldest = min(oldest, p);
+                    oldest = fg_imin(oldest, p);
             }
             const int32_t victim_pos = block_min_int(oldest, ired);
             int32_t mine = INT32_MAX;
@@ -334,11 +334,12 @@ extern "C" fg_status FG_GPU(decode_step)(fg_backend *be, const fg_page_layout *l
         int32_t *dstatus = (int32_t *)(base + at);
         const fg_gpu_layout L = fg_gpu_layout_of(layout);
         const float *dqs = (const float *)dq, *dks = dqs + (size_t)n_heads * G * d, *dvs = dks + (size_t)n_heads * d;
-        if (n_items)
-            attend_chunks<<<n_items, FG_THREADS, FG_THREADS * sizeof(float), st->stream>>>(
-                L, G, (const decode_desc *)dd, (const decode_item *)di, (void *const *)dp, dqs, draw, dpart);
-        finish_heads<<<n_heads, FG_THREADS, 2 * FG_THREADS * sizeof(float), st->stream>>>(
-            L, G, (const decode_desc *)dd, (void *const *)dp, dqs, dks, dvs, dout, draw, dpart, dstatus);
+        if (n_items) {
+            FG_LAUNCH(attend_chunks, n_items, FG_THREADS, FG_THREADS * sizeof(float), st->stream, L, G,
+                      (const decode_desc *)dd, (const decode_item *)di, (void *const *)dp, dqs, draw, dpart);
+        }
+        FG_LAUNCH(finish_heads, n_heads, FG_THREADS, 2 * FG_THREADS * sizeof(float), st->stream, L, G,
+                  (const decode_desc *)dd, (void *const *)dp, dqs, dks, dvs, dout, draw, dpart, dstatus);
         cudaError_t e = cudaGetLastError();
         if (e == cudaSuccess)
             e = cudaMemcpyAsync(out, dout, (size_t)n_heads * G * d * 4, cudaMemcpyDeviceToHost, st->stream);

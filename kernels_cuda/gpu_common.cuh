@@ -25,6 +25,22 @@
 
 #define FG_THREADS 256 /* threads per block in every kernel */
 
+/* The three spellings that differ under HIP-CPU (AMD's HIP runtime on the CPU,
+ * which defines __HIP_CPU_RT__; -Dhip-cpu=enabled): a kernel launch, the
+ * dynamic shared memory of a block, and an integer min. nvcc and hipcc see
+ * the usual <<<...>>> and extern __shared__. */
+#ifdef __HIP_CPU_RT__
+#define FG_LAUNCH(kernel, grid, block, shared_bytes, stream, ...)                                                      \
+    hipLaunchKernelGGL(kernel, grid, block, shared_bytes, stream, __VA_ARGS__)
+#define FG_DYNAMIC_SHARED(type, name) HIP_DYNAMIC_SHARED(type, name)
+#else
+#define FG_LAUNCH(kernel, grid, block, shared_bytes, stream, ...)                                                      \
+    kernel<<<grid, block, shared_bytes, stream>>>(__VA_ARGS__)
+#define FG_DYNAMIC_SHARED(type, name) extern __shared__ type name[]
+#endif
+
+__device__ static inline int32_t fg_imin(int32_t a, int32_t b) { return a < b ? a : b; }
+
 /* A runtime call that must succeed: otherwise an fg_status with the runtime's text. */
 #define GPU_CHECK(be, call)                                                                                            \
     do {                                                                                                               \

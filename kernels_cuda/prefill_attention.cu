@@ -7,7 +7,7 @@
 
 __global__ static void prefill_rows(int32_t n, int32_t Hq, int32_t Hkv, int32_t d, const float *q, const float *k,
                                     const float *v, float *out, float *row_max, float *row_sum) {
-    extern __shared__ float sh[];
+    FG_DYNAMIC_SHARED(float, sh);
     float *qs = sh, *acc = qs + d, *p = acc + d, *red = p + blockDim.x; /* [d] [d] [T] [T] */
     const int32_t i = blockIdx.x, h = blockIdx.y, g = h / (Hq / Hkv), T = blockDim.x;
     const float scale = 1.0f / sqrtf((float)d);
@@ -66,8 +66,8 @@ extern "C" fg_status FG_GPU(prefill_attention)(fg_backend *be, const fg_shape *s
     float *dout = (float *)(base + fg_gpu_align(at)), *dmax = (float *)(base + fg_gpu_align(at) + fg_gpu_align(nq));
     float *dsum = (float *)((unsigned char *)dmax + fg_gpu_align(ns));
     const size_t shared = (2 * (size_t)d + 2 * FG_THREADS) * sizeof(float);
-    prefill_rows<<<dim3(n, Hq), FG_THREADS, shared, st->stream>>>(n, Hq, Hkv, d, (const float *)dq, (const float *)dk,
-                                                                 (const float *)dv, dout, dmax, dsum);
+    FG_LAUNCH(prefill_rows, dim3(n, Hq), FG_THREADS, shared, st->stream, n, Hq, Hkv, d, (const float *)dq,
+              (const float *)dk, (const float *)dv, dout, dmax, dsum);
     GPU_CHECK(be, cudaGetLastError());
     GPU_CHECK(be, cudaMemcpyAsync(out, dout, nq, cudaMemcpyDeviceToHost, st->stream));
     GPU_CHECK(be, cudaMemcpyAsync(row_max, dmax, ns, cudaMemcpyDeviceToHost, st->stream));

@@ -7,7 +7,7 @@
 __global__ static void profile_keys(fg_profile_request req, int32_t Hq, int32_t Hkv, int32_t d, const float *q,
                                     const float *k, const float *row_max, const float *row_sum, float *col,
                                     float *col_local) {
-    extern __shared__ float sh[];
+    FG_DYNAMIC_SHARED(float, sh);
     float *ks = sh, *red = ks + d; /* [d] [T] */
     const int32_t j = blockIdx.x, g = blockIdx.y, G = Hq / Hkv, n = req.n, T = blockDim.x;
     const float scale = 1.0f / sqrtf((float)d);
@@ -57,9 +57,8 @@ extern "C" fg_status FG_GPU(profile_stats)(fg_backend *be, const fg_shape *shape
         return s;
     float *dcol = (float *)(base + fg_gpu_align(at)), *dcl = (float *)((unsigned char *)dcol + fg_gpu_align(nc));
     const size_t shared = ((size_t)d + FG_THREADS) * sizeof(float);
-    profile_keys<<<dim3(n, Hkv), FG_THREADS, shared, st->stream>>>(*req, Hq, Hkv, d, (const float *)dq,
-                                                                  (const float *)dk, (const float *)dmax,
-                                                                  (const float *)dsum, dcol, dcl);
+    FG_LAUNCH(profile_keys, dim3(n, Hkv), FG_THREADS, shared, st->stream, *req, Hq, Hkv, d, (const float *)dq,
+              (const float *)dk, (const float *)dmax, (const float *)dsum, dcol, dcl);
     GPU_CHECK(be, cudaGetLastError());
     GPU_CHECK(be, cudaMemcpyAsync(col, dcol, nc, cudaMemcpyDeviceToHost, st->stream));
     if (req->n_windows)

@@ -1,13 +1,22 @@
 /*
  * HIP compatibility: the CUDA runtime names kernels_cuda/ uses, mapped to
- * HIP, so the same .cu sources build with hipcc. Kernels never assume a warp
- * of 32 (AMD CDNA runs wavefronts of 64, RDNA 32): block reductions go
- * through shared memory and sizes come from blockDim.
+ * HIP, so the same .cu sources build with hipcc, or with a C++17 compiler
+ * against HIP-CPU (AMD's HIP runtime on the CPU, -Dhip-cpu=enabled). Kernels
+ * never assume a warp of 32 (AMD CDNA runs wavefronts of 64, RDNA 32): block
+ * reductions go through shared memory and sizes come from blockDim.
  */
 #ifndef FG_HIP_COMPAT_H
 #define FG_HIP_COMPAT_H
 
 #include <hip/hip_runtime.h>
+
+#if defined(__HIP_CPU_RT__) && defined(__GNUC__) && !defined(__clang__)
+/* HIP-CPU marks kernels `simd` for GCC, which asks for vector clones of every
+ * kernel and warns (with no option to silence it) on struct arguments; the
+ * blocks' threads are fibers, so the clones are never used. */
+#undef __global__
+#define __global__ __attribute__((flatten))
+#endif
 
 #define cudaError_t hipError_t
 #define cudaSuccess hipSuccess

@@ -62,6 +62,14 @@ static inline void test_seed(const char *name) {
     printf("%s: seed %llu (set FG_TEST_SEED to change)\n", name, (unsigned long long)seed);
 }
 
+/* Whether a backend that is not here fails the test instead of skipping it
+ * (exit 77). The HIP-CPU build sets FG_TEST_REQUIRE_BACKEND for its gpu suite:
+ * emulation always exists there, so a skip would hide a broken build. */
+static inline int test_backend_required(void) {
+    const char *env = getenv("FG_TEST_REQUIRE_BACKEND");
+    return env && env[0] && env[0] != '0';
+}
+
 static inline int test_finish(void) {
     printf("%d passed, %d failed\n", g_pass, g_fail);
     return g_fail ? 1 : 0;

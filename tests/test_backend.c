@@ -191,13 +191,14 @@ int main(int argc, char **argv) {
         if (st != FG_OK) {
             printf("%s: not tested: %s\n", names[i], fg_last_error(NULL));
             EXPECT(st == FG_ERR_UNAVAILABLE, "backend %s: %s", names[i], fg_status_string(st));
+            EXPECT(!test_backend_required(), "backend %s is required here (FG_TEST_REQUIRE_BACKEND)", names[i]);
             continue;
         }
         for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
             check_case(names[i], &cases[c]);
         ran++;
     }
-    if (ran == 0 && argc > 1) /* the requested GPU backends are not here: skipped */
+    if (ran == 0 && argc > 1 && !test_backend_required()) /* the requested GPU backends are not here: skipped */
         return 77;
     EXPECT(ran > 0, "no backend besides ref was tested");
     return test_finish();

@@ -98,7 +98,8 @@ int main(int argc, char **argv) {
     const char *extra = argc > 2 ? argv[2] : NULL;
     if (extra && fg_backend_probe(extra) != FG_OK) {
         printf("%s: not tested: %s\n", extra, fg_last_error(NULL));
-        return 77;
+        EXPECT(!test_backend_required(), "backend %s is required here (FG_TEST_REQUIRE_BACKEND)", extra);
+        return test_backend_required() ? test_finish() : 77;
     }
     const char *backends[] = {"ref", extra ? extra : "cpu"};
     const fg_dtype dtypes[] = {FG_DTYPE_F32, FG_DTYPE_F16, FG_DTYPE_BF16};

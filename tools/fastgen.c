@@ -37,7 +37,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "demo"))
         return cmd_demo(argc - 2, argv + 2);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
-        printf("fastgen %s\n", fg_version());
+        printf("fastgen %s\nbackends: %s\n", fg_version(), fg_build_backends());
         return 0;
     }
     fprintf(stderr, "fastgen: unknown command \"%s\" (try `fastgen --help`)\n", cmd);

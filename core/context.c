@@ -31,7 +31,10 @@ static fg_status validate_params(const fg_context_params *p) {
           "page_tokens must be in 1..4096, got %d", (int)p->page_tokens);
     CHECK(p->pool_chunk_pages > 0, NULL, FG_ERR_INVALID_ARGUMENT, "pool_chunk_pages must be > 0, got %d",
           (int)p->pool_chunk_pages);
-    CHECK(p->n_threads >= 0, NULL, FG_ERR_INVALID_ARGUMENT, "n_threads must be >= 0, got %d", (int)p->n_threads);
+    CHECK(p->n_threads >= 0 && p->n_threads <= FG_MAX_THREADS, NULL, FG_ERR_INVALID_ARGUMENT,
+          "n_threads must be in 0..%d (0 = the OpenMP default), got %d: every thread has its own decode workspace, "
+          "and the OpenMP runtime ends the process when it cannot start the threads asked of it",
+          FG_MAX_THREADS, (int)p->n_threads);
     CHECK(p->classes != NULL, NULL, FG_ERR_INVALID_ARGUMENT,
           "classes must not be NULL (build them with fg_token_classes_create)");
     return fg_compression_params_validate(&p->compression);
@@ -248,6 +251,16 @@ static void head_shrink(fg_context *ctx, fg_head *h, int32_t n_pages) {
         fg_pool_free(&ctx->pool, h->page_ids[--h->n_pages]);
 }
 
+/* Gives back the pages a decode step reserved for its first n_heads heads
+ * (head i * Hkv + g of the batch is KV head g of sequence seqs[i]). */
+static void unreserve(fg_context *ctx, int32_t layer, const int32_t *seqs, int32_t n_heads) {
+    const int32_t Hkv = ctx->params.n_kv_heads;
+    for (int32_t r = 0; r < n_heads; r++) {
+        fg_head *h = &ctx->seqs[seqs[r / Hkv]].heads[(size_t)layer * Hkv + r % Hkv];
+        head_shrink(ctx, h, h->n_pages - ctx->added_pages[r]);
+    }
+}
+
 /* ------------------------------------------------------------------ prefill */
 
 typedef struct prefill_scratch {
@@ -456,10 +469,7 @@ fg_status fg_decode(fg_context *ctx, int32_t layer, int32_t n_seqs, const int32_
             st = head_reserve(ctx, h, pages_for(ctx, h->n_slots + (pl.insert_flag ? 1 : 0)));
             ctx->added_pages[hi] = h->n_pages - before;
             if (st) {
-                for (int32_t r = 0; r <= hi; r++) {
-                    fg_head *rh = &ctx->seqs[seqs[r / Hkv]].heads[(size_t)layer * Hkv + r % Hkv];
-                    head_shrink(ctx, rh, rh->n_pages - ctx->added_pages[r]);
-                }
+                unreserve(ctx, layer, seqs, hi + 1);
                 return st;
             }
             ctx->dheads[hi] = (fg_decode_head){
@@ -482,8 +492,13 @@ fg_status fg_decode(fg_context *ctx, int32_t layer, int32_t n_seqs, const int32_
 
     /* 3. the step itself */
     st = ctx->be.ops->decode_step(&ctx->be, &ctx->layout, &ctx->shape, n_seqs * Hkv, ctx->dheads);
-    if (st)
-        return st; /* a backend failure: the caches of this batch are undefined */
+    if (st) {
+        /* The step's pages go back. Backends fail before they touch a cache
+         * (workspace, staging); a device that fails in the middle of its
+         * kernels reports FG_ERR_BACKEND, and that batch's caches are undefined. */
+        unreserve(ctx, layer, seqs, n_seqs * Hkv);
+        return st;
+    }
 
     /* 4. commit: counts, pages beyond the new count back to the pool, history */
     for (int32_t i = 0; i < n_seqs; i++) {

@@ -147,6 +147,11 @@ typedef enum fg_dtype { FG_DTYPE_F32 = 0, FG_DTYPE_F16 = 1, FG_DTYPE_BF16 = 2 } 
 
 typedef struct fg_context fg_context;
 
+/* The most threads a context may ask for: each thread of the cpu backend has
+ * its own decode workspace, and OpenMP runtimes end the process (no status to
+ * return) when they cannot start the threads asked of them. */
+#define FG_MAX_THREADS 1024
+
 typedef struct fg_context_params {
     const char *backend;        /* "ref", "cpu", "cuda", "hip"; NULL = "cpu" */
     int32_t n_layers;
@@ -159,7 +164,7 @@ typedef struct fg_context_params {
     int32_t page_tokens;        /* rows per page (default 16) */
     int32_t pool_chunk_pages;   /* pages per backend allocation (default 256) */
     size_t max_pool_bytes;      /* 0 = unlimited; else the pool never grows past it */
-    int32_t n_threads;          /* cpu backend; 0 = OpenMP default */
+    int32_t n_threads;          /* cpu backend; 0 = OpenMP default, at most FG_MAX_THREADS */
     const fg_token_classes *classes; /* required; the context keeps its own copy */
     fg_compression_params compression; /* default for sequences */
     fg_log_fn log_fn;           /* optional */

@@ -4,6 +4,7 @@ usage: test_cli.py FASTGEN MODEL_DIR DATA_DIR
 """
 import json
 import os
+import struct
 import subprocess
 import sys
 import tempfile
@@ -38,7 +39,7 @@ def model_args():
 # --- manners: help, bad usage (exit 2, one line), no crash on any argument
 check(run("--help").returncode == 0, "fastgen --help")
 r = run()
-check(r.returncode == 2, "no command: exit 2")
+check(r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, "no command: one line, exit 2: %r" % r.stderr)
 r = run("frobnicate")
 check(r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, "unknown command: one line, exit 2")
 for cmd in ["generate", "profile", "eval", "demo"]:
@@ -49,6 +50,7 @@ bad_usage = [
     ["generate", "--bogus"], ["generate", "-m"], ["generate", "--dtype", "f8"], ["generate", "--top-p", "0"],
     ["generate", "--ratio-local", "-0.5"], ["profile", "-n", "-3"], ["eval", "--limit", "0"], ["eval", "--wat"],
     ["demo", "--layers", "0"], ["demo", "--heads", "32/5"], ["demo", "--dim", "8"], ["generate", "--csv"],
+    ["generate", "-n", " 5"], ["generate", "-T", " 0.5"], ["generate", "-n", "99999999999999999999"],
 ]
 for args in bad_usage:
     r = run(*args, *model_args())
@@ -78,6 +80,36 @@ with tempfile.TemporaryDirectory() as tmp:
     check(r.returncode == 1 and "missing.bin" in r.stderr, "missing model: %r" % r.stderr)
     r = run("generate", *model_args(), "-p", "x" * 2000)
     check(r.returncode == 1 and "longer than" in r.stderr, "prompt past the context: %r" % r.stderr)
+    # a directory (or a device) where a file belongs: refused by the one file reader, never read
+    for args in (["generate", "-m", tmp, "-z", TOK], ["generate", "-m", MODEL, "-z", tmp],
+                 ["eval", *model_args(), "--prompts", tmp], ["generate", "-m", "/dev/zero", "-z", TOK]):
+        r = run(*args)
+        check(r.returncode == 1 and "not a regular file" in r.stderr, "%s: rc %d %r" % (args, r.returncode, r.stderr))
+    # a tokenizer with bytes after its entries
+    long_tok = os.path.join(tmp, "long_tok.bin")
+    open(long_tok, "wb").write(tok_bytes + b"\0\0\0\0")
+    r = run("generate", "-m", MODEL, "-z", long_tok)
+    check(r.returncode == 1 and "after its" in r.stderr, "tokenizer with trailing bytes: %r" % r.stderr)
+    # prompt files with no prompt: an error, not a table of zeros
+    for name, text in (("empty.txt", ""), ("blank.txt", "\n   \n\t\n\n"), ("comments.txt", "# one\n# two\n")):
+        path = os.path.join(tmp, name)
+        open(path, "w").write(text)
+        r = run("eval", *model_args(), "--prompts", path, "-n", "4")
+        check(r.returncode == 1 and "no prompt" in r.stderr and r.stdout == "",
+              "%s: rc %d %r" % (name, r.returncode, r.stderr))
+    # demo on a model whose context is shorter than the prompt, or just longer
+    dim, hidden, layers, heads, kv_heads, vocab, seq_len = struct.unpack("<7i", model_bytes[:28])
+    rope_bytes = 4 * seq_len * (dim // heads)  # the legacy RoPE tables close the file (shared classifier)
+    for ctx_len, rc, word in ((4, 1, "context of 4"), (6, 0, "1 generated"), (40, 0, "KV cache")):
+        d = os.path.join(tmp, "ctx%d" % ctx_len)
+        os.mkdir(d)
+        open(os.path.join(d, "stories260K.bin"), "wb").write(
+            struct.pack("<7i", dim, hidden, layers, heads, kv_heads, vocab, ctx_len) +
+            model_bytes[28:len(model_bytes) - rope_bytes] + model_bytes[-rope_bytes:][:4 * ctx_len * (dim // heads)])
+        open(os.path.join(d, "tok512.bin"), "wb").write(tok_bytes)
+        r = run("demo", env={"FASTGEN_MODEL": d})
+        check(r.returncode == rc and word in r.stdout + r.stderr,
+              "demo, context %d: rc %d\n%s%s" % (ctx_len, r.returncode, r.stdout[-300:], r.stderr))
 
     # --- generate
     r = run("generate", *model_args(), "--policy", "full", "-n", "60", "--json")

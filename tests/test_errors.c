@@ -183,6 +183,9 @@ static void test_context_create(const fg_synth *syn) {
     BAD_PARAM(page_tokens, 0, FG_ERR_INVALID_ARGUMENT);
     BAD_PARAM(pool_chunk_pages, 0, FG_ERR_INVALID_ARGUMENT);
     BAD_PARAM(n_threads, -2, FG_ERR_INVALID_ARGUMENT);
+    BAD_PARAM(n_threads, FG_MAX_THREADS + 1, FG_ERR_INVALID_ARGUMENT); /* libgomp ended the process at 2000 */
+    EXPECT(strstr(fg_last_error(NULL), "n_threads") != NULL, "the message says why: %s", fg_last_error(NULL));
+    BAD_PARAM(n_threads, 100000, FG_ERR_INVALID_ARGUMENT);
     BAD_PARAM(classes, NULL, FG_ERR_INVALID_ARGUMENT);
     BAD_PARAM(compression.threshold, 1.01f, FG_ERR_INVALID_ARGUMENT);
     BAD_PARAM(backend, "tpu", FG_ERR_INVALID_ARGUMENT);

@@ -155,6 +155,9 @@ static void test_tokenizer(void) {
     /* fewer entries than the vocabulary */
     EXPECT(fg_tokenizer_load_memory(buf, size, V + 1, &t, err, sizeof err) == FG_ERR_FORMAT && strstr(err, "entries"),
            "short tokenizer: %s", err);
+    /* more entries than the vocabulary: trailing bytes are refused, not ignored */
+    EXPECT(fg_tokenizer_load_memory(buf, size, V - 1, &t, err, sizeof err) == FG_ERR_FORMAT && strstr(err, "after"),
+           "tokenizer with trailing bytes: %s", err);
     /* every truncation */
     int bad = 0;
     for (size_t k = 0; k < size; k += 7)
@@ -178,9 +181,29 @@ static void test_tokenizer(void) {
     free(buf);
 }
 
+/* The one file reader refuses what is not a regular file (a directory opens,
+ * and ftell then says LONG_MAX). */
+static void test_read_file(void) {
+    const char *not_files[] = {".", "/", "/dev/null", "/dev/zero"};
+    for (size_t i = 0; i < sizeof not_files / sizeof not_files[0]; i++) {
+        void *data = (void *)1;
+        size_t size = 7;
+        char err[256] = "";
+        EXPECT(fg_read_file(not_files[i], &data, &size, err, sizeof err) == FG_ERR_IO && data == NULL && size == 0 &&
+                   strstr(err, "not a regular file"),
+               "fg_read_file(%s): %s", not_files[i], err);
+    }
+    void *data;
+    size_t size;
+    char err[256] = "";
+    EXPECT(fg_read_file("/nonexistent/x.bin", &data, &size, err, sizeof err) == FG_ERR_IO && strstr(err, "x.bin"),
+           "missing file: %s", err);
+}
+
 int main(void) {
     test_seed("test_loader");
     test_checkpoints();
     test_tokenizer();
+    test_read_file();
     return test_finish();
 }

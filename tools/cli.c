@@ -1,6 +1,8 @@
 /* Shared pieces of the fastgen CLI. */
 #include "tools/cli.h"
 
+#include <ctype.h>
+#include <errno.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,10 +19,14 @@ int cli_usage(const char *cmd, const char *fmt, ...) {
     return 2;
 }
 
+/* Numbers are taken whole: strtol and strtof would skip leading spaces. */
 int cli_parse_int(const char *s, long lo, long hi, int32_t *out) {
     char *end;
+    if (!*s || isspace((unsigned char)*s))
+        return 0;
+    errno = 0;
     long v = strtol(s, &end, 10);
-    if (!*s || *end || v < lo || v > hi)
+    if (*end || errno || v < lo || v > hi)
         return 0;
     *out = (int32_t)v;
     return 1;
@@ -28,8 +34,10 @@ int cli_parse_int(const char *s, long lo, long hi, int32_t *out) {
 
 int cli_parse_float(const char *s, float lo, float hi, float *out) {
     char *end;
+    if (!*s || isspace((unsigned char)*s))
+        return 0;
     float v = strtof(s, &end);
-    if (!*s || *end || !(v >= lo && v <= hi))
+    if (*end || !(v >= lo && v <= hi))
         return 0;
     *out = v;
     return 1;

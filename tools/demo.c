@@ -296,12 +296,20 @@ static int demo_model(const char *model, const char *tokenizer) {
     fg_compression_params_default(&cp[1]);
     const char *label[2] = {"full cache", "FastGen T=0.95"};
     int32_t *prompt = NULL, n_prompt = 0, seqs[2] = {-1, -1};
-    const int32_t steps = c->seq_len - 64 < o.n ? c->seq_len - 64 : o.n;
     int32_t *toks[2] = {malloc((size_t)c->seq_len * sizeof(int32_t)), malloc((size_t)c->seq_len * sizeof(int32_t))};
     float *logits = malloc(2 * (size_t)c->vocab_size * sizeof(float));
     int rc = 1, n_done = 0;
-    if (!toks[0] || !toks[1] || !logits || cli_encode(&s, o.prompt, &prompt, &n_prompt) != FG_OK)
+    if (!toks[0] || !toks[1] || !logits || (st = cli_encode(&s, o.prompt, &prompt, &n_prompt)) != FG_OK) {
+        fprintf(stderr, "fastgen demo: %s\n", fg_status_string(st ? st : FG_ERR_OUT_OF_MEMORY));
         goto done;
+    }
+    /* the prompt and at least one generated token must fit the model's context */
+    if (n_prompt >= c->seq_len) {
+        fprintf(stderr, "fastgen demo: the %d-token prompt leaves no room in the model's context of %d tokens\n",
+                (int)n_prompt, (int)c->seq_len);
+        goto done;
+    }
+    const int32_t steps = c->seq_len - n_prompt < o.n ? c->seq_len - n_prompt : o.n;
     for (int b = 0; b < 2; b++) {
         memcpy(toks[b], prompt, (size_t)n_prompt * sizeof(int32_t));
         if ((st = fg_runner_prefill(s.runner, &cp[b], prompt, n_prompt, &seqs[b], logits + (size_t)b * c->vocab_size)))
@@ -364,7 +372,7 @@ static int demo_model(const char *model, const char *tokenizer) {
     rc = 0;
     goto done;
 fail:
-    fprintf(stderr, "fastgen demo: %s\n", fg_last_error(ctx));
+    fprintf(stderr, "fastgen demo: %s\n", fg_runner_error(s.runner));
 done:
     free(prompt);
     free(toks[0]);

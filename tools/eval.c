@@ -183,11 +183,12 @@ static void baseline_params(const char *family, double rho, int32_t t0, int32_t 
 }
 
 static fg_status eval_prompt(eval_state *e, const char *text) {
-    fg_context *ctx = fg_runner_context(e->s.runner);
     int32_t *prompt = NULL, n_prompt = 0, seq = -1;
     fg_status st = cli_encode(&e->s, text, &prompt, &n_prompt);
-    if (st)
+    if (st) {
+        fprintf(stderr, "fastgen eval: cannot encode a prompt: %s\n", fg_status_string(st));
         return st;
+    }
     const int32_t V = e->vocab;
     if (n_prompt + e->n_steps > e->s.model.config.seq_len) {
         free(prompt);
@@ -227,7 +228,7 @@ static fg_status eval_prompt(eval_state *e, const char *text) {
     if (st == FG_OK)
         st = run_phase(e, prompt, n_prompt, N_BASE * N_T, cfg, cp, kept);
     if (st)
-        fprintf(stderr, "fastgen eval: %s\n", fg_last_error(ctx));
+        fprintf(stderr, "fastgen eval: %s\n", fg_runner_error(e->s.runner));
     free(prompt);
     return st;
 }
@@ -294,8 +295,15 @@ static char **read_prompts(const char *path, int32_t *n) {
     lines[0] = text; /* owns the buffer; lines point into it */
     int32_t count = 0;
     for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n"))
-        if (line[0] && line[0] != '#')
+        if (line[strspn(line, " \t\r\f\v")] != '\0' && line[0] != '#') /* blank lines and comments are not prompts */
             lines[1 + count++] = line;
+    if (count == 0) {
+        fprintf(stderr, "fastgen eval: %s holds no prompt (one prompt per line; blank lines and lines starting "
+                        "with # are skipped)\n", path);
+        free(text);
+        free(lines);
+        return NULL;
+    }
     *n = count;
     return lines;
 }
@@ -349,10 +357,13 @@ int cmd_eval(int argc, char **argv) {
     e.ref = malloc((size_t)o.n * sizeof *e.ref);
     e.ref_logits = malloc((size_t)o.n * e.vocab * sizeof *e.ref_logits);
     e.logits = malloc((size_t)N_CFG * e.vocab * sizeof *e.logits);
-    if (!e.ref || !e.ref_logits || !e.logits)
+    if (!e.ref || !e.ref_logits || !e.logits) {
+        fprintf(stderr, "fastgen eval: out of memory\n");
         goto done;
+    }
     const int show = !o.quiet && isatty(2);
     double t0 = cli_now();
+    int32_t n_done = 0;
     for (int32_t p = 0; p < n_prompts; p++) {
         if (show)
             progress(p, n_prompts);
@@ -364,9 +375,15 @@ int cmd_eval(int argc, char **argv) {
         }
         if (st)
             goto done;
+        n_done++;
     }
     if (show)
         progress(n_prompts, n_prompts);
+    if (n_done == 0) {
+        fprintf(stderr, "fastgen eval: no prompt of %s fits the context with -n %d; nothing to report\n", x.prompts,
+                (int)o.n);
+        goto done;
+    }
 
     /* results */
     double kept[N_CFG], kl[N_CFG], klmax[N_CFG], top1[N_CFG], ppl[N_CFG], rec[N_CFG];

@@ -20,7 +20,7 @@ static const char *k_help = "usage: fastgen <command> [options]\n"
 
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fputs(k_help, stderr);
+        fputs("fastgen: no command (generate, profile, eval, demo, version; try `fastgen --help`)\n", stderr);
         return 2;
     }
     const char *cmd = argv[1];

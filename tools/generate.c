@@ -122,7 +122,7 @@ int cmd_generate(int argc, char **argv) {
     double t0 = cli_now();
     fg_status st = fg_runner_prefill(s.runner, &cp, tokens, n_prompt, &seq, logits);
     if (st) {
-        fprintf(stderr, "fastgen generate: prefill: %s\n", fg_last_error(fg_runner_context(s.runner)));
+        fprintf(stderr, "fastgen generate: prefill: %s\n", fg_runner_error(s.runner));
         goto done;
     }
     double t_prefill = cli_now() - t0;
@@ -147,7 +147,7 @@ int cmd_generate(int argc, char **argv) {
         }
         tokens[n_total++] = next;
         if (step + 1 < o.n && (st = fg_runner_decode(s.runner, 1, &seq, &next, logits))) {
-            fprintf(stderr, "\nfastgen generate: decode: %s\n", fg_last_error(fg_runner_context(s.runner)));
+            fprintf(stderr, "\nfastgen generate: decode: %s\n", fg_runner_error(s.runner));
             goto done;
         }
     }
@@ -248,7 +248,7 @@ int cmd_profile(int argc, char **argv) {
     if (st == FG_OK)
         st = fg_runner_prefill(s.runner, &cp, tokens, n, &seq, NULL);
     if (st) {
-        fprintf(stderr, "fastgen profile: %s\n", fg_last_error(ctx));
+        fprintf(stderr, "fastgen profile: %s\n", fg_runner_error(s.runner));
         goto done;
     }
     for (int32_t l = 0; l < c->n_layers; l++)

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 fg_status fg_failf(char *err, size_t n, fg_status st, const char *fmt, ...) {
     if (err && n) {
@@ -26,27 +27,36 @@ fg_status fg_read_file(const char *path, void **data, size_t *size, char *err, s
     FILE *f = fopen(path, "rb");
     if (!f)
         return fg_failf(err, err_size, FG_ERR_IO, "cannot open %s: %s", path, strerror(errno));
+    /* The size comes from the open file itself, and only a regular file has
+     * one: a directory opens, but its "size" from ftell is LONG_MAX. */
+    struct stat sb;
     fg_status st = FG_OK;
-    long len = -1;
-    if (fseek(f, 0, SEEK_END) == 0)
-        len = ftell(f);
-    if (len < 0 || fseek(f, 0, SEEK_SET) != 0)
-        st = fg_failf(err, err_size, FG_ERR_IO, "cannot size %s: %s", path, strerror(errno));
+    if (fstat(fileno(f), &sb) != 0)
+        st = fg_failf(err, err_size, FG_ERR_IO, "cannot stat %s: %s", path, strerror(errno));
+    else if (!S_ISREG(sb.st_mode))
+        st = fg_failf(err, err_size, FG_ERR_IO, "%s is not a regular file (a %s)", path,
+                      S_ISDIR(sb.st_mode) ? "directory" : "device, pipe or socket");
+    else if ((uint64_t)sb.st_size > (uint64_t)FG_MAX_FILE_BYTES)
+        st = fg_failf(err, err_size, FG_ERR_IO, "%s is %lld bytes, more than the %lld this tool reads", path,
+                      (long long)sb.st_size, (long long)FG_MAX_FILE_BYTES);
+    const size_t len = st == FG_OK ? (size_t)sb.st_size : 0;
     unsigned char *buf = NULL;
     if (st == FG_OK) {
-        buf = malloc(len > 0 ? (size_t)len : 1);
+        buf = malloc(len > 0 ? len : 1);
         if (!buf)
-            st = fg_failf(err, err_size, FG_ERR_OUT_OF_MEMORY, "out of memory reading %s (%ld bytes)", path, len);
+            st = fg_failf(err, err_size, FG_ERR_OUT_OF_MEMORY, "out of memory reading %s (%zu bytes)", path, len);
     }
-    if (st == FG_OK && fread(buf, 1, (size_t)len, f) != (size_t)len)
-        st = fg_failf(err, err_size, FG_ERR_IO, "cannot read %s", path);
+    if (st == FG_OK && fread(buf, 1, len, f) != len)
+        st = fg_failf(err, err_size, FG_ERR_IO, "cannot read %s (%zu bytes expected)", path, len);
+    if (st == FG_OK && fgetc(f) != EOF) /* the file grew while it was read */
+        st = fg_failf(err, err_size, FG_ERR_IO, "%s changed while it was read", path);
     fclose(f);
     if (st) {
         free(buf);
         return st;
     }
     *data = buf;
-    *size = (size_t)len;
+    *size = len;
     return FG_OK;
 }
 

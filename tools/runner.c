@@ -2,6 +2,7 @@
 #include "tools/runner.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,7 +25,22 @@ struct fg_runner {
     int64_t *rec_count;
     int32_t *kept; /* [seq_len] scratch */
     int32_t *pos;  /* [max_rows] position of each row */
+    char error[512]; /* why the last prefill or decode failed */
 };
+
+/* Records why a prefill or decode failed (fg_runner_error) and returns st. */
+static fg_status runner_fail(fg_runner *r, fg_status st, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+static fg_status runner_fail(fg_runner *r, fg_status st, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->error, sizeof r->error, fmt, ap);
+    va_end(ap);
+    return st;
+}
 
 /* y[rows][out] = x[rows][in] . W[out][in]^T */
 static void matmul(float *y, const float *x, const float *W, int32_t rows, int32_t in, int32_t out) {
@@ -281,14 +297,16 @@ fg_status fg_runner_prefill(fg_runner *r, const fg_compression_params *cp, const
                             int32_t *seq, float *logits) {
     const fg_llama_config *c = &r->model->config;
     if (n <= 0 || n > c->seq_len)
-        return FG_ERR_CAPACITY;
+        return runner_fail(r, n <= 0 ? FG_ERR_INVALID_ARGUMENT : FG_ERR_CAPACITY,
+                           "a prompt of %d tokens does not fit the model's context of %d", (int)n, (int)c->seq_len);
     fg_status st = fg_seq_create(r->ctx, cp, tokens, n, seq);
     if (st)
-        return st;
+        return runner_fail(r, st, "%s", fg_last_error(r->ctx));
     for (int32_t i = 0; i < n; i++)
         r->pos[i] = i;
     st = forward(r, n, *seq, NULL, tokens, r->pos, logits, 1);
     if (st) {
+        runner_fail(r, st, "%s", fg_last_error(r->ctx));
         fg_seq_destroy(r->ctx, *seq);
         return st;
     }
@@ -301,16 +319,21 @@ fg_status fg_runner_prefill(fg_runner *r, const fg_compression_params *cp, const
 
 fg_status fg_runner_decode(fg_runner *r, int32_t n, const int32_t *seqs, const int32_t *tokens, float *logits) {
     if (n <= 0 || n > r->max_seqs)
-        return FG_ERR_INVALID_ARGUMENT;
+        return runner_fail(r, FG_ERR_INVALID_ARGUMENT, "a batch of %d sequences (this runner decodes 1 to %d)", (int)n,
+                           (int)r->max_seqs);
     for (int32_t i = 0; i < n; i++) {
         fg_status st = fg_seq_length(r->ctx, seqs[i], 0, &r->pos[i]);
         if (st)
-            return st;
+            return runner_fail(r, st, "%s", fg_last_error(r->ctx));
         if (r->pos[i] >= r->model->config.seq_len)
-            return FG_ERR_CAPACITY;
+            return runner_fail(r, FG_ERR_CAPACITY, "sequence %d is full: %d tokens, the model's whole context",
+                               (int)seqs[i], (int)r->pos[i]);
     }
-    return forward(r, n, -1, seqs, tokens, r->pos, logits, 0);
+    fg_status st = forward(r, n, -1, seqs, tokens, r->pos, logits, 0);
+    return st ? runner_fail(r, st, "%s", fg_last_error(r->ctx)) : FG_OK;
 }
+
+const char *fg_runner_error(const fg_runner *r) { return r->error; }
 
 fg_status fg_runner_release(fg_runner *r, int32_t seq) { return fg_seq_destroy(r->ctx, seq); }
 

@@ -35,6 +35,8 @@ fg_status fg_runner_prefill(fg_runner *r, const fg_compression_params *cp, const
 /* One token for each of n sequences; logits: [n][vocab] (may be NULL). */
 fg_status fg_runner_decode(fg_runner *r, int32_t n, const int32_t *seqs, const int32_t *tokens, float *logits);
 fg_status fg_runner_release(fg_runner *r, int32_t seq);
+/* Why the last fg_runner_prefill or fg_runner_decode failed (one line). */
+const char *fg_runner_error(const fg_runner *r);
 
 /* Mean over decode steps, layers and query heads of the attention mass (under
  * the full cache) on the rows the head kept plus the new token. */

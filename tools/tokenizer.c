@@ -84,6 +84,12 @@ fg_status fg_tokenizer_load_memory(const void *buf, size_t size, int32_t vocab_s
         if ((size_t)len > out->max_piece_len)
             out->max_piece_len = (size_t)len;
     }
+    if (off != size) {
+        fg_tokenizer_free(out);
+        return fg_failf(err, err_size, FG_ERR_FORMAT,
+                        "tokenizer has %zu bytes after its %d entries (a tokenizer for a larger vocabulary, or not "
+                        "a llama2.c tokenizer)", size - off, (int)vocab_size);
+    }
     qsort(out->sorted, (size_t)vocab_size, sizeof *out->sorted, by_piece);
     for (int b = 0; b < 256; b++) {
         out->byte_pieces[b][0] = (char)b;

@@ -5,6 +5,19 @@
 
 #include "kernels_cuda/gpu_common.cuh"
 
+/* cudaMalloc that also refuses a NULL "success" (HIP-CPU returns hipSuccess
+ * with NULL when the host is out of memory). */
+static fg_status gpu_malloc(fg_backend *be, size_t bytes, void **out) {
+    *out = NULL;
+    cudaError_t e = cudaMalloc(out, bytes ? bytes : 1);
+    if (e != cudaSuccess || !*out) {
+        *out = NULL;
+        return be->err(be->err_sink, FG_ERR_OUT_OF_MEMORY, FG_GPU_NAME ": device allocation of %zu bytes failed: %s",
+                       bytes, e != cudaSuccess ? cudaGetErrorString(e) : "no memory");
+    }
+    return FG_OK;
+}
+
 fg_status FG_GPU(scratch)(fg_backend *be, size_t bytes, unsigned char **out) {
     fg_gpu_state *st = (fg_gpu_state *)be->impl;
     if (bytes > st->scratch_bytes) {
@@ -12,7 +25,9 @@ fg_status FG_GPU(scratch)(fg_backend *be, size_t bytes, unsigned char **out) {
             GPU_CHECK(be, cudaFree(st->scratch));
         st->scratch = NULL;
         st->scratch_bytes = 0;
-        GPU_CHECK(be, cudaMalloc((void **)&st->scratch, bytes));
+        fg_status s = gpu_malloc(be, bytes, (void **)&st->scratch);
+        if (s)
+            return s;
         st->scratch_bytes = bytes;
     }
     *out = st->scratch;
@@ -26,14 +41,6 @@ fg_status FG_GPU(upload)(fg_backend *be, unsigned char *base, size_t *at, const 
     if (n)
         GPU_CHECK(be, cudaMemcpyAsync(*dev, src, n, cudaMemcpyHostToDevice, st->stream));
     *at += n;
-    return FG_OK;
-}
-
-static fg_status gpu_alloc(fg_backend *be, size_t bytes, void **out) {
-    cudaError_t e = cudaMalloc(out, bytes ? bytes : 1);
-    if (e != cudaSuccess)
-        return be->err(be->err_sink, FG_ERR_OUT_OF_MEMORY, FG_GPU_NAME ": cudaMalloc of %zu bytes failed: %s", bytes,
-                       cudaGetErrorString(e));
     return FG_OK;
 }
 
@@ -111,7 +118,7 @@ static void gpu_destroy(fg_backend *be) {
 
 static const fg_backend_ops k_gpu_ops = {
     FG_GPU_NAME,
-    gpu_alloc,
+    gpu_malloc,
     gpu_free,
     gpu_write,
     gpu_read,

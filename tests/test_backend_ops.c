@@ -170,9 +170,11 @@ static void kept_positions(fg_backend *be, const fg_page_layout *L, const head_c
     qsort(pos, (size_t)n, sizeof *pos, cmp_i32);
 }
 
-/* Decode over a batch of heads of the given lengths and policies, `steps` steps. */
+/* Decode over a batch of heads of the given lengths and policies, `steps` steps.
+ * ties: zero queries (every row gets the same attention) and integer profile
+ * scores, so evictions are decided by the tie rule (the older row goes). */
 static void check_decode(backend_pair *bp, int32_t d, int32_t G, fg_dtype dt, int32_t page_tokens, int32_t n_heads,
-                         const int32_t *lengths, const uint32_t *comps, int32_t steps) {
+                         const int32_t *lengths, const uint32_t *comps, int32_t steps, int ties) {
     const fg_shape sh = {G, 1, d}; /* every head of the batch is KV head 0 of its own sequence */
     const fg_page_layout L = fg_page_layout_make(page_tokens, d, dt);
     fg_backend *bes[3] = {&bp->ref, &bp->one, &bp->two};
@@ -207,10 +209,10 @@ static void check_decode(backend_pair *bp, int32_t d, int32_t G, fg_dtype dt, in
         Q[i] = malloc((size_t)cap * G * d * sizeof(float));
         fill(K[i], (size_t)cap * d, 1.5f);
         fill(V[i], (size_t)cap * d, 1.0f);
-        fill(Q[i], (size_t)cap * G * d, 1.5f);
+        fill(Q[i], (size_t)cap * G * d, ties ? 0.0f : 1.5f);
         /* a prefill's state: a random profile through the real policy code */
         for (int32_t j = 0; j < h->t; j++) {
-            col[j] = (float)(rng_uniform() * 3.0);
+            col[j] = ties ? (float)rng_int(0, 2) : (float)(rng_uniform() * 3.0);
             cl[j] = col[j] * 0.5f;
         }
         fg_compression_params cp;
@@ -389,16 +391,20 @@ int main(int argc, char **argv) {
                 lens[j] = lengths[(j + r) % 8];
                 cs[j] = comps[(j + 2 * r) % 8];
             }
-            check_decode(&bp, d, G, dt, r % 2 ? 16 : 5, 8, lens, cs, 6);
+            check_decode(&bp, d, G, dt, r % 2 ? 16 : 5, 8, lens, cs, 6, 0);
         }
-        check_decode(&bp, 7, 2, FG_DTYPE_F16, 3, 2, (const int32_t[]){9, 30}, (const uint32_t[]){S | P | F | L, F}, 20);
+        check_decode(&bp, 7, 2, FG_DTYPE_F16, 3, 2, (const int32_t[]){9, 30}, (const uint32_t[]){S | P | F | L, F}, 20, 0);
         /* groups of more than 8 query heads: 16-bit blocks widened once into scratch */
         check_decode(&bp, 64, 16, FG_DTYPE_F16, 16, 3, (const int32_t[]){3, 700, 1100},
-                     (const uint32_t[]){S | P | F | L, FG_KEEP_FULL, F}, 6);
-        check_decode(&bp, 128, 12, FG_DTYPE_BF16, 5, 2, (const int32_t[]){600, 40}, (const uint32_t[]){F | L, S | P}, 6);
+                     (const uint32_t[]){S | P | F | L, FG_KEEP_FULL, F}, 6, 0);
+        check_decode(&bp, 128, 12, FG_DTYPE_BF16, 5, 2, (const int32_t[]){600, 40}, (const uint32_t[]){F | L, S | P}, 6, 0);
+        /* ties everywhere: the older row is evicted first, on every backend alike */
+        check_decode(&bp, 64, 4, FG_DTYPE_F32, 16, 4, (const int32_t[]){50, 300, 40, 120},
+                     (const uint32_t[]){S | P | F | L, F | L, F, S | P | F}, 40, 1);
+        check_decode(&bp, 16, 1, FG_DTYPE_BF16, 4, 2, (const int32_t[]){64, 33}, (const uint32_t[]){F, F | L}, 40, 1);
         /* a long run: kept sets identical for 500 steps */
         check_decode(&bp, 64, 4, FG_DTYPE_F32, 16, 4, (const int32_t[]){50, 300, 7, 120},
-                     (const uint32_t[]){S | P | F | L, F | L, F, S | P | F}, 500);
+                     (const uint32_t[]){S | P | F | L, F | L, F, S | P | F}, 500, 0);
 
         fg_backend_close(&bp.ref);
         fg_backend_close(&bp.one);

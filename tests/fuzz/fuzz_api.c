@@ -1,0 +1,266 @@
+/*
+ * libFuzzer target over the public API: the input is a program of calls —
+ * create a sequence (a one-entry policy from a table, a prompt of 1..40
+ * tokens), prefill it, decode a batch of sequences, destroy one, trim,
+ * inspect, and bad calls (unknown or destroyed sequences, duplicates in a
+ * batch, tokens outside the vocabulary, layers out of range, NULL pointers,
+ * decode before prefill or past max_seq_len, a second prefill, short
+ * capacities). Each live sequence has the set simulator of the lockstep test
+ * beside it (tests/sim.h): after every decode the kept positions of every
+ * head and the attention output (dense over the simulator's set) must match,
+ * and after every refused call nothing may have changed. Any mismatch aborts.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fastgen.h"
+#define MAXT 72
+#include "../harness.h"
+#include "../sim.h"
+
+#define VOCAB 8 /* the simulator's vocabulary: 0-4 ordinary, 5 and 7 punctuation, 6 special */
+#define MAX_LEN 64
+#define SEQS 3
+
+typedef struct reader {
+    const uint8_t *p;
+    size_t n;
+} reader;
+
+static uint8_t next(reader *r) {
+    if (!r->n)
+        return 0;
+    r->n--;
+    return *r->p++;
+}
+
+typedef struct slot {
+    int live, prefilled;
+    int32_t len; /* tokens the library has for it */
+    sim_seq sim;
+} slot;
+
+static const fg_policy k_policies[] = {
+    {FG_KEEP_SPECIAL, 0.25f, 0.25f, 0, 0},
+    {FG_KEEP_SPECIAL | FG_KEEP_PUNCT, 0.25f, 0.25f, 0, 0},
+    {FG_KEEP_SPECIAL | FG_KEEP_PUNCT | FG_KEEP_FREQUENT, 0.25f, 0.3f, 0, 0},
+    {FG_KEEP_SPECIAL | FG_KEEP_PUNCT | FG_KEEP_FREQUENT | FG_KEEP_LOCAL, 0.2f, 0.15f, 0, 0},
+    {FG_KEEP_FULL, 0.3f, 0.3f, 0, 0},
+    {FG_KEEP_FREQUENT | FG_KEEP_LOCAL, 0.125f, 0.125f, 0, 0},
+    {FG_KEEP_LOCAL, 0.25f, 0.0f, 0, 0},
+    {FG_KEEP_FREQUENT, 0.0f, 1.0f, 0, 5},
+    {FG_KEEP_SPECIAL | FG_KEEP_LOCAL, 1.0f, 0.0f, 6, 0},
+};
+
+static void die_if_failed(const char *what) {
+    if (g_fail) {
+        fprintf(stderr, "fuzz_api: %s\n", what);
+        abort();
+    }
+}
+
+/* Every head of every prefilled sequence still matches its simulator. */
+static void check_all(fg_context *ctx, slot *slots, const run_cfg *rc, const char *what) {
+    for (int i = 0; i < SEQS; i++)
+        if (slots[i].live && slots[i].prefilled)
+            for (int32_t g = 0; g < rc->Hkv; g++)
+                compare_sets(ctx, &slots[i].sim, g, slots[i].len, what);
+    die_if_failed(what);
+}
+
+/* A call that must be refused with a message and change nothing. */
+#define REFUSED(ctx, call, what)                                                                                       \
+    do {                                                                                                               \
+        fg_status st_ = (call);                                                                                        \
+        EXPECT(st_ != FG_OK && fg_last_error(ctx)[0], "%s was accepted", what);                                        \
+        check_all(ctx, slots, &rc, what);                                                                              \
+    } while (0)
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+    reader r = {data, size};
+    g_fail = 0;
+    g_rng = 0x5eed0000u + next(&r) * 257u + next(&r);
+    const uint8_t shape = next(&r);
+    run_cfg rc = {1 + (shape & 1), 1 + (shape >> 1 & 1), (shape >> 2 & 1) ? 8 : 4, 1 + (shape >> 3 & 3),
+                  (fg_dtype)((shape >> 5) % 3)};
+    const int32_t Hq = rc.G * rc.Hkv, d = rc.d;
+
+    fg_token_classes *tc = NULL;
+    fg_token_classes_create(VOCAB, NULL, &tc);
+    fg_token_classes_set(tc, 5, FG_TOKEN_PUNCT);
+    fg_token_classes_set(tc, 7, FG_TOKEN_PUNCT);
+    fg_token_classes_set(tc, 6, FG_TOKEN_SPECIAL);
+    fg_context_params params;
+    fg_context_params_default(&params);
+    params.backend = "ref";
+    params.n_layers = 1;
+    params.n_q_heads = Hq;
+    params.n_kv_heads = rc.Hkv;
+    params.head_dim = d;
+    params.kv_dtype = rc.dtype;
+    params.max_seqs = SEQS;
+    params.max_seq_len = MAX_LEN;
+    params.page_tokens = rc.page_tokens;
+    params.pool_chunk_pages = 2;
+    params.classes = tc;
+    fg_context *ctx = NULL;
+    if (fg_context_create(&params, &ctx) != FG_OK)
+        abort();
+
+    static slot slots[SEQS];
+    memset(slots, 0, sizeof slots);
+    const size_t row_q = (size_t)Hq * d, row_k = (size_t)rc.Hkv * d;
+    float *out = malloc(MAX_LEN * row_q * sizeof(float));
+    float *bq = malloc(SEQS * row_q * sizeof(float)), *bk = malloc(SEQS * row_k * sizeof(float));
+    float *bv = malloc(SEQS * row_k * sizeof(float)), *bo = malloc(SEQS * row_q * sizeof(float));
+    double *ref = malloc(SEQS * row_q * sizeof(double));
+
+    for (int ops = 0; r.n && ops < 200; ops++) {
+        const uint8_t op = next(&r), arg = next(&r);
+        slot *s = &slots[arg % SEQS];
+        switch (op % 8) {
+        case 0: /* create */
+            if (!s->live) {
+                fg_compression_params cp;
+                fg_compression_params_default(&cp);
+                cp.n_policies = 1;
+                cp.shortlist[0] = k_policies[(arg / SEQS) % (sizeof k_policies / sizeof k_policies[0])];
+                cp.score_mode = (arg & 0x40) ? FG_SCORE_MEAN : FG_SCORE_SUM;
+                cp.n_sink = (arg & 0x80) ? 2 : 0;
+                make_seq(&s->sim, &rc, &cp);
+                s->sim.n = 1 + next(&r) % 40;
+                EXPECT_OK(ctx, fg_seq_create(ctx, &s->sim.cp, s->sim.tokens, s->sim.n, &s->sim.id));
+                die_if_failed("create");
+                s->live = 1;
+                s->prefilled = 0;
+                s->len = 0;
+            }
+            break;
+        case 1: /* prefill, or a second prefill (refused) */
+            if (s->live && !s->prefilled) {
+                EXPECT_OK(ctx, fg_prefill(ctx, s->sim.id, 0, s->sim.q, s->sim.k, s->sim.v, out));
+                die_if_failed("prefill");
+                s->prefilled = 1;
+                s->len = s->sim.n;
+                sim_init(ctx, &s->sim, &rc);
+            } else if (s->live) {
+                REFUSED(ctx, fg_prefill(ctx, s->sim.id, 0, s->sim.q, s->sim.k, s->sim.v, out), "a second prefill");
+            }
+            break;
+        case 2:
+        case 3: { /* decode a batch; refused when a member is not ready or full */
+            int32_t ids[SEQS], toks[SEQS], n = 0, ready = 1;
+            slot *members[SEQS];
+            for (int i = 0; i < SEQS; i++)
+                if ((arg >> i & 1) && slots[i].live) {
+                    slot *m = &slots[i];
+                    const int32_t p = m->prefilled ? m->len : 0;
+                    ready &= m->prefilled && p < MAX_LEN;
+                    ids[n] = m->sim.id;
+                    toks[n] = m->sim.tokens[p];
+                    memcpy(bq + n * row_q, m->sim.q + (size_t)p * row_q, row_q * sizeof(float));
+                    memcpy(bk + n * row_k, m->sim.k + (size_t)p * row_k, row_k * sizeof(float));
+                    memcpy(bv + n * row_k, m->sim.v + (size_t)p * row_k, row_k * sizeof(float));
+                    members[n++] = m;
+                }
+            if (!n)
+                break;
+            if (!ready) {
+                REFUSED(ctx, fg_decode(ctx, 0, n, ids, toks, bq, bk, bv, bo), "decode before prefill or past the end");
+                break;
+            }
+            EXPECT_OK(ctx, fg_decode(ctx, 0, n, ids, toks, bq, bk, bv, bo));
+            die_if_failed("decode");
+            memset(ref, 0, SEQS * row_q * sizeof(double));
+            double num = 0.0, den = 0.0;
+            for (int32_t b = 0; b < n; b++) {
+                slot *m = members[b];
+                for (int32_t g = 0; g < rc.Hkv; g++) {
+                    sim_step(&m->sim, &rc, g, m->len, ref + b * row_q + (size_t)g * rc.G * d);
+                    compare_sets(ctx, &m->sim, g, m->len + 1, "decode");
+                }
+                m->len++;
+            }
+            for (size_t i = 0; i < (size_t)n * row_q; i++) {
+                num += (bo[i] - ref[i]) * (bo[i] - ref[i]);
+                den += ref[i] * ref[i];
+            }
+            EXPECT(num <= 1e-9 * den, "decode output NMSE %.3g", num / den);
+            die_if_failed("decode against the simulator");
+            break;
+        }
+        case 4: /* destroy, then a call on the destroyed id */
+            if (s->live) {
+                EXPECT_OK(ctx, fg_seq_destroy(ctx, s->sim.id));
+                free(s->sim.q);
+                free(s->sim.k);
+                free(s->sim.v);
+                s->live = 0;
+                int32_t len;
+                REFUSED(ctx, fg_seq_length(ctx, s->sim.id, 0, &len), "a destroyed sequence");
+            }
+            break;
+        case 5: /* trim and memory */
+            EXPECT_OK(ctx, fg_trim(ctx));
+            check_all(ctx, slots, &rc, "trim");
+            break;
+        case 6: /* inspect, and positions into a short buffer */
+            if (s->live && s->prefilled) {
+                fg_head_info info;
+                int32_t pos[MAXT], n_kept = -1;
+                EXPECT_OK(ctx, fg_head_inspect(ctx, s->sim.id, 0, arg % rc.Hkv, &info));
+                if (info.kept > 0) {
+                    fg_status st = fg_head_positions(ctx, s->sim.id, 0, arg % rc.Hkv, pos, info.kept - 1, &n_kept);
+                    EXPECT(st == FG_ERR_CAPACITY && n_kept == info.kept, "short capacity: %s, %d of %d",
+                           fg_status_string(st), (int)n_kept, (int)info.kept);
+                }
+                die_if_failed("inspect");
+            }
+            break;
+        default: { /* a bad call of another kind */
+            int32_t live = -1;
+            for (int i = 0; i < SEQS; i++)
+                if (slots[i].live && slots[i].prefilled && slots[i].len < MAX_LEN)
+                    live = i;
+            int32_t id = live >= 0 ? slots[live].sim.id : 0, tok = 3, ids2[2] = {id, id};
+            memset(bq, 0, row_q * sizeof(float));
+            memset(bk, 0, 2 * row_k * sizeof(float));
+            memset(bv, 0, 2 * row_k * sizeof(float));
+            switch (arg % 7) {
+            case 0: REFUSED(ctx, fg_decode(ctx, 1, 1, &id, &tok, bq, bk, bv, bo), "layer out of range"); break;
+            case 1: tok = arg & 1 ? VOCAB : -1;
+                REFUSED(ctx, fg_decode(ctx, 0, 1, &id, &tok, bq, bk, bv, bo), "token outside the vocabulary");
+                break;
+            case 2: REFUSED(ctx, fg_decode(ctx, 0, 2, ids2, ids2, bq, bk, bv, bo), "a sequence twice in a batch"); break;
+            case 3: REFUSED(ctx, fg_decode(ctx, 0, 1, &id, &tok, NULL, bk, bv, bo), "NULL q"); break;
+            case 4: id = 1000 + arg;
+                REFUSED(ctx, fg_decode(ctx, 0, 1, &id, &tok, bq, bk, bv, bo), "an unknown sequence");
+                break;
+            case 5: REFUSED(ctx, fg_decode(ctx, 0, SEQS + 1, &id, &tok, bq, bk, bv, bo), "a batch above max_seqs"); break;
+            default: {
+                int32_t pos[4], n_kept;
+                REFUSED(ctx, fg_head_positions(ctx, id, 0, rc.Hkv, pos, 4, &n_kept), "a KV head out of range");
+            }
+            }
+        }
+        }
+    }
+    for (int i = 0; i < SEQS; i++)
+        if (slots[i].live) {
+            free(slots[i].sim.q);
+            free(slots[i].sim.k);
+            free(slots[i].sim.v);
+        }
+    free(out);
+    free(bq);
+    free(bk);
+    free(bv);
+    free(bo);
+    free(ref);
+    fg_context_destroy(&ctx);
+    fg_token_classes_destroy(&tc);
+    return 0;
+}

@@ -43,7 +43,7 @@ static void test_checkpoints(void) {
     fg_llama_model m;
     EXPECT(fg_llama_load_memory(buf, size, &m, err, sizeof err) == FG_OK, "valid shared checkpoint: %s", err);
     EXPECT(m.config.head_size == 2 && m.config.kv_dim == 4 && m.config.shared_classifier &&
-               m.weights.wcls == m.weights.token_embedding,
+               m.weights.wcls.data == m.weights.token_embedding.data,
            "config of a shared checkpoint");
     fg_llama_free(&m);
     /* every truncation fails cleanly */
@@ -85,7 +85,7 @@ static void test_checkpoints(void) {
     /* separate classifier */
     buf = checkpoint(8, 8, 1, 2, 1, 10, 3, 0, &size);
     EXPECT(fg_llama_load_memory(buf, size, &m, err, sizeof err) == FG_OK && !m.config.shared_classifier &&
-               m.weights.wcls != m.weights.token_embedding,
+               m.weights.wcls.data != m.weights.token_embedding.data,
            "separate classifier: %s", err);
     fg_llama_free(&m);
     free(buf);

@@ -1,6 +1,8 @@
 /* Shared pieces of the fastgen CLI. */
 #include "tools/cli.h"
 
+#include "tools/gguf.h"
+
 #include <ctype.h>
 #include <errno.h>
 #include <stdarg.h>
@@ -169,7 +171,12 @@ int cli_need_model(const char *cmd, cli_opts *o, char *model, char *tok, size_t 
     }
     if (!o->model)
         return cli_usage(cmd, "no model found: pass -m MODEL -z TOKENIZER (stories260K.bin and tok512.bin: "
-                              "github.com/karpathy/llama2.c, the tinyllamas models)");
+                              "github.com/karpathy/llama2.c, the tinyllamas models) or -m MODEL.gguf");
+    if (fg_gguf_is_gguf(o->model)) {
+        if (o->tokenizer)
+            return cli_usage(cmd, "-z: %s is a GGUF file, which carries its own tokenizer", o->model);
+        return 0;
+    }
     if (!o->tokenizer) {
         const char *slash = strrchr(o->model, '/');
         snprintf(tok, size, "%.*stok512.bin", slash ? (int)(slash - o->model + 1) : 0, o->model);
@@ -192,11 +199,20 @@ int cli_compression(const char *cmd, const cli_opts *o, fg_compression_params *c
     return 0;
 }
 
-fg_status cli_open(const cli_opts *o, int32_t max_seqs, int track_recovery, cli_session *s, char *err, size_t n) {
+fg_status cli_load(const cli_opts *o, cli_session *s, char *err, size_t n) {
     memset(s, 0, sizeof *s);
-    fg_status st = fg_llama_load_file(o->model, &s->model, err, n);
-    if (st == FG_OK)
+    fg_status st = fg_model_load(o->model, &s->model, err, n);
+    if (st == FG_OK && s->model.gguf)
+        st = fg_tokenizer_from_gguf(s->model.gguf, s->model.config.vocab_size, &s->tok, err, n);
+    else if (st == FG_OK)
         st = fg_tokenizer_load_file(o->tokenizer, s->model.config.vocab_size, &s->tok, err, n);
+    if (st)
+        cli_close(s);
+    return st;
+}
+
+fg_status cli_open(const cli_opts *o, int32_t max_seqs, int track_recovery, cli_session *s, char *err, size_t n) {
+    fg_status st = cli_load(o, s, err, n);
     if (st == FG_OK) {
         fg_runner_params rp = {o->backend, o->dtype, max_seqs, 0, track_recovery};
         st = fg_runner_create(&s->model, &s->tok, &rp, &s->runner, err, n);

@@ -50,6 +50,9 @@ int cli_need_model(const char *cmd, cli_opts *o, char *model, char *tok, size_t 
 /* The compression parameters the options describe. */
 int cli_compression(const char *cmd, const cli_opts *o, fg_compression_params *cp);
 
+/* The model and its tokenizer (from the GGUF file, or -z beside a llama2.c
+ * checkpoint); cli_open adds the runner. */
+fg_status cli_load(const cli_opts *o, cli_session *s, char *err, size_t n);
 fg_status cli_open(const cli_opts *o, int32_t max_seqs, int track_recovery, cli_session *s, char *err, size_t n);
 void cli_close(cli_session *s);
 /* prompt -> tokens with BOS (malloc'd). */

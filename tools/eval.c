@@ -340,9 +340,7 @@ int cmd_eval(int argc, char **argv) {
     eval_state e;
     memset(&e, 0, sizeof e);
     char err[512];
-    fg_status st = fg_llama_load_file(o.model, &e.s.model, err, sizeof err);
-    if (st == FG_OK)
-        st = fg_tokenizer_load_file(o.tokenizer, e.s.model.config.vocab_size, &e.s.tok, err, sizeof err);
+    fg_status st = cli_load(&o, &e.s, err, sizeof err);
     if (st == FG_OK) {
         fg_runner_params rp = {o.backend, o.dtype, N_BASE * N_T, 1, 1};
         st = fg_runner_create(&e.s.model, &e.s.tok, &rp, &e.s.runner, err, sizeof err);

@@ -11,6 +11,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "tools/dequant.h"
+
 fg_status fg_failf(char *err, size_t n, fg_status st, const char *fmt, ...) {
     if (err && n) {
         va_list ap;
@@ -106,36 +108,46 @@ fg_status fg_llama_load_memory(const void *buf, size_t size, fg_llama_model *out
                      c.shared_classifier ? "shared" : "separate", (unsigned long long)want);
 
     float *w = malloc((size_t)floats * sizeof(float));
-    if (!w)
+    fg_llama_layer *layers = calloc((size_t)L, sizeof *layers);
+    if (!w || !layers) {
+        free(w);
+        free(layers);
         return fg_failf(err, err_size, FG_ERR_OUT_OF_MEMORY, "out of memory for %llu weights",
-                     (unsigned long long)floats);
+                        (unsigned long long)floats);
+    }
     memcpy(w, (const unsigned char *)buf + 28, (size_t)floats * sizeof(float));
     for (uint64_t i = 0; i < floats; i++)
         if (!isfinite(w[i])) {
             free(w);
+            free(layers);
             return fg_failf(err, err_size, FG_ERR_FORMAT, "weight %llu is not finite", (unsigned long long)i);
         }
+    /* the file's order: each kind of weight for every layer, then the next kind */
     const float *p = w;
     fg_llama_weights *W = &out->weights;
-#define TAKE(field, count)                                                                                             \
-    do {                                                                                                               \
-        W->field = p;                                                                                                  \
-        p += (count);                                                                                                  \
-    } while (0)
-    TAKE(token_embedding, V * D);
-    TAKE(rms_att, L * D);
-    TAKE(wq, L * D * D);
-    TAKE(wk, L * KV * D);
-    TAKE(wv, L * KV * D);
-    TAKE(wo, L * D * D);
-    TAKE(rms_ffn, L * D);
-    TAKE(w1, L * Hd * D);
-    TAKE(w2, L * D * Hd);
-    TAKE(w3, L * Hd * D);
-    TAKE(rms_final, D);
-    p += (uint64_t)c.seq_len * (uint64_t)c.head_size; /* legacy RoPE tables, unused */
-    W->wcls = c.shared_classifier ? W->token_embedding : p;
-#undef TAKE
+    W->token_embedding = (fg_tensor){FG_GGML_F32, p, (int64_t)V, (int64_t)D};
+    p += V * D;
+#define EACH_LAYER(field, rows, cols)                                                                                  \
+    for (uint64_t l = 0; l < L; l++, p += (rows) * (cols))                                                             \
+        layers[l].field = (fg_tensor) { FG_GGML_F32, p, (int64_t)(rows), (int64_t)(cols) }
+    for (uint64_t l = 0; l < L; l++, p += D)
+        layers[l].rms_att = p;
+    EACH_LAYER(wq, D, D);
+    EACH_LAYER(wk, KV, D);
+    EACH_LAYER(wv, KV, D);
+    EACH_LAYER(wo, D, D);
+    for (uint64_t l = 0; l < L; l++, p += D)
+        layers[l].rms_ffn = p;
+    EACH_LAYER(w1, Hd, D);
+    EACH_LAYER(w2, D, Hd);
+    EACH_LAYER(w3, Hd, D);
+#undef EACH_LAYER
+    W->rms_final = p;
+    p += D + (uint64_t)c.seq_len * (uint64_t)c.head_size; /* legacy RoPE tables, unused */
+    W->wcls = c.shared_classifier ? W->token_embedding : (fg_tensor){FG_GGML_F32, p, (int64_t)V, (int64_t)D};
+    W->layers = layers;
+    c.rms_eps = 1e-5f;
+    c.rope_theta = 10000.0f;
     out->config = c;
     out->data = w;
     return FG_OK;
@@ -151,11 +163,4 @@ fg_status fg_llama_load_file(const char *path, fg_llama_model *out, char *err, s
     st = fg_llama_load_memory(buf, size, out, err, err_size);
     free(buf);
     return st;
-}
-
-void fg_llama_free(fg_llama_model *model) {
-    if (!model)
-        return;
-    free(model->data);
-    memset(model, 0, sizeof *model);
 }

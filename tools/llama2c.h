@@ -10,45 +10,11 @@
 #include <stdint.h>
 
 #include "fastgen.h"
-
-typedef struct fg_llama_config {
-    int32_t dim;        /* model width */
-    int32_t hidden_dim; /* MLP width */
-    int32_t n_layers;
-    int32_t n_heads;    /* query heads */
-    int32_t n_kv_heads;
-    int32_t vocab_size;
-    int32_t seq_len;    /* positions the model was trained for */
-    int32_t head_size;  /* dim / n_heads */
-    int32_t kv_dim;     /* n_kv_heads * head_size */
-    int shared_classifier;
-} fg_llama_config;
-
-typedef struct fg_llama_weights {
-    const float *token_embedding; /* [vocab][dim] */
-    const float *rms_att;         /* [L][dim] */
-    const float *wq;              /* [L][dim][dim] */
-    const float *wk;              /* [L][kv_dim][dim] */
-    const float *wv;              /* [L][kv_dim][dim] */
-    const float *wo;              /* [L][dim][dim] */
-    const float *rms_ffn;         /* [L][dim] */
-    const float *w1;              /* [L][hidden][dim] */
-    const float *w2;              /* [L][dim][hidden] */
-    const float *w3;              /* [L][hidden][dim] */
-    const float *rms_final;       /* [dim] */
-    const float *wcls;            /* [vocab][dim] */
-} fg_llama_weights;
-
-typedef struct fg_llama_model {
-    fg_llama_config config;
-    fg_llama_weights weights;
-    float *data; /* owned copy of the weights */
-} fg_llama_model;
+#include "tools/model.h"
 
 /* Parse a checkpoint held in memory; err receives a one-line reason. */
 fg_status fg_llama_load_memory(const void *buf, size_t size, fg_llama_model *out, char *err, size_t err_size);
 fg_status fg_llama_load_file(const char *path, fg_llama_model *out, char *err, size_t err_size);
-void fg_llama_free(fg_llama_model *model);
 
 /* Writes a one-line reason into err (err_size bytes) and returns st. */
 fg_status fg_failf(char *err, size_t err_size, fg_status st, const char *fmt, ...)

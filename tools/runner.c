@@ -1,6 +1,8 @@
 /* The model runner of tools/runner.h. */
 #include "tools/runner.h"
 
+#include "tools/dequant.h"
+
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -10,6 +12,8 @@
 #ifdef FG_HAVE_BLAS
 #include <cblas.h>
 #endif
+
+#define FG_RUNNER_TILE 64
 
 struct fg_runner {
     const fg_llama_model *model;
@@ -25,6 +29,7 @@ struct fg_runner {
     int64_t *rec_count;
     int32_t *kept; /* [seq_len] scratch */
     int32_t *pos;  /* [max_rows] position of each row */
+    float *wtile;  /* [FG_RUNNER_TILE][max(dim, hidden)] weights of another type than f32, as floats */
     char error[512]; /* why the last prefill or decode failed */
 };
 
@@ -42,37 +47,61 @@ static fg_status runner_fail(fg_runner *r, fg_status st, const char *fmt, ...) {
     return st;
 }
 
-/* y[rows][out] = x[rows][in] . W[out][in]^T */
-static void matmul(float *y, const float *x, const float *W, int32_t rows, int32_t in, int32_t out) {
+/* y[rows][out] = x[rows][in] . W[out][in]^T over f32 weights, ldy apart */
+static void matmul_f32(float *y, int32_t ldy, const float *x, const float *W, int32_t rows, int32_t in, int32_t out) {
 #ifdef FG_HAVE_BLAS
     if (rows == 1)
         cblas_sgemv(CblasRowMajor, CblasNoTrans, out, in, 1.0f, W, in, x, 1, 0.0f, y, 1);
     else
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, out, in, 1.0f, x, in, W, in, 0.0f, y, out);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, out, in, 1.0f, x, in, W, in, 0.0f, y, ldy);
 #else
     for (int32_t r = 0; r < rows; r++)
         for (int32_t o = 0; o < out; o++) {
             float s = 0.0f;
             for (int32_t i = 0; i < in; i++)
                 s += W[(size_t)o * in + i] * x[(size_t)r * in + i];
-            y[(size_t)r * out + o] = s;
+            y[(size_t)r * ldy + o] = s;
         }
 #endif
 }
 
-static void rmsnorm(float *o, const float *x, const float *w, int32_t n) {
+/* y[rows][W.rows] = x[rows][W.cols] . W^T. Weights in another type than f32
+ * are dequantized FG_RUNNER_TILE rows at a time into the runner's scratch,
+ * never the whole matrix. */
+static void matmul(fg_runner *r, float *y, const float *x, const fg_tensor *W, int32_t rows) {
+    const int32_t in = (int32_t)W->cols, out = (int32_t)W->rows;
+    if (W->type == FG_GGML_F32) {
+        matmul_f32(y, out, x, W->data, rows, in, out);
+        return;
+    }
+    fg_to_float_fn *to_float = fg_type_info_of(W->type)->to_float;
+    const size_t row_bytes = (size_t)fg_type_row_bytes(W->type, in);
+    for (int32_t o0 = 0; o0 < out; o0 += FG_RUNNER_TILE) {
+        const int32_t n = out - o0 < FG_RUNNER_TILE ? out - o0 : FG_RUNNER_TILE;
+        to_float((const unsigned char *)W->data + (size_t)o0 * row_bytes, r->wtile, (int64_t)n * in);
+        matmul_f32(y + o0, out, x, r->wtile, rows, in, n);
+    }
+}
+
+/* Row `id` of a weight matrix, as floats. */
+static void row_of(const fg_tensor *W, int32_t id, float *dst) {
+    const size_t row_bytes = (size_t)fg_type_row_bytes(W->type, W->cols);
+    fg_type_info_of(W->type)->to_float((const unsigned char *)W->data + (size_t)id * row_bytes, dst, W->cols);
+}
+
+static void rmsnorm(float *o, const float *x, const float *w, int32_t n, float eps) {
     float ss = 0.0f;
     for (int32_t i = 0; i < n; i++)
         ss += x[i] * x[i];
-    ss = 1.0f / sqrtf(ss / (float)n + 1e-5f);
+    ss = 1.0f / sqrtf(ss / (float)n + eps);
     for (int32_t i = 0; i < n; i++)
         o[i] = w[i] * (ss * x[i]);
 }
 
 /* Rotates adjacent pairs of every head of one row by the angle of pos. */
-static void rope(float *v, int32_t width, int32_t head_size, int32_t pos) {
+static void rope(float *v, int32_t width, int32_t head_size, int32_t pos, float theta) {
     for (int32_t i = 0; i < width; i += 2) {
-        float freq = 1.0f / powf(10000.0f, (float)(i % head_size) / (float)head_size);
+        float freq = 1.0f / powf(theta, (float)(i % head_size) / (float)head_size);
         float a = (float)pos * freq, c = cosf(a), s = sinf(a);
         float v0 = v[i], v1 = v[i + 1];
         v[i] = v0 * c - v1 * s;
@@ -144,7 +173,8 @@ fg_status fg_runner_create(const fg_llama_model *model, const fg_tokenizer *tok,
     r->hb = malloc(rows * H * sizeof(float));
     r->hb2 = malloc(rows * H * sizeof(float));
     r->pos = malloc(rows * sizeof(int32_t));
-    int ok = r->x && r->xb && r->q && r->k && r->v && r->att && r->hb && r->hb2 && r->pos;
+    r->wtile = malloc((size_t)FG_RUNNER_TILE * (D > H ? D : H) * sizeof(float));
+    int ok = r->x && r->xb && r->q && r->k && r->v && r->att && r->hb && r->hb2 && r->pos && r->wtile;
     if (r->track) {
         r->keys = malloc((size_t)r->max_seqs * c->n_layers * c->seq_len * c->kv_dim * sizeof(float));
         r->rec_sum = calloc((size_t)r->max_seqs, sizeof(double));
@@ -182,6 +212,7 @@ void fg_runner_destroy(fg_runner **pr) {
     free(r->rec_count);
     free(r->kept);
     free(r->pos);
+    free(r->wtile);
     free(r);
     *pr = NULL;
 }
@@ -242,16 +273,17 @@ static fg_status forward(fg_runner *r, int32_t rows, int32_t prefill_seq, const 
     const fg_llama_weights *w = &m->weights;
     const int32_t D = c->dim, KV = c->kv_dim, H = c->hidden_dim;
     for (int32_t i = 0; i < rows; i++)
-        memcpy(r->x + (size_t)i * D, w->token_embedding + (size_t)tokens[i] * D, (size_t)D * sizeof(float));
+        row_of(&w->token_embedding, tokens[i], r->x + (size_t)i * D);
     for (int32_t l = 0; l < c->n_layers; l++) {
+        const fg_llama_layer *ly = &w->layers[l];
         for (int32_t i = 0; i < rows; i++)
-            rmsnorm(r->xb + (size_t)i * D, r->x + (size_t)i * D, w->rms_att + (size_t)l * D, D);
-        matmul(r->q, r->xb, w->wq + (size_t)l * D * D, rows, D, D);
-        matmul(r->k, r->xb, w->wk + (size_t)l * KV * D, rows, D, KV);
-        matmul(r->v, r->xb, w->wv + (size_t)l * KV * D, rows, D, KV);
+            rmsnorm(r->xb + (size_t)i * D, r->x + (size_t)i * D, ly->rms_att, D, c->rms_eps);
+        matmul(r, r->q, r->xb, &ly->wq, rows);
+        matmul(r, r->k, r->xb, &ly->wk, rows);
+        matmul(r, r->v, r->xb, &ly->wv, rows);
         for (int32_t i = 0; i < rows; i++) {
-            rope(r->q + (size_t)i * D, D, c->head_size, pos[i]);
-            rope(r->k + (size_t)i * KV, KV, c->head_size, pos[i]);
+            rope(r->q + (size_t)i * D, D, c->head_size, pos[i], c->rope_theta);
+            rope(r->k + (size_t)i * KV, KV, c->head_size, pos[i], c->rope_theta);
         }
         fg_status st;
         if (!seqs) {
@@ -269,26 +301,26 @@ static fg_status forward(fg_runner *r, int32_t rows, int32_t prefill_seq, const 
         }
         if (st)
             return st;
-        matmul(r->xb, r->att, w->wo + (size_t)l * D * D, rows, D, D);
+        matmul(r, r->xb, r->att, &ly->wo, rows);
         for (size_t i = 0; i < (size_t)rows * D; i++)
             r->x[i] += r->xb[i];
         for (int32_t i = 0; i < rows; i++)
-            rmsnorm(r->xb + (size_t)i * D, r->x + (size_t)i * D, w->rms_ffn + (size_t)l * D, D);
-        matmul(r->hb, r->xb, w->w1 + (size_t)l * H * D, rows, D, H);
-        matmul(r->hb2, r->xb, w->w3 + (size_t)l * H * D, rows, D, H);
+            rmsnorm(r->xb + (size_t)i * D, r->x + (size_t)i * D, ly->rms_ffn, D, c->rms_eps);
+        matmul(r, r->hb, r->xb, &ly->w1, rows);
+        matmul(r, r->hb2, r->xb, &ly->w3, rows);
         for (size_t i = 0; i < (size_t)rows * H; i++) {
             float a = r->hb[i];
             r->hb[i] = a / (1.0f + expf(-a)) * r->hb2[i]; /* SwiGLU */
         }
-        matmul(r->xb, r->hb, w->w2 + (size_t)l * D * H, rows, H, D);
+        matmul(r, r->xb, r->hb, &ly->w2, rows);
         for (size_t i = 0; i < (size_t)rows * D; i++)
             r->x[i] += r->xb[i];
     }
     if (logits) {
         int32_t first = logits_last_only ? rows - 1 : 0;
         for (int32_t i = first; i < rows; i++)
-            rmsnorm(r->xb + (size_t)(i - first) * D, r->x + (size_t)i * D, w->rms_final, D);
-        matmul(logits, r->xb, w->wcls, rows - first, D, c->vocab_size);
+            rmsnorm(r->xb + (size_t)(i - first) * D, r->x + (size_t)i * D, w->rms_final, D, c->rms_eps);
+        matmul(r, logits, r->xb, &w->wcls, rows - first);
     }
     return FG_OK;
 }

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tools/gguf.h"
 #include "tools/llama2c.h"
 
 static int hex_digit(char c) {
@@ -30,8 +31,40 @@ void fg_tokenizer_free(fg_tokenizer *t) {
             free(t->pieces[i]);
     free(t->pieces);
     free(t->scores);
+    free(t->control);
     free(t->sorted);
     memset(t, 0, sizeof *t);
+}
+
+/* The lookup table, the byte pieces and the control flags, once the pieces are in. */
+static fg_status finish(fg_tokenizer *t, char *err, size_t err_size) {
+    if (!t->control)
+        t->control = calloc((size_t)t->vocab_size, 1);
+    if (!t->control) {
+        fg_tokenizer_free(t);
+        return fg_failf(err, err_size, FG_ERR_OUT_OF_MEMORY, "out of memory for %d tokens", (int)t->vocab_size);
+    }
+    for (int32_t i = 0; i < t->vocab_size; i++) {
+        t->sorted[i] = (fg_tokenizer_entry){t->pieces[i], i};
+        const size_t len = strlen(t->pieces[i]);
+        if (len > t->max_piece_len)
+            t->max_piece_len = len;
+    }
+    qsort(t->sorted, (size_t)t->vocab_size, sizeof *t->sorted, by_piece);
+    if (t->bos >= 0 && t->bos < t->vocab_size)
+        t->control[t->bos] = 1;
+    if (t->eos >= 0 && t->eos < t->vocab_size)
+        t->control[t->eos] = 1;
+    for (int b = 0; b < 256; b++) {
+        char name[8];
+        snprintf(name, sizeof name, "<0x%02X>", b);
+        fg_tokenizer_entry key = {name, 0};
+        const fg_tokenizer_entry *e = bsearch(&key, t->sorted, (size_t)t->vocab_size, sizeof key, by_piece);
+        t->byte_id[b] = e ? e->id : -1;
+        t->byte_pieces[b][0] = (char)b;
+        t->byte_pieces[b][1] = '\0';
+    }
+    return FG_OK;
 }
 
 fg_status fg_tokenizer_load_memory(const void *buf, size_t size, int32_t vocab_size, fg_tokenizer *out, char *err,
@@ -80,9 +113,6 @@ fg_status fg_tokenizer_load_memory(const void *buf, size_t size, int32_t vocab_s
         out->pieces[i][len] = '\0';
         off += (size_t)len;
         out->scores[i] = score;
-        out->sorted[i] = (fg_tokenizer_entry){out->pieces[i], i};
-        if ((size_t)len > out->max_piece_len)
-            out->max_piece_len = (size_t)len;
     }
     if (off != size) {
         fg_tokenizer_free(out);
@@ -90,12 +120,11 @@ fg_status fg_tokenizer_load_memory(const void *buf, size_t size, int32_t vocab_s
                         "tokenizer has %zu bytes after its %d entries (a tokenizer for a larger vocabulary, or not "
                         "a llama2.c tokenizer)", size - off, (int)vocab_size);
     }
-    qsort(out->sorted, (size_t)vocab_size, sizeof *out->sorted, by_piece);
-    for (int b = 0; b < 256; b++) {
-        out->byte_pieces[b][0] = (char)b;
-        out->byte_pieces[b][1] = '\0';
-    }
-    return FG_OK;
+    out->bos = FG_TOKEN_BOS;
+    out->eos = FG_TOKEN_EOS;
+    out->unk = 0;
+    out->add_bos = 1;
+    return finish(out, err, err_size);
 }
 
 fg_status fg_tokenizer_load_file(const char *path, int32_t vocab_size, fg_tokenizer *out, char *err,
@@ -130,7 +159,7 @@ fg_status fg_tokenizer_encode(const fg_tokenizer *t, const char *text, int bos, 
     }
     int32_t n = 0;
     if (bos)
-        work[n++] = FG_TOKEN_BOS;
+        work[n++] = t->bos;
     if (text[0]) {
         int32_t space = lookup(t, " ");
         if (space >= 0)
@@ -148,8 +177,8 @@ fg_status fg_tokenizer_encode(const fg_tokenizer *t, const char *text, int bos, 
         if (id >= 0) {
             work[n++] = id;
         } else {
-            for (size_t i = 0; i < len; i++)
-                work[n++] = 3 + (int32_t)s[i] < t->vocab_size ? 3 + (int32_t)s[i] : 0;
+            for (size_t i = 0; i < len; i++) /* byte fallback, else the unknown token */
+                work[n++] = t->byte_id[s[i]] >= 0 ? t->byte_id[s[i]] : t->unk >= 0 ? t->unk : 0;
         }
         s += len;
     }
@@ -186,8 +215,10 @@ fg_status fg_tokenizer_encode(const fg_tokenizer *t, const char *text, int bos, 
 const char *fg_tokenizer_decode(const fg_tokenizer *t, int32_t prev, int32_t token) {
     if (token < 0 || token >= t->vocab_size)
         return "";
+    if (t->control[token])
+        return "";
     const char *piece = t->pieces[token];
-    if (prev == FG_TOKEN_BOS && piece[0] == ' ')
+    if (prev == t->bos && piece[0] == ' ')
         piece++;
     /* "<0xNN>" with exactly two hex digits (no sign, no space) is its byte */
     if (strlen(piece) == 6 && !strncmp(piece, "<0x", 3) && piece[5] == '>') {
@@ -196,4 +227,80 @@ const char *fg_tokenizer_decode(const fg_tokenizer *t, int32_t prev, int32_t tok
             return t->byte_pieces[hi * 16 + lo];
     }
     return piece;
+}
+
+/* ------------------------------------------------------------------ GGUF */
+
+/* GGUF token types (llama.cpp's): 2 unknown, 3 control, 6 byte. */
+#define GGUF_TOKEN_CONTROL 3
+
+fg_status fg_tokenizer_from_gguf(const fg_gguf *g, int32_t vocab_size, fg_tokenizer *out, char *err,
+                                 size_t err_size) {
+    memset(out, 0, sizeof *out);
+    char model[32];
+    fg_gguf_get_str(g, "tokenizer.ggml.model", model, sizeof model);
+    if (strcmp(model, "llama"))
+        return fg_failf(err, err_size, FG_ERR_UNAVAILABLE,
+                        "GGUF: tokenizer \"%s\" is not supported (fastgen reads SentencePiece vocabularies, "
+                        "tokenizer.ggml.model = \"llama\")", model[0] ? model : "(none)");
+    const fg_gguf_kv *tokens = fg_gguf_find(g, "tokenizer.ggml.tokens");
+    const fg_gguf_kv *scores = fg_gguf_find(g, "tokenizer.ggml.scores");
+    const fg_gguf_kv *types = fg_gguf_find(g, "tokenizer.ggml.token_type");
+    if (!tokens || tokens->type != FG_GGUF_ARRAY || tokens->elem_type != FG_GGUF_STRING ||
+        tokens->n_elems != (uint64_t)vocab_size)
+        return fg_failf(err, err_size, FG_ERR_FORMAT,
+                        "GGUF: tokenizer.ggml.tokens must be an array of %d strings (the embedding's rows)",
+                        (int)vocab_size);
+    if ((scores && (scores->type != FG_GGUF_ARRAY || scores->elem_type == FG_GGUF_STRING ||
+                    scores->n_elems != (uint64_t)vocab_size)) ||
+        (types && (types->type != FG_GGUF_ARRAY || types->elem_type == FG_GGUF_STRING ||
+                   types->n_elems != (uint64_t)vocab_size)))
+        return fg_failf(err, err_size, FG_ERR_FORMAT,
+                        "GGUF: tokenizer.ggml.scores and token_type must be numeric arrays of %d", (int)vocab_size);
+    int64_t bos, eos, unk, add_bos;
+    fg_status st = fg_gguf_get_int(g, "tokenizer.ggml.bos_token_id", 1, &bos, err, err_size);
+    if (!st)
+        st = fg_gguf_get_int(g, "tokenizer.ggml.eos_token_id", 2, &eos, err, err_size);
+    if (!st)
+        st = fg_gguf_get_int(g, "tokenizer.ggml.unknown_token_id", 0, &unk, err, err_size);
+    if (!st)
+        st = fg_gguf_get_int(g, "tokenizer.ggml.add_bos_token", 1, &add_bos, err, err_size);
+    if (st)
+        return st;
+    if (bos < 0 || bos >= vocab_size || eos < -1 || eos >= vocab_size || unk < -1 || unk >= vocab_size)
+        return fg_failf(err, err_size, FG_ERR_FORMAT, "GGUF: BOS %lld, EOS %lld or unknown %lld outside the %d tokens",
+                        (long long)bos, (long long)eos, (long long)unk, (int)vocab_size);
+    out->vocab_size = vocab_size;
+    out->pieces = calloc((size_t)vocab_size, sizeof *out->pieces);
+    out->scores = malloc((size_t)vocab_size * sizeof *out->scores);
+    out->sorted = malloc((size_t)vocab_size * sizeof *out->sorted);
+    out->control = calloc((size_t)vocab_size, 1);
+    if (!out->pieces || !out->scores || !out->sorted || !out->control) {
+        fg_tokenizer_free(out);
+        return fg_failf(err, err_size, FG_ERR_OUT_OF_MEMORY, "out of memory for %d tokens", (int)vocab_size);
+    }
+    for (int32_t i = 0; i < vocab_size; i++) {
+        /* U+2581 (the SentencePiece space, E2 96 81) becomes an ASCII space */
+        const char *src = tokens->strs[i];
+        char *dst = out->pieces[i] = malloc(strlen(src) + 1);
+        if (!dst) {
+            fg_tokenizer_free(out);
+            return fg_failf(err, err_size, FG_ERR_OUT_OF_MEMORY, "out of memory for token %d", (int)i);
+        }
+        while (*src)
+            if (!strncmp(src, "\xe2\x96\x81", 3)) {
+                *dst++ = ' ';
+                src += 3;
+            } else {
+                *dst++ = *src++;
+            }
+        *dst = '\0';
+        out->scores[i] = scores ? (float)fg_gguf_array_num(scores, (uint64_t)i) : 0.0f;
+        out->control[i] = types && fg_gguf_array_num(types, (uint64_t)i) == GGUF_TOKEN_CONTROL;
+    }
+    out->bos = (int32_t)bos;
+    out->eos = (int32_t)eos;
+    out->unk = (int32_t)unk;
+    out->add_bos = add_bos != 0;
+    return finish(out, err, err_size);
 }

@@ -1,9 +1,12 @@
 /*
- * llama2.c tokenizer files: uint32 max_token_length, then per id: float32
- * score, int32 length, that many bytes. Encoding is SentencePiece-style BPE:
- * a dummy-prefix space, UTF-8 code points looked up whole (byte fallback
- * <0xNN> = id 3 + byte otherwise), then repeated merges of the adjacent pair
- * whose concatenation has the best score.
+ * SentencePiece-style vocabularies, from llama2.c tokenizer files (uint32
+ * max_token_length, then per id: float32 score, int32 length, that many
+ * bytes) or from a GGUF file's metadata (tokenizer.ggml.model = "llama":
+ * tokens, scores, token types, BOS/EOS/unknown ids). Encoding: a
+ * dummy-prefix space, UTF-8 code points looked up whole (else their bytes as
+ * <0xNN> pieces, else the unknown token), then repeated merges of the
+ * adjacent pair whose concatenation has the best score (leftmost on ties).
+ * The SentencePiece space U+2581 is held as an ASCII space.
  */
 #ifndef FG_TOKENIZER_H
 #define FG_TOKENIZER_H
@@ -25,10 +28,19 @@ typedef struct fg_tokenizer {
     int32_t vocab_size;
     char **pieces;               /* [vocab_size] NUL-terminated */
     float *scores;               /* [vocab_size] */
+    uint8_t *control;            /* [vocab_size] 1: a control token (BOS, EOS, chat markers): decodes to "" */
     fg_tokenizer_entry *sorted;  /* [vocab_size] by piece, for lookups */
     size_t max_piece_len;
+    int32_t bos, eos, unk;       /* ids; eos and unk may be -1 */
+    int add_bos;                 /* the model expects BOS before a prompt */
+    int32_t byte_id[256];        /* the <0xNN> piece of each byte, or -1 */
     char byte_pieces[256][2];    /* decoded <0xNN> pieces */
 } fg_tokenizer;
+
+struct fg_gguf;
+/* The vocabulary of a GGUF file (tokenizer.ggml.*); SentencePiece ("llama") only. */
+fg_status fg_tokenizer_from_gguf(const struct fg_gguf *g, int32_t vocab_size, fg_tokenizer *out, char *err,
+                                 size_t err_size);
 
 fg_status fg_tokenizer_load_memory(const void *buf, size_t size, int32_t vocab_size, fg_tokenizer *out, char *err,
                                    size_t err_size);

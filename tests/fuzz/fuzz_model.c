@@ -12,7 +12,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (fg_llama_load_memory(data, size, &m, err, sizeof err) == FG_OK) {
         /* touch the ends of the tensors the header promised */
         const fg_llama_config *c = &m.config;
-        volatile float sink = m.weights.wcls[(size_t)c->vocab_size * c->dim - 1] + m.weights.rms_final[c->dim - 1];
+        volatile float sink = ((const float *)m.weights.wcls.data)[(size_t)c->vocab_size * c->dim - 1] + m.weights.rms_final[c->dim - 1];
         (void)sink;
         fg_llama_free(&m);
     }

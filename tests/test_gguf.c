@@ -1,0 +1,429 @@
+/*
+ * GGUF files made by ggml and llama.cpp (../shared/models/gguf, see its
+ * README), read by tools/gguf.c:
+ *   - quants.gguf: each of the 14 types dequantizes to ggml's own output
+ *     (the .ref tensors) bit for bit;
+ *   - every file parses; the llama ones load as models;
+ *   - stories260K-f32.gguf greedily generates llama.cpp's 80 ids for both of
+ *     its prompts, and the same ids as the llama2.c .bin;
+ *   - F16 and quantized files generate what their weights dequantized to F32
+ *     in memory generate (so weights kept in their type change nothing), and
+ *     the agreement with llama.cpp (which also quantizes activations) is
+ *     reported;
+ *   - the SentencePiece vocabulary from the metadata gives llama.cpp's ids for
+ *     every string of tokenizer-tests.inp;
+ *   - crafted and truncated files get a clean error.
+ * Usage: test_gguf GGUF_DIR MODEL_DIR
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "tools/dequant.h"
+#include "tools/gguf.h"
+#include "tools/llama2c.h"
+#include "tools/runner.h"
+#include "tools/tokenizer.h"
+
+static const char *g_dir, *g_model_dir;
+
+static char *slurp(const char *name, size_t *size) {
+    char path[1024], err[256];
+    snprintf(path, sizeof path, "%s/%s", g_dir, name);
+    void *buf = NULL;
+    EXPECT(fg_read_file(path, &buf, size, err, sizeof err) == FG_OK, "%s", err);
+    char *text = buf ? realloc(buf, *size + 1) : NULL;
+    if (text)
+        text[*size] = '\0';
+    return text;
+}
+
+/* ------------------------------------------------------------------ dequantization */
+
+static void test_quants(void) {
+    char path[1024], err[400];
+    snprintf(path, sizeof path, "%s/quants.gguf", g_dir);
+    fg_gguf g;
+    EXPECT(fg_gguf_open(path, &g, err, sizeof err) == FG_OK, "%s", err);
+    const char *types[] = {"f16",  "bf16", "q4_0", "q4_1", "q5_0", "q5_1",   "q8_0",
+                           "q2_K", "q3_K", "q4_K", "q5_K", "q6_K", "iq4_nl", "iq4_xs"};
+    int exact = 0;
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        char ref_name[64];
+        snprintf(ref_name, sizeof ref_name, "%s.ref", types[i]);
+        const fg_gguf_tensor *t = fg_gguf_tensor_find(&g, types[i]), *ref = fg_gguf_tensor_find(&g, ref_name);
+        EXPECT(t && ref && ref->type == FG_GGML_F32, "quants.gguf has %s and %s", types[i], ref_name);
+        if (!t || !ref)
+            continue;
+        const fg_type_info *ti = fg_type_info_of(t->type);
+        EXPECT(ti && ti->to_float && !strcmp(ti->name, types[i]), "%s: type %d is %s", types[i], (int)t->type,
+               ti ? ti->name : "unknown");
+        const int64_t n = t->ne[0] * t->ne[1];
+        float *y = malloc((size_t)n * sizeof *y);
+        if (ti && ti->to_float)
+            ti->to_float(t->data, y, n);
+        int64_t differ = 0;
+        for (int64_t k = 0; k < n; k++)
+            differ += memcmp(&y[k], (const float *)ref->data + k, sizeof *y) != 0;
+        EXPECT(differ == 0, "%s: %lld of %lld values differ from ggml's", types[i], (long long)differ, (long long)n);
+        exact += differ == 0;
+        free(y);
+    }
+    printf("quants.gguf: %d of %zu types equal ggml's dequantization bit for bit\n", exact,
+           sizeof types / sizeof types[0]);
+    /* a type fastgen knows but cannot dequantize: the model loader names the tensor and the type */
+    const fg_type_info *q8k = fg_type_info_of(FG_GGML_Q8_K);
+    EXPECT(q8k && !q8k->to_float && fg_type_info_of(4) == NULL && fg_type_info_of(1000) == NULL, "type table");
+    fg_gguf_free(&g);
+}
+
+/* ------------------------------------------------------------------ crafted files */
+
+typedef struct builder {
+    unsigned char *b;
+    size_t n, cap;
+} builder;
+
+static void put(builder *w, const void *p, size_t n) {
+    if (w->n + n > w->cap) {
+        w->cap = (w->n + n) * 2;
+        w->b = realloc(w->b, w->cap);
+    }
+    memcpy(w->b + w->n, p, n);
+    w->n += n;
+}
+static void put_u32(builder *w, uint32_t x) { put(w, &x, 4); }
+static void put_u64(builder *w, uint64_t x) { put(w, &x, 8); }
+static void put_str(builder *w, const char *s) {
+    put_u64(w, strlen(s));
+    put(w, s, strlen(s));
+}
+
+/* A small valid file: 3 keys (a string, a u32, an array of strings), two f32
+ * tensors of 4 x 2 values, alignment 32. *t1_offset: where tensor 1's offset is. */
+static builder crafted(size_t *t1_offset) {
+    builder w = {0};
+    put(&w, "GGUF", 4);
+    put_u32(&w, 3);
+    put_u64(&w, 2);
+    put_u64(&w, 3);
+    put_str(&w, "general.architecture");
+    put_u32(&w, FG_GGUF_STRING);
+    put_str(&w, "test");
+    put_str(&w, "test.count");
+    put_u32(&w, FG_GGUF_UINT32);
+    put_u32(&w, 7);
+    put_str(&w, "test.words");
+    put_u32(&w, FG_GGUF_ARRAY);
+    put_u32(&w, FG_GGUF_STRING);
+    put_u64(&w, 2);
+    put_str(&w, "one");
+    put_str(&w, "two");
+    for (int t = 0; t < 2; t++) {
+        put_str(&w, t ? "b" : "a");
+        put_u32(&w, 2);
+        put_u64(&w, 4);
+        put_u64(&w, 2);
+        put_u32(&w, FG_GGML_F32);
+        if (t)
+            *t1_offset = w.n;
+        put_u64(&w, t ? 32 : 0);
+    }
+    while (w.n % 32)
+        put(&w, "", 1);
+    for (int i = 0; i < 16; i++) {
+        float x = (float)i;
+        put(&w, &x, 4);
+    }
+    return w;
+}
+
+static void expect_bad(const unsigned char *b, size_t n, const char *word, const char *what) {
+    fg_gguf g;
+    char err[400] = "";
+    fg_status st = fg_gguf_parse(b, n, &g, err, sizeof err);
+    EXPECT(st == FG_ERR_FORMAT && strstr(err, word), "%s: %s, \"%s\" (wanted \"%s\")", what, fg_status_string(st),
+           err, word);
+    if (st == FG_OK)
+        fg_gguf_free(&g);
+}
+
+static void test_crafted(void) {
+    size_t t1 = 0;
+    builder w = crafted(&t1);
+    fg_gguf g;
+    char err[400] = "";
+    EXPECT(fg_gguf_parse(w.b, w.n, &g, err, sizeof err) == FG_OK, "the crafted file: %s", err);
+    if (!err[0]) {
+        const fg_gguf_kv *words = fg_gguf_find(&g, "test.words");
+        int64_t count = 0;
+        EXPECT(words && words->n_elems == 2 && !strcmp(words->strs[1], "two"), "array of strings");
+        EXPECT(fg_gguf_get_int(&g, "test.count", 0, &count, err, sizeof err) == FG_OK && count == 7, "u32 key");
+        EXPECT(fg_gguf_get_int(&g, "general.architecture", 0, &count, err, sizeof err) == FG_ERR_FORMAT,
+               "a string is not an integer");
+        const fg_gguf_tensor *b = fg_gguf_tensor_find(&g, "b");
+        EXPECT(b && ((const float *)b->data)[0] == 8.0f, "tensor b's data");
+        fg_gguf_free(&g);
+    }
+    /* every truncation fails cleanly */
+    int bad = 0;
+    for (size_t k = 0; k < w.n; k++) {
+        err[0] = '\0';
+        fg_status st = fg_gguf_parse(w.b, k, &g, err, sizeof err);
+        bad += st != FG_ERR_FORMAT || !err[0];
+        if (st == FG_OK)
+            fg_gguf_free(&g);
+    }
+    EXPECT(bad == 0, "%d truncations of %zu were not refused cleanly", bad, w.n);
+    unsigned char *m = malloc(w.n);
+#define MUTATE(at, bytes, n_bytes, word, what)                                                                         \
+    do {                                                                                                               \
+        memcpy(m, w.b, w.n);                                                                                           \
+        memcpy(m + (at), bytes, n_bytes);                                                                              \
+        expect_bad(m, w.n, word, what);                                                                                \
+    } while (0)
+    const uint32_t v1 = 1, huge32 = 0xffffffffu, t_array = FG_GGUF_ARRAY;
+    const uint64_t huge = (uint64_t)1 << 40, off_unaligned = 33, off_overlap = 0, off_past = 64;
+    MUTATE(0, "GGUX", 4, "magic", "bad magic");
+    MUTATE(4, &v1, 4, "version", "version 1");
+    MUTATE(8, &huge, 8, "do not fit", "2^40 tensors");
+    MUTATE(16, &huge, 8, "do not fit", "2^40 keys");
+    MUTATE(24, &huge, 8, "past the end", "a key of 2^40 bytes");
+    MUTATE(24 + 8 + 20, &huge32, 4, "unknown value type", "value type 2^32-1");
+    MUTATE(t1, &off_unaligned, 8, "aligned", "an unaligned tensor");
+    MUTATE(t1, &off_overlap, 8, "overlap", "overlapping tensors");
+    MUTATE(t1, &off_past, 8, "data section", "a tensor past the end");
+    /* an array of arrays: the third key's element type */
+    const size_t third = 24 + 8 + 20 + 4 + 8 + 4 + 8 + 10 + 4 + 4 + 8 + 10 + 4;
+    MUTATE(third, &t_array, 4, "array of array", "an array of arrays");
+#undef MUTATE
+    free(m);
+    free(w.b);
+    printf("crafted GGUF: %zu truncations and 10 corruptions refused\n", w.n);
+}
+
+/* ------------------------------------------------------------------ the files and their models */
+
+/* Greedy ids after a prompt: n tokens. */
+static fg_status greedy(const fg_llama_model *m, const fg_tokenizer *t, const int32_t *prompt, int32_t n_prompt,
+                        int32_t n, int32_t *out) {
+    fg_runner_params rp = {"cpu", FG_DTYPE_F32, 1, 0, 0};
+    fg_runner *r = NULL;
+    char err[256];
+    fg_status st = fg_runner_create(m, t, &rp, &r, err, sizeof err);
+    if (st) {
+        fprintf(stderr, "runner: %s\n", err);
+        return st;
+    }
+    fg_compression_params full;
+    fg_compression_params_preset("full", &full);
+    float *logits = malloc((size_t)m->config.vocab_size * sizeof *logits);
+    int32_t seq = -1;
+    st = fg_runner_prefill(r, &full, prompt, n_prompt, &seq, logits);
+    fg_sampler g = {0};
+    for (int32_t i = 0; st == FG_OK && i < n; i++) {
+        out[i] = fg_sample(&g, logits, m->config.vocab_size);
+        if (i + 1 < n)
+            st = fg_runner_decode(r, 1, &seq, &out[i], logits);
+    }
+    if (st)
+        fprintf(stderr, "greedy: %s\n", fg_runner_error(r));
+    free(logits);
+    fg_runner_destroy(&r);
+    return st;
+}
+
+/* The model with every weight matrix dequantized to f32 in memory (norms are already f32). */
+static float *dequantize_all(fg_llama_model *m) {
+    fg_llama_weights *W = &m->weights;
+    size_t floats = 0;
+    fg_tensor *all[1 + 7 * 1024 + 1];
+    int n = 0;
+    all[n++] = &W->token_embedding;
+    for (int32_t l = 0; l < m->config.n_layers; l++) {
+        fg_llama_layer *ly = &W->layers[l];
+        fg_tensor *t[] = {&ly->wq, &ly->wk, &ly->wv, &ly->wo, &ly->w1, &ly->w2, &ly->w3};
+        for (int i = 0; i < 7; i++)
+            all[n++] = t[i];
+    }
+    if (!m->config.shared_classifier)
+        all[n++] = &W->wcls;
+    for (int i = 0; i < n; i++)
+        floats += (size_t)(all[i]->rows * all[i]->cols);
+    float *buf = malloc(floats * sizeof *buf), *p = buf;
+    for (int i = 0; i < n; i++) {
+        fg_type_info_of(all[i]->type)->to_float(all[i]->data, p, all[i]->rows * all[i]->cols);
+        *all[i] = (fg_tensor){FG_GGML_F32, p, all[i]->rows, all[i]->cols};
+        p += all[i]->rows * all[i]->cols;
+    }
+    if (m->config.shared_classifier)
+        W->wcls = W->token_embedding;
+    return buf;
+}
+
+/* "name: 1 2 3" from a *.llama-cpp.txt file, the k-th occurrence of name. */
+static int32_t read_ids(const char *text, const char *name, int k, int32_t *ids, int32_t cap) {
+    const char *p = text;
+    for (int i = 0; i <= k && p; i++) {
+        p = strstr(p, name);
+        if (p && i < k)
+            p += strlen(name);
+    }
+    if (!p)
+        return 0;
+    p += strlen(name);
+    int32_t n = 0;
+    while (*p && *p != '\n' && n < cap) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p)
+            break;
+        ids[n++] = (int32_t)v;
+        p = end;
+    }
+    return n;
+}
+
+static void test_model_file(const char *name, int f32) {
+    char path[1024], err[400];
+    snprintf(path, sizeof path, "%s/%s.gguf", g_dir, name);
+    fg_llama_model m;
+    fg_tokenizer tok;
+    fg_status st = fg_model_load(path, &m, err, sizeof err);
+    EXPECT(st == FG_OK && m.gguf, "%s: %s", name, err);
+    if (st)
+        return;
+    EXPECT(fg_tokenizer_from_gguf(m.gguf, m.config.vocab_size, &tok, err, sizeof err) == FG_OK, "%s: %s", name, err);
+    size_t size;
+    char txt_name[256];
+    snprintf(txt_name, sizeof txt_name, "%s.llama-cpp.txt", name);
+    char *ref = slurp(txt_name, &size);
+    for (int k = 0; ref && k < 2; k++) {
+        int32_t prompt[64], want[128], got[128], got_f32[128];
+        const int32_t n_prompt = read_ids(ref, "prompt_ids:", k, prompt, 64), n = read_ids(ref, "gen_ids:", k, want, 128);
+        EXPECT(n_prompt > 0 && n == 80, "%s: prompt %d and its 80 ids", txt_name, k);
+        if (n_prompt <= 0 || n != 80 || greedy(&m, &tok, prompt, n_prompt, n, got) != FG_OK)
+            continue;
+        int32_t agree = 0;
+        while (agree < n && got[agree] == want[agree])
+            agree++;
+        if (f32) {
+            EXPECT(agree == n, "%s prompt %d: llama.cpp's ids for %d of %d tokens", name, k, (int)agree, (int)n);
+        } else {
+            /* weights kept in their type = the same weights dequantized to f32 up front */
+            fg_llama_model deq = m;
+            fg_llama_layer *layers = malloc((size_t)m.config.n_layers * sizeof *layers);
+            memcpy(layers, m.weights.layers, (size_t)m.config.n_layers * sizeof *layers);
+            deq.weights.layers = layers;
+            float *buf = dequantize_all(&deq);
+            if (greedy(&deq, &tok, prompt, n_prompt, n, got_f32) == FG_OK)
+                EXPECT(memcmp(got, got_f32, sizeof(int32_t) * (size_t)n) == 0,
+                       "%s prompt %d: quantized weights and their f32 dequantization generate different ids", name, k);
+            free(buf);
+            free(layers);
+            EXPECT(agree >= 16, "%s prompt %d: llama.cpp's ids for only %d tokens", name, k, (int)agree);
+        }
+        printf("%-22s prompt %d: %2d of %d greedy ids equal llama.cpp's%s\n", name, k, (int)agree, (int)n,
+               f32 ? "" : "; equal to its weights dequantized to f32");
+    }
+    free(ref);
+    fg_tokenizer_free(&tok);
+    fg_llama_free(&m);
+}
+
+static void test_files(void) {
+    const char *files[] = {"stories260K-f32", "stories260K-f16", "stories260K-q4_k_m", "babyllama105-q8_0",
+                           "babyllama105-q4_k_m", "quants"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        char path[1024], err[400] = "";
+        snprintf(path, sizeof path, "%s/%s.gguf", g_dir, files[i]);
+        fg_gguf g;
+        EXPECT(fg_gguf_open(path, &g, err, sizeof err) == FG_OK && g.n_tensors > 0, "%s: %s", files[i], err);
+        fg_llama_model m;
+        fg_status st = fg_llama_from_gguf(&g, &m, err, sizeof err);
+        if (i + 1 < sizeof files / sizeof files[0])
+            EXPECT(st == FG_OK, "%s as a model: %s", files[i], err);
+        else /* quants.gguf has no architecture */
+            EXPECT(st == FG_ERR_UNAVAILABLE && strstr(err, "architecture"), "quants.gguf as a model: %s", err);
+        if (st == FG_OK)
+            fg_llama_free(&m);
+        fg_gguf_free(&g);
+    }
+    /* the same text as the llama2.c checkpoint */
+    char path[1024], err[400];
+    snprintf(path, sizeof path, "%s/stories260K.bin", g_model_dir);
+    fg_llama_model bin, gg;
+    fg_tokenizer tok;
+    EXPECT(fg_model_load(path, &bin, err, sizeof err) == FG_OK, "%s", err);
+    snprintf(path, sizeof path, "%s/stories260K-f32.gguf", g_dir);
+    EXPECT(fg_model_load(path, &gg, err, sizeof err) == FG_OK, "%s", err);
+    EXPECT(gg.gguf && fg_tokenizer_from_gguf(gg.gguf, 512, &tok, err, sizeof err) == FG_OK, "%s", err);
+    const int32_t prompt[] = {1, 403, 407, 261, 378};
+    int32_t a[60], b[60];
+    if (greedy(&bin, &tok, prompt, 5, 60, a) == FG_OK && greedy(&gg, &tok, prompt, 5, 60, b) == FG_OK)
+        EXPECT(memcmp(a, b, sizeof a) == 0, "stories260K: the .bin and the f32 GGUF generate different ids");
+    fg_tokenizer_free(&tok);
+    fg_llama_free(&bin);
+    fg_llama_free(&gg);
+    test_model_file("stories260K-f32", 1);
+    test_model_file("stories260K-f16", 0);
+    test_model_file("stories260K-q4_k_m", 0);
+    test_model_file("babyllama105-q8_0", 0);
+    test_model_file("babyllama105-q4_k_m", 0);
+}
+
+/* ------------------------------------------------------------------ tokenizer */
+
+static void test_tokenizer(void) {
+    char path[1024], err[400];
+    snprintf(path, sizeof path, "%s/stories260K-f32.gguf", g_dir);
+    fg_gguf g;
+    fg_tokenizer t;
+    EXPECT(fg_gguf_open(path, &g, err, sizeof err) == FG_OK, "%s", err);
+    EXPECT(fg_tokenizer_from_gguf(&g, 511, &t, err, sizeof err) == FG_ERR_FORMAT, "a vocabulary of the wrong size");
+    EXPECT(fg_tokenizer_from_gguf(&g, 512, &t, err, sizeof err) == FG_OK, "%s", err);
+    size_t ni, no;
+    char *in = slurp("tokenizer-tests.inp", &ni), *out = slurp("tokenizer-tests.stories260K.out", &no);
+    const char *sep = "\n__ggml_vocab_test__\n";
+    int strings = 0, equal = 0;
+    char *p = in, *o = out;
+    while (p && o && *p) {
+        char *end = strstr(p, sep), *line_end = strchr(o, '\n');
+        if (end)
+            *end = '\0';
+        if (line_end)
+            *line_end = '\0';
+        int32_t ids[4096], n = 0;
+        EXPECT(fg_tokenizer_encode(&t, p, 0, ids, 4096, &n) == FG_OK, "encode");
+        char got[16384] = "";
+        for (int32_t i = 0; i < n && strlen(got) + 16 < sizeof got; i++)
+            snprintf(got + strlen(got), sizeof got - strlen(got), " %d", (int)ids[i]);
+        const int same = strcmp(got, o) == 0;
+        EXPECT(same, "tokenizer test %d \"%s\":\n  llama.cpp:%s\n  fastgen:  %s", strings, p, o, got);
+        equal += same;
+        strings++;
+        p = end ? end + strlen(sep) : NULL;
+        o = line_end ? line_end + 1 : NULL;
+    }
+    EXPECT(strings >= 40, "only %d tokenizer test strings read", strings);
+    printf("tokenizer: %d of %d strings give llama.cpp's ids\n", equal, strings);
+    free(in);
+    free(out);
+    fg_tokenizer_free(&t);
+    fg_gguf_free(&g);
+}
+
+int main(int argc, char **argv) {
+    test_seed("test_gguf");
+    if (argc < 3) {
+        fprintf(stderr, "usage: test_gguf GGUF_DIR MODEL_DIR\n");
+        return 1;
+    }
+    g_dir = argv[1];
+    g_model_dir = argv[2];
+    test_quants();
+    test_crafted();
+    test_tokenizer();
+    test_files();
+    return test_finish();
+}

@@ -10,8 +10,8 @@ shift || true
 if [ ! -d build-fuzz ]; then
   CC=clang meson setup build-fuzz -Dfuzz=true -Db_sanitize=address,undefined -Db_lundef=false --buildtype=debugoptimized
 fi
-ninja -C build-fuzz tests/fuzz_model tests/fuzz_tokenizer tests/fuzz_api
-for t in model tokenizer api; do
+ninja -C build-fuzz tests/fuzz_model tests/fuzz_tokenizer tests/fuzz_gguf tests/fuzz_api
+for t in model tokenizer gguf api; do
   echo "== fuzz_$t for ${secs}s"
   ./build-fuzz/tests/fuzz_$t -max_total_time="$secs" -max_len=8192 -artifact_prefix=build-fuzz/ "$@" \
     tests/fuzz/corpus/$t

@@ -162,6 +162,23 @@ with tempfile.TemporaryDirectory() as tmp:
     r = run("eval", *model_args(), "--prompts", os.path.join(tmp, "nope.txt"))
     check(r.returncode == 1 and "nope.txt" in r.stderr, "missing prompt file")
 
+# --- GGUF: the same text from the f32 file, its own tokenizer, fastgen info
+GGUF = os.path.join(MODEL_DIR, "gguf")
+r = run("generate", "-m", os.path.join(GGUF, "stories260K-f32.gguf"), "--policy", "full", "-n", "60", "--json")
+check(r.returncode == 0 and json.loads(r.stdout)["text"] == REFERENCE, "GGUF f32: llama2.c's text: %r" % r.stderr)
+r = run("generate", "-m", os.path.join(GGUF, "babyllama105-q8_0.gguf"), "-n", "20")
+check(r.returncode == 0 and "Once upon a time" in r.stdout, "GGUF q8_0 BabyLlama generates: %r" % r.stderr)
+r = run("generate", "-m", os.path.join(GGUF, "stories260K-f32.gguf"), "-z", TOK)
+check(r.returncode == 2 and "carries its own tokenizer" in r.stderr, "-z with a GGUF model: %r" % r.stderr)
+r = run("info", os.path.join(GGUF, "stories260K-q4_k_m.gguf"))
+check(r.returncode == 0 and "q5_0" in r.stdout and "can run it" in r.stdout, "fastgen info: %r" % r.stdout)
+r = run("info", os.path.join(GGUF, "quants.gguf"))
+check(r.returncode == 1 and "cannot run it" in r.stdout, "fastgen info on quants.gguf: %r" % r.stdout)
+r = run("info", MODEL)
+check(r.returncode == 0 and "llama2.c" in r.stdout, "fastgen info on a .bin")
+r = run("info")
+check(r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, "fastgen info without a file")
+
 # --- demo: the real model when found, else the synthetic workload
 r = run("demo", env={"FASTGEN_MODEL": MODEL_DIR})
 check(r.returncode == 0 and "stories260K" in r.stdout and "KV cache" in r.stdout, "demo with the model")

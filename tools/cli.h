@@ -68,5 +68,6 @@ int cmd_generate(int argc, char **argv);
 int cmd_profile(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
+int cmd_info(int argc, char **argv);
 
 #endif

@@ -413,6 +413,123 @@ static void test_tokenizer(void) {
     fg_gguf_free(&g);
 }
 
+/* ------------------------------------------------------------------ byte-level BPE */
+
+typedef struct pieces {
+    char text[64][32];
+    int n;
+} pieces;
+
+static void collect(void *user, const char *s, size_t n) {
+    pieces *p = user;
+    if (p->n < 64)
+        snprintf(p->text[p->n++], 32, "%.*s", (int)n, s);
+}
+
+static void expect_split(fg_pretok pre, const char *text, const char *const *want, int n_want) {
+    pieces p = {.n = 0};
+    fg_bpe_pretokenize(pre, text, collect, &p);
+    int same = p.n == n_want;
+    for (int i = 0; same && i < n_want; i++)
+        same = !strcmp(p.text[i], want[i]);
+    EXPECT(same, "pre-tokens of \"%s\": %d pieces, first \"%s\"", text, p.n, p.n ? p.text[0] : "");
+}
+
+/* A GGUF holding only a gpt2 vocabulary: the 256 byte stand-ins, then merged tokens. */
+static builder bpe_vocab(const char *const *merges, int n_merges, const char *pre) {
+    static char stand_in[256][4];
+    int n_bytes = 0;
+    for (unsigned b = 0, extra = 0; b < 256; b++) {
+        const int printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174;
+        const unsigned cp = printable ? b : 256 + extra++;
+        if (cp < 0x80)
+            snprintf(stand_in[b], 4, "%c", (char)cp);
+        else
+            snprintf(stand_in[b], 4, "%c%c", (char)(0xC0 | cp >> 6), (char)(0x80 | (cp & 0x3F)));
+        n_bytes++;
+    }
+    builder w = {0};
+    put(&w, "GGUF", 4);
+    put_u32(&w, 3);
+    put_u64(&w, 0);
+    put_u64(&w, 4);
+    put_str(&w, "tokenizer.ggml.model");
+    put_u32(&w, FG_GGUF_STRING);
+    put_str(&w, "gpt2");
+    put_str(&w, "tokenizer.ggml.pre");
+    put_u32(&w, FG_GGUF_STRING);
+    put_str(&w, pre);
+    put_str(&w, "tokenizer.ggml.tokens");
+    put_u32(&w, FG_GGUF_ARRAY);
+    put_u32(&w, FG_GGUF_STRING);
+    put_u64(&w, (uint64_t)(n_bytes + n_merges));
+    for (int b = 0; b < n_bytes; b++)
+        put_str(&w, stand_in[b]);
+    for (int m = 0; m < n_merges; m++) { /* the token a merge makes: its two sides joined */
+        char joined[64];
+        const char *sp = strchr(merges[m], ' ');
+        snprintf(joined, sizeof joined, "%.*s%s", (int)(sp - merges[m]), merges[m], sp + 1);
+        put_str(&w, joined);
+    }
+    put_str(&w, "tokenizer.ggml.merges");
+    put_u32(&w, FG_GGUF_ARRAY);
+    put_u32(&w, FG_GGUF_STRING);
+    put_u64(&w, (uint64_t)n_merges);
+    for (int m = 0; m < n_merges; m++)
+        put_str(&w, merges[m]);
+    return w;
+}
+
+static void expect_ids(const char *const *merges, int n_merges, const char *text, const int32_t *want, int n_want,
+                       const char *what) {
+    builder w = bpe_vocab(merges, n_merges, "gpt2");
+    fg_gguf g;
+    fg_tokenizer t;
+    char err[400] = "";
+    EXPECT(fg_gguf_parse(w.b, w.n, &g, err, sizeof err) == FG_OK, "%s", err);
+    EXPECT(fg_tokenizer_from_gguf(&g, 256 + n_merges, &t, err, sizeof err) == FG_OK, "%s: %s", what, err);
+    int32_t ids[64], n = 0;
+    EXPECT(fg_tokenizer_encode(&t, text, 0, ids, 64, &n) == FG_OK && n == n_want &&
+               !memcmp(ids, want, (size_t)n * sizeof *ids),
+           "%s: \"%s\" -> %d ids, first %d", what, text, (int)n, n ? (int)ids[0] : -1);
+    char back[256] = "";
+    for (int32_t i = 0; i < n; i++)
+        strncat(back, fg_tokenizer_decode(&t, i ? ids[i - 1] : -1, ids[i]), sizeof back - strlen(back) - 1);
+    EXPECT(!strcmp(back, text), "%s: decodes back to \"%s\"", what, back);
+    fg_tokenizer_free(&t);
+    fg_gguf_free(&g);
+    free(w.b);
+}
+
+static void test_bpe(void) {
+    /* GPT-2's pattern, alternative by alternative; smollm splits digits first */
+    const char *gpt2[] = {"Hello", " world", "'s", " 123", " ", " test", "\n", "\n", "foo", "!!", " "};
+    expect_split(FG_PRETOK_GPT2, "Hello world's 123  test\n\nfoo!! ", gpt2, 11);
+    const char *smollm[] = {"Hello", "'s", " ", "1", "2", "3", "x"};
+    expect_split(FG_PRETOK_SMOLLM, "Hello's 123x", smollm, 7);
+    const char *uni[] = {"h\xc3\xa9llo", " w\xc3\xb6rld", " \xf0\x9f\xa6\x99.", "cpp", " \xd0\xbd\xd0\xb5"};
+    expect_split(FG_PRETOK_GPT2, "h\xc3\xa9llo w\xc3\xb6rld \xf0\x9f\xa6\x99.cpp \xd0\xbd\xd0\xb5", uni, 5);
+    /* merges by rank: the lower rank first, whatever the position */
+    const char *ll_first[] = {"l l", "e l", "h e"};
+    expect_ids(ll_first, 3, "hell", (const int32_t[]){258, 256}, 2, "l l before e l");
+    const char *el_first[] = {"e l", "l l", "h el"};
+    expect_ids(el_first, 3, "hell", (const int32_t[]){258, 'l'}, 2, "e l before l l");
+    /* the space stand-in (U+0120) joins the word after it; bytes with no merge stay bytes */
+    const char *space[] = {"\xc4\xa0 w", "\xc4\xa0w o"};
+    expect_ids(space, 2, "a wok\x01", (const int32_t[]){'a', 257, 'k', 1}, 4, "space stand-in");
+    /* an unknown pre-tokenizer is refused by name */
+    builder w = bpe_vocab(space, 2, "llama3-something");
+    fg_gguf g;
+    fg_tokenizer t;
+    char err[400] = "";
+    EXPECT(fg_gguf_parse(w.b, w.n, &g, err, sizeof err) == FG_OK, "%s", err);
+    EXPECT(fg_tokenizer_from_gguf(&g, 258, &t, err, sizeof err) == FG_ERR_UNAVAILABLE && strstr(err, "llama3"),
+           "unknown pre-tokenizer: %s", err);
+    fg_gguf_free(&g);
+    free(w.b);
+    printf("byte-level BPE: pre-tokenizers and merges on built vocabularies\n");
+}
+
 int main(int argc, char **argv) {
     test_seed("test_gguf");
     if (argc < 3) {
@@ -424,6 +541,7 @@ int main(int argc, char **argv) {
     test_quants();
     test_crafted();
     test_tokenizer();
+    test_bpe();
     test_files();
     return test_finish();
 }

@@ -322,7 +322,7 @@ static int demo_model(const char *model, const char *tokenizer) {
         int32_t next[2];
         for (int b = 0; b < 2; b++)
             toks[b][n_prompt + i] = next[b] = fg_sample(&greedy, logits + (size_t)b * c->vocab_size, c->vocab_size);
-        if (next[0] == FG_TOKEN_BOS || next[1] == FG_TOKEN_BOS)
+        if (next[0] == s.tok.bos || next[1] == s.tok.bos || next[0] == s.tok.eos || next[1] == s.tok.eos)
             break;
         if ((st = fg_runner_decode(s.runner, 2, seqs, next, logits)))
             goto fail;

@@ -137,7 +137,7 @@ int cmd_generate(int argc, char **argv) {
     t0 = cli_now();
     for (int32_t step = 0; step < o.n; step++) {
         int32_t next = fg_sample(&sampler, logits, vocab);
-        if (next == FG_TOKEN_BOS || next == FG_TOKEN_EOS)
+        if (next == s.tok.bos || next == s.tok.eos)
             break;
         const char *piece = fg_tokenizer_decode(&s.tok, tokens[n_total - 1], next);
         text_append(&text, piece);

@@ -126,19 +126,19 @@ fg_status fg_runner_create(const fg_llama_model *model, const fg_tokenizer *tok,
     r->max_rows = c->seq_len > r->max_seqs ? c->seq_len : r->max_seqs;
     r->track = rp->track_recovery;
 
-    /* token classes: punctuation from the pieces, BOS and EOS special */
+    /* token classes: punctuation from the text of the pieces (a BPE piece's
+       bytes, not its stand-ins); control tokens (BOS, EOS, chat markers) special */
     const char **pieces = malloc((size_t)c->vocab_size * sizeof *pieces);
     fg_status st = pieces ? FG_OK : FG_ERR_OUT_OF_MEMORY;
     if (st == FG_OK) {
         for (int32_t i = 0; i < c->vocab_size; i++)
-            pieces[i] = tok->pieces[i];
+            pieces[i] = tok->kind == FG_TOKENIZER_BPE ? tok->text[i] : tok->pieces[i];
         st = fg_token_classes_create(c->vocab_size, pieces, &r->classes);
         free(pieces);
     }
-    if (st == FG_OK)
-        st = fg_token_classes_set(r->classes, FG_TOKEN_BOS, FG_TOKEN_SPECIAL);
-    if (st == FG_OK && c->vocab_size > FG_TOKEN_EOS)
-        st = fg_token_classes_set(r->classes, FG_TOKEN_EOS, FG_TOKEN_SPECIAL);
+    for (int32_t i = 0; st == FG_OK && i < c->vocab_size; i++)
+        if (tok->control[i])
+            st = fg_token_classes_set(r->classes, i, FG_TOKEN_SPECIAL);
     if (st) {
         fg_runner_destroy(&r);
         return fail(err, err_size, st, "token classes");

@@ -32,6 +32,12 @@ void fg_tokenizer_free(fg_tokenizer *t) {
     free(t->pieces);
     free(t->scores);
     free(t->control);
+    for (int32_t i = 0; t->merges && i < t->n_merges; i++)
+        free((void *)t->merges[i].pair);
+    free(t->merges);
+    for (int32_t i = 0; t->text && i < t->vocab_size; i++)
+        free(t->text[i]);
+    free(t->text);
     free(t->sorted);
     memset(t, 0, sizeof *t);
 }
@@ -148,6 +154,8 @@ static int32_t lookup(const fg_tokenizer *t, const char *s) {
 
 fg_status fg_tokenizer_encode(const fg_tokenizer *t, const char *text, int bos, int32_t *tokens, int32_t cap,
                               int32_t *n_out) {
+    if (t->kind == FG_TOKENIZER_BPE)
+        return fg_bpe_encode(t, text, bos, tokens, cap, n_out);
     /* before merging: at most BOS, the dummy prefix and one token per byte */
     const size_t len_text = strlen(text);
     int32_t *work = malloc((len_text + 2) * sizeof *work);
@@ -158,7 +166,7 @@ fg_status fg_tokenizer_encode(const fg_tokenizer *t, const char *text, int bos, 
         return FG_ERR_OUT_OF_MEMORY;
     }
     int32_t n = 0;
-    if (bos)
+    if (bos && t->bos >= 0)
         work[n++] = t->bos;
     if (text[0]) {
         int32_t space = lookup(t, " ");
@@ -217,6 +225,8 @@ const char *fg_tokenizer_decode(const fg_tokenizer *t, int32_t prev, int32_t tok
         return "";
     if (t->control[token])
         return "";
+    if (t->kind == FG_TOKENIZER_BPE)
+        return t->text[token];
     const char *piece = t->pieces[token];
     if (prev == t->bos && piece[0] == ' ')
         piece++;
@@ -239,10 +249,11 @@ fg_status fg_tokenizer_from_gguf(const fg_gguf *g, int32_t vocab_size, fg_tokeni
     memset(out, 0, sizeof *out);
     char model[32];
     fg_gguf_get_str(g, "tokenizer.ggml.model", model, sizeof model);
-    if (strcmp(model, "llama"))
+    const int bpe = !strcmp(model, "gpt2");
+    if (strcmp(model, "llama") && !bpe)
         return fg_failf(err, err_size, FG_ERR_UNAVAILABLE,
-                        "GGUF: tokenizer \"%s\" is not supported (fastgen reads SentencePiece vocabularies, "
-                        "tokenizer.ggml.model = \"llama\")", model[0] ? model : "(none)");
+                        "GGUF: tokenizer \"%s\" is not supported (fastgen reads SentencePiece, \"llama\", and "
+                        "byte-level BPE, \"gpt2\")", model[0] ? model : "(none)");
     const fg_gguf_kv *tokens = fg_gguf_find(g, "tokenizer.ggml.tokens");
     const fg_gguf_kv *scores = fg_gguf_find(g, "tokenizer.ggml.scores");
     const fg_gguf_kv *types = fg_gguf_find(g, "tokenizer.ggml.token_type");
@@ -257,17 +268,18 @@ fg_status fg_tokenizer_from_gguf(const fg_gguf *g, int32_t vocab_size, fg_tokeni
                    types->n_elems != (uint64_t)vocab_size)))
         return fg_failf(err, err_size, FG_ERR_FORMAT,
                         "GGUF: tokenizer.ggml.scores and token_type must be numeric arrays of %d", (int)vocab_size);
+    /* absent ids: SentencePiece's usual 1, 2, 0; a BPE vocabulary has none unless it says so */
     int64_t bos, eos, unk, add_bos;
-    fg_status st = fg_gguf_get_int(g, "tokenizer.ggml.bos_token_id", 1, &bos, err, err_size);
+    fg_status st = fg_gguf_get_int(g, "tokenizer.ggml.bos_token_id", bpe ? -1 : 1, &bos, err, err_size);
     if (!st)
-        st = fg_gguf_get_int(g, "tokenizer.ggml.eos_token_id", 2, &eos, err, err_size);
+        st = fg_gguf_get_int(g, "tokenizer.ggml.eos_token_id", bpe ? -1 : 2, &eos, err, err_size);
     if (!st)
-        st = fg_gguf_get_int(g, "tokenizer.ggml.unknown_token_id", 0, &unk, err, err_size);
+        st = fg_gguf_get_int(g, "tokenizer.ggml.unknown_token_id", bpe ? -1 : 0, &unk, err, err_size);
     if (!st)
-        st = fg_gguf_get_int(g, "tokenizer.ggml.add_bos_token", 1, &add_bos, err, err_size);
+        st = fg_gguf_get_int(g, "tokenizer.ggml.add_bos_token", bpe ? 0 : 1, &add_bos, err, err_size);
     if (st)
         return st;
-    if (bos < 0 || bos >= vocab_size || eos < -1 || eos >= vocab_size || unk < -1 || unk >= vocab_size)
+    if (bos < -1 || bos >= vocab_size || eos < -1 || eos >= vocab_size || unk < -1 || unk >= vocab_size)
         return fg_failf(err, err_size, FG_ERR_FORMAT, "GGUF: BOS %lld, EOS %lld or unknown %lld outside the %d tokens",
                         (long long)bos, (long long)eos, (long long)unk, (int)vocab_size);
     out->vocab_size = vocab_size;
@@ -288,7 +300,7 @@ fg_status fg_tokenizer_from_gguf(const fg_gguf *g, int32_t vocab_size, fg_tokeni
             return fg_failf(err, err_size, FG_ERR_OUT_OF_MEMORY, "out of memory for token %d", (int)i);
         }
         while (*src)
-            if (!strncmp(src, "\xe2\x96\x81", 3)) {
+            if (!bpe && !strncmp(src, "\xe2\x96\x81", 3)) {
                 *dst++ = ' ';
                 src += 3;
             } else {
@@ -302,5 +314,8 @@ fg_status fg_tokenizer_from_gguf(const fg_gguf *g, int32_t vocab_size, fg_tokeni
     out->eos = (int32_t)eos;
     out->unk = (int32_t)unk;
     out->add_bos = add_bos != 0;
-    return finish(out, err, err_size);
+    st = finish(out, err, err_size);
+    if (st == FG_OK && bpe && (st = fg_bpe_from_gguf(g, vocab_size, out, err, err_size)) != FG_OK)
+        fg_tokenizer_free(out);
+    return st;
 }

@@ -16,6 +16,8 @@
 
 #include "fastgen.h"
 
+struct fg_gguf;
+
 #define FG_TOKEN_BOS 1
 #define FG_TOKEN_EOS 2
 
@@ -24,21 +26,44 @@ typedef struct fg_tokenizer_entry {
     int32_t id;
 } fg_tokenizer_entry;
 
+typedef enum fg_tokenizer_kind { FG_TOKENIZER_SPM = 0, FG_TOKENIZER_BPE = 1 } fg_tokenizer_kind;
+
+/* GPT-2 style pre-tokenizers (tokenizer.ggml.pre) fastgen knows. */
+typedef enum fg_pretok { FG_PRETOK_GPT2 = 0, FG_PRETOK_SMOLLM = 1 } fg_pretok;
+
+typedef struct fg_bpe_merge {
+    const char *pair; /* "left right", as the merges list spells it */
+    int32_t rank;     /* its place in the list: lower merges first */
+} fg_bpe_merge;
+
 typedef struct fg_tokenizer {
+    fg_tokenizer_kind kind;
     int32_t vocab_size;
     char **pieces;               /* [vocab_size] NUL-terminated */
     float *scores;               /* [vocab_size] */
     uint8_t *control;            /* [vocab_size] 1: a control token (BOS, EOS, chat markers): decodes to "" */
     fg_tokenizer_entry *sorted;  /* [vocab_size] by piece, for lookups */
     size_t max_piece_len;
-    int32_t bos, eos, unk;       /* ids; eos and unk may be -1 */
+    int32_t bos, eos, unk;       /* ids, -1 where the vocabulary has none */
     int add_bos;                 /* the model expects BOS before a prompt */
     int32_t byte_id[256];        /* the <0xNN> piece of each byte, or -1 */
     char byte_pieces[256][2];    /* decoded <0xNN> pieces */
+    /* byte-level BPE (kind FG_TOKENIZER_BPE) */
+    fg_pretok pre;
+    fg_bpe_merge *merges;        /* [n_merges] sorted by pair, for lookups */
+    int32_t n_merges;
+    char **text;                 /* [vocab_size] the bytes each token stands for */
 } fg_tokenizer;
 
-struct fg_gguf;
-/* The vocabulary of a GGUF file (tokenizer.ggml.*); SentencePiece ("llama") only. */
+/* Byte-level BPE (tools/bpe.c): GPT-2's byte-to-unicode mapping, the
+ * pre-tokenizer the metadata names, merges by rank. */
+fg_status fg_bpe_from_gguf(const struct fg_gguf *g, int32_t vocab_size, fg_tokenizer *out, char *err, size_t err_size);
+fg_status fg_bpe_encode(const fg_tokenizer *t, const char *text, int bos, int32_t *tokens, int32_t cap, int32_t *n_out);
+/* Splits text into pre-tokens; calls emit for each (start, length). */
+void fg_bpe_pretokenize(fg_pretok pre, const char *text, void (*emit)(void *user, const char *s, size_t n),
+                        void *user);
+
+/* The vocabulary of a GGUF file (tokenizer.ggml.*): SentencePiece ("llama") or byte-level BPE ("gpt2"). */
 fg_status fg_tokenizer_from_gguf(const struct fg_gguf *g, int32_t vocab_size, fg_tokenizer *out, char *err,
                                  size_t err_size);
 

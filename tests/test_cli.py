@@ -178,6 +178,8 @@ r = run("info", MODEL)
 check(r.returncode == 0 and "llama2.c" in r.stdout, "fastgen info on a .bin")
 r = run("info")
 check(r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, "fastgen info without a file")
+r = run("demo", "-m", os.path.join(GGUF, "babyllama105-q4_k_m.gguf"))
+check(r.returncode == 0 and "KV cache" in r.stdout and "babyllama105" in r.stdout, "demo -m FILE.gguf: %r" % r.stderr)
 
 # --- demo: the real model when found, else the synthetic workload
 r = run("demo", env={"FASTGEN_MODEL": MODEL_DIR})

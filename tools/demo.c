@@ -43,7 +43,8 @@ static const char *k_demo_help =
     "  --backend NAME  ref | cpu | cuda | hip (default cpu)\n"
     "  --dtype NAME    f32 | f16 | bf16 cache storage (default f16)\n"
     "  --seed S        workload seed (default 1)\n"
-    "  --synthetic     use the synthetic workload even when a model is found\n";
+    "  --synthetic     use the synthetic workload even when a model is found\n"
+    "  -m MODEL [-z TOKENIZER]  the demo on this model (a GGUF file, or a llama2.c checkpoint and tokenizer)\n";
 
 static int demo_parse(int argc, char **argv, demo_opts *o) {
     *o = (demo_opts){2, 32, 8, 128, 2048, 256, 1, 0.95f, "cpu", FG_DTYPE_F16, 1};
@@ -288,8 +289,10 @@ static int demo_model(const char *model, const char *tokenizer) {
     fg_context *ctx = fg_runner_context(s.runner);
     printf("fastgen %s demo: %s (%d layers, %d query / %d KV heads, d=%d, %d tokens of context)\n", fg_version(),
            model, (int)c->n_layers, (int)c->n_heads, (int)c->n_kv_heads, (int)c->head_size, (int)c->seq_len);
-    printf("model: Karpathy's stories260K, trained on TinyStories; public source: github.com/karpathy/llama2.c\n"
-           "(doc/stories260K.md; weights in the Hugging Face repo karpathy/tinyllamas, folder stories260K)\n\n");
+    if (strstr(model, "stories260K"))
+        printf("model: Karpathy's stories260K, trained on TinyStories; public source: github.com/karpathy/llama2.c\n"
+               "(doc/stories260K.md; weights in the Hugging Face repo karpathy/tinyllamas, folder stories260K)\n");
+    printf("\n");
 
     fg_compression_params cp[2];
     fg_compression_params_preset("full", &cp[0]);
@@ -388,6 +391,17 @@ int cmd_demo(int argc, char **argv) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h"))
             return demo_synthetic(argc, argv);
     char model[1024], tokenizer[1024];
+    if (argc >= 2 && (!strcmp(argv[0], "-m") || !strcmp(argv[0], "--model"))) { /* a model of the user's */
+        cli_opts o;
+        cli_defaults(&o, 200);
+        o.model = argv[1];
+        if (argc == 4 && (!strcmp(argv[2], "-z") || !strcmp(argv[2], "--tokenizer")))
+            o.tokenizer = argv[3];
+        else if (argc != 2)
+            return cli_usage("demo", "-m MODEL takes only -z TOKENIZER beside it");
+        int rc = cli_need_model("demo", &o, model, tokenizer, sizeof model);
+        return rc ? rc : demo_model(o.model, o.tokenizer);
+    }
     if (!synthetic && cli_find_model(model, tokenizer, sizeof model))
         return demo_model(model, tokenizer);
     if (!synthetic)

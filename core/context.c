@@ -2,6 +2,7 @@
  * turn host bookkeeping into backend ops, inspection and memory accounting.
  * Every entry point validates everything before it changes anything, so a
  * failed call leaves the caches as they were. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -272,6 +273,10 @@ typedef struct prefill_scratch {
     float *score;             /* [Hkv][n] */
     fg_rank_entry *rank;      /* [n] */
     fg_compact_head *compact; /* [Hkv] */
+    fg_profile_view *views;   /* [Hkv] */
+    double *rec;              /* [Hkv][n_policies] budget mode: recoveries */
+    int32_t *cost;            /* [Hkv][n_policies] budget mode: rows kept */
+    int32_t *choice;          /* [Hkv] budget mode */
 } prefill_scratch;
 
 static void prefill_scratch_free(prefill_scratch *w) {
@@ -284,6 +289,32 @@ static void prefill_scratch_free(prefill_scratch *w) {
     free(w->score);
     free(w->rank);
     free(w->compact);
+    free(w->views);
+    free(w->rec);
+    free(w->cost);
+    free(w->choice);
+}
+
+/* Budget mode: the layer's heads share budget x the full cache's rows (or
+ * budget_tokens rows per head); each entry's cost is the rows it keeps now. */
+static void allocate_budget(const fg_compression_params *cp, const fg_profile_view *views, fg_head *heads,
+                            int32_t Hkv, int32_t n, prefill_scratch *w) {
+    const int32_t E = cp->n_policies;
+    for (int32_t g = 0; g < Hkv; g++)
+        for (int32_t e = 0; e < E; e++) {
+            int32_t n_freq;
+            w->rec[g * E + e] = heads[g].recovery[e];
+            w->cost[g * E + e] = fg_policy_keep(cp, &cp->shortlist[e], &views[g], w->rank, w->pos, w->flags, w->score,
+                                                &n_freq);
+        }
+    int64_t rows = INT64_MAX;
+    if (cp->budget > 0.0f)
+        rows = (int64_t)ceil((double)cp->budget * Hkv * n);
+    if (cp->budget_tokens > 0 && (int64_t)cp->budget_tokens * Hkv < rows)
+        rows = (int64_t)cp->budget_tokens * Hkv;
+    fg_policy_allocate(w->rec, w->cost, Hkv, E, rows, w->choice);
+    for (int32_t g = 0; g < Hkv; g++)
+        heads[g].policy_index = w->choice[g];
 }
 
 static fg_status prefill_layer(fg_context *ctx, fg_seq *s, int32_t layer, const float *q, const float *k,
@@ -319,8 +350,12 @@ static fg_status prefill_layer(fg_context *ctx, fg_seq *s, int32_t layer, const 
     w->score = malloc(nk * sizeof(float));
     w->rank = malloc((size_t)n * sizeof(fg_rank_entry));
     w->compact = malloc((size_t)Hkv * sizeof(fg_compact_head));
+    w->views = malloc((size_t)Hkv * sizeof(fg_profile_view));
+    w->rec = malloc((size_t)Hkv * cp->n_policies * sizeof(double));
+    w->cost = malloc((size_t)Hkv * cp->n_policies * sizeof(int32_t));
+    w->choice = malloc((size_t)Hkv * sizeof(int32_t));
     CHECK(w->row_max && w->row_sum && w->col && w->col_local && w->pos && w->flags && w->score && w->rank &&
-              w->compact,
+              w->compact && w->views && w->rec && w->cost && w->choice,
           ctx, FG_ERR_OUT_OF_MEMORY, "out of host memory for profiling a prompt of %d tokens", (int)n);
 
     const fg_backend_ops *ops = ctx->be.ops;
@@ -332,12 +367,19 @@ static fg_status prefill_layer(fg_context *ctx, fg_seq *s, int32_t layer, const 
 
     /* policy choice and the kept rows of every head (host) */
     fg_head *heads = &s->heads[(size_t)layer * Hkv];
+    fg_profile_view *views = w->views;
     for (int32_t g = 0; g < Hkv; g++) {
         fg_profile_view pv = {.n = n, .row_begin = req.row_begin, .cls = s->cls, .col = w->col + (size_t)g * n};
         for (int32_t e = 0; e < cp->n_policies; e++)
             pv.col_local[e] = window_of[e] >= 0 ? w->col_local + ((size_t)window_of[e] * Hkv + g) * n : NULL;
+        views[g] = pv;
+        heads[g].policy_index = fg_policy_choose(cp, &pv, heads[g].recovery, w->rank);
+    }
+    if (cp->budget > 0.0f || cp->budget_tokens > 0)
+        allocate_budget(cp, views, heads, Hkv, n, w);
+    for (int32_t g = 0; g < Hkv; g++) {
+        const fg_profile_view pv = views[g];
         fg_head *h = &heads[g];
-        h->policy_index = fg_policy_choose(cp, &pv, h->recovery, w->rank);
         const fg_policy *pol = &cp->shortlist[h->policy_index];
         h->components = fg_effective_components(pol->components);
         int32_t n_freq;

@@ -66,6 +66,12 @@ double fg_policy_recovery(const fg_compression_params *cp, const fg_policy *poli
 /* Recoveries of every entry and the chosen index (first >= T, else the last). */
 int32_t fg_policy_choose(const fg_compression_params *cp, const fg_profile_view *pv, float *recovery,
                          fg_rank_entry *scratch);
+/* Budget mode: choice[g] for each of n_heads heads, maximising the summed
+ * recovery rec[g][e] within budget_rows summed cost[g][e] (both [n_heads][n_entries]):
+ * every head starts at its cheapest entry, then the upgrade with the most
+ * recovery gained per row added that still fits is taken, until none fits. */
+void fg_policy_allocate(const double *rec, const int32_t *cost, int32_t n_heads, int32_t n_entries,
+                        int64_t budget_rows, int32_t *choice);
 /* Frequent set: sorts the candidates (unpinned positions below
  * exclude_from, i.e. outside the window) into scratch by rank and returns
  * k = min(k(n), candidates); the set is scratch[0..k). */

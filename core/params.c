@@ -39,12 +39,33 @@ static const fg_preset k_presets[] = {
     {"frequent", FG_KEEP_FREQUENT, 0},
 };
 
+/* Budget mode's shortlist: the paper's components at finer ratios, so the
+ * allocation has steps to choose from between special+punct and full. */
+#define SPFL (FG_KEEP_SPECIAL | FG_KEEP_PUNCT | FG_KEEP_FREQUENT | FG_KEEP_LOCAL)
+static const fg_policy k_budget_shortlist[] = {
+    {FG_KEEP_SPECIAL, 0.3f, 0.3f, 0, 0},
+    {FG_KEEP_SPECIAL | FG_KEEP_PUNCT, 0.3f, 0.3f, 0, 0},
+    {SPFL, 0.05f, 0.05f, 0, 0},
+    {SPFL, 0.1f, 0.1f, 0, 0},
+    {SPFL, 0.2f, 0.2f, 0, 0},
+    {SPFL, 0.3f, 0.3f, 0, 0},
+    {SPFL, 0.45f, 0.45f, 0, 0},
+    {FG_KEEP_FULL, 0.3f, 0.3f, 0, 0},
+};
+#undef SPFL
+
 fg_status fg_compression_params_preset(const char *name, fg_compression_params *p) {
     if (!name || !p)
         return fg_error(NULL, FG_ERR_INVALID_ARGUMENT, "fg_compression_params_preset: name and params must not be NULL");
     fg_compression_params_default(p);
     if (strcmp(name, "fastgen") == 0)
         return FG_OK;
+    if (strcmp(name, "fastgen-budget") == 0) {
+        p->n_policies = (int32_t)(sizeof k_budget_shortlist / sizeof k_budget_shortlist[0]);
+        memcpy(p->shortlist, k_budget_shortlist, sizeof k_budget_shortlist);
+        p->budget = 0.5f;
+        return FG_OK;
+    }
     for (size_t i = 0; i < sizeof k_presets / sizeof k_presets[0]; i++) {
         if (strcmp(name, k_presets[i].name) == 0) {
             /* a one-entry shortlist: the entry is also the fallback */
@@ -55,7 +76,8 @@ fg_status fg_compression_params_preset(const char *name, fg_compression_params *
         }
     }
     return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
-                    "unknown policy preset \"%s\" (known: fastgen, full, streamingllm, h2o, local, frequent)", name);
+                    "unknown policy preset \"%s\" (known: fastgen, fastgen-budget, full, streamingllm, h2o, local, "
+                    "frequent)", name);
 }
 
 static int ratio_ok(float r) { return r >= 0.0f && r <= 1.0f; } /* false for NaN */
@@ -72,6 +94,10 @@ fg_status fg_compression_params_validate(const fg_compression_params *p) {
         return fg_error(NULL, FG_ERR_INVALID_ARGUMENT, "n_sink must be >= 0, got %d", (int)p->n_sink);
     if (p->score_mode != FG_SCORE_SUM && p->score_mode != FG_SCORE_MEAN)
         return fg_error(NULL, FG_ERR_INVALID_ARGUMENT, "unknown score mode %d", (int)p->score_mode);
+    if (!(p->budget >= 0.0f && p->budget <= 1.0f) || p->budget_tokens < 0)
+        return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
+                        "budget must be in [0, 1] (got %g) and budget_tokens >= 0 (got %d); 0 turns budget mode off",
+                        (double)p->budget, (int)p->budget_tokens);
     if (p->observation_window < 0)
         return fg_error(NULL, FG_ERR_INVALID_ARGUMENT, "observation_window must be >= 0, got %d",
                         (int)p->observation_window);

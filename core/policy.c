@@ -1,6 +1,7 @@
 /* Policy choice from profiling statistics (DESIGN §2.3-2.4) and the host
  * mirror of a decode step's slot counts (§2.5). All formulas are linear in
  * the pooled attention, so they read only col and col_local. */
+#include <math.h>
 #include <stdlib.h>
 
 #include "core/internal.h"
@@ -79,6 +80,47 @@ int32_t fg_policy_choose(const fg_compression_params *cp, const fg_profile_view 
             chosen = e;
     }
     return chosen >= 0 ? chosen : cp->n_policies - 1;
+}
+
+void fg_policy_allocate(const double *rec, const int32_t *cost, int32_t n_heads, int32_t n_entries,
+                        int64_t budget_rows, int32_t *choice) {
+    int64_t used = 0;
+    for (int32_t g = 0; g < n_heads; g++) {
+        const double *r = rec + (size_t)g * n_entries;
+        const int32_t *c = cost + (size_t)g * n_entries;
+        int32_t best = 0;
+        for (int32_t e = 1; e < n_entries; e++)
+            if (c[e] < c[best] || (c[e] == c[best] && r[e] > r[best]))
+                best = e;
+        choice[g] = best;
+        used += c[best];
+    }
+    for (;;) {
+        int32_t up_g = -1, up_e = -1;
+        double up_gain = 0.0;
+        for (int32_t g = 0; g < n_heads; g++) {
+            const double *r = rec + (size_t)g * n_entries;
+            const int32_t *c = cost + (size_t)g * n_entries;
+            const int32_t cur = choice[g];
+            for (int32_t e = 0; e < n_entries; e++) {
+                const int64_t dc = (int64_t)c[e] - c[cur];
+                const double dr = r[e] - r[cur];
+                if (dr <= 0.0 || used + dc > budget_rows)
+                    continue;
+                /* recovery per row added; a free gain comes first */
+                const double gain = dc <= 0 ? INFINITY : dr / (double)dc;
+                if (up_g < 0 || gain > up_gain) {
+                    up_g = g;
+                    up_e = e;
+                    up_gain = gain;
+                }
+            }
+        }
+        if (up_g < 0)
+            return;
+        used += (int64_t)cost[(size_t)up_g * n_entries + up_e] - cost[(size_t)up_g * n_entries + choice[up_g]];
+        choice[up_g] = up_e;
+    }
 }
 
 int32_t fg_policy_keep(const fg_compression_params *cp, const fg_policy *policy, const fg_profile_view *pv,

@@ -128,12 +128,21 @@ typedef struct fg_compression_params {
     int32_t n_sink;                       /* positions < n_sink are special */
     fg_score_mode score_mode;
     int32_t observation_window;           /* > 0: profile only the last m prompt rows */
+    /* Budget mode (beyond the paper), on when either is > 0: instead of the
+     * threshold, each layer's heads take the shortlist entries that recover
+     * the most attention in total within the budget, chosen at prefill greedily
+     * by recovery gained per row kept. Ratio-based entries then grow with the
+     * sequence, so the kept share stays near the budget while decoding. */
+    float budget;                         /* KV rows kept / full, in [0, 1]; 0 = off */
+    int32_t budget_tokens;                /* > 0: at most this many rows per KV head on average (the smaller wins) */
 } fg_compression_params;
 
 /* The paper: special, +punct, +frequent, +local, full; r = 0.3, T = 0.95. */
 FG_API void fg_compression_params_default(fg_compression_params *params);
 /* Named presets: "fastgen", "full", "streamingllm" (special+local, 4 sinks),
- * "h2o" (frequent+local), "local", "frequent". */
+ * "h2o" (frequent+local), "local", "frequent", and "fastgen-budget" (budget
+ * mode at 0.5 over special, +punct, special+punct+frequent+local at ratios
+ * 0.05, 0.1, 0.2, 0.3 and 0.45, and full). */
 FG_API fg_status fg_compression_params_preset(const char *name, fg_compression_params *params);
 FG_API fg_status fg_compression_params_validate(const fg_compression_params *params);
 /* "special+punct+frequent" -> FG_KEEP_* bits. */

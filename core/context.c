@@ -296,17 +296,26 @@ static void prefill_scratch_free(prefill_scratch *w) {
 }
 
 /* Budget mode: the layer's heads share budget x the full cache's rows (or
- * budget_tokens rows per head); each entry's cost is the rows it keeps now. */
+ * budget_tokens rows per head). An entry costs the rows it keeps as the
+ * sequence grows, at length n: its pinned tokens, plus its window and
+ * frequent ratios of the others (not the rounding of a short prompt, so the
+ * kept share holds while decoding). */
 static void allocate_budget(const fg_compression_params *cp, const fg_profile_view *views, fg_head *heads,
                             int32_t Hkv, int32_t n, prefill_scratch *w) {
     const int32_t E = cp->n_policies;
-    for (int32_t g = 0; g < Hkv; g++)
-        for (int32_t e = 0; e < E; e++) {
-            int32_t n_freq;
+    for (int32_t e = 0; e < E; e++) {
+        const fg_policy *pol = &cp->shortlist[e];
+        const uint32_t c = fg_effective_components(pol->components);
+        int32_t pinned = 0;
+        for (int32_t j = 0; j < n; j++)
+            pinned += fg_is_pinned(c, views[0].cls[j]);
+        const double grow = ((c & FG_KEEP_LOCAL) ? pol->ratio_local : 0.0) + ((c & FG_KEEP_FREQUENT) ? pol->ratio_frequent : 0.0);
+        const int32_t rows = (c & FG_KEEP_FULL) ? n : pinned + (int32_t)ceil(fmin(grow, 1.0) * (n - pinned));
+        for (int32_t g = 0; g < Hkv; g++) {
             w->rec[g * E + e] = heads[g].recovery[e];
-            w->cost[g * E + e] = fg_policy_keep(cp, &cp->shortlist[e], &views[g], w->rank, w->pos, w->flags, w->score,
-                                                &n_freq);
+            w->cost[g * E + e] = rows;
         }
+    }
     int64_t rows = INT64_MAX;
     if (cp->budget > 0.0f)
         rows = (int64_t)ceil((double)cp->budget * Hkv * n);

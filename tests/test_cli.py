@@ -159,6 +159,19 @@ with tempfile.TemporaryDirectory() as tmp:
             os.path.join(tmp, "eval.svg"))
     check(r.stdout.splitlines()[0].startswith("policy,") and len(r.stdout.splitlines()) == 16, "eval --csv")
     check(ET.parse(os.path.join(tmp, "eval.svg")).getroot().tag.endswith("svg"), "eval SVG parses")
+    # --sweep: 6 methods x 10 points, the budget mode among them, two charts
+    r = run("eval", *model_args(), "--prompts", prompts, "--limit", "1", "-n", "8", "--sweep", "--json", "--svg",
+            os.path.join(tmp, "sweep.svg"))
+    sw = json.loads(r.stdout) if r.returncode == 0 else {"results": []}
+    check(len(sw["results"]) == 60 and sum(x["policy"] == "fastgen-budget" for x in sw["results"]) == 10,
+          "eval --sweep: 60 points, 10 of the budget mode: %r" % r.stderr)
+    check(all(set(["policy", "kv_kept", "kl_mean", "top1"]) <= set(x) for x in sw["results"]), "sweep fields")
+    check(len(sw.get("kl_area", {})) == 6, "an area per method")
+    svg_root = ET.parse(os.path.join(tmp, "sweep.svg")).getroot()
+    check(len(svg_root.findall("{http://www.w3.org/2000/svg}g")) == 2, "sweep SVG: two charts")
+    r = run("generate", *model_args(), "--budget", "0.4", "-n", "60", "--json")
+    bj = json.loads(r.stdout) if r.returncode == 0 else {}
+    check(0 < bj.get("rows_kept", 0) <= 0.45 * bj.get("rows_full", 0), "--budget 0.4 keeps at most ~40%% of the rows: %r" % bj)
     r = run("eval", *model_args(), "--prompts", os.path.join(tmp, "nope.txt"))
     check(r.returncode == 1 and "nope.txt" in r.stderr, "missing prompt file")
 

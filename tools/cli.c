@@ -126,7 +126,9 @@ int cli_parse(const char *cmd, const char *help, int argc, char **argv, cli_opts
         } else if (!strcmp(a, "--ratio-frequent")) {
             ok = val && cli_parse_float(val, 0.0f, 1.0f, &o->ratio_frequent);
             o->has_ratio_frequent = 1;
-        } else if (!strcmp(a, "--backend"))
+        } else if (!strcmp(a, "--budget"))
+            ok = val && cli_parse_float(val, 0.0f, 1.0f, &o->budget) && o->budget > 0.0f;
+        else if (!strcmp(a, "--backend"))
             o->backend = val;
         else if (!strcmp(a, "--svg"))
             o->svg = val;
@@ -186,8 +188,16 @@ int cli_need_model(const char *cmd, cli_opts *o, char *model, char *tok, size_t 
 }
 
 int cli_compression(const char *cmd, const cli_opts *o, fg_compression_params *cp) {
-    if (fg_compression_params_preset(o->policy, cp) != FG_OK)
-        return cli_usage(cmd, "unknown policy \"%s\" (fastgen, full, streamingllm, h2o, local, frequent)", o->policy);
+    /* --budget: FastGen's budget mode (its finer shortlist) unless another policy is named */
+    const char *policy = o->budget > 0.0f && !strcmp(o->policy, "fastgen") ? "fastgen-budget" : o->policy;
+    if (fg_compression_params_preset(policy, cp) != FG_OK)
+        return cli_usage(cmd, "unknown policy \"%s\" (fastgen, fastgen-budget, full, streamingllm, h2o, local, frequent)",
+                         o->policy);
+    if (o->budget > 0.0f) {
+        if (strcmp(policy, "fastgen-budget"))
+            return cli_usage(cmd, "--budget applies to FastGen (--policy fastgen or fastgen-budget), not %s", policy);
+        cp->budget = o->budget;
+    }
     if (o->has_threshold)
         cp->threshold = o->threshold;
     for (int32_t e = 0; e < cp->n_policies; e++) {

@@ -13,7 +13,7 @@
 typedef struct cli_opts {
     const char *model, *tokenizer, *prompt, *policy, *backend, *svg, *csv_path, *prompts_file;
     int32_t n;
-    float threshold, ratio_local, ratio_frequent, temperature, top_p;
+    float threshold, ratio_local, ratio_frequent, temperature, top_p, budget;
     int has_threshold, has_ratio_local, has_ratio_frequent;
     uint64_t seed;
     fg_dtype dtype;

@@ -6,12 +6,14 @@
 #include "tools/svg.h"
 
 static const char *k_model_help =
-    "  -m, --model FILE        llama2.c checkpoint (default: stories260K.bin from $FASTGEN_MODEL,\n"
-    "                          ../shared/models/ or ./models/)\n"
-    "  -z, --tokenizer FILE    llama2.c tokenizer (default: tok512.bin beside the model)\n"
+    "  -m, --model FILE        GGUF file or llama2.c checkpoint (default: stories260K.bin from\n"
+    "                          $FASTGEN_MODEL, ../shared/models/ or ./models/)\n"
+    "  -z, --tokenizer FILE    llama2.c tokenizer (default: tok512.bin beside the model; GGUF files carry theirs)\n"
     "  -p, --prompt TEXT       prompt (default \"Once upon a time\")\n"
-    "  --policy NAME           fastgen | full | streamingllm | h2o | local | frequent (default fastgen)\n"
+    "  --policy NAME           fastgen | fastgen-budget | full | streamingllm | h2o | local | frequent\n"
+    "                          (default fastgen)\n"
     "  -T X                    recovery threshold in (0, 1] (default 0.95)\n"
+    "  --budget B              FastGen's budget mode: keep at most B of the full cache's rows, in (0, 1]\n"
     "  --ratio-local R         local window ratio of every policy (default 0.3)\n"
     "  --ratio-frequent R      frequent budget ratio of every policy (default 0.3)\n"
     "  --backend NAME          ref | cpu | cuda | hip (default cpu)\n"

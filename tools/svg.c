@@ -77,9 +77,14 @@ int fg_svg_profile(FILE *f, int32_t L, int32_t H, const int32_t *policy, const c
     return ferror(f) ? -1 : 0;
 }
 
-int fg_svg_lines(FILE *f, const char *title, const char *x_label, const char *y_label, const fg_svg_series *series,
-                 int32_t n_series) {
-    const int left = 70, top = 40, w = 520, h = 340, legend_x = left + w + 30;
+#define CHART_W 520
+#define CHART_H 340
+#define CHART_STEP (40 + CHART_H + 60) /* one chart with its title and axis labels */
+
+/* One line chart inside a group shifted down by dy. */
+static void chart(FILE *f, int dy, const char *title, const char *x_label, const char *y_label,
+                  const fg_svg_series *series, int32_t n_series) {
+    const int left = 70, top = 40, w = CHART_W, h = CHART_H, legend_x = left + w + 30;
     double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
     for (int32_t s = 0; s < n_series; s++)
         for (int32_t i = 0; i < series[s].n; i++) {
@@ -111,11 +116,7 @@ int fg_svg_lines(FILE *f, const char *title, const char *x_label, const char *y_
     y1 += py;
 #define SX(v) (left + ((v) - x0) / (x1 - x0) * w)
 #define SY(v) (top + h - ((v) - y0) / (y1 - y0) * h)
-    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" font-family=\"sans-serif\" "
-               "font-size=\"12\">\n",
-            legend_x + 260, top + h + 60);
-    fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n<text x=\"%d\" y=\"24\" font-size=\"15\">",
-            left);
+    fprintf(f, "<g transform=\"translate(0,%d)\">\n<text x=\"%d\" y=\"24\" font-size=\"15\">", dy, left);
     text_escaped(f, title);
     fprintf(f, "</text>\n<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" stroke=\"#888\"/>\n", left,
             top, w, h);
@@ -149,6 +150,22 @@ int fg_svg_lines(FILE *f, const char *title, const char *x_label, const char *y_
     }
 #undef SX
 #undef SY
+    fprintf(f, "</g>\n");
+}
+
+int fg_svg_charts(FILE *f, const fg_svg_chart *charts, int32_t n_charts) {
+    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" font-family=\"sans-serif\" "
+               "font-size=\"12\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
+            70 + CHART_W + 30 + 260, CHART_STEP * n_charts);
+    for (int32_t i = 0; i < n_charts; i++)
+        chart(f, CHART_STEP * i, charts[i].title, charts[i].x_label, charts[i].y_label, charts[i].series,
+              charts[i].n_series);
     fprintf(f, "</svg>\n");
     return ferror(f) ? -1 : 0;
+}
+
+int fg_svg_lines(FILE *f, const char *title, const char *x_label, const char *y_label, const fg_svg_series *series,
+                 int32_t n_series) {
+    const fg_svg_chart one = {title, x_label, y_label, series, n_series};
+    return fg_svg_charts(f, &one, 1);
 }

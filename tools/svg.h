@@ -16,7 +16,16 @@ typedef struct fg_svg_series {
     const double *x, *y;
 } fg_svg_series;
 
-/* Line chart, one line per series, axes from the data. Returns 0. */
+typedef struct fg_svg_chart {
+    const char *title, *x_label, *y_label;
+    const fg_svg_series *series;
+    int32_t n_series;
+} fg_svg_chart;
+
+/* Line charts stacked top to bottom, each with one line per series and axes
+ * from its data. Returns 0. */
+int fg_svg_charts(FILE *f, const fg_svg_chart *charts, int32_t n_charts);
+/* One line chart. Returns 0. */
 int fg_svg_lines(FILE *f, const char *title, const char *x_label, const char *y_label, const fg_svg_series *series,
                  int32_t n_series);
 

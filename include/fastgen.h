@@ -141,8 +141,8 @@ typedef struct fg_compression_params {
 FG_API void fg_compression_params_default(fg_compression_params *params);
 /* Named presets: "fastgen", "full", "streamingllm" (special+local, 4 sinks),
  * "h2o" (frequent+local), "local", "frequent", and "fastgen-budget" (budget
- * mode at 0.5 over special, +punct, special+punct+frequent+local at ratios
- * 0.05, 0.1, 0.2, 0.3 and 0.45, and full). */
+ * mode at 0.5 over special+punct+frequent+local at ratios 0.025, 0.05, 0.1,
+ * 0.15, 0.2, 0.3 and 0.4, and full). */
 FG_API fg_status fg_compression_params_preset(const char *name, fg_compression_params *params);
 FG_API fg_status fg_compression_params_validate(const fg_compression_params *params);
 /* "special+punct+frequent" -> FG_KEEP_* bits. */

@@ -117,7 +117,7 @@ static void test_context(void) {
     for (int32_t t = 0; t < N + STEPS; t++)
         tokens[t] = fg_synth_token(&syn, t);
     static float q[N * HQ * D], k[N * HKV * D], v[N * HKV * D], out[N * HQ * D];
-    const float budgets[] = {0.15f, 0.3f, 0.5f, 1.0f};
+    const float budgets[] = {0.25f, 0.4f, 0.6f, 1.0f};
     double prev_recovery = -1.0;
     for (int b = 0; b < 4; b++) {
         fg_compression_params cp;

@@ -126,6 +126,7 @@ typedef fg_status fg_buffer_alloc_fn(fg_backend *be, size_t bytes, void **out);
 typedef void fg_buffer_free_fn(fg_backend *be, void *ptr);
 typedef fg_status fg_buffer_write_fn(fg_backend *be, void *dst, const void *src, size_t bytes);
 typedef fg_status fg_buffer_read_fn(fg_backend *be, void *dst, const void *src, size_t bytes);
+typedef fg_status fg_buffer_copy_fn(fg_backend *be, void *dst, const void *src, size_t bytes); /* within the backend */
 
 typedef struct fg_backend_ops {
     const char *name;
@@ -140,6 +141,7 @@ typedef struct fg_backend_ops {
     fg_read_slots_fn *read_slots;
     /* Releases the backend object (NULL when nothing to release). */
     void (*destroy)(fg_backend *be);
+    fg_buffer_copy_fn *buffer_copy; /* optional (memcpy when NULL): copy-on-write of shared pages */
 } fg_backend_ops;
 
 /* The error sink a backend writes its messages to (the context). */
@@ -167,6 +169,7 @@ void fg_backend_close(fg_backend *be);
 /* Host <-> backend copies (memcpy for host-memory backends). */
 fg_status fg_backend_write(fg_backend *be, void *dst, const void *src, size_t bytes);
 fg_status fg_backend_read(fg_backend *be, void *dst, const void *src, size_t bytes);
+fg_status fg_backend_copy(fg_backend *be, void *dst, const void *src, size_t bytes);
 
 /* Layout of a page for the given shape and storage type. */
 fg_page_layout fg_page_layout_make(int32_t page_tokens, int32_t head_dim, fg_dtype dtype);

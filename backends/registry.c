@@ -48,6 +48,13 @@ fg_status fg_backend_read(fg_backend *be, void *dst, const void *src, size_t byt
     return FG_OK;
 }
 
+fg_status fg_backend_copy(fg_backend *be, void *dst, const void *src, size_t bytes) {
+    if (be->ops->buffer_copy)
+        return be->ops->buffer_copy(be, dst, src, bytes);
+    memcpy(dst, src, bytes);
+    return FG_OK;
+}
+
 size_t fg_dtype_size(fg_dtype dtype) { return dtype == FG_DTYPE_F32 ? 4 : 2; }
 
 static size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }

@@ -110,6 +110,7 @@ void fg_context_destroy(fg_context **pctx) {
     free(ctx->plans);
     free(ctx->new_cls);
     free(ctx->added_pages);
+    free(ctx->cow);
     fg_token_classes_destroy(&ctx->classes);
     fg_backend_close(&ctx->be);
     free(ctx);
@@ -195,6 +196,60 @@ fg_status fg_seq_create(fg_context *ctx, const fg_compression_params *compressio
     return FG_OK;
 }
 
+fg_status fg_seq_fork(fg_context *ctx, int32_t parent, int32_t *child_out) {
+    fg_seq *s = NULL;
+    fg_status st = get_seq(ctx, parent, &s);
+    if (st)
+        return st;
+    CHECK(child_out, ctx, FG_ERR_INVALID_ARGUMENT, "fg_seq_fork: child must not be NULL");
+    for (int32_t l = 1; l < ctx->params.n_layers; l++)
+        CHECK(s->length[l] == s->length[0], ctx, FG_ERR_BAD_STATE,
+              "fg_seq_fork: sequence %d is in the middle of a layer sweep (layer 0 at %d tokens, layer %d at %d)",
+              (int)parent, (int)s->length[0], (int)l, (int)s->length[l]);
+    int32_t id = 0;
+    while (id < ctx->params.max_seqs && ctx->seqs[id].in_use)
+        id++;
+    CHECK(id < ctx->params.max_seqs, ctx, FG_ERR_CAPACITY, "fg_seq_fork: all %d sequences are in use (max_seqs)",
+          (int)ctx->params.max_seqs);
+    fg_seq *c = &ctx->seqs[id];
+    const size_t cap = (size_t)ctx->params.max_seq_len, n_heads = (size_t)ctx->params.n_layers * ctx->params.n_kv_heads;
+    c->tokens = malloc(cap * sizeof *c->tokens);
+    c->cls = malloc(cap);
+    c->length = malloc((size_t)ctx->params.n_layers * sizeof *c->length);
+    c->heads = calloc(n_heads, sizeof *c->heads);
+    int ok = c->tokens && c->cls && c->length && c->heads;
+    for (size_t i = 0; ok && i < n_heads; i++) {
+        const fg_head *ph = &s->heads[i];
+        fg_head *h = &c->heads[i];
+        const int32_t n = ph->n_pages > 0 ? ph->n_pages : 1;
+        h->page_ids = malloc((size_t)n * sizeof *h->page_ids);
+        h->pages = malloc((size_t)n * sizeof *h->pages);
+        ok = h->page_ids && h->pages;
+        if (!ok)
+            break;
+        *h = (fg_head){ph->policy_index, ph->components, {0}, ph->n_slots, ph->n_freq, 0, n, h->page_ids, h->pages};
+        memcpy(h->recovery, ph->recovery, sizeof h->recovery);
+        memcpy(h->page_ids, ph->page_ids, (size_t)ph->n_pages * sizeof *h->page_ids);
+        memcpy(h->pages, ph->pages, (size_t)ph->n_pages * sizeof *h->pages);
+        for (int32_t p = 0; p < ph->n_pages; p++) /* the child owns the parent's pages too */
+            fg_pool_ref(&ctx->pool, ph->page_ids[p]);
+        h->n_pages = ph->n_pages;
+    }
+    if (!ok) {
+        seq_release(ctx, c);
+        return fg_error(ctx, FG_ERR_OUT_OF_MEMORY, "fg_seq_fork: out of host memory");
+    }
+    memcpy(c->tokens, s->tokens, (size_t)s->n_tokens * sizeof *s->tokens);
+    memcpy(c->cls, s->cls, (size_t)s->n_tokens);
+    memcpy(c->length, s->length, (size_t)ctx->params.n_layers * sizeof *c->length);
+    c->cp = s->cp;
+    c->n_prompt = s->n_prompt;
+    c->n_tokens = s->n_tokens;
+    c->in_use = 1;
+    *child_out = id;
+    return FG_OK;
+}
+
 fg_status fg_seq_destroy(fg_context *ctx, int32_t seq) {
     fg_seq *s = NULL;
     fg_status st = get_seq(ctx, seq, &s);
@@ -250,6 +305,45 @@ static fg_status head_reserve(fg_context *ctx, fg_head *h, int32_t n_pages) {
 static void head_shrink(fg_context *ctx, fg_head *h, int32_t n_pages) {
     while (h->n_pages > n_pages)
         fg_pool_free(&ctx->pool, h->page_ids[--h->n_pages]);
+}
+
+/* Copy-on-write: replaces the shared pages [first, last) of a head by copies
+ * of its own before a step writes them, recording each in ctx->cow. */
+static fg_status unshare(fg_context *ctx, fg_head *h, int32_t first, int32_t last) {
+    for (int32_t p = first; p < last && p < h->n_pages; p++) {
+        if (!fg_pool_shared(&ctx->pool, h->page_ids[p]))
+            continue;
+        if (ctx->n_cow == ctx->cap_cow) {
+            int32_t cap = ctx->cap_cow ? 2 * ctx->cap_cow : 64;
+            fg_cow_entry *c = realloc(ctx->cow, (size_t)cap * sizeof *c);
+            CHECK(c, ctx, FG_ERR_OUT_OF_MEMORY, "out of host memory copying shared pages");
+            ctx->cow = c;
+            ctx->cap_cow = cap;
+        }
+        int32_t id;
+        void *addr;
+        fg_status st = fg_pool_alloc(&ctx->pool, &id, &addr);
+        if (st == FG_OK && (st = fg_backend_copy(&ctx->be, addr, h->pages[p], ctx->layout.page_bytes)) != FG_OK)
+            fg_pool_free(&ctx->pool, id);
+        if (st)
+            return st;
+        ctx->cow[ctx->n_cow++] = (fg_cow_entry){h, p, h->page_ids[p], h->pages[p]};
+        fg_pool_free(&ctx->pool, h->page_ids[p]); /* one owner less: the others keep it */
+        h->page_ids[p] = id;
+        h->pages[p] = addr;
+    }
+    return FG_OK;
+}
+
+/* Undoes the copies of a failed step: the heads share their old pages again. */
+static void reshare(fg_context *ctx) {
+    while (ctx->n_cow > 0) {
+        const fg_cow_entry *c = &ctx->cow[--ctx->n_cow];
+        fg_pool_ref(&ctx->pool, c->old_id);
+        fg_pool_free(&ctx->pool, c->head->page_ids[c->page]);
+        c->head->page_ids[c->page] = c->old_id;
+        c->head->pages[c->page] = c->old_addr;
+    }
 }
 
 /* Gives back the pages a decode step reserved for its first n_heads heads
@@ -516,11 +610,19 @@ fg_status fg_decode(fg_context *ctx, int32_t layer, int32_t n_seqs, const int32_
             const fg_policy *pol = &s->cp.shortlist[h->policy_index];
             fg_step_plan pl = fg_plan_step(pol, p + 1, s->cls, ctx->new_cls[i], h->n_slots, h->n_freq);
             ctx->plans[hi] = pl;
+            /* pages shared with a fork are copied before the step writes them: every
+               page where scores, the window or evictions may change a slot, else only
+               the page the new row goes to */
+            const int rewrites = (h->components & (FG_KEEP_FREQUENT | FG_KEEP_LOCAL)) && !(h->components & FG_KEEP_FULL);
+            const int32_t first = rewrites ? 0 : h->n_slots / P, last = rewrites || pl.insert_flag ? h->n_pages : 0;
             int32_t before = h->n_pages;
-            st = head_reserve(ctx, h, pages_for(ctx, h->n_slots + (pl.insert_flag ? 1 : 0)));
+            st = unshare(ctx, h, first, last);
+            if (st == FG_OK)
+                st = head_reserve(ctx, h, pages_for(ctx, h->n_slots + (pl.insert_flag ? 1 : 0)));
             ctx->added_pages[hi] = h->n_pages - before;
             if (st) {
                 unreserve(ctx, layer, seqs, hi + 1);
+                reshare(ctx);
                 return st;
             }
             ctx->dheads[hi] = (fg_decode_head){
@@ -548,8 +650,10 @@ fg_status fg_decode(fg_context *ctx, int32_t layer, int32_t n_seqs, const int32_
          * (workspace, staging); a device that fails in the middle of its
          * kernels reports FG_ERR_BACKEND, and that batch's caches are undefined. */
         unreserve(ctx, layer, seqs, n_seqs * Hkv);
+        reshare(ctx);
         return st;
     }
+    ctx->n_cow = 0; /* the copies stay */
 
     /* 4. commit: counts, pages beyond the new count back to the pool, history */
     for (int32_t i = 0; i < n_seqs; i++) {
@@ -654,6 +758,11 @@ fg_status fg_memory(const fg_context *ctx, int32_t seq, fg_memory_stats *stats) 
         for (int32_t i = 0; i < ctx->params.max_seqs; i++)
             if (ctx->seqs[i].in_use)
                 add_seq_memory(ctx, &ctx->seqs[i], &m);
+    }
+    if (seq < 0) { /* pages shared by forks count once */
+        const size_t page_kv = (size_t)ctx->layout.page_tokens * kv_row_bytes(ctx);
+        m.kv_bytes_held = (size_t)ctx->pool.in_use * page_kv;
+        m.meta_bytes_held = (size_t)ctx->pool.in_use * (ctx->layout.page_bytes - page_kv);
     }
     m.pool_bytes = fg_pool_bytes(&ctx->pool);
     m.pages_in_use = ctx->pool.in_use;

@@ -103,6 +103,7 @@ typedef struct fg_pool_chunk {
     void *base;          /* NULL: released */
     int32_t n_free;
     int32_t *free_stack; /* [chunk_pages] */
+    int32_t *refs;       /* [chunk_pages] owners of each page (forks share pages) */
 } fg_pool_chunk;
 
 typedef struct fg_pool {
@@ -120,7 +121,11 @@ void fg_pool_init(fg_pool *pool, fg_backend *be, fg_context *ctx, size_t page_by
                   size_t max_bytes);
 void fg_pool_release(fg_pool *pool);
 fg_status fg_pool_alloc(fg_pool *pool, int32_t *page_id, void **addr);
+/* Drops one owner; the page returns to its chunk when the last one goes. */
 void fg_pool_free(fg_pool *pool, int32_t page_id);
+/* One more owner of a page (a fork). */
+void fg_pool_ref(fg_pool *pool, int32_t page_id);
+int fg_pool_shared(const fg_pool *pool, int32_t page_id);
 void fg_pool_trim(fg_pool *pool);
 size_t fg_pool_bytes(const fg_pool *pool);
 int64_t fg_pool_pages_total(const fg_pool *pool);
@@ -137,6 +142,14 @@ typedef struct fg_head {
     int32_t *page_ids;                   /* [cap_pages] */
     void **pages;                        /* [cap_pages] backend addresses */
 } fg_head;
+
+/* A shared page a decode step replaced by its own copy. */
+typedef struct fg_cow_entry {
+    fg_head *head;
+    int32_t page;   /* index in the head's page table */
+    int32_t old_id; /* the shared page */
+    void *old_addr;
+} fg_cow_entry;
 
 typedef struct fg_seq {
     int in_use;
@@ -163,6 +176,9 @@ struct fg_context {
     fg_step_plan *plans;
     uint8_t *new_cls;
     int32_t *added_pages;
+    /* copy-on-write during a decode step: what to undo if the step fails */
+    struct fg_cow_entry *cow;
+    int32_t n_cow, cap_cow;
     int32_t scratch_heads;
     char error[512];
 };

@@ -1,6 +1,7 @@
 /* The page pool: pages of one size, allocated from the backend in chunks.
- * Freed pages go back on their chunk's free stack; fg_pool_trim() returns
- * chunks with no page in use to the backend. Page ids are
+ * A page counts its owners (a fork shares its parent's pages); it goes back
+ * on its chunk's free stack when the last owner frees it, and fg_pool_trim()
+ * returns chunks with no page in use to the backend. Page ids are
  * chunk * chunk_pages + index and never move. */
 #include <stdlib.h>
 
@@ -16,6 +17,7 @@ static void release_chunk(fg_pool *pool, fg_pool_chunk *ch) {
     if (ch->base)
         pool->be->ops->buffer_free(pool->be, ch->base);
     free(ch->free_stack);
+    free(ch->refs);
     *ch = (fg_pool_chunk){0};
 }
 
@@ -59,11 +61,17 @@ static fg_status grow(fg_pool *pool, int32_t *chunk_index) {
     }
     fg_pool_chunk *ch = &pool->chunks[c];
     ch->free_stack = malloc((size_t)pool->chunk_pages * sizeof(int32_t));
-    if (!ch->free_stack)
+    ch->refs = calloc((size_t)pool->chunk_pages, sizeof(int32_t));
+    if (!ch->free_stack || !ch->refs) {
+        free(ch->free_stack);
+        free(ch->refs);
+        *ch = (fg_pool_chunk){0};
         return fg_error(pool->ctx, FG_ERR_OUT_OF_MEMORY, "out of host memory growing the page pool");
+    }
     fg_status st = pool->be->ops->buffer_alloc(pool->be, chunk_bytes, &ch->base);
     if (st) {
         free(ch->free_stack);
+        free(ch->refs);
         *ch = (fg_pool_chunk){0};
         return st;
     }
@@ -87,6 +95,7 @@ fg_status fg_pool_alloc(fg_pool *pool, int32_t *page_id, void **addr) {
     }
     fg_pool_chunk *ch = &pool->chunks[c];
     int32_t idx = ch->free_stack[--ch->n_free];
+    ch->refs[idx] = 1;
     *page_id = c * pool->chunk_pages + idx;
     *addr = (unsigned char *)ch->base + (size_t)idx * pool->page_bytes;
     pool->in_use++;
@@ -95,8 +104,19 @@ fg_status fg_pool_alloc(fg_pool *pool, int32_t *page_id, void **addr) {
 
 void fg_pool_free(fg_pool *pool, int32_t page_id) {
     fg_pool_chunk *ch = &pool->chunks[page_id / pool->chunk_pages];
-    ch->free_stack[ch->n_free++] = page_id % pool->chunk_pages;
+    const int32_t idx = page_id % pool->chunk_pages;
+    if (--ch->refs[idx] > 0)
+        return;
+    ch->free_stack[ch->n_free++] = idx;
     pool->in_use--;
+}
+
+void fg_pool_ref(fg_pool *pool, int32_t page_id) {
+    pool->chunks[page_id / pool->chunk_pages].refs[page_id % pool->chunk_pages]++;
+}
+
+int fg_pool_shared(const fg_pool *pool, int32_t page_id) {
+    return pool->chunks[page_id / pool->chunk_pages].refs[page_id % pool->chunk_pages] > 1;
 }
 
 void fg_pool_trim(fg_pool *pool) {

@@ -59,6 +59,12 @@ static fg_status gpu_read(fg_backend *be, void *dst, const void *src, size_t byt
     return FG_OK;
 }
 
+static fg_status gpu_copy(fg_backend *be, void *dst, const void *src, size_t bytes) {
+    fg_gpu_state *st = (fg_gpu_state *)be->impl;
+    GPU_CHECK(be, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, st->stream));
+    return FG_OK;
+}
+
 /* Gathers pos/flags/score of n slots (pages[] are device addresses). */
 __global__ static void gather_slots(fg_gpu_layout L, void *const *pages, int32_t n, int32_t *pos, uint8_t *flags,
                                     float *score) {
@@ -128,6 +134,7 @@ static const fg_backend_ops k_gpu_ops = {
     FG_GPU(decode_step),
     FG_GPU(read_slots),
     gpu_destroy,
+    gpu_copy,
 };
 
 #ifdef FG_HIP

@@ -2,7 +2,8 @@
  * Fault injection (SQLite's habit): every allocation the library makes can
  * fail, and a walk over k = 1, 2, ... makes the k-th one fail in a script of
  * create -> three sequences with mixed policies -> prefill -> batched decode
- * -> inspect -> destroy a sequence -> trim -> decode -> destroy. After each
+ * -> inspect -> destroy a sequence -> trim -> decode -> fork (pages shared
+ * copy-on-write) -> decode -> destroy. After each
  * failure: a status with a message; the subject context is unchanged, i.e.
  * equal to a twin that got only successful calls (kept positions, lengths,
  * memory); a retry succeeds; and every output of the subject equals the
@@ -22,11 +23,12 @@
 
 enum { L = 2, HKV = 4, G = 2, HQ = G * HKV, D = 16, MAXLEN = 64, SEQS = 3 };
 
-typedef enum op_kind { OP_CREATE, OP_SEQ, OP_PREFILL, OP_DECODE, OP_INSPECT, OP_DESTROY_SEQ, OP_TRIM } op_kind;
+typedef enum op_kind { OP_CREATE, OP_SEQ, OP_PREFILL, OP_DECODE, OP_INSPECT, OP_DESTROY_SEQ, OP_TRIM, OP_FORK } op_kind;
 
 typedef struct op {
     op_kind kind;
-    int32_t a, b;      /* OP_SEQ, OP_INSPECT, OP_DESTROY_SEQ: sequence; OP_PREFILL: sequence, layer; OP_DECODE: layer */
+    int32_t a, b;      /* OP_SEQ, OP_INSPECT, OP_DESTROY_SEQ: sequence; OP_PREFILL: sequence, layer; OP_DECODE: layer;
+                          OP_FORK: the new sequence's slot, the parent */
     uint32_t batch;    /* OP_DECODE: bit i = sequence i takes part */
 } op;
 
@@ -116,6 +118,8 @@ static fg_status run_op(world *w, side *s, const op *o, const int32_t *len) {
     }
     case OP_TRIM:
         return fg_trim(s->ctx);
+    case OP_FORK:
+        return fg_seq_fork(s->ctx, s->seq[o->b], &s->seq[o->a]);
     }
     return FG_ERR_INTERNAL;
 }
@@ -172,7 +176,12 @@ static int32_t make_script(op *ops) {
     for (int32_t step = 0; step < 3; step++)
         for (int32_t l = 0; l < L; l++)
             ops[n++] = (op){OP_DECODE, l, 0, 5};
+    ops[n++] = (op){OP_FORK, 1, 0, 0}; /* slot 1 continues from sequence 0, sharing its pages */
+    for (int32_t step = 0; step < 3; step++)
+        for (int32_t l = 0; l < L; l++)
+            ops[n++] = (op){OP_DECODE, l, 0, 7};
     ops[n++] = (op){OP_INSPECT, 0, 0, 0};
+    ops[n++] = (op){OP_INSPECT, 1, 0, 0};
     return n;
 }
 
@@ -183,6 +192,9 @@ static void advance(int32_t *len, const op *o) {
         for (int32_t i = 0; i < SEQS; i++)
             if (o->batch >> i & 1)
                 len[i * L + o->a]++;
+    if (o->kind == OP_FORK)
+        for (int32_t l = 0; l < L; l++)
+            len[o->a * L + l] = len[o->b * L + l];
 }
 
 static size_t out_floats(const op *o) {

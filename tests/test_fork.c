@@ -1,0 +1,180 @@
+/*
+ * Fork with copy-on-write pages (fg_seq_fork): a sequence forked after its
+ * prompt and decoded apart from its parent equals, bit for bit, a sequence
+ * built independently from the same tokens (outputs, kept positions,
+ * memory), for mixed policies (the paper's FastGen, H2O, full) and every
+ * backend; a fork takes no page until one side writes; pages shared are
+ * counted once; destroying either side leaves the other intact; the last
+ * owner gives the pages back. Bad forks change nothing.
+ * Usage: test_fork [BACKEND...]   (default: ref cpu)
+ */
+#include <string.h>
+
+#include "fastgen.h"
+#include "harness.h"
+#include "tools/synth.h"
+
+enum { L = 2, HKV = 4, G = 2, HQ = G * HKV, D = 32, N = 48, STEPS = 30, MAXLEN = N + STEPS };
+
+typedef struct world {
+    fg_synth syn;
+    fg_context *ctx;
+    int32_t tokens[3][MAXLEN]; /* the prompt, then continuation a, then continuation b */
+} world;
+
+static void prefill(world *w, int32_t seq) {
+    static float q[N * HQ * D], k[N * HKV * D], v[N * HKV * D], out[N * HQ * D];
+    for (int32_t l = 0; l < L; l++) {
+        fg_synth_qkv(&w->syn, l, w->tokens[0], 0, N, q, k, v);
+        EXPECT_OK(w->ctx, fg_prefill(w->ctx, seq, l, q, k, v, out));
+    }
+}
+
+/* One decode step of seqs[i] with continuation conts[i]; outputs to out. */
+static void step(world *w, int32_t n, const int32_t *seqs, const int *conts, int32_t pos, float *out) {
+    float q[3 * HQ * D], k[3 * HKV * D], v[3 * HKV * D];
+    int32_t toks[3];
+    for (int32_t l = 0; l < L; l++) {
+        for (int32_t i = 0; i < n; i++) {
+            toks[i] = w->tokens[conts[i]][pos];
+            fg_synth_qkv(&w->syn, l, &toks[i], pos, 1, q + i * HQ * D, k + i * HKV * D, v + i * HKV * D);
+            /* the continuations differ in their values too, not only in their tokens */
+            for (int32_t x = 0; x < HQ * D; x++)
+                q[i * HQ * D + x] += 0.25f * (float)conts[i];
+        }
+        EXPECT_OK(w->ctx, fg_decode(w->ctx, l, n, seqs, toks, q, k, v, out + (size_t)l * n * HQ * D));
+    }
+}
+
+static int same_heads(fg_context *ctx, int32_t a, int32_t b) {
+    for (int32_t l = 0; l < L; l++)
+        for (int32_t g = 0; g < HKV; g++) {
+            int32_t pa[MAXLEN], pb[MAXLEN], na = -1, nb = -2;
+            if (fg_head_positions(ctx, a, l, g, pa, MAXLEN, &na) || fg_head_positions(ctx, b, l, g, pb, MAXLEN, &nb) ||
+                na != nb || memcmp(pa, pb, (size_t)na * sizeof *pa))
+                return 0;
+        }
+    return 1;
+}
+
+static void run(const char *backend, const char *policy) {
+    world w;
+    EXPECT_OK(NULL, fg_synth_create(L, HQ, HKV, D, 3, &w.syn));
+    for (int c = 0; c < 3; c++)
+        for (int32_t t = 0; t < MAXLEN; t++)
+            w.tokens[c][t] = t < N ? fg_synth_token(&w.syn, t) : fg_synth_token(&w.syn, t + 1000 * c);
+    fg_context_params p;
+    fg_context_params_default(&p);
+    p.backend = backend;
+    p.n_layers = L;
+    p.n_q_heads = HQ;
+    p.n_kv_heads = HKV;
+    p.head_dim = D;
+    p.kv_dtype = FG_DTYPE_F16;
+    p.max_seqs = 4;
+    p.max_seq_len = MAXLEN;
+    p.page_tokens = 4;
+    p.classes = w.syn.classes;
+    EXPECT_OK(NULL, fg_context_create(&p, &w.ctx));
+    if (!w.ctx)
+        return;
+    fg_compression_params cp;
+    EXPECT_OK(NULL, fg_compression_params_preset(policy, &cp));
+    cp.shortlist[0].ratio_local = cp.n_policies == 1 ? 0.2f : cp.shortlist[0].ratio_local;
+    cp.shortlist[0].ratio_frequent = cp.n_policies == 1 ? 0.2f : cp.shortlist[0].ratio_frequent;
+
+    /* parent and fork, decoded apart (in one batch) with continuations 1 and 2 */
+    int32_t parent, child, bad;
+    EXPECT_OK(w.ctx, fg_seq_create(w.ctx, &cp, w.tokens[0], N, &parent));
+    prefill(&w, parent);
+    fg_memory_stats before, after;
+    fg_memory(w.ctx, -1, &before);
+    EXPECT_OK(w.ctx, fg_seq_fork(w.ctx, parent, &child));
+    fg_memory(w.ctx, -1, &after);
+    EXPECT(after.pages_in_use == before.pages_in_use && after.kv_bytes_held == before.kv_bytes_held,
+           "%s %s: a fork took pages (%lld -> %lld)", backend, policy, (long long)before.pages_in_use,
+           (long long)after.pages_in_use);
+    EXPECT(same_heads(w.ctx, parent, child), "%s %s: a fork keeps its parent's rows", backend, policy);
+    static float out_pair[STEPS][L * 2 * HQ * D], out_alone[STEPS][L * 2 * HQ * D];
+    const int32_t pair[2] = {parent, child};
+    const int conts[2] = {1, 2};
+    for (int32_t s = 0; s < STEPS; s++)
+        step(&w, 2, pair, conts, N + s, out_pair[s]);
+    fg_memory_stats forked;
+    fg_memory(w.ctx, -1, &forked);
+
+    /* the same two sequences built independently, each prefilled and decoded alone */
+    int32_t alone[2];
+    for (int i = 0; i < 2; i++) {
+        EXPECT_OK(w.ctx, fg_seq_create(w.ctx, &cp, w.tokens[0], N, &alone[i]));
+        prefill(&w, alone[i]);
+    }
+    for (int32_t s = 0; s < STEPS; s++)
+        step(&w, 2, alone, conts, N + s, out_alone[s]);
+    EXPECT(memcmp(out_pair, out_alone, sizeof out_pair) == 0, "%s %s: fork outputs differ from independent ones",
+           backend, policy);
+    EXPECT(same_heads(w.ctx, parent, alone[0]) && same_heads(w.ctx, child, alone[1]),
+           "%s %s: fork kept sets differ from independent ones", backend, policy);
+    fg_memory_stats all;
+    fg_memory(w.ctx, -1, &all);
+    const int64_t independent = all.pages_in_use - forked.pages_in_use;
+    EXPECT(forked.pages_in_use <= independent, "%s %s: the fork pair holds %lld pages, two separate ones %lld",
+           backend, policy, (long long)forked.pages_in_use, (long long)independent);
+    printf("  %-4s %-8s after %d steps: parent + fork hold %lld pages, two independent sequences %lld\n", backend,
+           policy, STEPS, (long long)forked.pages_in_use, (long long)independent);
+
+    /* bad forks change nothing */
+    EXPECT_STATUS(w.ctx, FG_ERR_CAPACITY, fg_seq_fork(w.ctx, parent, &bad)); /* 4 of 4 in use */
+    EXPECT_OK(w.ctx, fg_seq_destroy(w.ctx, alone[1]));
+    EXPECT_STATUS(w.ctx, FG_ERR_INVALID_ARGUMENT, fg_seq_fork(w.ctx, alone[1], &bad)); /* destroyed */
+    EXPECT_STATUS(w.ctx, FG_ERR_INVALID_ARGUMENT, fg_seq_fork(w.ctx, parent, NULL));
+    float q[HQ * D] = {0}, k[HKV * D] = {0}, v[HKV * D] = {0}, o[HQ * D];
+    int32_t tok = w.tokens[1][N + STEPS - 1];
+    /* a fork between layer 0 and layer 1 of a step: refused */
+    int32_t mid;
+    EXPECT_OK(w.ctx, fg_seq_create(w.ctx, &cp, w.tokens[0], N, &mid));
+    prefill(&w, mid);
+    EXPECT_OK(w.ctx, fg_decode(w.ctx, 0, 1, &mid, &tok, q, k, v, o));
+    fg_memory_stats m0, m1;
+    fg_memory(w.ctx, -1, &m0);
+    EXPECT_OK(w.ctx, fg_seq_destroy(w.ctx, alone[0]));
+    EXPECT_STATUS(w.ctx, FG_ERR_BAD_STATE, fg_seq_fork(w.ctx, mid, &bad));
+    fg_memory(w.ctx, -1, &m1);
+    EXPECT(m1.pages_in_use < m0.pages_in_use, "destroying a sequence frees its own pages");
+
+    /* either side alone: the parent goes, the fork decodes on as before */
+    EXPECT_OK(w.ctx, fg_seq_destroy(w.ctx, parent));
+    EXPECT_OK(w.ctx, fg_seq_destroy(w.ctx, mid));
+    int32_t again;
+    EXPECT_OK(w.ctx, fg_seq_fork(w.ctx, child, &again));
+    EXPECT_OK(w.ctx, fg_seq_destroy(w.ctx, child));
+    EXPECT(same_heads(w.ctx, again, again), "the fork of a fork reads");
+    EXPECT_OK(w.ctx, fg_seq_destroy(w.ctx, again));
+    fg_memory_stats end;
+    fg_memory(w.ctx, -1, &end);
+    EXPECT(end.pages_in_use == 0 && end.kv_bytes_held == 0, "%s %s: %lld pages left after the last owner went",
+           backend, policy, (long long)end.pages_in_use);
+    fg_context_destroy(&w.ctx);
+    fg_synth_destroy(&w.syn);
+}
+
+int main(int argc, char **argv) {
+    test_seed("test_fork");
+    const char *dflt[] = {"ref", "cpu"};
+    const char **names = argc > 1 ? (const char **)argv + 1 : dflt;
+    const int n = argc > 1 ? argc - 1 : 2;
+    int ran = 0;
+    for (int i = 0; i < n; i++) {
+        if (fg_backend_probe(names[i]) != FG_OK) {
+            printf("%s: not tested: %s\n", names[i], fg_last_error(NULL));
+            EXPECT(!test_backend_required(), "backend %s is required here", names[i]);
+            continue;
+        }
+        for (int pol = 0; pol < 3; pol++)
+            run(names[i], (const char *[]){"fastgen", "h2o", "full"}[pol]);
+        ran++;
+    }
+    if (ran == 0 && !test_backend_required())
+        return 77;
+    return test_finish();
+}

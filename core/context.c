@@ -196,23 +196,10 @@ fg_status fg_seq_create(fg_context *ctx, const fg_compression_params *compressio
     return FG_OK;
 }
 
-fg_status fg_seq_fork(fg_context *ctx, int32_t parent, int32_t *child_out) {
-    fg_seq *s = NULL;
-    fg_status st = get_seq(ctx, parent, &s);
-    if (st)
-        return st;
-    CHECK(child_out, ctx, FG_ERR_INVALID_ARGUMENT, "fg_seq_fork: child must not be NULL");
-    for (int32_t l = 1; l < ctx->params.n_layers; l++)
-        CHECK(s->length[l] == s->length[0], ctx, FG_ERR_BAD_STATE,
-              "fg_seq_fork: sequence %d is in the middle of a layer sweep (layer 0 at %d tokens, layer %d at %d)",
-              (int)parent, (int)s->length[0], (int)l, (int)s->length[l]);
-    int32_t id = 0;
-    while (id < ctx->params.max_seqs && ctx->seqs[id].in_use)
-        id++;
-    CHECK(id < ctx->params.max_seqs, ctx, FG_ERR_CAPACITY, "fg_seq_fork: all %d sequences are in use (max_seqs)",
-          (int)ctx->params.max_seqs);
-    fg_seq *c = &ctx->seqs[id];
+/* c becomes a copy of s that shares its pages (one more owner each). */
+static fg_status seq_clone(fg_context *ctx, const fg_seq *s, fg_seq *c) {
     const size_t cap = (size_t)ctx->params.max_seq_len, n_heads = (size_t)ctx->params.n_layers * ctx->params.n_kv_heads;
+    memset(c, 0, sizeof *c);
     c->tokens = malloc(cap * sizeof *c->tokens);
     c->cls = malloc(cap);
     c->length = malloc((size_t)ctx->params.n_layers * sizeof *c->length);
@@ -231,13 +218,13 @@ fg_status fg_seq_fork(fg_context *ctx, int32_t parent, int32_t *child_out) {
         memcpy(h->recovery, ph->recovery, sizeof h->recovery);
         memcpy(h->page_ids, ph->page_ids, (size_t)ph->n_pages * sizeof *h->page_ids);
         memcpy(h->pages, ph->pages, (size_t)ph->n_pages * sizeof *h->pages);
-        for (int32_t p = 0; p < ph->n_pages; p++) /* the child owns the parent's pages too */
+        for (int32_t p = 0; p < ph->n_pages; p++)
             fg_pool_ref(&ctx->pool, ph->page_ids[p]);
         h->n_pages = ph->n_pages;
     }
     if (!ok) {
         seq_release(ctx, c);
-        return fg_error(ctx, FG_ERR_OUT_OF_MEMORY, "fg_seq_fork: out of host memory");
+        return fg_error(ctx, FG_ERR_OUT_OF_MEMORY, "out of host memory copying sequence state");
     }
     memcpy(c->tokens, s->tokens, (size_t)s->n_tokens * sizeof *s->tokens);
     memcpy(c->cls, s->cls, (size_t)s->n_tokens);
@@ -246,8 +233,28 @@ fg_status fg_seq_fork(fg_context *ctx, int32_t parent, int32_t *child_out) {
     c->n_prompt = s->n_prompt;
     c->n_tokens = s->n_tokens;
     c->in_use = 1;
-    *child_out = id;
     return FG_OK;
+}
+
+fg_status fg_seq_fork(fg_context *ctx, int32_t parent, int32_t *child_out) {
+    fg_seq *s = NULL;
+    fg_status st = get_seq(ctx, parent, &s);
+    if (st)
+        return st;
+    CHECK(child_out, ctx, FG_ERR_INVALID_ARGUMENT, "fg_seq_fork: child must not be NULL");
+    for (int32_t l = 1; l < ctx->params.n_layers; l++)
+        CHECK(s->length[l] == s->length[0], ctx, FG_ERR_BAD_STATE,
+              "fg_seq_fork: sequence %d is in the middle of a layer sweep (layer 0 at %d tokens, layer %d at %d)",
+              (int)parent, (int)s->length[0], (int)l, (int)s->length[l]);
+    int32_t id = 0;
+    while (id < ctx->params.max_seqs && ctx->seqs[id].in_use)
+        id++;
+    CHECK(id < ctx->params.max_seqs, ctx, FG_ERR_CAPACITY, "fg_seq_fork: all %d sequences are in use (max_seqs)",
+          (int)ctx->params.max_seqs);
+    st = seq_clone(ctx, s, &ctx->seqs[id]);
+    if (st == FG_OK)
+        *child_out = id;
+    return st;
 }
 
 fg_status fg_seq_destroy(fg_context *ctx, int32_t seq) {
@@ -673,6 +680,40 @@ fg_status fg_decode(fg_context *ctx, int32_t layer, int32_t n_seqs, const int32_
         }
         s->length[layer] = p + 1;
     }
+    return FG_OK;
+}
+
+fg_status fg_seq_append(fg_context *ctx, int32_t seq, int32_t layer, const int32_t *tokens, int32_t n,
+                        const float *q, const float *k, const float *v, float *out) {
+    CHECK(ctx, NULL, FG_ERR_INVALID_ARGUMENT, "fg_seq_append: context must not be NULL");
+    fg_seq *s = NULL;
+    fg_status st = get_seq(ctx, seq, &s);
+    if (st)
+        return st;
+    CHECK(tokens && q && k && v && out, ctx, FG_ERR_INVALID_ARGUMENT,
+          "fg_seq_append: tokens, q, k, v and out must not be NULL");
+    CHECK(layer >= 0 && layer < ctx->params.n_layers, ctx, FG_ERR_INVALID_ARGUMENT, "layer %d outside [0, %d)",
+          (int)layer, (int)ctx->params.n_layers);
+    CHECK(n > 0, ctx, FG_ERR_INVALID_ARGUMENT, "fg_seq_append: n must be > 0, got %d", (int)n);
+    const int32_t t = s->length[layer];
+    CHECK(t > 0, ctx, FG_ERR_BAD_STATE, "sequence %d: append before prefill at layer %d", (int)seq, (int)layer);
+    CHECK(n <= ctx->params.max_seq_len - t, ctx, FG_ERR_CAPACITY,
+          "sequence %d: %d tokens and %d more exceed max_seq_len %d", (int)seq, (int)t, (int)n,
+          (int)ctx->params.max_seq_len);
+    /* the state before the chunk, sharing its pages: a failure anywhere in it restores this */
+    fg_seq before;
+    if ((st = seq_clone(ctx, s, &before)))
+        return st;
+    const size_t rq = (size_t)ctx->params.n_q_heads * ctx->params.head_dim;
+    const size_t rk = (size_t)ctx->params.n_kv_heads * ctx->params.head_dim;
+    for (int32_t i = 0; i < n && st == FG_OK; i++)
+        st = fg_decode(ctx, layer, 1, &seq, &tokens[i], q + i * rq, k + i * rk, v + i * rk, out + i * rq);
+    if (st) {
+        seq_release(ctx, s);
+        *s = before;
+        return st; /* fg_decode's message stays */
+    }
+    seq_release(ctx, &before);
     return FG_OK;
 }
 

@@ -3,7 +3,7 @@
  * fail, and a walk over k = 1, 2, ... makes the k-th one fail in a script of
  * create -> three sequences with mixed policies -> prefill -> batched decode
  * -> inspect -> destroy a sequence -> trim -> decode -> fork (pages shared
- * copy-on-write) -> decode -> destroy. After each
+ * copy-on-write) -> decode -> append a chunk -> destroy. After each
  * failure: a status with a message; the subject context is unchanged, i.e.
  * equal to a twin that got only successful calls (kept positions, lengths,
  * memory); a retry succeeds; and every output of the subject equals the
@@ -23,12 +23,12 @@
 
 enum { L = 2, HKV = 4, G = 2, HQ = G * HKV, D = 16, MAXLEN = 64, SEQS = 3 };
 
-typedef enum op_kind { OP_CREATE, OP_SEQ, OP_PREFILL, OP_DECODE, OP_INSPECT, OP_DESTROY_SEQ, OP_TRIM, OP_FORK } op_kind;
+typedef enum op_kind { OP_CREATE, OP_SEQ, OP_PREFILL, OP_DECODE, OP_INSPECT, OP_DESTROY_SEQ, OP_TRIM, OP_FORK, OP_APPEND } op_kind;
 
 typedef struct op {
     op_kind kind;
     int32_t a, b;      /* OP_SEQ, OP_INSPECT, OP_DESTROY_SEQ: sequence; OP_PREFILL: sequence, layer; OP_DECODE: layer;
-                          OP_FORK: the new sequence's slot, the parent */
+                          OP_FORK: the new sequence's slot, the parent; OP_APPEND: sequence, layer (5 tokens) */
     uint32_t batch;    /* OP_DECODE: bit i = sequence i takes part */
 } op;
 
@@ -120,6 +120,12 @@ static fg_status run_op(world *w, side *s, const op *o, const int32_t *len) {
         return fg_trim(s->ctx);
     case OP_FORK:
         return fg_seq_fork(s->ctx, s->seq[o->b], &s->seq[o->a]);
+    case OP_APPEND: {
+        static float q[5 * HQ * D], k[5 * HKV * D], v[5 * HKV * D];
+        const int32_t p = len[o->a * L + o->b];
+        fg_synth_qkv(&w->syn, o->b, &w->tokens[o->a][p], p, 5, q, k, v);
+        return fg_seq_append(s->ctx, s->seq[o->a], o->b, &w->tokens[o->a][p], 5, q, k, v, s->out);
+    }
     }
     return FG_ERR_INTERNAL;
 }
@@ -180,8 +186,11 @@ static int32_t make_script(op *ops) {
     for (int32_t step = 0; step < 3; step++)
         for (int32_t l = 0; l < L; l++)
             ops[n++] = (op){OP_DECODE, l, 0, 7};
+    for (int32_t l = 0; l < L; l++)
+        ops[n++] = (op){OP_APPEND, 2, l, 0};
     ops[n++] = (op){OP_INSPECT, 0, 0, 0};
     ops[n++] = (op){OP_INSPECT, 1, 0, 0};
+    ops[n++] = (op){OP_INSPECT, 2, 0, 0};
     return n;
 }
 
@@ -195,6 +204,8 @@ static void advance(int32_t *len, const op *o) {
     if (o->kind == OP_FORK)
         for (int32_t l = 0; l < L; l++)
             len[o->a * L + l] = len[o->b * L + l];
+    if (o->kind == OP_APPEND)
+        len[o->a * L + o->b] += 5;
 }
 
 static size_t out_floats(const op *o) {
@@ -202,6 +213,8 @@ static size_t out_floats(const op *o) {
         return (size_t)k_prompt[o->a] * HQ * D;
     if (o->kind == OP_DECODE)
         return (size_t)__builtin_popcount(o->batch) * HQ * D;
+    if (o->kind == OP_APPEND)
+        return (size_t)5 * HQ * D;
     return 0;
 }
 

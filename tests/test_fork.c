@@ -5,7 +5,8 @@
  * memory), for mixed policies (the paper's FastGen, H2O, full) and every
  * backend; a fork takes no page until one side writes; pages shared are
  * counted once; destroying either side leaves the other intact; the last
- * owner gives the pages back. Bad forks change nothing.
+ * owner gives the pages back. Bad forks change nothing. Append: a chunk
+ * equals its tokens decoded one by one; a refused chunk changes nothing.
  * Usage: test_fork [BACKEND...]   (default: ref cpu)
  */
 #include <string.h>
@@ -158,6 +159,86 @@ static void run(const char *backend, const char *policy) {
     fg_synth_destroy(&w.syn);
 }
 
+/* Append (fg_seq_append): a chunk of tokens per layer equals the same tokens
+ * decoded one at a time, bit for bit, and a refused chunk (a bad token in
+ * its middle, past max_seq_len, a destroyed sequence) changes nothing. */
+static void test_append(const char *backend) {
+    enum { CHUNK = 20, AFTER = 6 };
+    world w;
+    EXPECT_OK(NULL, fg_synth_create(L, HQ, HKV, D, 9, &w.syn));
+    for (int c = 0; c < 3; c++)
+        for (int32_t t = 0; t < MAXLEN; t++)
+            w.tokens[c][t] = fg_synth_token(&w.syn, t);
+    fg_context_params p;
+    fg_context_params_default(&p);
+    p.backend = backend;
+    p.n_layers = L;
+    p.n_q_heads = HQ;
+    p.n_kv_heads = HKV;
+    p.head_dim = D;
+    p.kv_dtype = FG_DTYPE_BF16;
+    p.max_seqs = 3;
+    p.max_seq_len = N + CHUNK + AFTER;
+    p.page_tokens = 8;
+    p.classes = w.syn.classes;
+    EXPECT_OK(NULL, fg_context_create(&p, &w.ctx));
+    if (!w.ctx)
+        return;
+    int32_t a, b;
+    EXPECT_OK(w.ctx, fg_seq_create(w.ctx, NULL, w.tokens[0], N, &a));
+    EXPECT_OK(w.ctx, fg_seq_create(w.ctx, NULL, w.tokens[0], N, &b));
+    prefill(&w, a);
+    prefill(&w, b);
+    static float q[CHUNK * HQ * D], k[CHUNK * HKV * D], v[CHUNK * HKV * D];
+    static float out_a[L][CHUNK * HQ * D], out_b[L][CHUNK * HQ * D];
+    /* a refused chunk: its 11th token is outside the vocabulary */
+    fg_memory_stats m0, m1;
+    fg_memory(w.ctx, -1, &m0);
+    int32_t bad_chunk[CHUNK];
+    memcpy(bad_chunk, &w.tokens[0][N], sizeof bad_chunk);
+    bad_chunk[10] = FG_SYNTH_VOCAB + 5;
+    fg_synth_qkv(&w.syn, 0, &w.tokens[0][N], N, CHUNK, q, k, v);
+    EXPECT_STATUS(w.ctx, FG_ERR_INVALID_ARGUMENT, fg_seq_append(w.ctx, a, 0, bad_chunk, CHUNK, q, k, v, out_a[0]));
+    fg_memory(w.ctx, -1, &m1);
+    int32_t len = -1;
+    EXPECT(fg_seq_length(w.ctx, a, 0, &len) == FG_OK && len == N && m1.pages_in_use == m0.pages_in_use &&
+               same_heads(w.ctx, a, b),
+           "%s: a refused chunk changed the sequence (length %d)", backend, (int)len);
+    EXPECT_STATUS(w.ctx, FG_ERR_CAPACITY, fg_seq_append(w.ctx, a, 0, &w.tokens[0][N], CHUNK + AFTER + 1, q, k, v,
+                                                         out_a[0]));
+    /* a: the chunk, layer by layer; b: the same tokens, decoded one at a time */
+    for (int32_t l = 0; l < L; l++) {
+        fg_synth_qkv(&w.syn, l, &w.tokens[0][N], N, CHUNK, q, k, v);
+        EXPECT_OK(w.ctx, fg_seq_append(w.ctx, a, l, &w.tokens[0][N], CHUNK, q, k, v, out_a[l]));
+    }
+    for (int32_t i = 0; i < CHUNK; i++)
+        for (int32_t l = 0; l < L; l++) {
+            float q1[HQ * D], k1[HKV * D], v1[HKV * D];
+            fg_synth_qkv(&w.syn, l, &w.tokens[0][N + i], N + i, 1, q1, k1, v1);
+            EXPECT_OK(w.ctx, fg_decode(w.ctx, l, 1, &b, &w.tokens[0][N + i], q1, k1, v1, out_b[l] + i * HQ * D));
+        }
+    EXPECT(memcmp(out_a, out_b, sizeof out_a) == 0 && same_heads(w.ctx, a, b),
+           "%s: appending a chunk differs from decoding it token by token", backend);
+    /* and they go on alike */
+    static float oa[AFTER][L * HQ * D], ob[AFTER][L * HQ * D];
+    const int cont[1] = {0};
+    for (int32_t s = 0; s < AFTER; s++) {
+        step(&w, 1, &a, cont, N + CHUNK + s, oa[s]);
+        step(&w, 1, &b, cont, N + CHUNK + s, ob[s]);
+    }
+    EXPECT(memcmp(oa, ob, sizeof oa) == 0 && same_heads(w.ctx, a, b), "%s: decoding after an append differs",
+           backend);
+    EXPECT_OK(w.ctx, fg_seq_destroy(w.ctx, a));
+    EXPECT_STATUS(w.ctx, FG_ERR_INVALID_ARGUMENT, fg_seq_append(w.ctx, a, 0, w.tokens[0], 1, q, k, v, out_a[0]));
+    int32_t fresh;
+    EXPECT_OK(w.ctx, fg_seq_create(w.ctx, NULL, w.tokens[0], N, &fresh));
+    EXPECT_STATUS(w.ctx, FG_ERR_BAD_STATE, fg_seq_append(w.ctx, fresh, 0, w.tokens[0], 1, q, k, v, out_a[0]));
+    printf("  %-4s append: a chunk of %d tokens = %d decode steps, bit for bit; refused chunks change nothing\n",
+           backend, CHUNK, CHUNK);
+    fg_context_destroy(&w.ctx);
+    fg_synth_destroy(&w.syn);
+}
+
 int main(int argc, char **argv) {
     test_seed("test_fork");
     const char *dflt[] = {"ref", "cpu"};
@@ -172,6 +253,7 @@ int main(int argc, char **argv) {
         }
         for (int pol = 0; pol < 3; pol++)
             run(names[i], (const char *[]){"fastgen", "h2o", "full"}[pol]);
+        test_append(names[i]);
         ran++;
     }
     if (ran == 0 && !test_backend_required())

@@ -172,6 +172,25 @@ with tempfile.TemporaryDirectory() as tmp:
     r = run("generate", *model_args(), "--budget", "0.4", "-n", "60", "--json")
     bj = json.loads(r.stdout) if r.returncode == 0 else {}
     check(0 < bj.get("rows_kept", 0) <= 0.45 * bj.get("rows_full", 0), "--budget 0.4 keeps at most ~40%% of the rows: %r" % bj)
+    # --chat: turns appended to one sequence; --samples: forks of one prompt, shared pages counted once
+    chat = os.path.join(tmp, "chat.txt")
+    open(chat, "w").write("Once upon a time, there was a dog.\n\nThe dog saw a ball.\n\n\nWhat did it do?\n")
+    r = run("generate", *model_args(), "--chat", chat, "-n", "12", "--json")
+    cj = json.loads(r.stdout) if r.returncode == 0 else {}
+    check([t["user"] for t in cj.get("turns", [])] == ["Once upon a time, there was a dog.", "The dog saw a ball.",
+                                                        "What did it do?"] and all(t["reply"] for t in cj["turns"]),
+          "--chat: three turns, each answered: %r" % r.stderr)
+    check(0 < cj.get("kv_bytes_held", 0) <= cj.get("kv_bytes_full", 0), "--chat memory")
+    open(os.path.join(tmp, "empty_chat.txt"), "w").write("\n\n")
+    r = run("generate", *model_args(), "--chat", os.path.join(tmp, "empty_chat.txt"))
+    check(r.returncode == 1 and "no turn" in r.stderr, "--chat on an empty file: %r" % r.stderr)
+    r = run("generate", *model_args(), "--samples", "3", "-n", "20", "--policy", "full", "--json", "-p",
+            "Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her dog.")
+    sj = json.loads(r.stdout) if r.returncode == 0 else {}
+    check(len(sj.get("samples", [])) == 3 and len(set(sj["samples"])) > 1, "--samples 3: three different samples")
+    check(0 < sj.get("kv_bytes_held", 0) < sj.get("kv_bytes_unshared", 0), "--samples: the prompt's pages are shared")
+    r = run("generate", *model_args(), "--samples", "65")
+    check(r.returncode == 2, "--samples past 64 is bad usage")
     r = run("eval", *model_args(), "--prompts", os.path.join(tmp, "nope.txt"))
     check(r.returncode == 1 and "nope.txt" in r.stderr, "missing prompt file")
 

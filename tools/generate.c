@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "tools/cli.h"
+#include "tools/serve.h"
 #include "tools/svg.h"
 
 static const char *k_model_help =
@@ -23,11 +24,12 @@ static const char *k_model_help =
  * in the default places when not given), the compression parameters.
  * Returns 0 to go on, else the exit code (0 after --help). */
 static int model_command(const char *cmd, const char *help_head, const char *help_tail, int32_t n_default, int argc,
-                         char **argv, cli_opts *o, fg_compression_params *cp, char *model, char *tok, size_t size) {
+                         char **argv, cli_opts *o, fg_compression_params *cp, char *model, char *tok, size_t size,
+                         cli_extra_fn extra, void *user) {
     char help[4096];
     snprintf(help, sizeof help, "%s%s%s", help_head, k_model_help, help_tail);
     cli_defaults(o, n_default);
-    int rc = cli_parse(cmd, help, argc, argv, o, NULL, NULL);
+    int rc = cli_parse(cmd, help, argc, argv, o, extra, user);
     if (rc)
         return rc < 0 ? -1 : rc;
     if ((rc = cli_need_model(cmd, o, model, tok, size)))
@@ -81,18 +83,48 @@ static const char *k_generate_help_tail =
     "  -t, --temperature X     0 = greedy (default 0)\n"
     "  --top-p P               nucleus sampling when temperature > 0 (default 0.9)\n"
     "  --seed S                sampling seed (default 1)\n"
-    "  --json                  one JSON object: text, tokens, kv_bytes_held, kv_bytes_full, ...\n";
+    "  --json                  one JSON object: text, tokens, kv_bytes_held, kv_bytes_full, ...\n"
+    "  --chat FILE             a conversation: the user turns of FILE (separated by blank lines) are\n"
+    "                          appended to one sequence in turn, and the model answers each (-n tokens\n"
+    "                          at most); --json: turns[{user, reply}], kv_bytes_held, kv_bytes_full\n"
+    "  --samples K             K samples (temperature 1 unless -t says otherwise, seeds S..S+K-1) forked\n"
+    "                          from one prefilled prompt, sharing its pages; --json: samples, kv_bytes_held\n"
+    "                          (shared pages once), kv_bytes_unshared (each counted whole)\n";
+
+typedef struct generate_extra {
+    const char *chat;
+    int32_t samples;
+} generate_extra;
+
+static int generate_option(void *user, const char *opt, const char *val, int *used) {
+    generate_extra *x = user;
+    *used = 1;
+    if (!strcmp(opt, "--chat")) {
+        x->chat = val;
+        return val ? 0 : 1;
+    }
+    if (!strcmp(opt, "--samples"))
+        return val && cli_parse_int(val, 1, 64, &x->samples) ? 0 : 1;
+    return 2;
+}
 
 int cmd_generate(int argc, char **argv) {
     char model[1024], tokp[1024];
     cli_opts o;
     fg_compression_params cp;
+    generate_extra x = {NULL, 0};
     int rc = model_command("generate", k_generate_help_head, k_generate_help_tail, 64, argc, argv, &o, &cp, model,
-                           tokp, sizeof model);
+                           tokp, sizeof model, generate_option, &x);
     if (rc)
         return rc < 0 ? 0 : rc;
     if (o.csv || o.svg)
         return cli_usage("generate", "--csv and --svg belong to profile and eval");
+    if (x.chat && x.samples)
+        return cli_usage("generate", "--chat and --samples do not go together");
+    if (x.chat)
+        return serve_chat(&o, &cp, x.chat);
+    if (x.samples)
+        return serve_samples(&o, &cp, x.samples);
 
     cli_session s;
     if (open_or_fail(&o, 0, &s))
@@ -212,7 +244,7 @@ int cmd_profile(int argc, char **argv) {
     cli_opts o;
     fg_compression_params cp, full;
     int rc = model_command("profile", k_profile_help_head, k_profile_help_tail, 128, argc, argv, &o, &cp, model, tokp,
-                           sizeof model);
+                           sizeof model, NULL, NULL);
     if (rc)
         return rc < 0 ? 0 : rc;
     fg_compression_params_preset("full", &full);

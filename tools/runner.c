@@ -264,10 +264,11 @@ static fg_status track_recovery(fg_runner *r, int32_t layer, int32_t b, int32_t 
     return FG_OK;
 }
 
-/* One transformer pass over `rows` rows: prompt positions of one sequence
- * (seqs == NULL) or one new token of each of `rows` sequences. */
-static fg_status forward(fg_runner *r, int32_t rows, int32_t prefill_seq, const int32_t *seqs, const int32_t *tokens,
-                         const int32_t *pos, float *logits, int logits_last_only) {
+/* One transformer pass over `rows` rows: positions of one sequence (seqs ==
+ * NULL: its prompt, or with `append` a chunk after what it holds) or one new
+ * token of each of `rows` sequences. */
+static fg_status forward(fg_runner *r, int32_t rows, int32_t one_seq, int append, const int32_t *seqs,
+                         const int32_t *tokens, const int32_t *pos, float *logits, int logits_last_only) {
     const fg_llama_model *m = r->model;
     const fg_llama_config *c = &m->config;
     const fg_llama_weights *w = &m->weights;
@@ -287,9 +288,10 @@ static fg_status forward(fg_runner *r, int32_t rows, int32_t prefill_seq, const 
         }
         fg_status st;
         if (!seqs) {
-            st = fg_prefill(r->ctx, prefill_seq, l, r->q, r->k, r->v, r->att);
+            st = append ? fg_seq_append(r->ctx, one_seq, l, tokens, rows, r->q, r->k, r->v, r->att)
+                        : fg_prefill(r->ctx, one_seq, l, r->q, r->k, r->v, r->att);
             if (st == FG_OK && r->track)
-                memcpy(seq_keys(r, prefill_seq, l), r->k, (size_t)rows * KV * sizeof(float));
+                memcpy(seq_keys(r, one_seq, l) + (size_t)pos[0] * KV, r->k, (size_t)rows * KV * sizeof(float));
         } else {
             if (r->track)
                 for (int32_t i = 0; i < rows; i++)
@@ -336,7 +338,7 @@ fg_status fg_runner_prefill(fg_runner *r, const fg_compression_params *cp, const
         return runner_fail(r, st, "%s", fg_last_error(r->ctx));
     for (int32_t i = 0; i < n; i++)
         r->pos[i] = i;
-    st = forward(r, n, *seq, NULL, tokens, r->pos, logits, 1);
+    st = forward(r, n, *seq, 0, NULL, tokens, r->pos, logits, 1);
     if (st) {
         runner_fail(r, st, "%s", fg_last_error(r->ctx));
         fg_seq_destroy(r->ctx, *seq);
@@ -361,8 +363,36 @@ fg_status fg_runner_decode(fg_runner *r, int32_t n, const int32_t *seqs, const i
             return runner_fail(r, FG_ERR_CAPACITY, "sequence %d is full: %d tokens, the model's whole context",
                                (int)seqs[i], (int)r->pos[i]);
     }
-    fg_status st = forward(r, n, -1, seqs, tokens, r->pos, logits, 0);
+    fg_status st = forward(r, n, -1, 0, seqs, tokens, r->pos, logits, 0);
     return st ? runner_fail(r, st, "%s", fg_last_error(r->ctx)) : FG_OK;
+}
+
+fg_status fg_runner_append(fg_runner *r, int32_t seq, const int32_t *tokens, int32_t n, float *logits) {
+    int32_t t = 0;
+    fg_status st = fg_seq_length(r->ctx, seq, 0, &t);
+    if (st)
+        return runner_fail(r, st, "%s", fg_last_error(r->ctx));
+    if (n <= 0 || n > r->model->config.seq_len - t)
+        return runner_fail(r, n <= 0 ? FG_ERR_INVALID_ARGUMENT : FG_ERR_CAPACITY,
+                           "%d more tokens do not fit after %d in the model's context of %d", (int)n, (int)t,
+                           (int)r->model->config.seq_len);
+    for (int32_t i = 0; i < n; i++)
+        r->pos[i] = t + i;
+    st = forward(r, n, seq, 1, NULL, tokens, r->pos, logits, 1);
+    return st ? runner_fail(r, st, "%s", fg_last_error(r->ctx)) : FG_OK;
+}
+
+fg_status fg_runner_fork(fg_runner *r, int32_t seq, int32_t *child) {
+    fg_status st = fg_seq_fork(r->ctx, seq, child);
+    if (st)
+        return runner_fail(r, st, "%s", fg_last_error(r->ctx));
+    if (r->track) {
+        const fg_llama_config *c = &r->model->config;
+        memcpy(seq_keys(r, *child, 0), seq_keys(r, seq, 0), (size_t)c->n_layers * c->seq_len * c->kv_dim * sizeof(float));
+        r->rec_sum[*child] = r->rec_sum[seq];
+        r->rec_count[*child] = r->rec_count[seq];
+    }
+    return FG_OK;
 }
 
 const char *fg_runner_error(const fg_runner *r) { return r->error; }

@@ -34,6 +34,11 @@ fg_status fg_runner_prefill(fg_runner *r, const fg_compression_params *cp, const
                             int32_t *seq, float *logits);
 /* One token for each of n sequences; logits: [n][vocab] (may be NULL). */
 fg_status fg_runner_decode(fg_runner *r, int32_t n, const int32_t *seqs, const int32_t *tokens, float *logits);
+/* n more tokens onto a sequence (a new turn): logits of its last one go to
+ * logits[vocab] (may be NULL). */
+fg_status fg_runner_append(fg_runner *r, int32_t seq, const int32_t *tokens, int32_t n, float *logits);
+/* A sequence that continues from seq, sharing its pages (fg_seq_fork). */
+fg_status fg_runner_fork(fg_runner *r, int32_t seq, int32_t *child);
 fg_status fg_runner_release(fg_runner *r, int32_t seq);
 /* Why the last fg_runner_prefill or fg_runner_decode failed (one line). */
 const char *fg_runner_error(const fg_runner *r);

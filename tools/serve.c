@@ -1,0 +1,233 @@
+/* fastgen generate --chat and --samples: a conversation appended turn by
+ * turn to one sequence (fg_runner_append), and K samples forked from one
+ * prompt (fg_runner_fork, pages shared copy-on-write). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "tools/cli.h"
+#include "tools/serve.h"
+
+/* Samples one reply of up to n tokens after `logits`, decoding each token
+ * into the cache (so the next turn sees the whole reply). Returns the count. */
+static int32_t reply(cli_session *s, int32_t seq, fg_sampler *sampler, float *logits, int32_t n, int32_t prev,
+                     char *text, size_t cap, fg_status *st) {
+    const int32_t vocab = s->model.config.vocab_size;
+    int32_t k = 0, len = 0;
+    fg_seq_length(fg_runner_context(s->runner), seq, 0, &len);
+    text[0] = '\0';
+    for (; k < n && len + 1 < s->model.config.seq_len; k++, len++) {
+        int32_t next = fg_sample(sampler, logits, vocab);
+        if (next == s->tok.bos || next == s->tok.eos)
+            break;
+        strncat(text, fg_tokenizer_decode(&s->tok, prev, next), cap - strlen(text) - 1);
+        if ((*st = fg_runner_decode(s->runner, 1, &seq, &next, logits)) != FG_OK)
+            break;
+        prev = next;
+    }
+    return k;
+}
+
+/* User turns: paragraphs of the file (separated by blank lines). */
+static char **read_turns(const char *path, int32_t *n) {
+    void *buf;
+    size_t size;
+    char err[256];
+    *n = 0;
+    if (fg_read_file(path, &buf, &size, err, sizeof err) != FG_OK) {
+        fprintf(stderr, "fastgen generate: %s\n", err);
+        return NULL;
+    }
+    char *text = realloc(buf, size + 1);
+    char **turns = text ? calloc(size / 2 + 2, sizeof *turns) : NULL;
+    if (!turns) {
+        free(text ? text : buf);
+        return NULL;
+    }
+    text[size] = '\0';
+    turns[0] = text;
+    for (char *p = text; *p;) {
+        while (*p == '\n' || *p == '\r')
+            p++;
+        if (!*p)
+            break;
+        char *end = strstr(p, "\n\n");
+        if (end)
+            *end = '\0';
+        for (char *q = p; *q; q++) /* a turn is one line of text */
+            if (*q == '\n' || *q == '\r')
+                *q = ' ';
+        for (size_t len = strlen(p); len && (p[len - 1] == ' ' || p[len - 1] == '\t'); len--)
+            p[len - 1] = '\0';
+        turns[1 + (*n)++] = p;
+        p = end ? end + 2 : p + strlen(p);
+    }
+    if (*n == 0) {
+        fprintf(stderr, "fastgen generate: %s holds no turn (turns are separated by blank lines)\n", path);
+        free(text);
+        free(turns);
+        return NULL;
+    }
+    return turns;
+}
+
+int serve_chat(const cli_opts *o, const fg_compression_params *cp, const char *path) {
+    int32_t n_turns = 0;
+    char **turns = read_turns(path, &n_turns);
+    if (!turns)
+        return 1;
+    cli_session s;
+    char err[512];
+    if (cli_open(o, 1, 0, &s, err, sizeof err) != FG_OK) {
+        fprintf(stderr, "fastgen generate: %s\n", err);
+        free(turns[0]);
+        free(turns);
+        return 1;
+    }
+    const int32_t V = s.model.config.vocab_size, ctx_len = s.model.config.seq_len;
+    float *logits = malloc((size_t)V * sizeof *logits);
+    int32_t *toks = malloc((size_t)(ctx_len + 2) * sizeof *toks), seq = -1;
+    static char replies[64][4096];
+    fg_sampler sampler = {o->temperature, o->top_p, o->seed * 0x9e3779b97f4a7c15ull + 1};
+    fg_status st = logits && toks ? FG_OK : FG_ERR_OUT_OF_MEMORY;
+    int32_t done = 0;
+    for (int32_t t = 0; t < n_turns && t < 64 && st == FG_OK; t++, done++) {
+        int32_t n = 0, len = 0;
+        if (seq >= 0)
+            fg_seq_length(fg_runner_context(s.runner), seq, 0, &len);
+        st = fg_tokenizer_encode(&s.tok, turns[1 + t], seq < 0, toks, ctx_len + 2, &n);
+        if (st == FG_OK && len + n >= ctx_len) {
+            fprintf(stderr, "fastgen generate: turn %d does not fit the rest of the context (%d of %d used)\n",
+                    (int)t + 1, (int)len, (int)ctx_len);
+            break;
+        }
+        if (st == FG_OK)
+            st = seq < 0 ? fg_runner_prefill(s.runner, cp, toks, n, &seq, logits)
+                         : fg_runner_append(s.runner, seq, toks, n, logits);
+        if (st == FG_OK)
+            reply(&s, seq, &sampler, logits, o->n, toks[n - 1], replies[t], sizeof replies[t], &st);
+        if (!o->json && st == FG_OK)
+            printf("user:  %s\nmodel: %s\n\n", turns[1 + t], replies[t]);
+    }
+    int rc = 1;
+    if (st) {
+        fprintf(stderr, "fastgen generate: %s\n", fg_runner_error(s.runner));
+    } else {
+        fg_memory_stats m;
+        fg_memory(fg_runner_context(s.runner), seq, &m);
+        if (o->json) {
+            printf("{\"turns\": [");
+            for (int32_t t = 0; t < done; t++) {
+                printf("%s{\"user\": ", t ? ", " : "");
+                cli_json_string(stdout, turns[1 + t]);
+                printf(", \"reply\": ");
+                cli_json_string(stdout, replies[t]);
+                printf("}");
+            }
+            printf("], \"policy\": ");
+            cli_json_string(stdout, o->policy);
+            printf(", \"kv_bytes_held\": %zu, \"kv_bytes_full\": %zu, \"rows_kept\": %lld, \"rows_full\": %lld}\n",
+                   m.kv_bytes_held, m.kv_bytes_full, (long long)m.rows_kept, (long long)m.rows_full);
+        } else {
+            printf("%d turns; KV cache %zu bytes held vs %zu full (%lld of %lld rows kept)\n", (int)done,
+                   m.kv_bytes_held, m.kv_bytes_full, (long long)m.rows_kept, (long long)m.rows_full);
+        }
+        rc = 0;
+    }
+    free(logits);
+    free(toks);
+    cli_close(&s);
+    free(turns[0]);
+    free(turns);
+    return rc;
+}
+
+int serve_samples(const cli_opts *o, const fg_compression_params *cp, int32_t k) {
+    cli_session s;
+    char err[512];
+    if (cli_open(o, k, 0, &s, err, sizeof err) != FG_OK) {
+        fprintf(stderr, "fastgen generate: %s\n", err);
+        return 1;
+    }
+    const int32_t V = s.model.config.vocab_size, ctx_len = s.model.config.seq_len;
+    int32_t *prompt = NULL, n_prompt = 0, seqs[64];
+    float *logits = malloc((size_t)k * V * sizeof *logits);
+    static char texts[64][4096];
+    fg_sampler samplers[64];
+    int alive[64];
+    fg_status st = logits && cli_encode(&s, o->prompt, &prompt, &n_prompt) == FG_OK ? FG_OK : FG_ERR_INVALID_ARGUMENT;
+    if (st == FG_OK && n_prompt >= ctx_len)
+        st = FG_ERR_CAPACITY;
+    /* one prefill, K - 1 forks: the prompt's pages are shared */
+    if (st == FG_OK)
+        st = fg_runner_prefill(s.runner, cp, prompt, n_prompt, &seqs[0], logits);
+    for (int32_t i = 1; i < k && st == FG_OK; i++) {
+        st = fg_runner_fork(s.runner, seqs[0], &seqs[i]);
+        memcpy(logits + (size_t)i * V, logits, (size_t)V * sizeof *logits);
+    }
+    const float temperature = o->temperature > 0.0f ? o->temperature : 1.0f; /* samples differ only when sampled */
+    for (int32_t i = 0; i < k; i++) {
+        samplers[i] = (fg_sampler){temperature, o->top_p, (o->seed + (uint64_t)i) * 0x9e3779b97f4a7c15ull + 1};
+        alive[i] = 1;
+        texts[i][0] = '\0';
+    }
+    int32_t prev[64], steps = o->n < ctx_len - n_prompt ? o->n : ctx_len - n_prompt;
+    for (int32_t i = 0; i < k; i++)
+        prev[i] = n_prompt ? prompt[n_prompt - 1] : 0;
+    for (int32_t step = 0; step < steps && st == FG_OK; step++) {
+        int32_t ids[64], toks[64], n = 0;
+        for (int32_t i = 0; i < k; i++) {
+            if (!alive[i])
+                continue;
+            int32_t next = fg_sample(&samplers[i], logits + (size_t)i * V, V);
+            if (next == s.tok.bos || next == s.tok.eos) {
+                alive[i] = 0;
+                continue;
+            }
+            strncat(texts[i], fg_tokenizer_decode(&s.tok, prev[i], next), sizeof texts[i] - strlen(texts[i]) - 1);
+            prev[i] = next;
+            ids[n] = seqs[i];
+            toks[n++] = next;
+        }
+        if (!n || step + 1 == steps)
+            break;
+        float *batch = malloc((size_t)n * V * sizeof *batch);
+        st = batch ? fg_runner_decode(s.runner, n, ids, toks, batch) : FG_ERR_OUT_OF_MEMORY;
+        for (int32_t i = 0, j = 0; st == FG_OK && i < k; i++)
+            if (alive[i])
+                memcpy(logits + (size_t)i * V, batch + (size_t)j++ * V, (size_t)V * sizeof *logits);
+        free(batch);
+    }
+    int rc = 1;
+    if (st) {
+        fprintf(stderr, "fastgen generate: %s\n", st == FG_ERR_CAPACITY ? "the prompt fills the context"
+                                                                        : fg_runner_error(s.runner));
+    } else {
+        fg_memory_stats all, one;
+        fg_memory(fg_runner_context(s.runner), -1, &all);
+        size_t separate = 0;
+        for (int32_t i = 0; i < k; i++) {
+            fg_memory(fg_runner_context(s.runner), seqs[i], &one);
+            separate += one.kv_bytes_held;
+        }
+        if (o->json) {
+            printf("{\"samples\": [");
+            for (int32_t i = 0; i < k; i++) {
+                printf("%s", i ? ", " : "");
+                cli_json_string(stdout, texts[i]);
+            }
+            printf("], \"n_prompt\": %d, \"kv_bytes_held\": %zu, \"kv_bytes_unshared\": %zu, \"kv_bytes_full\": %zu}\n",
+                   (int)n_prompt, all.kv_bytes_held, separate, all.kv_bytes_full);
+        } else {
+            for (int32_t i = 0; i < k; i++)
+                printf("sample %d: %s%s\n\n", (int)i + 1, o->prompt, texts[i]);
+            printf("%d samples: KV cache %zu bytes held (pages shared with the prompt counted once), %zu if each "
+                   "held its own, %zu full\n",
+                   (int)k, all.kv_bytes_held, separate, all.kv_bytes_full);
+        }
+        rc = 0;
+    }
+    free(prompt);
+    free(logits);
+    cli_close(&s);
+    return rc;
+}

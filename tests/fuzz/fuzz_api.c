@@ -1,8 +1,9 @@
 /*
  * libFuzzer target over the public API: the input is a program of calls —
  * create a sequence (a one-entry policy from a table, a prompt of 1..40
- * tokens), prefill it, decode a batch of sequences, destroy one, trim,
- * inspect, and bad calls (unknown or destroyed sequences, duplicates in a
+ * tokens), prefill it, decode a batch of sequences, fork one (its future
+ * then differs), append a chunk to one, destroy one, trim, inspect, and bad
+ * calls (unknown or destroyed sequences, duplicates in a
  * batch, tokens outside the vocabulary, layers out of range, NULL pointers,
  * decode before prefill or past max_seq_len, a second prefill, short
  * capacities). Each live sequence has the set simulator of the lockstep test
@@ -121,7 +122,77 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (int ops = 0; r.n && ops < 200; ops++) {
         const uint8_t op = next(&r), arg = next(&r);
         slot *s = &slots[arg % SEQS];
-        switch (op % 8) {
+        switch (op % 10) {
+        case 8: { /* fork into a free slot: the child starts as the parent's simulator, then its future differs */
+            slot *child = NULL;
+            for (int i = 0; i < SEQS && !child; i++)
+                if (!slots[i].live)
+                    child = &slots[i];
+            if (!s->live || !s->prefilled || !child)
+                break;
+            int32_t id = -1;
+            EXPECT_OK(ctx, fg_seq_fork(ctx, s->sim.id, &id));
+            die_if_failed("fork");
+            const sim_seq parent = s->sim;
+            child->sim = parent;
+            const size_t nq = (size_t)MAXT * Hq * d, nk = (size_t)MAXT * rc.Hkv * d;
+            child->sim.q = malloc(nq * sizeof(float));
+            child->sim.k = malloc(nk * sizeof(float));
+            child->sim.v = malloc(nk * sizeof(float));
+            memcpy(child->sim.q, parent.q, nq * sizeof(float));
+            memcpy(child->sim.k, parent.k, nk * sizeof(float));
+            memcpy(child->sim.v, parent.v, nk * sizeof(float));
+            for (int32_t p = s->len; p < MAXT; p++) {
+                child->sim.tokens[p] = rng_int(0, VOCAB - 1);
+                child->sim.cls[p] = (p < parent.cp.n_sink || child->sim.tokens[p] == 6) ? FG_TOKEN_SPECIAL
+                                    : (child->sim.tokens[p] == 5 || child->sim.tokens[p] == 7) ? FG_TOKEN_PUNCT
+                                                                                               : FG_TOKEN_ORDINARY;
+                for (size_t x = 0; x < (size_t)Hq * d; x++)
+                    child->sim.q[(size_t)p * Hq * d + x] = 1.5f * rng_gauss();
+                for (size_t x = 0; x < (size_t)rc.Hkv * d; x++) {
+                    child->sim.k[(size_t)p * rc.Hkv * d + x] = 1.5f * rng_gauss();
+                    child->sim.v[(size_t)p * rc.Hkv * d + x] = rng_gauss();
+                }
+            }
+            child->sim.cp = parent.cp;
+            child->sim.pol = &child->sim.cp.shortlist[0];
+            child->sim.id = id;
+            child->live = child->prefilled = 1;
+            child->len = s->len;
+            check_all(ctx, slots, &rc, "fork");
+            break;
+        }
+        case 9: { /* append a chunk of 1..5 tokens: the simulator steps through it token by token */
+            const int32_t n = 1 + (arg >> 4) % 5;
+            if (!s->live || !s->prefilled)
+                break;
+            const size_t rq = (size_t)Hq * d, rk = (size_t)rc.Hkv * d;
+            if (s->len + n > MAX_LEN) {
+                REFUSED(ctx, fg_seq_append(ctx, s->sim.id, 0, &s->sim.tokens[s->len], n, s->sim.q + s->len * rq,
+                                           s->sim.k + s->len * rk, s->sim.v + s->len * rk, out),
+                        "an append past max_seq_len");
+                break;
+            }
+            EXPECT_OK(ctx, fg_seq_append(ctx, s->sim.id, 0, &s->sim.tokens[s->len], n, s->sim.q + s->len * rq,
+                                         s->sim.k + s->len * rk, s->sim.v + s->len * rk, out));
+            die_if_failed("append");
+            double num = 0.0, den = 0.0;
+            for (int32_t i = 0; i < n; i++) {
+                memset(ref, 0, rq * sizeof(double));
+                for (int32_t g = 0; g < rc.Hkv; g++)
+                    sim_step(&s->sim, &rc, g, s->len, ref + (size_t)g * rc.G * d);
+                for (size_t x = 0; x < rq; x++) {
+                    num += (out[i * rq + x] - ref[x]) * (out[i * rq + x] - ref[x]);
+                    den += ref[x] * ref[x];
+                }
+                s->len++;
+            }
+            for (int32_t g = 0; g < rc.Hkv; g++)
+                compare_sets(ctx, &s->sim, g, s->len, "append");
+            EXPECT(num <= 1e-9 * den, "append output NMSE %.3g", num / den);
+            die_if_failed("append against the simulator");
+            break;
+        }
         case 0: /* create */
             if (!s->live) {
                 fg_compression_params cp;

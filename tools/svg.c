@@ -112,7 +112,7 @@ static void chart(FILE *f, int dy, const char *title, const char *x_label, const
     const double px = (x1 - x0) * 0.05, py = (y1 - y0) * 0.08;
     x0 -= px;
     x1 += px;
-    y0 -= py;
+    y0 = y0 >= 0.0 && y0 - py < 0.0 ? 0.0 : y0 - py; /* no negative axis under data that cannot be negative */
     y1 += py;
 #define SX(v) (left + ((v) - x0) / (x1 - x0) * w)
 #define SY(v) (top + h - ((v) - y0) / (y1 - y0) * h)

@@ -243,4 +243,15 @@ static void make_seq(sim_seq *s, const run_cfg *rc, const fg_compression_params 
     }
 }
 
+/* The simulator's vocabulary: 0-4 ordinary, 5 and 7 punctuation, 6 special. */
+#define SIM_VOCAB 8
+static fg_token_classes *sim_classes(void) {
+    fg_token_classes *tc = NULL;
+    fg_token_classes_create(SIM_VOCAB, NULL, &tc);
+    fg_token_classes_set(tc, 5, FG_TOKEN_PUNCT);
+    fg_token_classes_set(tc, 7, FG_TOKEN_PUNCT);
+    fg_token_classes_set(tc, 6, FG_TOKEN_SPECIAL);
+    return tc;
+}
+
 #endif

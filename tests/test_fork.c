@@ -47,6 +47,25 @@ static void step(world *w, int32_t n, const int32_t *seqs, const int *conts, int
     }
 }
 
+/* The world's context: L layers of HQ / HKV heads of D, on `backend`. */
+static void open_context(world *w, const char *backend, fg_dtype dtype, int32_t max_seqs, int32_t max_len,
+                         int32_t page_tokens) {
+    fg_context_params p;
+    fg_context_params_default(&p);
+    p.backend = backend;
+    p.n_layers = L;
+    p.n_q_heads = HQ;
+    p.n_kv_heads = HKV;
+    p.head_dim = D;
+    p.kv_dtype = dtype;
+    p.max_seqs = max_seqs;
+    p.max_seq_len = max_len;
+    p.page_tokens = page_tokens;
+    p.classes = w->syn.classes;
+    w->ctx = NULL;
+    EXPECT_OK(NULL, fg_context_create(&p, &w->ctx));
+}
+
 static int same_heads(fg_context *ctx, int32_t a, int32_t b) {
     for (int32_t l = 0; l < L; l++)
         for (int32_t g = 0; g < HKV; g++) {
@@ -64,19 +83,7 @@ static void run(const char *backend, const char *policy) {
     for (int c = 0; c < 3; c++)
         for (int32_t t = 0; t < MAXLEN; t++)
             w.tokens[c][t] = t < N ? fg_synth_token(&w.syn, t) : fg_synth_token(&w.syn, t + 1000 * c);
-    fg_context_params p;
-    fg_context_params_default(&p);
-    p.backend = backend;
-    p.n_layers = L;
-    p.n_q_heads = HQ;
-    p.n_kv_heads = HKV;
-    p.head_dim = D;
-    p.kv_dtype = FG_DTYPE_F16;
-    p.max_seqs = 4;
-    p.max_seq_len = MAXLEN;
-    p.page_tokens = 4;
-    p.classes = w.syn.classes;
-    EXPECT_OK(NULL, fg_context_create(&p, &w.ctx));
+    open_context(&w, backend, FG_DTYPE_F16, 4, MAXLEN, 4);
     if (!w.ctx)
         return;
     fg_compression_params cp;
@@ -169,19 +176,7 @@ static void test_append(const char *backend) {
     for (int c = 0; c < 3; c++)
         for (int32_t t = 0; t < MAXLEN; t++)
             w.tokens[c][t] = fg_synth_token(&w.syn, t);
-    fg_context_params p;
-    fg_context_params_default(&p);
-    p.backend = backend;
-    p.n_layers = L;
-    p.n_q_heads = HQ;
-    p.n_kv_heads = HKV;
-    p.head_dim = D;
-    p.kv_dtype = FG_DTYPE_BF16;
-    p.max_seqs = 3;
-    p.max_seq_len = N + CHUNK + AFTER;
-    p.page_tokens = 8;
-    p.classes = w.syn.classes;
-    EXPECT_OK(NULL, fg_context_create(&p, &w.ctx));
+    open_context(&w, backend, FG_DTYPE_BF16, 3, N + CHUNK + AFTER, 8);
     if (!w.ctx)
         return;
     int32_t a, b;

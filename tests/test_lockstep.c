@@ -16,16 +16,11 @@
 #include "harness.h"
 #include "sim.h"
 
-#define VOCAB 8 /* 0-4 ordinary, 5 and 7 punctuation, 6 special */
 #define STEPS 300
 
 static void run_pair(const run_cfg *rc, const fg_compression_params *cpa, const fg_compression_params *cpb,
                      const char *name) {
-    fg_token_classes *tc = NULL;
-    fg_token_classes_create(VOCAB, NULL, &tc);
-    fg_token_classes_set(tc, 5, FG_TOKEN_PUNCT);
-    fg_token_classes_set(tc, 7, FG_TOKEN_PUNCT);
-    fg_token_classes_set(tc, 6, FG_TOKEN_SPECIAL);
+    fg_token_classes *tc = sim_classes();
     const int32_t Hq = rc->G * rc->Hkv, d = rc->d;
     fg_context_params params;
     fg_context_params_default(&params);

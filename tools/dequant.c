@@ -168,47 +168,30 @@ static void scale_min_k4(int j, const unsigned char *q, int *sc, int *m) {
 }
 
 /* Q4_K: f16 d, f16 dmin; 12 bytes of scales and mins; 128 bytes of 4-bit quants, each 32
- * bytes holding two sub-blocks of 32 (low nibbles first); x = d*sc * q - dmin*m */
-static void q4_k_to_float(const void *src, float *y, int64_t n) {
-    const unsigned char *b = src;
-    for (int64_t i = 0; i < n / QK_K; i++, b += 144) {
+ * bytes holding two sub-blocks of 32 (low nibbles first); x = d*sc * q - dmin*m.
+ * Q5_K: the same with 32 bytes of fifth bits (bits 2k and 2k+1 of byte l for the two
+ * sub-blocks of quant run k) between the scales and the nibbles. */
+static void q45_k_to_float(const unsigned char *b, float *y, int64_t n, int fifth_bits) {
+    for (int64_t i = 0; i < n / QK_K; i++, b += fifth_bits ? 176 : 144) {
         const float d = f16(b), min = f16(b + 2);
-        const unsigned char *scales = b + 4, *q = b + 16;
-        for (int is = 0; is < 8; is += 2, q += 32) {
+        const unsigned char *scales = b + 4, *qh = b + 16, *q = b + (fifth_bits ? 48 : 16);
+        unsigned u1 = 1, u2 = 2;
+        for (int is = 0; is < 8; is += 2, q += 32, u1 <<= 2, u2 <<= 2) {
             int sc, m;
             scale_min_k4(is, scales, &sc, &m);
             const float d1 = d * (float)sc, m1 = min * (float)m;
             scale_min_k4(is + 1, scales, &sc, &m);
             const float d2 = d * (float)sc, m2 = min * (float)m;
             for (int l = 0; l < 32; l++)
-                *y++ = d1 * (float)(q[l] & 0xF) - m1;
+                *y++ = d1 * (float)((q[l] & 0xF) + (fifth_bits && (qh[l] & u1) ? 16 : 0)) - m1;
             for (int l = 0; l < 32; l++)
-                *y++ = d2 * (float)(q[l] >> 4) - m2;
+                *y++ = d2 * (float)((q[l] >> 4) + (fifth_bits && (qh[l] & u2) ? 16 : 0)) - m2;
         }
     }
 }
 
-/* Q5_K: as Q4_K, plus 32 bytes of fifth bits (bit 2k and 2k+1 of byte l for the two
- * sub-blocks of quant run k) between the scales and the nibbles. */
-static void q5_k_to_float(const void *src, float *y, int64_t n) {
-    const unsigned char *b = src;
-    for (int64_t i = 0; i < n / QK_K; i++, b += 176) {
-        const float d = f16(b), min = f16(b + 2);
-        const unsigned char *scales = b + 4, *qh = b + 16, *ql = b + 48;
-        unsigned u1 = 1, u2 = 2;
-        for (int is = 0; is < 8; is += 2, ql += 32, u1 <<= 2, u2 <<= 2) {
-            int sc, m;
-            scale_min_k4(is, scales, &sc, &m);
-            const float d1 = d * (float)sc, m1 = min * (float)m;
-            scale_min_k4(is + 1, scales, &sc, &m);
-            const float d2 = d * (float)sc, m2 = min * (float)m;
-            for (int l = 0; l < 32; l++)
-                *y++ = d1 * (float)((ql[l] & 0xF) + (qh[l] & u1 ? 16 : 0)) - m1;
-            for (int l = 0; l < 32; l++)
-                *y++ = d2 * (float)((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;
-        }
-    }
-}
+static void q4_k_to_float(const void *src, float *y, int64_t n) { q45_k_to_float(src, y, n, 0); }
+static void q5_k_to_float(const void *src, float *y, int64_t n) { q45_k_to_float(src, y, n, 1); }
 
 /* Q6_K: 128 bytes of low nibbles, 64 bytes of 2-bit high parts, 16 int8 scales (one per
  * 16 values), f16 d; x = d * scale * (q - 32). Each half of 128 values interleaves four

@@ -20,7 +20,7 @@
 #include "../harness.h"
 #include "../sim.h"
 
-#define VOCAB 8 /* the simulator's vocabulary: 0-4 ordinary, 5 and 7 punctuation, 6 special */
+#define VOCAB SIM_VOCAB
 #define MAX_LEN 64
 #define SEQS 3
 
@@ -89,11 +89,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                   (fg_dtype)((shape >> 5) % 3)};
     const int32_t Hq = rc.G * rc.Hkv, d = rc.d;
 
-    fg_token_classes *tc = NULL;
-    fg_token_classes_create(VOCAB, NULL, &tc);
-    fg_token_classes_set(tc, 5, FG_TOKEN_PUNCT);
-    fg_token_classes_set(tc, 7, FG_TOKEN_PUNCT);
-    fg_token_classes_set(tc, 6, FG_TOKEN_SPECIAL);
+    fg_token_classes *tc = sim_classes();
     fg_context_params params;
     fg_context_params_default(&params);
     params.backend = "ref";

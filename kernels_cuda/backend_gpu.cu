@@ -117,7 +117,7 @@ static void gpu_destroy(fg_backend *be) {
         return;
     if (st->scratch)
         cudaFree(st->scratch);
-    if (st->stream)
+    if (st->stream && !st->shared_stream)
         cudaStreamDestroy(st->stream);
     free(st);
 }
@@ -152,7 +152,22 @@ extern "C" fg_status fg_backend_cuda_init(fg_backend *be) {
         return be->err(be->err_sink, FG_ERR_OUT_OF_MEMORY, FG_GPU_NAME ": out of memory");
     be->impl = st;
     be->ops = &k_gpu_ops;
+#ifdef __HIP_CPU_RT__
+    /* HIP-CPU keeps a slot per stream for the life of each host thread and
+     * aborts past 255 of them, destroyed ones included: under emulation the
+     * backends share one stream, made once and never destroyed. */
+    static cudaError_t shared_status = cudaErrorUnknown;
+    static cudaStream_t shared = [] {
+        cudaStream_t s = 0;
+        shared_status = cudaStreamCreate(&s);
+        return s;
+    }();
+    st->stream = shared;
+    st->shared_stream = 1;
+    e = shared_status;
+#else
     e = cudaStreamCreate(&st->stream);
+#endif
     if (e != cudaSuccess) {
         gpu_destroy(be);
         be->impl = NULL;

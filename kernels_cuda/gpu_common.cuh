@@ -53,6 +53,7 @@ __device__ static inline int32_t fg_imin(int32_t a, int32_t b) { return a < b ? 
 /* Backend state: one stream and a device scratch arena that only grows. */
 typedef struct fg_gpu_state {
     cudaStream_t stream;
+    int shared_stream; /* HIP-CPU: one stream for every backend, never destroyed */
     unsigned char *scratch;
     size_t scratch_bytes;
 } fg_gpu_state;

@@ -20,6 +20,7 @@
 
 #define cudaError_t hipError_t
 #define cudaSuccess hipSuccess
+#define cudaErrorUnknown hipErrorUnknown
 #define cudaMalloc hipMalloc
 #define cudaFree hipFree
 #define cudaMemcpy hipMemcpy

@@ -7,11 +7,13 @@
  * (fault_active) fail, once; a walk over k = 1, 2, ... ends when a run no
  * longer reaches its k-th allocation, and fault_count() tells how many there
  * were.
- * Allocations inside shared libraries (libc, libgomp, OpenBLAS) are not seen.
+ * Allocations inside shared libraries (libc, libgomp, OpenBLAS) are not seen,
+ * nor those of other threads than the caller's.
  */
 #ifndef FG_TEST_FAULT_H
 #define FG_TEST_FAULT_H
 
+#include <pthread.h>
 #include <stddef.h>
 
 void *__real_malloc(size_t n);
@@ -26,10 +28,12 @@ void *__wrap_aligned_alloc(size_t align, size_t n);
 static long g_fault_at;   /* the allocation that fails, counted from 1 over active spans; 0 = none */
 static long g_fault_seen; /* allocations seen in active spans */
 static int g_fault_active, g_fault_fired;
+static pthread_t g_fault_thread; /* the caller's: the library allocates only there */
 
-/* Allocations may come from OpenMP threads: the counters are atomic. */
+/* Only the calling thread's allocations count: a runtime's own worker threads
+ * (HIP-CPU runs kernels and grows fiber stacks on them) are not the library's. */
 static int fault_hit(void) {
-    if (!__atomic_load_n(&g_fault_active, __ATOMIC_SEQ_CST))
+    if (!__atomic_load_n(&g_fault_active, __ATOMIC_SEQ_CST) || !pthread_equal(pthread_self(), g_fault_thread))
         return 0;
     if (__atomic_add_fetch(&g_fault_seen, 1, __ATOMIC_SEQ_CST) != g_fault_at)
         return 0;
@@ -51,7 +55,10 @@ static inline void fault_reset(long k) {
 }
 
 /* Only allocations between fault_active(1) and fault_active(0) count. */
-static inline void fault_active(int on) { __atomic_store_n(&g_fault_active, on, __ATOMIC_SEQ_CST); }
+static inline void fault_active(int on) {
+    g_fault_thread = pthread_self();
+    __atomic_store_n(&g_fault_active, on, __ATOMIC_SEQ_CST);
+}
 static inline int fault_fired(void) { return __atomic_load_n(&g_fault_fired, __ATOMIC_SEQ_CST); }
 static inline long fault_count(void) { return __atomic_load_n(&g_fault_seen, __ATOMIC_SEQ_CST); }
 

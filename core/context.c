@@ -216,8 +216,10 @@ static fg_status seq_clone(fg_context *ctx, const fg_seq *s, fg_seq *c) {
             break;
         *h = (fg_head){ph->policy_index, ph->components, {0}, ph->n_slots, ph->n_freq, 0, n, h->page_ids, h->pages};
         memcpy(h->recovery, ph->recovery, sizeof h->recovery);
-        memcpy(h->page_ids, ph->page_ids, (size_t)ph->n_pages * sizeof *h->page_ids);
-        memcpy(h->pages, ph->pages, (size_t)ph->n_pages * sizeof *h->pages);
+        if (ph->n_pages > 0) { /* a head not prefilled yet has no page table */
+            memcpy(h->page_ids, ph->page_ids, (size_t)ph->n_pages * sizeof *h->page_ids);
+            memcpy(h->pages, ph->pages, (size_t)ph->n_pages * sizeof *h->pages);
+        }
         for (int32_t p = 0; p < ph->n_pages; p++)
             fg_pool_ref(&ctx->pool, ph->page_ids[p]);
         h->n_pages = ph->n_pages;

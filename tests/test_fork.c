@@ -155,8 +155,19 @@ static void run(const char *backend, const char *policy) {
     EXPECT_OK(w.ctx, fg_seq_destroy(w.ctx, mid));
     int32_t again;
     EXPECT_OK(w.ctx, fg_seq_fork(w.ctx, child, &again));
+    EXPECT(same_heads(w.ctx, again, child), "%s %s: a fork of a fork keeps its rows", backend, policy);
+    /* its kept positions, read from its pages again once its parent is gone */
+    static int32_t kept_before[L * HKV][MAXLEN];
+    int32_t n_before[L * HKV];
+    for (int32_t i = 0; i < L * HKV; i++)
+        EXPECT_OK(w.ctx, fg_head_positions(w.ctx, child, i / HKV, i % HKV, kept_before[i], MAXLEN, &n_before[i]));
     EXPECT_OK(w.ctx, fg_seq_destroy(w.ctx, child));
-    EXPECT(same_heads(w.ctx, again, again), "the fork of a fork reads");
+    for (int32_t i = 0; i < L * HKV; i++) {
+        int32_t pos[MAXLEN], n_pos = -1;
+        EXPECT(fg_head_positions(w.ctx, again, i / HKV, i % HKV, pos, MAXLEN, &n_pos) == FG_OK &&
+                   n_pos == n_before[i] && !memcmp(pos, kept_before[i], (size_t)n_pos * sizeof *pos),
+               "%s %s: the fork of a fork lost rows when its parent went", backend, policy);
+    }
     EXPECT_OK(w.ctx, fg_seq_destroy(w.ctx, again));
     fg_memory_stats end;
     fg_memory(w.ctx, -1, &end);

@@ -19,7 +19,9 @@
 #include <string.h>
 
 #include "harness.h"
+#include "kernels_cpu/dtype.h"
 #include "tools/dequant.h"
+#include "tools/matvec.h"
 #include "tools/gguf.h"
 #include "tools/llama2c.h"
 #include "tools/runner.h"
@@ -207,7 +209,7 @@ static void test_crafted(void) {
 /* Greedy ids after a prompt: n tokens. */
 static fg_status greedy(const fg_llama_model *m, const fg_tokenizer *t, const int32_t *prompt, int32_t n_prompt,
                         int32_t n, int32_t *out) {
-    fg_runner_params rp = {"cpu", FG_DTYPE_F32, 1, 0, 0};
+    fg_runner_params rp = {"cpu", FG_DTYPE_F32, 1, 0, 0, 0};
     fg_runner *r = NULL;
     char err[256];
     fg_status st = fg_runner_create(m, t, &rp, &r, err, sizeof err);
@@ -509,6 +511,10 @@ static void test_bpe(void) {
     expect_split(FG_PRETOK_SMOLLM, "Hello's 123x", smollm, 7);
     const char *uni[] = {"h\xc3\xa9llo", " w\xc3\xb6rld", " \xf0\x9f\xa6\x99.", "cpp", " \xd0\xbd\xd0\xb5"};
     expect_split(FG_PRETOK_GPT2, "h\xc3\xa9llo w\xc3\xb6rld \xf0\x9f\xa6\x99.cpp \xd0\xbd\xd0\xb5", uni, 5);
+    /* a space character of several bytes alone between words (U+00A0, U+3000) stands alone; after
+       another space it still goes to neither word (this once looped for ever) */
+    const char *wide[] = {"a", "\xc2\xa0", "b", "\xe3\x80\x80", "c", " ", "\xc2\xa0", "d"};
+    expect_split(FG_PRETOK_GPT2, "a\xc2\xa0" "b\xe3\x80\x80" "c \xc2\xa0" "d", wide, 8);
     /* merges by rank: the lower rank first, whatever the position */
     const char *ll_first[] = {"l l", "e l", "h e"};
     expect_ids(ll_first, 3, "hell", (const int32_t[]){258, 256}, 2, "l l before e l");
@@ -530,6 +536,103 @@ static void test_bpe(void) {
     printf("byte-level BPE: pre-tokenizers and merges on built vocabularies\n");
 }
 
+/* Random blocks of `type` with sane f16 scales: every byte pattern of the
+ * quants is a valid block. */
+static void random_blocks(int32_t type, unsigned char *w, int64_t n_values) {
+    const fg_type_info *ti = fg_type_info_of(type);
+    const int64_t bytes = n_values / ti->block * ti->bytes;
+    for (int64_t i = 0; i < bytes; i++)
+        w[i] = (unsigned char)rng_next();
+    if (type == FG_GGML_F16)
+        for (int64_t i = 0; i < n_values; i++) {
+            const uint16_t h = fg_f32_to_f16(rng_gauss());
+            memcpy(w + 2 * i, &h, 2);
+        }
+    /* the f16 scales: d (and m or dmin) first, but q6_K keeps its d last */
+    const int n_scales = type == FG_GGML_Q4_1 || type == FG_GGML_Q5_1 || type == FG_GGML_Q4_K ? 2 : 1;
+    for (int64_t b = 0; type != FG_GGML_F16 && b < n_values / ti->block; b++) {
+        unsigned char *blk = w + b * ti->bytes + (type == FG_GGML_Q6_K ? ti->bytes - 2 : 0);
+        for (int k = 0; k < n_scales; k++) {
+            const uint16_t h = fg_f32_to_f16((float)(rng_gauss() * 0.05));
+            memcpy(blk + 2 * k, &h, 2);
+        }
+    }
+}
+
+/* The decode step's matrix products (tools/matvec.c): the vector kernels
+ * against the plain reference, f32 activations and llama.cpp's q8 ones. */
+static void test_matvec(void) {
+    static const int32_t types[] = {FG_GGML_Q4_0, FG_GGML_Q4_1, FG_GGML_Q8_0, FG_GGML_F16, FG_GGML_Q5_1,
+                                    FG_GGML_Q4_K, FG_GGML_Q6_K};
+    enum { OUT = 67, IN = 512 };
+    unsigned char *w = malloc((size_t)OUT * IN * 4);
+    float *x = malloc(sizeof(float) * FG_MATVEC_MAX_ROWS * IN), *row = malloc(sizeof(float) * IN);
+    float *y = malloc(sizeof(float) * FG_MATVEC_MAX_ROWS * OUT), *want = malloc(sizeof(float) * FG_MATVEC_MAX_ROWS * OUT);
+    fg_q8_block *act = malloc(sizeof(fg_q8_block) * FG_MATVEC_MAX_ROWS * IN / 32);
+    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+        const fg_type_info *ti = fg_type_info_of(types[t]);
+        random_blocks(types[t], w, (int64_t)OUT * IN);
+        const fg_tensor W = {types[t], w, OUT, IN};
+        for (int32_t rows = 1; rows <= FG_MATVEC_MAX_ROWS; rows += 3) {
+            for (int32_t i = 0; i < rows * IN; i++)
+                x[i] = rng_gauss();
+            /* the exact product of the dequantized weights, in double */
+            double worst = 0.0, worst_q8 = 0.0, worst_int = 0.0;
+            for (int32_t o = 0; o < OUT; o++) {
+                ti->to_float(w + (size_t)o * (size_t)fg_type_row_bytes(types[t], IN), row, IN);
+                for (int32_t r = 0; r < rows; r++) {
+                    double s = 0.0, mag = 0.0;
+                    for (int32_t i = 0; i < IN; i++) {
+                        s += (double)row[i] * x[r * IN + i];
+                        mag += fabs((double)row[i] * x[r * IN + i]);
+                    }
+                    want[r * OUT + o] = (float)s;
+                    y[r * OUT + o] = (float)mag; /* scale of the rounding, for the moment */
+                }
+            }
+            float *mag = malloc(sizeof(float) * (size_t)rows * OUT), *ref = malloc(sizeof(float) * (size_t)rows * OUT);
+            memcpy(mag, y, sizeof(float) * (size_t)rows * OUT);
+            fg_matvec(y, OUT, x, &W, rows);
+            fg_matvec_ref(ref, OUT, x, &W, rows);
+            for (int32_t i = 0; i < rows * OUT; i++) {
+                worst = fmax(worst, fabs(y[i] - want[i]) / mag[i]);
+                worst = fmax(worst, fabs(ref[i] - want[i]) / mag[i]);
+            }
+            EXPECT(worst < 1e-5, "%s, %d rows: f32 products off by %.3g of their magnitude", ti->name, (int)rows, worst);
+            if (fg_matvec_quantizes(types[t])) {
+                /* q8 activations: within their rounding (half a step of amax/127 per value) of the exact product */
+                fg_matvec_q8(y, OUT, x, &W, rows, act);
+                for (int32_t i = 0; i < rows * OUT; i++)
+                    worst_q8 = fmax(worst_q8, fabs(y[i] - want[i]) / mag[i]);
+                EXPECT(worst_q8 < 0.03 && worst_q8 > 0.0, "%s, %d rows: q8 products off by %.3g of their magnitude",
+                       ti->name, (int)rows, worst_q8);
+                /* the vector kernel equals the integer reference but for float rounding, and a row
+                   alone gets what it gets in a batch */
+                fg_matvec_q8_ref(ref, OUT, x, &W, rows, act);
+                for (int32_t i = 0; i < rows * OUT; i++)
+                    worst_int = fmax(worst_int, fabs(ref[i] - y[i]) / mag[i]);
+                for (int32_t r = 0; r < rows; r++)
+                    for (int32_t o = 0; o < OUT; o++) {
+                        const fg_tensor one = {types[t], w + (size_t)o * (size_t)fg_type_row_bytes(types[t], IN), 1, IN};
+                        float ro;
+                        fg_matvec_q8(&ro, 1, x + r * IN, &one, 1, act);
+                        worst_int = fmax(worst_int, fabs(ro - y[r * OUT + o]) / mag[r * OUT + o]);
+                    }
+                EXPECT(worst_int < 1e-5, "%s, %d rows: q8 kernel vs its reference, or alone vs batched: %.3g",
+                       ti->name, (int)rows, worst_int);
+            }
+            free(mag);
+            free(ref);
+        }
+    }
+    free(w);
+    free(x);
+    free(row);
+    free(y);
+    free(want);
+    free(act);
+}
+
 int main(int argc, char **argv) {
     test_seed("test_gguf");
     if (argc < 3) {
@@ -543,5 +646,6 @@ int main(int argc, char **argv) {
     test_tokenizer();
     test_bpe();
     test_files();
+    test_matvec();
     return test_finish();
 }

@@ -30,7 +30,7 @@ typedef struct model_env {
 /* Greedy text of n tokens after the prompt; tokens[] receives all of them. */
 static int greedy(model_env *env, const char *backend, fg_dtype dtype, const char *policy, int32_t n, char *text,
                   size_t cap, int32_t *tokens, fg_memory_stats *mem) {
-    fg_runner_params rp = {backend, dtype, 1, 0, 0};
+    fg_runner_params rp = {backend, dtype, 1, 0, 0, 0};
     fg_runner *r = NULL;
     char err[256];
     if (fg_runner_create(&env->model, &env->tok, &rp, &r, err, sizeof err) != FG_OK) {
@@ -157,7 +157,7 @@ int main(int argc, char **argv) {
     }
 
     /* a batch of two policies == each alone */
-    fg_runner_params rp = {"cpu", FG_DTYPE_F32, 2, 0, 0};
+    fg_runner_params rp = {"cpu", FG_DTYPE_F32, 2, 0, 0, 0};
     fg_runner *r = NULL;
     EXPECT(fg_runner_create(&env.model, &env.tok, &rp, &r, err, sizeof err) == FG_OK, "runner: %s", err);
     fg_compression_params cp[2];

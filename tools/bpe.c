@@ -124,16 +124,13 @@ static size_t gpt2_match(const scan *x, size_t i) {
     const size_t ws = run_of(x, i, FG_UC_SPACE);
     if (i + ws >= x->n)
         return ws;
-    if (ws > 1) {
-        size_t j = i, last = i;
-        while (j < i + ws) { /* the start of the last space character */
-            last = j;
-            class_at(x, j, &len);
-            j += len;
-        }
-        return last - i;
+    size_t j = i, last = i;
+    while (j < i + ws) { /* the start of the last space character (ws counts bytes) */
+        last = j;
+        class_at(x, j, &len);
+        j += len;
     }
-    return ws;
+    return last > i ? last - i : ws; /* one space character alone: \s+ takes it */
 }
 
 void fg_bpe_pretokenize(fg_pretok pre, const char *text, void (*emit)(void *user, const char *s, size_t n),
@@ -245,30 +242,28 @@ static void encode_word(void *user, const char *s, size_t n) {
     }
 }
 
-fg_status fg_bpe_encode(const fg_tokenizer *t, const char *text, int bos, int32_t *tokens, int32_t cap,
-                        int32_t *n_out) {
+fg_status fg_bpe_encode(const fg_tokenizer *t, const char *text, int32_t *tokens, int32_t cap, int32_t *n_out) {
     const size_t n = strlen(text);
-    encoder e = {t, tokens, cap, 0, malloc(3 * n + 1), malloc((n + 2) * sizeof(size_t)), malloc(6 * n + 2)};
+    encoder e = {t, tokens, cap, *n_out, malloc(3 * n + 1), malloc((n + 2) * sizeof(size_t)), malloc(6 * n + 2)};
     if (!e.sym || !e.at || !e.buf) {
         free(e.sym);
         free(e.at);
         free(e.buf);
         return FG_ERR_OUT_OF_MEMORY;
     }
-    if (bos && t->bos >= 0)
-        push(&e, t->bos);
     fg_bpe_pretokenize(t->pre, text, encode_word, &e);
     free(e.sym);
     free(e.at);
     free(e.buf);
     *n_out = e.n;
-    return e.n <= cap ? FG_OK : FG_ERR_CAPACITY;
+    return FG_OK;
 }
 
 /* ------------------------------------------------------------------ loading */
 
-/* The bytes a token's stand-ins spell (pieces of control tokens stay as they are). */
-static char *stand_ins_to_bytes(const char *piece) {
+/* The bytes a token's stand-ins spell (pieces of control tokens stay as
+ * they are); byte_of: the byte of each stand-in code point below 512, or -1. */
+static char *stand_ins_to_bytes(const char *piece, const int16_t byte_of[512]) {
     const size_t n = strlen(piece);
     char *out = malloc(n + 1);
     if (!out)
@@ -277,11 +272,7 @@ static char *stand_ins_to_bytes(const char *piece) {
     for (size_t i = 0; i < n;) {
         size_t len;
         const uint32_t cp = utf8_next((const unsigned char *)piece + i, n - i, &len);
-        int b = -1;
-        if (cp < 512)
-            for (unsigned c = 0; c < 256 && b < 0; c++)
-                if (byte_char(c) == cp)
-                    b = (int)c;
+        const int b = cp < 512 ? byte_of[cp] : -1;
         if (b >= 0)
             out[m++] = (char)b;
         else {
@@ -325,8 +316,13 @@ fg_status fg_bpe_from_gguf(const fg_gguf *g, int32_t vocab_size, fg_tokenizer *o
         out->merges[i] = (fg_bpe_merge){copy, i};
     }
     qsort(out->merges, (size_t)out->n_merges, sizeof *out->merges, by_pair);
+    int16_t byte_of[512];
+    for (int c = 0; c < 512; c++)
+        byte_of[c] = -1;
+    for (int b = 255; b >= 0; b--)
+        byte_of[byte_char((unsigned)b)] = (int16_t)b;
     for (int32_t i = 0; i < vocab_size; i++)
-        if (!(out->text[i] = stand_ins_to_bytes(out->pieces[i])))
+        if (!(out->text[i] = stand_ins_to_bytes(out->pieces[i], byte_of)))
             return fg_failf(err, err_size, FG_ERR_OUT_OF_MEMORY, "out of memory for token %d", (int)i);
     return FG_OK;
 }

@@ -101,6 +101,10 @@ int cli_parse(const char *cmd, const char *help, int argc, char **argv, cli_opts
             o->csv = 1;
             continue;
         }
+        if (!strcmp(a, "--q8-activations")) {
+            o->q8_activations = 1;
+            continue;
+        }
         if (match(a, "-q", "--quiet")) {
             o->quiet = 1;
             continue;
@@ -224,7 +228,7 @@ fg_status cli_load(const cli_opts *o, cli_session *s, char *err, size_t n) {
 fg_status cli_open(const cli_opts *o, int32_t max_seqs, int track_recovery, cli_session *s, char *err, size_t n) {
     fg_status st = cli_load(o, s, err, n);
     if (st == FG_OK) {
-        fg_runner_params rp = {o->backend, o->dtype, max_seqs, 0, track_recovery};
+        fg_runner_params rp = {o->backend, o->dtype, max_seqs, 0, track_recovery, o->q8_activations};
         st = fg_runner_create(&s->model, &s->tok, &rp, &s->runner, err, n);
     }
     if (st)
@@ -243,7 +247,7 @@ fg_status cli_encode(const cli_session *s, const char *prompt, int32_t **tokens,
     *tokens = malloc((size_t)cap * sizeof **tokens);
     if (!*tokens)
         return FG_ERR_OUT_OF_MEMORY;
-    fg_status st = fg_tokenizer_encode(&s->tok, prompt, 1, *tokens, cap, n);
+    fg_status st = fg_tokenizer_encode(&s->tok, prompt, FG_ENCODE_BOS | FG_ENCODE_SPECIAL, *tokens, cap, n);
     if (st) {
         free(*tokens);
         *tokens = NULL;

@@ -18,6 +18,7 @@ typedef struct cli_opts {
     uint64_t seed;
     fg_dtype dtype;
     int json, csv, quiet;
+    int q8_activations; /* --q8-activations: llama.cpp's scheme for q4_0/q4_1/q8_0 weights */
 } cli_opts;
 
 typedef struct cli_session {
@@ -55,7 +56,8 @@ int cli_compression(const char *cmd, const cli_opts *o, fg_compression_params *c
 fg_status cli_load(const cli_opts *o, cli_session *s, char *err, size_t n);
 fg_status cli_open(const cli_opts *o, int32_t max_seqs, int track_recovery, cli_session *s, char *err, size_t n);
 void cli_close(cli_session *s);
-/* prompt -> tokens with BOS (malloc'd). */
+/* prompt -> tokens (malloc'd): BOS first when the vocabulary asks for it;
+ * control tokens spelled in the prompt ("<|im_start|>") become their ids. */
 fg_status cli_encode(const cli_session *s, const char *prompt, int32_t **tokens, int32_t *n);
 
 /* JSON string (quoted, escaped). */
@@ -69,5 +71,6 @@ int cmd_profile(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 int cmd_info(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
 
 #endif

@@ -507,7 +507,7 @@ int cmd_eval(int argc, char **argv) {
     char err[512];
     fg_status st = cli_load(&o, &e.s, err, sizeof err);
     if (st == FG_OK) {
-        fg_runner_params rp = {o.backend, o.dtype, N_BASE * N_T, 1, 1};
+        fg_runner_params rp = {o.backend, o.dtype, N_BASE * N_T, 1, 1, o.q8_activations};
         st = fg_runner_create(&e.s.model, &e.s.tok, &rp, &e.s.runner, err, sizeof err);
     }
     rc = 1;

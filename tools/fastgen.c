@@ -15,13 +15,14 @@ static const char *k_help = "usage: fastgen <command> [options]\n"
                             "  eval      quality vs memory: FastGen against StreamingLLM, H2O, local, frequent\n"
                             "  demo      the real model when one is found, else a synthetic workload\n"
                             "  info      what a model file (GGUF or llama2.c) holds, and whether fastgen runs it\n"
+                            "  tokenize  the token ids of a text under a model's tokenizer\n"
                             "  version   print the library version\n"
                             "\n"
                             "`fastgen <command> --help` describes each command.\n";
 
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fputs("fastgen: no command (generate, profile, eval, demo, info, version; try `fastgen --help`)\n", stderr);
+        fputs("fastgen: no command (generate, profile, eval, demo, info, tokenize, version; try `fastgen --help`)\n", stderr);
         return 2;
     }
     const char *cmd = argv[1];
@@ -39,6 +40,8 @@ int main(int argc, char **argv) {
         return cmd_demo(argc - 2, argv + 2);
     if (!strcmp(cmd, "info"))
         return cmd_info(argc - 2, argv + 2);
+    if (!strcmp(cmd, "tokenize"))
+        return cmd_tokenize(argc - 2, argv + 2);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
         printf("fastgen %s\nbackends: %s\n", fg_version(), fg_build_backends());
         return 0;

@@ -160,8 +160,8 @@ int cmd_generate(int argc, char **argv) {
         goto done;
     }
     double t_prefill = cli_now() - t0;
-    for (int32_t i = 1; i < n_prompt; i++)
-        text_append(&text, fg_tokenizer_decode(&s.tok, tokens[i - 1], tokens[i]));
+    for (int32_t i = 0; i < n_prompt; i++) /* BOS and other control tokens decode to nothing */
+        text_append(&text, fg_tokenizer_decode(&s.tok, i ? tokens[i - 1] : s.tok.bos, tokens[i]));
     if (!o.json) {
         fputs(text.s ? text.s : "", stdout);
         fflush(stdout);

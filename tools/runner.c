@@ -2,6 +2,7 @@
 #include "tools/runner.h"
 
 #include "tools/dequant.h"
+#include "tools/matvec.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -11,6 +12,9 @@
 
 #ifdef FG_HAVE_BLAS
 #include <cblas.h>
+#endif
+#ifdef _OPENMP
+#include <omp.h>
 #endif
 
 #define FG_RUNNER_TILE 64
@@ -29,7 +33,10 @@ struct fg_runner {
     int64_t *rec_count;
     int32_t *kept; /* [seq_len] scratch */
     int32_t *pos;  /* [max_rows] position of each row */
-    float *wtile;  /* [FG_RUNNER_TILE][max(dim, hidden)] weights of another type than f32, as floats */
+    float *wtile;  /* [threads][FG_RUNNER_TILE][max(dim, hidden)] weights of another type than f32, as floats */
+    size_t wtile_size; /* floats per thread */
+    fg_q8_block *act;  /* [FG_MATVEC_MAX_ROWS][max(dim, hidden) / 32] quantized activations, or NULL */
+    int32_t n_tiles;   /* threads that have a tile */
     char error[512]; /* why the last prefill or decode failed */
 };
 
@@ -66,20 +73,39 @@ static void matmul_f32(float *y, int32_t ldy, const float *x, const float *W, in
 }
 
 /* y[rows][W.rows] = x[rows][W.cols] . W^T. Weights in another type than f32
- * are dequantized FG_RUNNER_TILE rows at a time into the runner's scratch,
- * never the whole matrix. */
+ * are read in place for a few rows (decode: tools/matvec.h); for more rows
+ * (a prompt, a large batch) they are dequantized FG_RUNNER_TILE rows at a
+ * time into each thread's scratch, never the whole matrix, and multiplied
+ * there. */
 static void matmul(fg_runner *r, float *y, const float *x, const fg_tensor *W, int32_t rows) {
     const int32_t in = (int32_t)W->cols, out = (int32_t)W->rows;
     if (W->type == FG_GGML_F32) {
         matmul_f32(y, out, x, W->data, rows, in, out);
         return;
     }
+    if (r->act && fg_matvec_quantizes(W->type)) { /* a prompt too, as llama.cpp does */
+        for (int32_t r0 = 0; r0 < rows; r0 += FG_MATVEC_MAX_ROWS)
+            fg_matvec_q8(y + (size_t)r0 * out, out, x + (size_t)r0 * in, W,
+                         rows - r0 < FG_MATVEC_MAX_ROWS ? rows - r0 : FG_MATVEC_MAX_ROWS, r->act);
+        return;
+    }
+    if (rows <= FG_MATVEC_MAX_ROWS) {
+        fg_matvec(y, out, x, W, rows);
+        return;
+    }
     fg_to_float_fn *to_float = fg_type_info_of(W->type)->to_float;
     const size_t row_bytes = (size_t)fg_type_row_bytes(W->type, in);
-    for (int32_t o0 = 0; o0 < out; o0 += FG_RUNNER_TILE) {
-        const int32_t n = out - o0 < FG_RUNNER_TILE ? out - o0 : FG_RUNNER_TILE;
-        to_float((const unsigned char *)W->data + (size_t)o0 * row_bytes, r->wtile, (int64_t)n * in);
-        matmul_f32(y + o0, out, x, r->wtile, rows, in, n);
+    const int32_t n_tiles = (out + FG_RUNNER_TILE - 1) / FG_RUNNER_TILE;
+#pragma omp parallel for schedule(dynamic) num_threads(r->n_tiles) if (r->n_tiles > 1)
+    for (int32_t t = 0; t < n_tiles; t++) {
+#ifdef _OPENMP
+        float *tile = r->wtile + (size_t)omp_get_thread_num() * r->wtile_size;
+#else
+        float *tile = r->wtile;
+#endif
+        const int32_t o0 = t * FG_RUNNER_TILE, n = out - o0 < FG_RUNNER_TILE ? out - o0 : FG_RUNNER_TILE;
+        to_float((const unsigned char *)W->data + (size_t)o0 * row_bytes, tile, (int64_t)n * in);
+        matmul_f32(y + o0, out, x, tile, rows, in, n);
     }
 }
 
@@ -173,8 +199,17 @@ fg_status fg_runner_create(const fg_llama_model *model, const fg_tokenizer *tok,
     r->hb = malloc(rows * H * sizeof(float));
     r->hb2 = malloc(rows * H * sizeof(float));
     r->pos = malloc(rows * sizeof(int32_t));
-    r->wtile = malloc((size_t)FG_RUNNER_TILE * (D > H ? D : H) * sizeof(float));
-    int ok = r->x && r->xb && r->q && r->k && r->v && r->att && r->hb && r->hb2 && r->pos && r->wtile;
+#ifdef _OPENMP
+    r->n_tiles = omp_get_max_threads();
+#else
+    r->n_tiles = 1;
+#endif
+    r->wtile_size = (size_t)FG_RUNNER_TILE * (D > H ? D : H);
+    r->wtile = malloc((size_t)r->n_tiles * r->wtile_size * sizeof(float));
+    if (rp->q8_activations)
+        r->act = malloc((size_t)FG_MATVEC_MAX_ROWS * ((D > H ? D : H) / 32 + 1) * sizeof *r->act);
+    int ok = r->x && r->xb && r->q && r->k && r->v && r->att && r->hb && r->hb2 && r->pos && r->wtile &&
+             (r->act || !rp->q8_activations);
     if (r->track) {
         r->keys = malloc((size_t)r->max_seqs * c->n_layers * c->seq_len * c->kv_dim * sizeof(float));
         r->rec_sum = calloc((size_t)r->max_seqs, sizeof(double));
@@ -213,6 +248,7 @@ void fg_runner_destroy(fg_runner **pr) {
     free(r->kept);
     free(r->pos);
     free(r->wtile);
+    free(r->act);
     free(r);
     *pr = NULL;
 }

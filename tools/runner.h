@@ -18,6 +18,9 @@ typedef struct fg_runner_params {
     int32_t max_seqs;           /* sequences decoded together */
     int32_t page_tokens;        /* 0 = library default */
     int track_recovery;         /* measure attention recovered vs the full cache */
+    int q8_activations;         /* llama.cpp's scheme for q4_0, q4_1 and q8_0 weights: activations
+                                   quantized to 8 bits per block, integer dots (tools/matvec.h);
+                                   0: f32 activations against the dequantized weights */
 } fg_runner_params;
 
 typedef struct fg_runner fg_runner;

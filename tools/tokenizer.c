@@ -39,6 +39,7 @@ void fg_tokenizer_free(fg_tokenizer *t) {
         free(t->text[i]);
     free(t->text);
     free(t->sorted);
+    free(t->specials);
     memset(t, 0, sizeof *t);
 }
 
@@ -61,6 +62,24 @@ static fg_status finish(fg_tokenizer *t, char *err, size_t err_size) {
         t->control[t->bos] = 1;
     if (t->eos >= 0 && t->eos < t->vocab_size)
         t->control[t->eos] = 1;
+    /* the control tokens with a text, longest first, for FG_ENCODE_SPECIAL */
+    t->n_specials = 0;
+    for (int32_t i = 0; i < t->vocab_size; i++)
+        t->n_specials += t->control[i] && t->pieces[i][0];
+    t->specials = malloc((t->n_specials ? (size_t)t->n_specials : 1) * sizeof *t->specials);
+    if (!t->specials) {
+        fg_tokenizer_free(t);
+        return fg_failf(err, err_size, FG_ERR_OUT_OF_MEMORY, "out of memory for %d tokens", (int)t->vocab_size);
+    }
+    t->n_specials = 0;
+    for (int32_t i = 0; i < t->vocab_size; i++) { /* insertion by length: there are a few */
+        if (!t->control[i] || !t->pieces[i][0])
+            continue;
+        int32_t at = t->n_specials++;
+        for (; at > 0 && strlen(t->pieces[t->specials[at - 1]]) < strlen(t->pieces[i]); at--)
+            t->specials[at] = t->specials[at - 1];
+        t->specials[at] = i;
+    }
     for (int b = 0; b < 256; b++) {
         char name[8];
         snprintf(name, sizeof name, "<0x%02X>", b);
@@ -152,11 +171,11 @@ static int32_t lookup(const fg_tokenizer *t, const char *s) {
     return e ? e->id : -1;
 }
 
-fg_status fg_tokenizer_encode(const fg_tokenizer *t, const char *text, int bos, int32_t *tokens, int32_t cap,
-                              int32_t *n_out) {
-    if (t->kind == FG_TOKENIZER_BPE)
-        return fg_bpe_encode(t, text, bos, tokens, cap, n_out);
-    /* before merging: at most BOS, the dummy prefix and one token per byte */
+/* SentencePiece: the dummy-prefix space (when prefix), code points whole or
+ * as bytes, then merges; appended at tokens[*n_out] (counted past cap). */
+static fg_status spm_encode(const fg_tokenizer *t, const char *text, int prefix, int32_t *tokens, int32_t cap,
+                            int32_t *n_out) {
+    /* before merging: at most the dummy prefix and one token per byte */
     const size_t len_text = strlen(text);
     int32_t *work = malloc((len_text + 2) * sizeof *work);
     char *pair = malloc(2 * t->max_piece_len + 1);
@@ -166,9 +185,7 @@ fg_status fg_tokenizer_encode(const fg_tokenizer *t, const char *text, int bos, 
         return FG_ERR_OUT_OF_MEMORY;
     }
     int32_t n = 0;
-    if (bos && t->bos >= 0)
-        work[n++] = t->bos;
-    if (text[0]) {
+    if (prefix && text[0]) {
         int32_t space = lookup(t, " ");
         if (space >= 0)
             work[n++] = space;
@@ -211,14 +228,72 @@ fg_status fg_tokenizer_encode(const fg_tokenizer *t, const char *text, int bos, 
         memmove(work + best_at + 1, work + best_at + 2, (size_t)(n - best_at - 2) * sizeof *work);
         n--;
     }
-    *n_out = n;
-    fg_status st = n <= cap ? FG_OK : FG_ERR_CAPACITY;
-    if (st == FG_OK)
-        memcpy(tokens, work, (size_t)n * sizeof *work);
+    for (int32_t i = 0; i < n; i++, (*n_out)++)
+        if (*n_out < cap)
+            tokens[*n_out] = work[i];
     free(work);
     free(pair);
-    return st;
+    return FG_OK;
 }
+
+/* The control token whose text starts s, the longest of them; -1 if none. */
+static int32_t special_at(const fg_tokenizer *t, const char *s) {
+    for (int32_t i = 0; i < t->n_specials; i++) /* longest first */
+        if (!strncmp(s, t->pieces[t->specials[i]], strlen(t->pieces[t->specials[i]])))
+            return t->specials[i];
+    return -1;
+}
+
+/* Text without control tokens in it, appended at tokens[*n]. */
+static fg_status encode_text(const fg_tokenizer *t, const char *text, int prefix, int32_t *tokens, int32_t cap,
+                             int32_t *n) {
+    return t->kind == FG_TOKENIZER_BPE ? fg_bpe_encode(t, text, tokens, cap, n)
+                                       : spm_encode(t, text, prefix, tokens, cap, n);
+}
+
+fg_status fg_tokenizer_encode(const fg_tokenizer *t, const char *text, int flags, int32_t *tokens, int32_t cap,
+                              int32_t *n_out) {
+    int32_t n = 0;
+    if ((flags & FG_ENCODE_BOS) && t->add_bos && t->bos >= 0) {
+        if (cap > 0)
+            tokens[0] = t->bos;
+        n = 1;
+    }
+    fg_status st = FG_OK;
+    if (!(flags & FG_ENCODE_SPECIAL) || t->n_specials == 0) {
+        st = encode_text(t, text, 1, tokens, cap, &n);
+    } else { /* the runs of text between control tokens, each encoded alone (as llama.cpp does) */
+        char *run = malloc(strlen(text) + 1);
+        if (!run)
+            return FG_ERR_OUT_OF_MEMORY;
+        int after_special = 1; /* SentencePiece's dummy prefix: at the start and after a control token */
+        for (const char *p = text; st == FG_OK && *p;) {
+            const char *q = p;
+            int32_t id = -1;
+            while (*q && (id = special_at(t, q)) < 0)
+                q++;
+            if (q > p) {
+                memcpy(run, p, (size_t)(q - p));
+                run[q - p] = '\0';
+                st = encode_text(t, run, after_special, tokens, cap, &n);
+                after_special = 0;
+            }
+            if (id >= 0) {
+                if (n < cap)
+                    tokens[n] = id;
+                n++;
+                after_special = 1;
+                q += strlen(t->pieces[id]);
+            }
+            p = q;
+        }
+        free(run);
+    }
+    *n_out = n;
+    return st != FG_OK ? st : n <= cap ? FG_OK : FG_ERR_CAPACITY;
+}
+
+
 
 const char *fg_tokenizer_decode(const fg_tokenizer *t, int32_t prev, int32_t token) {
     if (token < 0 || token >= t->vocab_size)

@@ -46,6 +46,8 @@ typedef struct fg_tokenizer {
     size_t max_piece_len;
     int32_t bos, eos, unk;       /* ids, -1 where the vocabulary has none */
     int add_bos;                 /* the model expects BOS before a prompt */
+    int32_t *specials;           /* [n_specials] control tokens with a text, longest first */
+    int32_t n_specials;
     int32_t byte_id[256];        /* the <0xNN> piece of each byte, or -1 */
     char byte_pieces[256][2];    /* decoded <0xNN> pieces */
     /* byte-level BPE (kind FG_TOKENIZER_BPE) */
@@ -58,7 +60,8 @@ typedef struct fg_tokenizer {
 /* Byte-level BPE (tools/bpe.c): GPT-2's byte-to-unicode mapping, the
  * pre-tokenizer the metadata names, merges by rank. */
 fg_status fg_bpe_from_gguf(const struct fg_gguf *g, int32_t vocab_size, fg_tokenizer *out, char *err, size_t err_size);
-fg_status fg_bpe_encode(const fg_tokenizer *t, const char *text, int bos, int32_t *tokens, int32_t cap, int32_t *n_out);
+/* Text without control tokens, appended at tokens[*n] (*n counts past cap). */
+fg_status fg_bpe_encode(const fg_tokenizer *t, const char *text, int32_t *tokens, int32_t cap, int32_t *n);
 /* Splits text into pre-tokens; calls emit for each (start, length). */
 void fg_bpe_pretokenize(fg_pretok pre, const char *text, void (*emit)(void *user, const char *s, size_t n),
                         void *user);
@@ -73,9 +76,14 @@ fg_status fg_tokenizer_load_file(const char *path, int32_t vocab_size, fg_tokeni
                                  size_t err_size);
 void fg_tokenizer_free(fg_tokenizer *t);
 
-/* text -> tokens (BOS first when bos). cap: room in tokens; FG_ERR_CAPACITY
- * when the result needs more (*n_out then holds how many it needs). */
-fg_status fg_tokenizer_encode(const fg_tokenizer *t, const char *text, int bos, int32_t *tokens, int32_t cap,
+/* flags of fg_tokenizer_encode */
+#define FG_ENCODE_BOS 1     /* the start of a sequence: BOS first if the vocabulary asks for it (add_bos) */
+#define FG_ENCODE_SPECIAL 2 /* control tokens spelled in the text ("<|im_start|>") become their ids, and
+                               the runs of text between them are encoded apart, as llama.cpp's parse_special */
+
+/* text -> tokens. cap: room in tokens; FG_ERR_CAPACITY when the result needs
+ * more (*n_out then holds how many it needs). */
+fg_status fg_tokenizer_encode(const fg_tokenizer *t, const char *text, int flags, int32_t *tokens, int32_t cap,
                               int32_t *n_out);
 /* The text of token after prev (a leading space after BOS is dropped, byte
  * pieces become their byte). */

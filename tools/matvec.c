@@ -1,0 +1,343 @@
+/* Few-row matrix products over weights in their stored type (tools/matvec.h). */
+#include "tools/matvec.h"
+
+#include <math.h>
+#include <stddef.h>
+#include <string.h>
+
+#include "kernels_cpu/dtype.h"
+#include "tools/dequant.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#define QK 32
+#define MAX_BLOCK 256 /* the largest block of any type (the K-quants) */
+
+/* ------------------------------------------------------------ portable path */
+
+/* One weight row against every activation row: the row is dequantized one
+ * block at a time into a small buffer, never whole. */
+static void dot_rows_generic(const unsigned char *w, const fg_type_info *ti, const float *x, int32_t in, int32_t rows,
+                             float *out) {
+    float buf[MAX_BLOCK], acc[FG_MATVEC_MAX_ROWS] = {0};
+    for (int32_t b0 = 0; b0 < in; b0 += ti->block, w += ti->bytes) {
+        ti->to_float(w, buf, ti->block);
+        for (int32_t r = 0; r < rows; r++) {
+            const float *xr = x + (size_t)r * in + b0;
+            float s = 0.0f;
+            for (int32_t j = 0; j < ti->block; j++)
+                s += buf[j] * xr[j];
+            acc[r] += s;
+        }
+    }
+    for (int32_t r = 0; r < rows; r++)
+        out[r] = acc[r];
+}
+
+/* ------------------------------------------------------- AVX2 + FMA + F16C */
+
+#if defined(__x86_64__)
+#define FG_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define FG_AVX2_INLINE __attribute__((target("avx2,fma,f16c"), always_inline)) static inline
+
+FG_AVX2_INLINE float hsum8(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+FG_AVX2_INLINE float half(const unsigned char *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+
+/* 16 bytes of 4-bit quants as 32 floats in ggml's order (low nibbles are
+ * values 0..15, high nibbles 16..31), each q * d + m. */
+FG_AVX2_INLINE void unpack_q4(const unsigned char *qs, __m256 d, __m256 m, __m256 w[4]) {
+    const __m128i bytes = _mm_loadu_si128((const __m128i *)qs), low = _mm_set1_epi8(0x0F);
+    const __m128i lo = _mm_and_si128(bytes, low), hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), low);
+    w[0] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(lo)), d, m);
+    w[1] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(lo, 8))), d, m);
+    w[2] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hi)), d, m);
+    w[3] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(hi, 8))), d, m);
+}
+
+/* 32 weights (w[0..4), at column off) into every row's four accumulators:
+ * four chains per row, so one row alone still keeps the FMA units busy. */
+FG_AVX2_INLINE void fma_rows(const __m256 w[4], const float *x, int32_t in, int32_t off, int32_t rows,
+                             __m256 acc[][4]) {
+    for (int32_t r = 0; r < rows; r++) {
+        const float *xr = x + (size_t)r * in + off;
+        for (int k = 0; k < 4; k++)
+            acc[r][k] = _mm256_fmadd_ps(w[k], _mm256_loadu_ps(xr + 8 * k), acc[r][k]);
+    }
+}
+
+FG_AVX2_INLINE void finish(__m256 acc[][4], int32_t rows, float *out) {
+    for (int32_t r = 0; r < rows; r++)
+        out[r] = hsum8(_mm256_add_ps(_mm256_add_ps(acc[r][0], acc[r][1]), _mm256_add_ps(acc[r][2], acc[r][3])));
+}
+
+/* One weight row of `type` against `rows` activation rows. Inlined into
+ * dot_rows_avx2 twice, once with rows = 1, so the decode of one sequence
+ * keeps its accumulators in registers. */
+FG_AVX2_INLINE void dot_rows_body(int32_t type, const unsigned char *w, const float *x, int32_t in, int32_t rows,
+                                  float *out) {
+    __m256 acc[FG_MATVEC_MAX_ROWS][4], wv[4];
+    for (int32_t r = 0; r < rows; r++)
+        for (int k = 0; k < 4; k++)
+            acc[r][k] = _mm256_setzero_ps();
+    switch (type) {
+    case FG_GGML_Q4_0: /* f16 d; quants q: (q - 8) d */
+        for (int32_t b = 0; b < in; b += QK, w += 18) {
+            const float d = half(w);
+            unpack_q4(w + 2, _mm256_set1_ps(d), _mm256_set1_ps(-8.0f * d), wv);
+            fma_rows(wv, x, in, b, rows, acc);
+        }
+        break;
+    case FG_GGML_Q4_1: /* f16 d, f16 m; quants q: q d + m */
+        for (int32_t b = 0; b < in; b += QK, w += 20) {
+            unpack_q4(w + 4, _mm256_set1_ps(half(w)), _mm256_set1_ps(half(w + 2)), wv);
+            fma_rows(wv, x, in, b, rows, acc);
+        }
+        break;
+    case FG_GGML_Q8_0: /* f16 d; 32 int8 quants q: q d */
+        for (int32_t b = 0; b < in; b += QK, w += 34) {
+            const __m256 d = _mm256_set1_ps(half(w));
+            for (int k = 0; k < 4; k++) {
+                const __m128i q = _mm_loadl_epi64((const __m128i *)(w + 2 + 8 * k));
+                wv[k] = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d);
+            }
+            fma_rows(wv, x, in, b, rows, acc);
+        }
+        break;
+    case FG_GGML_F16:
+        for (int32_t b = 0; b < in; b += QK, w += 2 * QK) {
+            for (int k = 0; k < 4; k++)
+                wv[k] = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(w + 16 * k)));
+            fma_rows(wv, x, in, b, rows, acc);
+        }
+        break;
+    default: /* F32 */
+        for (int32_t b = 0; b < in; b += QK, w += 4 * QK) {
+            for (int k = 0; k < 4; k++)
+                wv[k] = _mm256_loadu_ps((const float *)(const void *)(w + 32 * k));
+            fma_rows(wv, x, in, b, rows, acc);
+        }
+        break;
+    }
+    finish(acc, rows, out);
+}
+
+FG_AVX2 static void dot_rows_avx2(int32_t type, const unsigned char *w, const float *x, int32_t in, int32_t rows,
+                                  float *out) {
+    if (rows == 1)
+        dot_rows_body(type, w, x, in, 1, out);
+    else
+        dot_rows_body(type, w, x, in, rows, out);
+}
+
+/* ---- llama.cpp's scheme: activations quantized to 8 bits, integer dots */
+
+/* 32 unsigned 4-bit quants as bytes, low nibbles (values 0..15) first. */
+FG_AVX2_INLINE __m256i nibbles32(const unsigned char *qs) {
+    const __m128i b = _mm_loadu_si128((const __m128i *)qs);
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(b, 4), b), _mm256_set1_epi8(0x0F));
+}
+
+/* Sum of the 32 products of unsigned a and signed b, as 8 float lanes. */
+FG_AVX2_INLINE __m256 dot_us8(__m256i a, __m256i b) {
+    return _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1)));
+}
+
+/* The same for signed a: |a| against b with a's sign. */
+FG_AVX2_INLINE __m256 dot_s8(__m256i a, __m256i b) {
+    return dot_us8(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a));
+}
+
+FG_AVX2_INLINE void dot_q8_body(int32_t type, const unsigned char *w, const fg_q8_block *act, int32_t nb,
+                                int32_t rows, float *out) {
+    __m256 acc[FG_MATVEC_MAX_ROWS];
+    float summ[FG_MATVEC_MAX_ROWS];
+    for (int32_t r = 0; r < rows; r++) {
+        acc[r] = _mm256_setzero_ps();
+        summ[r] = 0.0f;
+    }
+    for (int32_t b = 0; b < nb; b++) {
+        const fg_q8_block *a = act + b;
+        if (type == FG_GGML_Q4_1) { /* q d + m against p e: d e (q . p) + m (e sum p) */
+            const float d = half(w), m = half(w + 2);
+            const __m256i q = nibbles32(w + 4);
+            for (int32_t r = 0; r < rows; r++, a += nb) {
+                const __m256i p = _mm256_loadu_si256((const __m256i *)a->qs);
+                acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * a->d), dot_us8(q, p), acc[r]);
+                summ[r] += m * a->s;
+            }
+            w += 20;
+        } else { /* q4_0: (q - 8) d; q8_0: q d */
+            const float d = half(w);
+            const __m256i q = type == FG_GGML_Q4_0 ? _mm256_sub_epi8(nibbles32(w + 2), _mm256_set1_epi8(8))
+                                                   : _mm256_loadu_si256((const __m256i *)(w + 2));
+            for (int32_t r = 0; r < rows; r++, a += nb)
+                acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * a->d),
+                                         dot_s8(q, _mm256_loadu_si256((const __m256i *)a->qs)), acc[r]);
+            w += type == FG_GGML_Q4_0 ? 18 : 34;
+        }
+    }
+    for (int32_t r = 0; r < rows; r++)
+        out[r] = hsum8(acc[r]) + summ[r];
+}
+
+FG_AVX2 static void dot_q8_avx2(int32_t type, const unsigned char *w, const fg_q8_block *act, int32_t nb,
+                                int32_t rows, float *out) {
+    if (rows == 1)
+        dot_q8_body(type, w, act, nb, 1, out);
+    else
+        dot_q8_body(type, w, act, nb, rows, out);
+}
+
+static int have_avx2(void) {
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+}
+#endif
+
+/* Whether the vector kernel takes this type and width. */
+static int vector_kernel(int32_t type, int64_t in) {
+#if defined(__x86_64__)
+    if (in % QK == 0 && have_avx2())
+        return type == FG_GGML_Q4_0 || type == FG_GGML_Q4_1 || type == FG_GGML_Q8_0 || type == FG_GGML_F16 ||
+               type == FG_GGML_F32;
+#else
+    (void)type;
+    (void)in;
+#endif
+    return 0;
+}
+
+int fg_matvec_quantizes(int32_t type) {
+    return type == FG_GGML_Q4_0 || type == FG_GGML_Q4_1 || type == FG_GGML_Q8_0;
+}
+
+/* ggml's quantize_row_q8_1 (and q8_0, which ignores s), as its AVX2 path
+ * computes it: d = amax / 127, quants round(x * 127 / amax) to nearest
+ * even; d and s = d * sum(quants) rounded to f16 as ggml stores them. */
+static void quantize_q8(const float *x, int32_t n, fg_q8_block *out) {
+    for (int32_t b = 0; b < n / QK; b++, x += QK, out++) {
+        float amax = 0.0f;
+        for (int j = 0; j < QK; j++)
+            amax = fabsf(x[j]) > amax ? fabsf(x[j]) : amax;
+        const float d = amax / 127.0f, id = amax != 0.0f ? 127.0f / amax : 0.0f;
+        int32_t sum = 0;
+        for (int j = 0; j < QK; j++) {
+            const int32_t q = (int32_t)nearbyintf(x[j] * id);
+            out->qs[j] = (int8_t)q;
+            sum += q;
+        }
+        out->d = fg_f16_to_f32(fg_f32_to_f16(d));
+        out->s = fg_f16_to_f32(fg_f32_to_f16(d * (float)sum));
+    }
+}
+
+/* Reference of the quantized-activation dot: plain integer sums per block. */
+static void dot_q8_generic(int32_t type, const unsigned char *w, const fg_q8_block *act, int32_t nb, int32_t rows,
+                           float *out) {
+    for (int32_t r = 0; r < rows; r++) {
+        const unsigned char *wb = w;
+        float s = 0.0f, summ = 0.0f;
+        for (int32_t b = 0; b < nb; b++) {
+            const fg_q8_block *a = act + (size_t)r * nb + b;
+            uint16_t h;
+            memcpy(&h, wb, 2);
+            const float d = fg_f16_to_f32(h);
+            int32_t dot = 0;
+            if (type == FG_GGML_Q8_0) {
+                for (int j = 0; j < QK; j++)
+                    dot += (int8_t)wb[2 + j] * a->qs[j];
+                wb += 34;
+            } else {
+                const unsigned char *qs = wb + (type == FG_GGML_Q4_1 ? 4 : 2);
+                const int off = type == FG_GGML_Q4_1 ? 0 : 8;
+                for (int j = 0; j < QK / 2; j++)
+                    dot += ((qs[j] & 0x0F) - off) * a->qs[j] + ((qs[j] >> 4) - off) * a->qs[j + QK / 2];
+                if (type == FG_GGML_Q4_1) {
+                    memcpy(&h, wb + 2, 2);
+                    summ += fg_f16_to_f32(h) * a->s;
+                }
+                wb += type == FG_GGML_Q4_1 ? 20 : 18;
+            }
+            s += d * a->d * (float)dot;
+        }
+        out[r] = s + summ;
+    }
+}
+
+static void matvec_q8(float *y, int32_t ldy, const float *x, const fg_tensor *W, int32_t rows, fg_q8_block *act,
+                      int vec) {
+    const int32_t in = (int32_t)W->cols, out = (int32_t)W->rows, nb = in / QK;
+    const size_t row_bytes = (size_t)fg_type_row_bytes(W->type, in);
+    for (int32_t r = 0; r < rows; r++)
+        quantize_q8(x + (size_t)r * in, in, act + (size_t)r * nb);
+    const unsigned char *base = W->data;
+#pragma omp parallel for schedule(static) if (out >= 64)
+    for (int32_t o = 0; o < out; o++) {
+        float dots[FG_MATVEC_MAX_ROWS];
+#if defined(__x86_64__)
+        if (vec)
+            dot_q8_avx2(W->type, base + (size_t)o * row_bytes, act, nb, rows, dots);
+        else
+#endif
+            dot_q8_generic(W->type, base + (size_t)o * row_bytes, act, nb, rows, dots);
+        for (int32_t r = 0; r < rows; r++)
+            y[(size_t)r * ldy + o] = dots[r];
+    }
+    (void)vec;
+}
+
+void fg_matvec_q8(float *y, int32_t ldy, const float *x, const fg_tensor *W, int32_t rows, fg_q8_block *act) {
+#if defined(__x86_64__)
+    matvec_q8(y, ldy, x, W, rows, act, have_avx2());
+#else
+    matvec_q8(y, ldy, x, W, rows, act, 0);
+#endif
+}
+
+void fg_matvec_q8_ref(float *y, int32_t ldy, const float *x, const fg_tensor *W, int32_t rows, fg_q8_block *act) {
+    matvec_q8(y, ldy, x, W, rows, act, 0);
+}
+
+void fg_matvec(float *y, int32_t ldy, const float *x, const fg_tensor *W, int32_t rows) {
+    const int32_t in = (int32_t)W->cols, out = (int32_t)W->rows;
+    const fg_type_info *ti = fg_type_info_of(W->type);
+    const size_t row_bytes = (size_t)fg_type_row_bytes(W->type, in);
+    const int vec = vector_kernel(W->type, in);
+    const unsigned char *base = W->data;
+#pragma omp parallel for schedule(static) if (out >= 64)
+    for (int32_t o = 0; o < out; o++) {
+        float dots[FG_MATVEC_MAX_ROWS];
+#if defined(__x86_64__)
+        if (vec)
+            dot_rows_avx2(W->type, base + (size_t)o * row_bytes, x, in, rows, dots);
+        else
+#endif
+            dot_rows_generic(base + (size_t)o * row_bytes, ti, x, in, rows, dots);
+        for (int32_t r = 0; r < rows; r++)
+            y[(size_t)r * ldy + o] = dots[r];
+    }
+    (void)vec;
+}
+
+void fg_matvec_ref(float *y, int32_t ldy, const float *x, const fg_tensor *W, int32_t rows) {
+    const int32_t in = (int32_t)W->cols, out = (int32_t)W->rows;
+    const fg_type_info *ti = fg_type_info_of(W->type);
+    const size_t row_bytes = (size_t)fg_type_row_bytes(W->type, in);
+    for (int32_t o = 0; o < out; o++) {
+        float dots[FG_MATVEC_MAX_ROWS];
+        dot_rows_generic((const unsigned char *)W->data + (size_t)o * row_bytes, ti, x, in, rows, dots);
+        for (int32_t r = 0; r < rows; r++)
+            y[(size_t)r * ldy + o] = dots[r];
+    }
+}

@@ -1,0 +1,50 @@
+/*
+ * Products of a few activation rows with a weight matrix kept in its stored
+ * type (tools/dequant.h): each weight row is read once, in place, and dotted
+ * with every activation row, without a dequantized copy. This is the decode
+ * step's matrix product (one or a few rows), where the weights are read once
+ * per token. fg_matvec keeps the activations f32 (the product of the
+ * dequantized weights, the runner's default); fg_matvec_q8 quantizes them
+ * as llama.cpp does.
+ *
+ * q4_0, q4_1, q8_0, f16 and f32 have AVX2 + FMA (+ F16C) kernels chosen at
+ * run time; every other type goes through its to_float one block at a time.
+ */
+#ifndef FG_MATVEC_H
+#define FG_MATVEC_H
+
+#include <stdint.h>
+
+#include "tools/model.h"
+
+/* Rows of activations that fg_matvec takes at once (more: tile + GEMM). */
+#define FG_MATVEC_MAX_ROWS 8
+
+/* y[r * ldy + o] = W[o] . x[r * W->cols ...] for r < rows <= FG_MATVEC_MAX_ROWS
+ * and every output o, spread over the OpenMP threads. W->cols must be a
+ * multiple of the type's block (model loading checks it). */
+void fg_matvec(float *y, int32_t ldy, const float *x, const fg_tensor *W, int32_t rows);
+
+/* The same, one plain scalar loop per type's to_float: the reference the
+ * vector kernels are tested against. */
+void fg_matvec_ref(float *y, int32_t ldy, const float *x, const fg_tensor *W, int32_t rows);
+
+/* llama.cpp's scheme, for runs that want its numbers or its speed: each
+ * activation row quantized per block of 32 to 8-bit quants with a scale d
+ * (and s = d * sum of the quants), as ggml's quantize_row_q8_1 does, and
+ * integer dot products against the weight blocks. */
+typedef struct fg_q8_block {
+    float d, s; /* rounded to f16, as ggml stores them */
+    int8_t qs[32];
+} fg_q8_block;
+
+/* Whether fg_matvec_q8 takes weights of this type (q4_0, q4_1, q8_0). */
+int fg_matvec_quantizes(int32_t type);
+
+/* fg_matvec with quantized activations; act: room for rows * W->cols / 32
+ * blocks (scratch). */
+void fg_matvec_q8(float *y, int32_t ldy, const float *x, const fg_tensor *W, int32_t rows, fg_q8_block *act);
+/* The same with plain integer loops: the vector kernels' reference. */
+void fg_matvec_q8_ref(float *y, int32_t ldy, const float *x, const fg_tensor *W, int32_t rows, fg_q8_block *act);
+
+#endif

@@ -290,7 +290,7 @@ static fg_status load_all(const void *mb, size_t ms, const void *tb, size_t ts, 
         return st;
     st = fg_tokenizer_load_memory(tb, ts, m.config.vocab_size, &t, err, n);
     if (st == FG_OK) {
-        fg_runner_params rp = {"cpu", FG_DTYPE_F32, 2, 0, 1, 0};
+        fg_runner_params rp = {.backend = "cpu", .kv_dtype = FG_DTYPE_F32, .max_seqs = 2, .track_recovery = 1};
         st = fg_runner_create(&m, &t, &rp, &r, err, n);
         int32_t prompt[8], n_prompt = 0, seq = -1, next = 300;
         if (st == FG_OK && (st = fg_tokenizer_encode(&t, "Once upon a time", 1, prompt, 8, &n_prompt)) != FG_OK)

@@ -209,7 +209,7 @@ static void test_crafted(void) {
 /* Greedy ids after a prompt: n tokens. */
 static fg_status greedy(const fg_llama_model *m, const fg_tokenizer *t, const int32_t *prompt, int32_t n_prompt,
                         int32_t n, int32_t *out) {
-    fg_runner_params rp = {"cpu", FG_DTYPE_F32, 1, 0, 0, 0};
+    fg_runner_params rp = {.backend = "cpu", .kv_dtype = FG_DTYPE_F32, .max_seqs = 1};
     fg_runner *r = NULL;
     char err[256];
     fg_status st = fg_runner_create(m, t, &rp, &r, err, sizeof err);

@@ -30,7 +30,7 @@ typedef struct model_env {
 /* Greedy text of n tokens after the prompt; tokens[] receives all of them. */
 static int greedy(model_env *env, const char *backend, fg_dtype dtype, const char *policy, int32_t n, char *text,
                   size_t cap, int32_t *tokens, fg_memory_stats *mem) {
-    fg_runner_params rp = {backend, dtype, 1, 0, 0, 0};
+    fg_runner_params rp = {.backend = backend, .kv_dtype = dtype, .max_seqs = 1};
     fg_runner *r = NULL;
     char err[256];
     if (fg_runner_create(&env->model, &env->tok, &rp, &r, err, sizeof err) != FG_OK) {
@@ -157,7 +157,7 @@ int main(int argc, char **argv) {
     }
 
     /* a batch of two policies == each alone */
-    fg_runner_params rp = {"cpu", FG_DTYPE_F32, 2, 0, 0, 0};
+    fg_runner_params rp = {.backend = "cpu", .kv_dtype = FG_DTYPE_F32, .max_seqs = 2};
     fg_runner *r = NULL;
     EXPECT(fg_runner_create(&env.model, &env.tok, &rp, &r, err, sizeof err) == FG_OK, "runner: %s", err);
     fg_compression_params cp[2];
@@ -186,6 +186,56 @@ int main(int argc, char **argv) {
             worst = fmax(worst, fabs((double)lb[i * V + v] - la[v]));
     }
     EXPECT(worst < 1e-3, "batched and single decoding differ by %.3g in the logits", worst);
+
+    /* one prompt into two sequences at once == each prefilled alone: the same logits, the same
+       kept rows, the same decoding after (bit for bit: the same products in the same order) */
+    {
+        fg_runner *r4 = NULL;
+        fg_runner_params rp4 = {.backend = "cpu", .kv_dtype = FG_DTYPE_F32, .max_seqs = 4};
+        EXPECT(fg_runner_create(&env.model, &env.tok, &rp4, &r4, err, sizeof err) == FG_OK, "runner: %s", err);
+        float *lm = malloc(2 * (size_t)V * sizeof(float)), *l1 = malloc(2 * (size_t)V * sizeof(float));
+        int32_t many[2] = {-1, -1}, alone[2] = {-1, -1};
+        EXPECT_OK(fg_runner_context(r4), fg_runner_prefill_many(r4, 2, cp, env.prompt, env.n_prompt, many, lm));
+        int same_kept = 1;
+        for (int i = 0; i < 2; i++) {
+            int32_t pos_many[64], pos_alone[64], n_many = 0, n_alone = 0;
+            EXPECT_OK(fg_runner_context(r4), fg_runner_prefill(r4, &cp[i], env.prompt, env.n_prompt, &alone[i], l1));
+            EXPECT(memcmp(lm, l1, (size_t)V * sizeof(float)) == 0, "policy %d: the prompt's logits differ", i);
+            for (int32_t l = 0; l < c->n_layers; l++)
+                for (int32_t g = 0; g < c->n_kv_heads; g++) {
+                    fg_head_positions(fg_runner_context(r4), many[i], l, g, pos_many, 64, &n_many);
+                    fg_head_positions(fg_runner_context(r4), alone[i], l, g, pos_alone, 64, &n_alone);
+                    same_kept &= n_many == n_alone && !memcmp(pos_many, pos_alone, (size_t)n_many * sizeof(int32_t));
+                }
+        }
+        EXPECT(same_kept, "prefilled together and alone, the sequences keep different rows");
+        int32_t toks[2] = {forced[0], forced[0]};
+        EXPECT_OK(fg_runner_context(r4), fg_runner_decode(r4, 2, many, toks, lm));
+        EXPECT_OK(fg_runner_context(r4), fg_runner_decode(r4, 2, alone, toks, l1));
+        EXPECT(memcmp(lm, l1, 2 * (size_t)V * sizeof(float)) == 0, "decoding after differs");
+        for (int i = 0; i < 2; i++) {
+            fg_runner_release(r4, many[i]);
+            fg_runner_release(r4, alone[i]);
+        }
+        /* all or none: five sequences do not fit this runner of four; nor two beside three */
+        fg_compression_params five[5] = {cp[0], cp[1], cp[0], cp[1], cp[0]};
+        int32_t s5[5] = {-1, -1, -1, -1, -1};
+        fg_memory_stats before, after;
+        EXPECT(fg_runner_prefill_many(r4, 5, five, env.prompt, env.n_prompt, s5, NULL) == FG_ERR_INVALID_ARGUMENT,
+               "five sequences in a runner of four");
+        EXPECT_OK(fg_runner_context(r4), fg_runner_prefill_many(r4, 3, five, env.prompt, env.n_prompt, s5, NULL));
+        fg_memory(fg_runner_context(r4), -1, &before);
+        EXPECT(fg_runner_prefill_many(r4, 2, cp, env.prompt, env.n_prompt, many, NULL) == FG_ERR_CAPACITY,
+               "two more sequences beside three in a context of four");
+        fg_memory(fg_runner_context(r4), -1, &after);
+        EXPECT(after.rows_full == before.rows_full && after.kv_bytes_held == before.kv_bytes_held,
+               "a failed prefill of several left a sequence behind");
+        for (int i = 0; i < 3; i++)
+            fg_runner_release(r4, s5[i]);
+        fg_runner_destroy(&r4);
+        free(lm);
+        free(l1);
+    }
 
     /* a prompt longer than the context */
     int32_t *longp = malloc((size_t)(c->seq_len + 1) * sizeof *longp);

@@ -228,7 +228,8 @@ fg_status cli_load(const cli_opts *o, cli_session *s, char *err, size_t n) {
 fg_status cli_open(const cli_opts *o, int32_t max_seqs, int track_recovery, cli_session *s, char *err, size_t n) {
     fg_status st = cli_load(o, s, err, n);
     if (st == FG_OK) {
-        fg_runner_params rp = {o->backend, o->dtype, max_seqs, 0, track_recovery, o->q8_activations};
+        fg_runner_params rp = {.backend = o->backend, .kv_dtype = o->dtype, .max_seqs = max_seqs,
+                               .track_recovery = track_recovery, .q8_activations = o->q8_activations};
         st = fg_runner_create(&s->model, &s->tok, &rp, &s->runner, err, n);
     }
     if (st)

@@ -122,13 +122,11 @@ static fg_status run_phase(eval_state *e, const int32_t *prompt, int32_t n_promp
     int32_t seqs[N_CFG];
     fg_status st = FG_OK;
     int made = 0;
-    for (; made < n && st == FG_OK; made++)
-        st = fg_runner_prefill(e->s.runner, &cp[made], prompt, n_prompt, &seqs[made],
-                               e->logits + (size_t)made * e->vocab);
-    if (st) {
-        made--;
+    if ((st = fg_runner_prefill_many(e->s.runner, n, cp, prompt, n_prompt, seqs, e->logits)) != FG_OK)
         goto out;
-    }
+    made = n;
+    for (int i = 1; i < n; i++) /* the prompt's logits: the same under every policy */
+        memcpy(e->logits + (size_t)i * e->vocab, e->logits, (size_t)e->vocab * sizeof *e->logits);
     double held[N_CFG] = {0}, full[N_CFG] = {0};
     int32_t toks[N_CFG];
     for (int32_t t = 0; t < e->n_steps; t++) {
@@ -403,7 +401,7 @@ static const char *k_eval_help =
     "options:\n"
     "  -m, --model FILE     GGUF file or llama2.c checkpoint (default: found as for generate)\n"
     "  -z, --tokenizer FILE llama2.c tokenizer (default: tok512.bin beside the model)\n"
-    "  --prompts FILE       one prompt per line (default tests/data/prompts.txt)\n"
+    "  --prompts FILE       one prompt per line, \\n for a newline in one (default tests/data/prompts.txt)\n"
     "  --limit K            only the first K prompts\n"
     "  -n, --steps N        reference tokens per prompt (default 128)\n"
     "  --backend NAME       ref | cpu | cuda | hip (default cpu)\n"
@@ -459,9 +457,19 @@ static char **read_prompts(const char *path, int32_t *n) {
     }
     lines[0] = text; /* owns the buffer; lines point into it */
     int32_t count = 0;
-    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n"))
-        if (line[strspn(line, " \t\r\f\v")] != '\0' && line[0] != '#') /* blank lines and comments are not prompts */
-            lines[1 + count++] = line;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        if (line[strspn(line, " \t\r\f\v")] == '\0' || line[0] == '#') /* blank lines and comments are not prompts */
+            continue;
+        char *w = line; /* "\n" is a newline inside a prompt, "\\" a backslash */
+        for (const char *r = line; *r; r++) {
+            if (r[0] == '\\' && (r[1] == 'n' || r[1] == '\\'))
+                *w++ = *++r == 'n' ? '\n' : '\\';
+            else
+                *w++ = *r;
+        }
+        *w = '\0';
+        lines[1 + count++] = line;
+    }
     if (count == 0) {
         fprintf(stderr, "fastgen eval: %s holds no prompt (one prompt per line; blank lines and lines starting "
                         "with # are skipped)\n", path);
@@ -506,8 +514,18 @@ int cmd_eval(int argc, char **argv) {
     memset(&e, 0, sizeof e);
     char err[512];
     fg_status st = cli_load(&o, &e.s, err, sizeof err);
+    int32_t longest = 0; /* the runner holds the longest prompt and its reference, not the model's whole context */
+    for (int32_t p = 0; st == FG_OK && p < n_prompts; p++) {
+        int32_t *ids = NULL, n = 0;
+        if (cli_encode(&e.s, prompts[1 + p], &ids, &n) == FG_OK && n > longest)
+            longest = n;
+        free(ids);
+    }
     if (st == FG_OK) {
-        fg_runner_params rp = {o.backend, o.dtype, N_BASE * N_T, 1, 1, o.q8_activations};
+        /* the sweep reports no recovery: tracking it would keep every key of every sequence */
+        fg_runner_params rp = {.backend = o.backend, .kv_dtype = o.dtype, .max_seqs = BATCH, .page_tokens = 1,
+                               .track_recovery = !x.sweep, .max_len = longest + o.n,
+                               .q8_activations = o.q8_activations};
         st = fg_runner_create(&e.s.model, &e.s.tok, &rp, &e.s.runner, err, sizeof err);
     }
     rc = 1;

@@ -24,14 +24,15 @@ struct fg_runner {
     fg_context *ctx;
     fg_token_classes *classes;
     int32_t max_seqs, max_rows; /* rows = prompt positions or batch */
+    int32_t ctx_len;            /* positions a sequence may hold: the model's, or less if asked */
     /* activations, [max_rows][width] */
     float *x, *xb, *q, *k, *v, *att, *hb, *hb2;
-    /* recovery tracking: every key of every sequence, [max_seqs][L][seq_len][kv_dim] */
+    /* recovery tracking: every key of every sequence, [max_seqs][L][ctx_len][kv_dim] */
     int track;
     float *keys;
     double *rec_sum;
     int64_t *rec_count;
-    int32_t *kept; /* [seq_len] scratch */
+    int32_t *kept; /* [ctx_len] scratch */
     int32_t *pos;  /* [max_rows] position of each row */
     float *wtile;  /* [threads][FG_RUNNER_TILE][max(dim, hidden)] weights of another type than f32, as floats */
     size_t wtile_size; /* floats per thread */
@@ -149,7 +150,8 @@ fg_status fg_runner_create(const fg_llama_model *model, const fg_tokenizer *tok,
         return fail(err, err_size, FG_ERR_OUT_OF_MEMORY, "runner");
     r->model = model;
     r->max_seqs = rp->max_seqs > 0 ? rp->max_seqs : 1;
-    r->max_rows = c->seq_len > r->max_seqs ? c->seq_len : r->max_seqs;
+    r->ctx_len = rp->max_len > 0 && rp->max_len < c->seq_len ? rp->max_len : c->seq_len;
+    r->max_rows = r->ctx_len > r->max_seqs ? r->ctx_len : r->max_seqs;
     r->track = rp->track_recovery;
 
     /* token classes: punctuation from the text of the pieces (a BPE piece's
@@ -179,7 +181,7 @@ fg_status fg_runner_create(const fg_llama_model *model, const fg_tokenizer *tok,
     p.head_dim = c->head_size;
     p.kv_dtype = rp->kv_dtype;
     p.max_seqs = r->max_seqs;
-    p.max_seq_len = c->seq_len;
+    p.max_seq_len = r->ctx_len;
     if (rp->page_tokens > 0)
         p.page_tokens = rp->page_tokens;
     p.classes = r->classes;
@@ -211,10 +213,10 @@ fg_status fg_runner_create(const fg_llama_model *model, const fg_tokenizer *tok,
     int ok = r->x && r->xb && r->q && r->k && r->v && r->att && r->hb && r->hb2 && r->pos && r->wtile &&
              (r->act || !rp->q8_activations);
     if (r->track) {
-        r->keys = malloc((size_t)r->max_seqs * c->n_layers * c->seq_len * c->kv_dim * sizeof(float));
+        r->keys = malloc((size_t)r->max_seqs * c->n_layers * r->ctx_len * c->kv_dim * sizeof(float));
         r->rec_sum = calloc((size_t)r->max_seqs, sizeof(double));
         r->rec_count = calloc((size_t)r->max_seqs, sizeof(int64_t));
-        r->kept = malloc((size_t)c->seq_len * sizeof(int32_t));
+        r->kept = malloc((size_t)r->ctx_len * sizeof(int32_t));
         ok = ok && r->keys && r->rec_sum && r->rec_count && r->kept;
     }
     if (!ok) {
@@ -258,7 +260,7 @@ const fg_token_classes *fg_runner_classes(const fg_runner *r) { return r->classe
 
 static float *seq_keys(const fg_runner *r, int32_t seq, int32_t layer) {
     const fg_llama_config *c = &r->model->config;
-    return r->keys + (((size_t)seq * c->n_layers + layer) * c->seq_len) * c->kv_dim;
+    return r->keys + (((size_t)seq * c->n_layers + layer) * r->ctx_len) * c->kv_dim;
 }
 
 /* After fg_decode of `layer` for row b (sequence seq at position pos): the
@@ -269,7 +271,7 @@ static fg_status track_recovery(fg_runner *r, int32_t layer, int32_t b, int32_t 
     const float *keys = seq_keys(r, seq, layer);
     for (int32_t g = 0; g < c->n_kv_heads; g++) {
         int32_t n_kept = 0;
-        fg_status st = fg_head_positions(r->ctx, seq, layer, g, r->kept, c->seq_len, &n_kept);
+        fg_status st = fg_head_positions(r->ctx, seq, layer, g, r->kept, r->ctx_len, &n_kept);
         if (st)
             return st;
         for (int32_t h = g * G; h < (g + 1) * G; h++) {
@@ -300,11 +302,15 @@ static fg_status track_recovery(fg_runner *r, int32_t layer, int32_t b, int32_t 
     return FG_OK;
 }
 
-/* One transformer pass over `rows` rows: positions of one sequence (seqs ==
- * NULL: its prompt, or with `append` a chunk after what it holds) or one new
- * token of each of `rows` sequences. */
-static fg_status forward(fg_runner *r, int32_t rows, int32_t one_seq, int append, const int32_t *seqs,
-                         const int32_t *tokens, const int32_t *pos, float *logits, int logits_last_only) {
+/* One transformer pass over `rows` rows: positions of a prompt (seqs ==
+ * NULL) or one new token of each of `rows` sequences. A prompt goes into each
+ * of the n_same sequences same[] (or with `append`, a chunk after what the one
+ * sequence same[0] holds): the full attention over a prompt is the same under
+ * every policy, so the weights are multiplied once and only the caches, which
+ * each sequence compresses its own way, differ. */
+static fg_status forward(fg_runner *r, int32_t rows, const int32_t *same, int32_t n_same, int append,
+                         const int32_t *seqs, const int32_t *tokens, const int32_t *pos, float *logits,
+                         int logits_last_only) {
     const fg_llama_model *m = r->model;
     const fg_llama_config *c = &m->config;
     const fg_llama_weights *w = &m->weights;
@@ -324,10 +330,13 @@ static fg_status forward(fg_runner *r, int32_t rows, int32_t one_seq, int append
         }
         fg_status st;
         if (!seqs) {
-            st = append ? fg_seq_append(r->ctx, one_seq, l, tokens, rows, r->q, r->k, r->v, r->att)
-                        : fg_prefill(r->ctx, one_seq, l, r->q, r->k, r->v, r->att);
-            if (st == FG_OK && r->track)
-                memcpy(seq_keys(r, one_seq, l) + (size_t)pos[0] * KV, r->k, (size_t)rows * KV * sizeof(float));
+            st = FG_OK;
+            for (int32_t i = 0; st == FG_OK && i < n_same; i++) {
+                st = append ? fg_seq_append(r->ctx, same[i], l, tokens, rows, r->q, r->k, r->v, r->att)
+                            : fg_prefill(r->ctx, same[i], l, r->q, r->k, r->v, r->att);
+                if (st == FG_OK && r->track)
+                    memcpy(seq_keys(r, same[i], l) + (size_t)pos[0] * KV, r->k, (size_t)rows * KV * sizeof(float));
+            }
         } else {
             if (r->track)
                 for (int32_t i = 0; i < rows; i++)
@@ -365,24 +374,39 @@ static fg_status forward(fg_runner *r, int32_t rows, int32_t one_seq, int append
 
 fg_status fg_runner_prefill(fg_runner *r, const fg_compression_params *cp, const int32_t *tokens, int32_t n,
                             int32_t *seq, float *logits) {
-    const fg_llama_config *c = &r->model->config;
-    if (n <= 0 || n > c->seq_len)
+    return fg_runner_prefill_many(r, 1, cp, tokens, n, seq, logits);
+}
+
+fg_status fg_runner_prefill_many(fg_runner *r, int32_t k, const fg_compression_params *cps, const int32_t *tokens,
+                                 int32_t n, int32_t *seqs, float *logits) {
+    if (k <= 0 || k > r->max_seqs)
+        return runner_fail(r, FG_ERR_INVALID_ARGUMENT, "%d sequences of one prompt (this runner holds 1 to %d)", (int)k,
+                           (int)r->max_seqs);
+    if (n <= 0 || n > r->ctx_len)
         return runner_fail(r, n <= 0 ? FG_ERR_INVALID_ARGUMENT : FG_ERR_CAPACITY,
-                           "a prompt of %d tokens does not fit the model's context of %d", (int)n, (int)c->seq_len);
-    fg_status st = fg_seq_create(r->ctx, cp, tokens, n, seq);
-    if (st)
-        return runner_fail(r, st, "%s", fg_last_error(r->ctx));
-    for (int32_t i = 0; i < n; i++)
-        r->pos[i] = i;
-    st = forward(r, n, *seq, 0, NULL, tokens, r->pos, logits, 1);
+                           "a prompt of %d tokens does not fit the context of %d", (int)n, (int)r->ctx_len);
+    fg_status st = FG_OK;
+    int32_t made = 0;
+    for (; made < k && st == FG_OK; made++)
+        if ((st = fg_seq_create(r->ctx, cps ? &cps[made] : NULL, tokens, n, &seqs[made])) != FG_OK)
+            runner_fail(r, st, "%s", fg_last_error(r->ctx));
+    if (st == FG_OK) {
+        made = k;
+        for (int32_t i = 0; i < n; i++)
+            r->pos[i] = i;
+        if ((st = forward(r, n, seqs, k, 0, NULL, tokens, r->pos, logits, 1)) != FG_OK)
+            runner_fail(r, st, "%s", fg_last_error(r->ctx));
+    } else {
+        made--; /* the one that failed was not made */
+    }
     if (st) {
-        runner_fail(r, st, "%s", fg_last_error(r->ctx));
-        fg_seq_destroy(r->ctx, *seq);
+        for (int32_t i = 0; i < made; i++)
+            fg_seq_destroy(r->ctx, seqs[i]);
         return st;
     }
-    if (r->track) {
-        r->rec_sum[*seq] = 0.0;
-        r->rec_count[*seq] = 0;
+    for (int32_t i = 0; r->track && i < k; i++) {
+        r->rec_sum[seqs[i]] = 0.0;
+        r->rec_count[seqs[i]] = 0;
     }
     return FG_OK;
 }
@@ -395,11 +419,11 @@ fg_status fg_runner_decode(fg_runner *r, int32_t n, const int32_t *seqs, const i
         fg_status st = fg_seq_length(r->ctx, seqs[i], 0, &r->pos[i]);
         if (st)
             return runner_fail(r, st, "%s", fg_last_error(r->ctx));
-        if (r->pos[i] >= r->model->config.seq_len)
-            return runner_fail(r, FG_ERR_CAPACITY, "sequence %d is full: %d tokens, the model's whole context",
+        if (r->pos[i] >= r->ctx_len)
+            return runner_fail(r, FG_ERR_CAPACITY, "sequence %d is full: %d tokens, the whole context",
                                (int)seqs[i], (int)r->pos[i]);
     }
-    fg_status st = forward(r, n, -1, 0, seqs, tokens, r->pos, logits, 0);
+    fg_status st = forward(r, n, NULL, 0, 0, seqs, tokens, r->pos, logits, 0);
     return st ? runner_fail(r, st, "%s", fg_last_error(r->ctx)) : FG_OK;
 }
 
@@ -408,13 +432,13 @@ fg_status fg_runner_append(fg_runner *r, int32_t seq, const int32_t *tokens, int
     fg_status st = fg_seq_length(r->ctx, seq, 0, &t);
     if (st)
         return runner_fail(r, st, "%s", fg_last_error(r->ctx));
-    if (n <= 0 || n > r->model->config.seq_len - t)
+    if (n <= 0 || n > r->ctx_len - t)
         return runner_fail(r, n <= 0 ? FG_ERR_INVALID_ARGUMENT : FG_ERR_CAPACITY,
-                           "%d more tokens do not fit after %d in the model's context of %d", (int)n, (int)t,
-                           (int)r->model->config.seq_len);
+                           "%d more tokens do not fit after %d in the context of %d", (int)n, (int)t,
+                           (int)r->ctx_len);
     for (int32_t i = 0; i < n; i++)
         r->pos[i] = t + i;
-    st = forward(r, n, seq, 1, NULL, tokens, r->pos, logits, 1);
+    st = forward(r, n, &seq, 1, 1, NULL, tokens, r->pos, logits, 1);
     return st ? runner_fail(r, st, "%s", fg_last_error(r->ctx)) : FG_OK;
 }
 
@@ -424,7 +448,7 @@ fg_status fg_runner_fork(fg_runner *r, int32_t seq, int32_t *child) {
         return runner_fail(r, st, "%s", fg_last_error(r->ctx));
     if (r->track) {
         const fg_llama_config *c = &r->model->config;
-        memcpy(seq_keys(r, *child, 0), seq_keys(r, seq, 0), (size_t)c->n_layers * c->seq_len * c->kv_dim * sizeof(float));
+        memcpy(seq_keys(r, *child, 0), seq_keys(r, seq, 0), (size_t)c->n_layers * r->ctx_len * c->kv_dim * sizeof(float));
         r->rec_sum[*child] = r->rec_sum[seq];
         r->rec_count[*child] = r->rec_count[seq];
     }

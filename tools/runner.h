@@ -18,6 +18,7 @@ typedef struct fg_runner_params {
     int32_t max_seqs;           /* sequences decoded together */
     int32_t page_tokens;        /* 0 = library default */
     int track_recovery;         /* measure attention recovered vs the full cache */
+    int32_t max_len;            /* positions a sequence may hold; 0 = the model's context */
     int q8_activations;         /* llama.cpp's scheme for q4_0, q4_1 and q8_0 weights: activations
                                    quantized to 8 bits per block, integer dots (tools/matvec.h);
                                    0: f32 activations against the dequantized weights */
@@ -35,6 +36,12 @@ const fg_token_classes *fg_runner_classes(const fg_runner *r);
  * its last position go to logits[vocab] (may be NULL). */
 fg_status fg_runner_prefill(fg_runner *r, const fg_compression_params *cp, const int32_t *tokens, int32_t n,
                             int32_t *seq, float *logits);
+/* The same prompt into k new sequences seqs[0..k), each under its own
+ * cps[i]: one pass over the weights (the prompt's attention is full under
+ * every policy); the caches differ. Logits as fg_runner_prefill. All or none:
+ * on failure no sequence is left. */
+fg_status fg_runner_prefill_many(fg_runner *r, int32_t k, const fg_compression_params *cps, const int32_t *tokens,
+                                 int32_t n, int32_t *seqs, float *logits);
 /* One token for each of n sequences; logits: [n][vocab] (may be NULL). */
 fg_status fg_runner_decode(fg_runner *r, int32_t n, const int32_t *seqs, const int32_t *tokens, float *logits);
 /* n more tokens onto a sequence (a new turn): logits of its last one go to

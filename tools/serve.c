@@ -5,7 +5,38 @@
 #include <string.h>
 
 #include "tools/cli.h"
+#include "tools/gguf.h"
 #include "tools/serve.h"
+
+/* ChatML (<|im_start|>role\ntext<|im_end|>\n) when the vocabulary has its
+ * two control tokens: the text of a user turn with the markup around it, the
+ * end of the previous reply first (a reply stops before its <|im_end|>), a
+ * system turn before the first (the one the GGUF's chat template writes when
+ * the conversation has none, if it writes one). Else the turn as it is. */
+static char *turn_text(const cli_session *s, int chatml, int first, const char *user) {
+    char system[1024] = "";
+    if (chatml && first && s->model.gguf) {
+        char *tmpl = malloc(1 << 16);
+        if (tmpl) {
+            fg_gguf_get_str(s->model.gguf, "tokenizer.chat_template", tmpl, 1 << 16);
+            static const char k_open[] = "<|im_start|>system\n";
+            const char *a = strstr(tmpl, k_open), *b = a ? strstr(a, "<|im_end|>") : NULL;
+            if (a && b && (size_t)(b - a) < sizeof system + sizeof k_open - 1)
+                snprintf(system, sizeof system, "%.*s", (int)(b - a - (sizeof k_open - 1)), a + sizeof k_open - 1);
+            free(tmpl);
+        }
+    }
+    const size_t n = strlen(user) + strlen(system) + 128;
+    char *out = malloc(n);
+    if (!out)
+        return NULL;
+    if (!chatml)
+        snprintf(out, n, "%s", user);
+    else
+        snprintf(out, n, "%s%s%s%s<|im_start|>user\n%s<|im_end|>\n<|im_start|>assistant\n", first ? "" : "<|im_end|>\n",
+                 system[0] ? "<|im_start|>system\n" : "", system, system[0] ? "<|im_end|>\n" : "", user);
+    return out;
+}
 
 /* Samples one reply of up to n tokens after `logits`, decoding each token
  * into the cache (so the next turn sees the whole reply). Returns the count. */
@@ -84,6 +115,8 @@ int serve_chat(const cli_opts *o, const fg_compression_params *cp, const char *p
         return 1;
     }
     const int32_t V = s.model.config.vocab_size, ctx_len = s.model.config.seq_len;
+    const int32_t im_start = fg_tokenizer_piece_id(&s.tok, "<|im_start|>"), im_end = fg_tokenizer_piece_id(&s.tok, "<|im_end|>");
+    const int chatml = im_start >= 0 && im_end >= 0 && s.tok.control[im_start] && s.tok.control[im_end];
     float *logits = malloc((size_t)V * sizeof *logits);
     int32_t *toks = malloc((size_t)(ctx_len + 2) * sizeof *toks), seq = -1;
     static char replies[64][4096];
@@ -94,7 +127,11 @@ int serve_chat(const cli_opts *o, const fg_compression_params *cp, const char *p
         int32_t n = 0, len = 0;
         if (seq >= 0)
             fg_seq_length(fg_runner_context(s.runner), seq, 0, &len);
-        st = fg_tokenizer_encode(&s.tok, turns[1 + t], seq < 0, toks, ctx_len + 2, &n);
+        char *text = turn_text(&s, chatml, seq < 0, turns[1 + t]);
+        st = text ? fg_tokenizer_encode(&s.tok, text, (seq < 0 ? FG_ENCODE_BOS : 0) | FG_ENCODE_SPECIAL, toks,
+                                        ctx_len + 2, &n)
+                  : FG_ERR_OUT_OF_MEMORY;
+        free(text);
         if (st == FG_OK && len + n >= ctx_len) {
             fprintf(stderr, "fastgen generate: turn %d does not fit the rest of the context (%d of %d used)\n",
                     (int)t + 1, (int)len, (int)ctx_len);

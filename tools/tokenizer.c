@@ -171,6 +171,8 @@ static int32_t lookup(const fg_tokenizer *t, const char *s) {
     return e ? e->id : -1;
 }
 
+int32_t fg_tokenizer_piece_id(const fg_tokenizer *t, const char *piece) { return lookup(t, piece); }
+
 /* SentencePiece: the dummy-prefix space (when prefix), code points whole or
  * as bytes, then merges; appended at tokens[*n_out] (counted past cap). */
 static fg_status spm_encode(const fg_tokenizer *t, const char *text, int prefix, int32_t *tokens, int32_t cap,

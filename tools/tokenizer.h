@@ -85,6 +85,10 @@ void fg_tokenizer_free(fg_tokenizer *t);
  * more (*n_out then holds how many it needs). */
 fg_status fg_tokenizer_encode(const fg_tokenizer *t, const char *text, int flags, int32_t *tokens, int32_t cap,
                               int32_t *n_out);
+/* The id of the token whose piece is exactly `piece` (as the vocabulary
+ * spells it: byte-level stand-ins for a BPE vocabulary), or -1. */
+int32_t fg_tokenizer_piece_id(const fg_tokenizer *t, const char *piece);
+
 /* The text of token after prev (a leading space after BOS is dropped, byte
  * pieces become their byte). */
 const char *fg_tokenizer_decode(const fg_tokenizer *t, int32_t prev, int32_t token);

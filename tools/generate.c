@@ -87,18 +87,30 @@ static const char *k_generate_help_tail =
     "  --chat FILE             a conversation: the user turns of FILE (separated by blank lines) are\n"
     "                          appended to one sequence in turn, and the model answers each (-n tokens\n"
     "                          at most); --json: turns[{user, reply}], kv_bytes_held, kv_bytes_full\n"
+    "  --prompt-ids FILE       the prompt as token ids (whitespace-separated) instead of -p's text\n"
+    "  --ignore-eos            generate all N tokens, past the end of text (for timing)\n"
     "  --samples K             K samples (temperature 1 unless -t says otherwise, seeds S..S+K-1) forked\n"
     "                          from one prefilled prompt, sharing its pages; --json: samples, kv_bytes_held\n"
     "                          (shared pages once), kv_bytes_unshared (each counted whole)\n";
 
 typedef struct generate_extra {
-    const char *chat;
+    const char *chat, *prompt_ids;
     int32_t samples;
+    int ignore_eos;
 } generate_extra;
 
 static int generate_option(void *user, const char *opt, const char *val, int *used) {
     generate_extra *x = user;
     *used = 1;
+    if (!strcmp(opt, "--ignore-eos")) {
+        x->ignore_eos = 1;
+        *used = 0;
+        return 0;
+    }
+    if (!strcmp(opt, "--prompt-ids")) {
+        x->prompt_ids = val;
+        return val ? 0 : 1;
+    }
     if (!strcmp(opt, "--chat")) {
         x->chat = val;
         return val ? 0 : 1;
@@ -108,11 +120,46 @@ static int generate_option(void *user, const char *opt, const char *val, int *us
     return 2;
 }
 
+/* Token ids, whitespace-separated, each below vocab (malloc'd). */
+static fg_status read_ids(const char *path, int32_t vocab, int32_t **ids, int32_t *n) {
+    FILE *f = fopen(path, "r");
+    int32_t cap = 1024;
+    *n = 0;
+    *ids = malloc((size_t)cap * sizeof **ids);
+    fg_status st = f && *ids ? FG_OK : FG_ERR_INVALID_ARGUMENT;
+    if (!f)
+        fprintf(stderr, "fastgen generate: cannot open %s\n", path);
+    for (long v; st == FG_OK && fscanf(f, "%ld", &v) == 1;) {
+        if (v < 0 || v >= vocab) {
+            fprintf(stderr, "fastgen generate: %s: id %ld is outside the vocabulary of %d\n", path, v, (int)vocab);
+            st = FG_ERR_INVALID_ARGUMENT;
+        } else if (*n == cap) {
+            int32_t *more = realloc(*ids, (size_t)(cap *= 2) * sizeof **ids);
+            st = more ? FG_OK : FG_ERR_OUT_OF_MEMORY;
+            if (more)
+                *ids = more;
+        }
+        if (st == FG_OK)
+            (*ids)[(*n)++] = (int32_t)v;
+    }
+    if (st == FG_OK && (ferror(f) || !feof(f) || *n == 0)) {
+        fprintf(stderr, "fastgen generate: %s: expected whitespace-separated token ids\n", path);
+        st = FG_ERR_INVALID_ARGUMENT;
+    }
+    if (f)
+        fclose(f);
+    if (st) {
+        free(*ids);
+        *ids = NULL;
+    }
+    return st;
+}
+
 int cmd_generate(int argc, char **argv) {
     char model[1024], tokp[1024];
     cli_opts o;
     fg_compression_params cp;
-    generate_extra x = {NULL, 0};
+    generate_extra x = {NULL, NULL, 0, 0};
     int rc = model_command("generate", k_generate_help_head, k_generate_help_tail, 64, argc, argv, &o, &cp, model,
                            tokp, sizeof model, generate_option, &x);
     if (rc)
@@ -134,8 +181,9 @@ int cmd_generate(int argc, char **argv) {
     float *logits = malloc((size_t)vocab * sizeof *logits);
     text_buf text = {0};
     rc = 1;
-    if (!logits || cli_encode(&s, o.prompt, &tokens, &n_prompt) != FG_OK) {
-        fprintf(stderr, "fastgen generate: cannot encode the prompt\n");
+    if (!logits || (x.prompt_ids ? read_ids(x.prompt_ids, vocab, &tokens, &n_prompt)
+                                 : cli_encode(&s, o.prompt, &tokens, &n_prompt)) != FG_OK) {
+        fprintf(stderr, "fastgen generate: cannot %s the prompt\n", x.prompt_ids ? "read" : "encode");
         goto done;
     }
     if (n_prompt > seq_len) {
@@ -171,7 +219,7 @@ int cmd_generate(int argc, char **argv) {
     t0 = cli_now();
     for (int32_t step = 0; step < o.n; step++) {
         int32_t next = fg_sample(&sampler, logits, vocab);
-        if (next == s.tok.bos || next == s.tok.eos)
+        if (!x.ignore_eos && (next == s.tok.bos || next == s.tok.eos))
             break;
         const char *piece = fg_tokenizer_decode(&s.tok, tokens[n_total - 1], next);
         text_append(&text, piece);

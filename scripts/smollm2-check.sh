@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# SmolLM2-135M-Instruct against references outside this project:
+#   token ids of tests/data/tokenizer-corpus.json against llama.cpp (llama-cpp-python)
+#   and Hugging Face tokenizers; greedy ids against llama.cpp on
+#   tests/data/smollm2-prompts.json (scripts/smollm2_check.py says what is compared).
+#   --bench: the speed table against llama.cpp (scripts/bench_smollm2.py) as well.
+#   --no-llama: HF tokenizers only (no llama.cpp build: what CI runs).
+# The references go into a virtual environment in the model cache; installing
+# llama-cpp-python builds llama.cpp from source (about 5 minutes on 2 cores,
+# needs cmake and a C++ compiler). BUILD: the fastgen build directory (build).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${BUILD:-build}
+bench=0 llama=1
+for a in "$@"; do
+  case $a in
+    --bench) bench=1 ;;
+    --no-llama) llama=0 ;;
+    *) echo "usage: scripts/smollm2-check.sh [--bench] [--no-llama]" >&2; exit 2 ;;
+  esac
+done
+model=$(bash scripts/get-models.sh | awk '$1 == "smollm2" { print $2 }')
+cache=${FASTGEN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/fastgen}
+venv=$cache/venv
+[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+pkgs=(numpy gguf==0.19.0 tokenizers==0.23.3)
+[ $llama = 1 ] && pkgs+=(llama-cpp-python==0.3.36)
+"$venv/bin/pip" install --quiet --disable-pip-version-check "${pkgs[@]}"
+[ -x "$build/tools/fastgen" ] || { echo "smollm2-check.sh: no $build/tools/fastgen: build first (meson setup $build && ninja -C $build)" >&2; exit 1; }
+if [ $llama = 1 ]; then
+  "$venv/bin/python" scripts/smollm2_check.py --fastgen "$build/tools/fastgen" --model "$model" --data tests/data
+else
+  "$venv/bin/python" scripts/smollm2_check.py --fastgen "$build/tools/fastgen" --model "$model" --data tests/data --no-llama
+fi
+if [ $bench = 1 ]; then
+  "$venv/bin/python" scripts/bench_smollm2.py --fastgen "$build/tools/fastgen" --model "$model"
+fi

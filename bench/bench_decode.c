@@ -2,7 +2,8 @@
  * bench_decode: the decode step against this machine's streaming read
  * bandwidth, measured first in the same process.
  *
- * Shapes: Llama-2-7B (32 q = 32 KV heads, d = 128) and Llama-3-8B (32 q / 8 KV).
+ * Shapes: Llama-2-7B (32 q = 32 KV heads, d = 128, G = 1), Llama-3-8B (32 q /
+ * 8 KV, G = 4) and a G = 8 model (32 q / 4 KV, as Qwen2-7B-class models).
  * Contexts 1k, 4k, 16k; batch 1 and 8; f16 and f32 caches. Per group, the
  * full cache (every head full) runs interleaved with a FastGen-like mix (per
  * layer: special-only, +punct, +frequent, +local and full heads) and uniform
@@ -14,8 +15,10 @@
  * same interleaved loop, so the fraction of bandwidth compares runs made
  * moments apart (this machine's bandwidth drifts between runs). Last line:
  *   decode summary: bw_fraction=F efficiency=E
- * over the FastGen-mix cases at >= 4k context (medians).
+ * over the FastGen-mix cases at >= 4k context (medians), after one line per
+ * group size G: the median fraction of its full-cache 16-bit cases at >= 4k.
  * Options: --csv (CSV table), --quick (contexts 1k and 4k, batch 1 only),
+ *          --model NAME (only that shape: llama2-7b, llama3-8b, g8-32x4),
  *          --backend NAME (default cpu). With a GPU backend the pages live on
  *          the device, but the ceiling is still the host's read bandwidth and
  *          the time includes the step's host transfers (no device events yet).
@@ -171,14 +174,18 @@ int main(int argc, char **argv) {
         printf("%-10s %6s %5s %5s %-12s %6s %9s %8s %7s %8s %8s\n", "model", "ctx", "batch", "dtype", "case", "kept",
                "time ms", "GB/s", "of bw", "ideal x", "meas. x");
 
-    const model_shape models[] = {{"llama2-7b", 32, 32, 128}, {"llama3-8b", 32, 8, 128}};
+    const model_shape models[] = {{"llama2-7b", 32, 32, 128}, {"llama3-8b", 32, 8, 128}, {"g8-32x4", 32, 4, 128}};
+    enum { N_MODELS = sizeof models / sizeof models[0] };
+    const char *only = bench_arg(argc, argv, "--model");
+    double g_fracs[N_MODELS][16];
+    int g_n[N_MODELS] = {0};
     const int32_t contexts[] = {1024, 4096, 16384};
     const int32_t batches[] = {1, 8};
     const fg_dtype dtypes[] = {FG_DTYPE_F16, FG_DTYPE_F32};
     double fracs[64], effs[64];
     int n_summary = 0;
-    for (size_t mi = 0; mi < 2; mi++)
-        for (size_t ci = 0; ci < (quick ? 2 : 3); ci++)
+    for (size_t mi = 0; mi < N_MODELS; mi++)
+        for (size_t ci = 0; ci < (quick ? 2 : 3) && (!only || !strcmp(only, models[mi].name)); ci++)
             for (size_t bi = 0; bi < (quick ? 1 : 2); bi++)
                 for (size_t di = 0; di < 2; di++) {
                     const model_shape *m = &models[mi];
@@ -243,6 +250,8 @@ int main(int argc, char **argv) {
                             printf("%-10s %6d %5d %5s %-12s %5.1f%% %9.3f %8.2f %6.1f%% %8.2f %8.2f\n", m->name,
                                    (int)t, (int)B, dn, k_mix_name[x], 100 * kept, 1e3 * tm, gbs / 1e9,
                                    100 * gbs / bw, ideal, meas);
+                        if (x == MIX_FULL && t >= 4096 && dt != FG_DTYPE_F32 && g_n[mi] < 16)
+                            g_fracs[mi][g_n[mi]++] = gbs / bw;
                         if (x == MIX_FASTGEN && t >= 4096 && n_summary < 64) {
                             fracs[n_summary] = gbs / bw;
                             effs[n_summary++] = meas / ideal;
@@ -257,6 +266,10 @@ int main(int argc, char **argv) {
                 }
     fg_backend_close(&be);
     free(stream);
+    for (size_t mi = 0; mi < N_MODELS; mi++)
+        if (g_n[mi])
+            printf("decode G=%d (%s): median bw_fraction of the full-cache 16-bit cases at >= 4k = %.3f\n",
+                   (int)(models[mi].Hq / models[mi].Hkv), models[mi].name, bench_median(g_fracs[mi], g_n[mi]));
     printf("decode summary: bw_fraction=%.3f efficiency=%.3f\n", bench_median(fracs, n_summary),
            bench_median(effs, n_summary));
     return 0;

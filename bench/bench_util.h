@@ -250,6 +250,14 @@ static inline fg_status bench_open_backend(int argc, char **argv, fg_backend *be
     return fg_backend_open(*name, 0, be);
 }
 
+/* The value after option `name`, or NULL. */
+static inline const char *bench_arg(int argc, char **argv, const char *name) {
+    for (int i = 1; i + 1 < argc; i++)
+        if (!strcmp(argv[i], name))
+            return argv[i + 1];
+    return NULL;
+}
+
 static inline int bench_has_flag(int argc, char **argv, const char *flag) {
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], flag))

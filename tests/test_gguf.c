@@ -543,14 +543,14 @@ static void random_blocks(int32_t type, unsigned char *w, int64_t n_values) {
     const int64_t bytes = n_values / ti->block * ti->bytes;
     for (int64_t i = 0; i < bytes; i++)
         w[i] = (unsigned char)rng_next();
-    if (type == FG_GGML_F16)
+    if (type == FG_GGML_F16 || type == FG_GGML_BF16)
         for (int64_t i = 0; i < n_values; i++) {
-            const uint16_t h = fg_f32_to_f16(rng_gauss());
+            const uint16_t h = type == FG_GGML_F16 ? fg_f32_to_f16(rng_gauss()) : fg_f32_to_bf16(rng_gauss());
             memcpy(w + 2 * i, &h, 2);
         }
     /* the f16 scales: d (and m or dmin) first, but q6_K keeps its d last */
     const int n_scales = type == FG_GGML_Q4_1 || type == FG_GGML_Q5_1 || type == FG_GGML_Q4_K ? 2 : 1;
-    for (int64_t b = 0; type != FG_GGML_F16 && b < n_values / ti->block; b++) {
+    for (int64_t b = 0; type != FG_GGML_F16 && type != FG_GGML_BF16 && b < n_values / ti->block; b++) {
         unsigned char *blk = w + b * ti->bytes + (type == FG_GGML_Q6_K ? ti->bytes - 2 : 0);
         for (int k = 0; k < n_scales; k++) {
             const uint16_t h = fg_f32_to_f16((float)(rng_gauss() * 0.05));
@@ -562,8 +562,8 @@ static void random_blocks(int32_t type, unsigned char *w, int64_t n_values) {
 /* The decode step's matrix products (tools/matvec.c): the vector kernels
  * against the plain reference, f32 activations and llama.cpp's q8 ones. */
 static void test_matvec(void) {
-    static const int32_t types[] = {FG_GGML_Q4_0, FG_GGML_Q4_1, FG_GGML_Q8_0, FG_GGML_F16, FG_GGML_Q5_1,
-                                    FG_GGML_Q4_K, FG_GGML_Q6_K};
+    static const int32_t types[] = {FG_GGML_Q4_0, FG_GGML_Q4_1, FG_GGML_Q8_0, FG_GGML_F16, FG_GGML_BF16,
+                                    FG_GGML_Q5_1, FG_GGML_Q4_K, FG_GGML_Q6_K};
     enum { OUT = 67, IN = 512 };
     unsigned char *w = malloc((size_t)OUT * IN * 4);
     float *x = malloc(sizeof(float) * FG_MATVEC_MAX_ROWS * IN), *row = malloc(sizeof(float) * IN);

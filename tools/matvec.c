@@ -17,17 +17,21 @@
 
 /* ------------------------------------------------------------ portable path */
 
-/* One weight row against every activation row: the row is dequantized one
- * block at a time into a small buffer, never whole. */
+/* One weight row against every activation row: the row is dequantized a few
+ * blocks at a time (MAX_BLOCK values, or one block of the K-quants) into a
+ * small buffer, never whole. */
 static void dot_rows_generic(const unsigned char *w, const fg_type_info *ti, const float *x, int32_t in, int32_t rows,
                              float *out) {
     float buf[MAX_BLOCK], acc[FG_MATVEC_MAX_ROWS] = {0};
-    for (int32_t b0 = 0; b0 < in; b0 += ti->block, w += ti->bytes) {
-        ti->to_float(w, buf, ti->block);
+    const int32_t step = ti->block >= MAX_BLOCK ? ti->block : MAX_BLOCK / ti->block * ti->block;
+    for (int32_t b0 = 0; b0 < in; b0 += step) {
+        const int32_t n = in - b0 < step ? in - b0 : step; /* a multiple of the block, as in is */
+        ti->to_float(w, buf, n);
+        w += (size_t)(n / ti->block) * (size_t)ti->bytes;
         for (int32_t r = 0; r < rows; r++) {
             const float *xr = x + (size_t)r * in + b0;
             float s = 0.0f;
-            for (int32_t j = 0; j < ti->block; j++)
+            for (int32_t j = 0; j < n; j++)
                 s += buf[j] * xr[j];
             acc[r] += s;
         }

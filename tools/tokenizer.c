@@ -295,8 +295,6 @@ fg_status fg_tokenizer_encode(const fg_tokenizer *t, const char *text, int flags
     return st != FG_OK ? st : n <= cap ? FG_OK : FG_ERR_CAPACITY;
 }
 
-
-
 const char *fg_tokenizer_decode(const fg_tokenizer *t, int32_t prev, int32_t token) {
     if (token < 0 || token >= t->vocab_size)
         return "";

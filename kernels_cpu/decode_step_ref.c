@@ -46,56 +46,73 @@ fg_status fg_ref_decode_finish_head(const fg_page_layout *L, const fg_decode_hea
         n++;
     }
 
-    /* 4a. rows leaving the window (metadata walked page by page) */
     const int32_t P = L->page_tokens;
-    if (hd->components & FG_KEEP_LOCAL) {
-        for (int32_t s0 = 0; s0 < n; s0 += P) {
-            unsigned char *page = pages[s0 / P];
-            uint8_t *flags = page + L->flags_offset;
-            const int32_t *pos = (const int32_t *)(const void *)(page + L->pos_offset);
-            for (int32_t j = 0; j < P && s0 + j < n; j++) {
-                if (flags[j] != FG_SLOT_LOCAL || pos[j] >= hd->window_start)
-                    continue;
-                if (hd->components & FG_KEEP_FREQUENT) {
-                    flags[j] = FG_SLOT_FREQUENT;
-                } else {
-                    n = remove_slot(L, pages, s0 + j, n); /* the last slot moves into j */
-                    j--;
-                }
-            }
-        }
-    }
-
-    /* 4b. frequent candidates down to the budget, lowest rank first */
-    if (track) {
-        const int32_t t = hd->pos + 1;
-        int32_t n_freq = 0;
-        for (int32_t s0 = 0; s0 < n; s0 += P) {
-            const uint8_t *flags = (const uint8_t *)pages[s0 / P] + L->flags_offset;
-            for (int32_t j = 0; j < P && s0 + j < n; j++)
-                n_freq += flags[j] == FG_SLOT_FREQUENT;
-        }
-        while (n_freq > hd->freq_budget) {
-            int32_t worst = -1, worst_pos = 0;
-            float worst_rank = 0.0f;
+    if (!track) { /* 4a. rows leaving the window: frequent candidates, or dropped (metadata page by page) */
+        if (hd->components & FG_KEEP_LOCAL)
             for (int32_t s0 = 0; s0 < n; s0 += P) {
-                const unsigned char *page = pages[s0 / P];
-                const uint8_t *flags = page + L->flags_offset;
+                unsigned char *page = pages[s0 / P];
+                uint8_t *flags = page + L->flags_offset;
                 const int32_t *pos = (const int32_t *)(const void *)(page + L->pos_offset);
-                const float *score = (const float *)(const void *)(page + L->score_offset);
                 for (int32_t j = 0; j < P && s0 + j < n; j++) {
-                    if (flags[j] != FG_SLOT_FREQUENT)
+                    if (flags[j] != FG_SLOT_LOCAL || pos[j] >= hd->window_start)
                         continue;
-                    float rank = fg_rank_score(hd->score_mode, score[j], pos[j], t);
-                    if (worst < 0 || fg_ranks_below(rank, pos[j], worst_rank, worst_pos)) {
-                        worst = s0 + j;
-                        worst_rank = rank;
-                        worst_pos = pos[j];
+                    if (hd->components & FG_KEEP_FREQUENT) {
+                        flags[j] = FG_SLOT_FREQUENT;
+                    } else {
+                        n = remove_slot(L, pages, s0 + j, n); /* the last slot moves into j */
+                        j--;
                     }
                 }
             }
-            n = remove_slot(L, pages, worst, n);
-            n_freq--;
+        return n == hd->n_slots_after ? FG_OK : FG_ERR_INTERNAL;
+    }
+
+    /* 4a-b in one pass: rows leaving the window become frequent candidates;
+       the candidates are counted and the lowest-ranked found (the minimum of
+       (rank, position) is unique, so the order of the walk does not matter) */
+    const int32_t t = hd->pos + 1;
+    int32_t n_freq = 0, worst = -1, worst_pos = 0;
+    float worst_rank = 0.0f;
+    for (int32_t s0 = 0; s0 < n; s0 += P) {
+        unsigned char *page = pages[s0 / P];
+        uint8_t *flags = page + L->flags_offset;
+        const int32_t *pos = (const int32_t *)(const void *)(page + L->pos_offset);
+        const float *score = (const float *)(const void *)(page + L->score_offset);
+        for (int32_t j = 0; j < P && s0 + j < n; j++) {
+            if (flags[j] == FG_SLOT_LOCAL && pos[j] < hd->window_start)
+                flags[j] = FG_SLOT_FREQUENT;
+            if (flags[j] != FG_SLOT_FREQUENT)
+                continue;
+            n_freq++;
+            const float rank = fg_rank_score(hd->score_mode, score[j], pos[j], t);
+            if (worst < 0 || fg_ranks_below(rank, pos[j], worst_rank, worst_pos)) {
+                worst = s0 + j;
+                worst_rank = rank;
+                worst_pos = pos[j];
+            }
+        }
+    }
+    /* 4c. candidates down to the budget, lowest rank first (one, in a steady state) */
+    while (n_freq > hd->freq_budget) {
+        n = remove_slot(L, pages, worst, n);
+        if (--n_freq <= hd->freq_budget)
+            break;
+        worst = -1;
+        for (int32_t s0 = 0; s0 < n; s0 += P) {
+            const unsigned char *page = pages[s0 / P];
+            const uint8_t *flags = page + L->flags_offset;
+            const int32_t *pos = (const int32_t *)(const void *)(page + L->pos_offset);
+            const float *score = (const float *)(const void *)(page + L->score_offset);
+            for (int32_t j = 0; j < P && s0 + j < n; j++) {
+                if (flags[j] != FG_SLOT_FREQUENT)
+                    continue;
+                const float rank = fg_rank_score(hd->score_mode, score[j], pos[j], t);
+                if (worst < 0 || fg_ranks_below(rank, pos[j], worst_rank, worst_pos)) {
+                    worst = s0 + j;
+                    worst_rank = rank;
+                    worst_pos = pos[j];
+                }
+            }
         }
     }
     return n == hd->n_slots_after ? FG_OK : FG_ERR_INTERNAL;

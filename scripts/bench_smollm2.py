@@ -4,7 +4,7 @@ on the same machine in the same run (scripts/smollm2-check.sh --bench runs it).
 
 For each context (prompt tokens + --steps) it times, each in its own process
 (so each peak RSS is its own): llama.cpp; fastgen with the full cache; fastgen
-with FastGen (paper mode, T = 0.95). fastgen keeps its KV cache in f16 like
+with FastGen (paper mode, T = 0.95; and budget mode at half the cache). fastgen keeps its KV cache in f16 like
 llama.cpp. Prompt: Debian's licence texts (/usr/share/common-licenses),
 one after another, cut to the length. Decode: --steps greedy tokens, EOS
 ignored. Figures: prefill and decode tokens/s, peak RSS, KV bytes.
@@ -86,16 +86,18 @@ def main():
         prompt_file = f"/tmp/fastgen-bench-{os.getpid()}.txt"
         with open(prompt_file, "w") as f:
             f.write(" ".join(map(str, prompt)))
-        for policy in ("full", "fastgen"):
+        runs = (("full", ["--policy", "full"]), ("fastgen", ["--policy", "fastgen"]),
+                ("fastgen --budget 0.5", ["--policy", "fastgen", "--budget", "0.5"]))
+        for name, policy in runs:
             cmd = [a.fastgen, "generate", "-m", a.model, "--prompt-ids", prompt_file, "-n", str(a.steps), "-t", "0",
-                   "--policy", policy, "--dtype", "f16", "--ignore-eos", "--json"] + a.fastgen_args.split()
+                   "--dtype", "f16", "--ignore-eos", "--json"] + policy + a.fastgen_args.split()
             out, rss = run(cmd)
             g = json.loads(out)
-            rows.append({"context": ctx, "engine": f"fastgen {policy}", "prefill_tps": n_prompt / g["prefill_s"],
+            rows.append({"context": ctx, "engine": f"fastgen {name}", "prefill_tps": n_prompt / g["prefill_s"],
                          "decode_tps": g["tokens_per_s"], "peak_rss_mib": rss,
                          "kv_held": g["kv_bytes_held"], "kv_full": g["kv_bytes_full"]})
         os.unlink(prompt_file)
-        for row in rows[-3:]:
+        for row in rows[-1 - len(runs):]:
             kv = f"{row['kv_held'] / row['kv_full']:.1%}" if "kv_held" in row else "-"
             print(f"{ctx:>7} {row['engine']:<22} {row['prefill_tps']:>13.0f} {row['decode_tps']:>12.1f} "
                   f"{row['decode_tps'] / base:>11.2f} {row['peak_rss_mib']:>12.0f} {kv:>12}")

@@ -69,7 +69,7 @@ def main():
     rows = []
     print(f"SmolLM2-135M-Instruct Q4_1, {a.threads} threads, {a.steps} decode steps after the prompt; "
           f"fastgen {a.fastgen_args or '(f32 activations)'}, KV cache f16 in both")
-    print(f"{'context':>7} {'engine':<22} {'prefill tok/s':>13} {'decode tok/s':>12} {'x llama.cpp':>11} "
+    print(f"{'context':>7} {'engine':<26} {'prefill tok/s':>13} {'decode tok/s':>12} {'x llama.cpp':>11} "
           f"{'peak RSS MiB':>12} {'KV held/full':>12}")
     for ctx in (int(c) for c in a.contexts.split(",")):
         n_prompt = ctx - a.steps
@@ -99,7 +99,7 @@ def main():
         os.unlink(prompt_file)
         for row in rows[-1 - len(runs):]:
             kv = f"{row['kv_held'] / row['kv_full']:.1%}" if "kv_held" in row else "-"
-            print(f"{ctx:>7} {row['engine']:<22} {row['prefill_tps']:>13.0f} {row['decode_tps']:>12.1f} "
+            print(f"{ctx:>7} {row['engine']:<26} {row['prefill_tps']:>13.0f} {row['decode_tps']:>12.1f} "
                   f"{row['decode_tps'] / base:>11.2f} {row['peak_rss_mib']:>12.0f} {kv:>12}")
     if a.json:
         json.dump(rows, open(a.json, "w"), indent=1)

@@ -8,34 +8,50 @@
 #include "tools/gguf.h"
 #include "tools/serve.h"
 
-/* ChatML (<|im_start|>role\ntext<|im_end|>\n) when the vocabulary has its
- * two control tokens: the text of a user turn with the markup around it, the
- * end of the previous reply first (a reply stops before its <|im_end|>), a
- * system turn before the first (the one the GGUF's chat template writes when
- * the conversation has none, if it writes one). Else the turn as it is. */
-static char *turn_text(const cli_session *s, int chatml, int first, const char *user) {
-    char system[1024] = "";
-    if (chatml && first && s->model.gguf) {
-        char *tmpl = malloc(1 << 16);
-        if (tmpl) {
-            fg_gguf_get_str(s->model.gguf, "tokenizer.chat_template", tmpl, 1 << 16);
-            static const char k_open[] = "<|im_start|>system\n";
-            const char *a = strstr(tmpl, k_open), *b = a ? strstr(a, "<|im_end|>") : NULL;
-            if (a && b && (size_t)(b - a) < sizeof system + sizeof k_open - 1)
-                snprintf(system, sizeof system, "%.*s", (int)(b - a - (sizeof k_open - 1)), a + sizeof k_open - 1);
-            free(tmpl);
-        }
+/* The system turn the GGUF's chat template writes when a conversation has
+ * none (ChatML), or "". */
+static void default_system(const cli_session *s, char *system, size_t size) {
+    static const char k_open[] = "<|im_start|>system\n";
+    system[0] = '\0';
+    char *tmpl = s->model.gguf ? malloc(1 << 16) : NULL;
+    if (!tmpl)
+        return;
+    fg_gguf_get_str(s->model.gguf, "tokenizer.chat_template", tmpl, 1 << 16);
+    const char *a = strstr(tmpl, k_open), *b = a ? strstr(a, "<|im_end|>") : NULL;
+    if (a && b && (size_t)(b - a) < size + sizeof k_open - 1)
+        snprintf(system, size, "%.*s", (int)(b - a - (sizeof k_open - 1)), a + sizeof k_open - 1);
+    free(tmpl);
+}
+
+/* The tokens of a user turn. ChatML (<|im_start|>role\ntext<|im_end|>\n)
+ * when the vocabulary has its two control tokens: the end of the previous
+ * reply first (a reply stops before its <|im_end|>), the default system turn
+ * before the first; the markup is read as control tokens, the user's text is
+ * not (a user cannot close the turn by typing "<|im_end|>"). Else the text as
+ * it is, BOS first. Appends at toks[*n]. */
+static fg_status turn_tokens(const cli_session *s, int chatml, int first, const char *user, int32_t *toks,
+                             int32_t cap, int32_t *n) {
+    int32_t got = 0;
+    fg_status st;
+    if (!chatml) {
+        st = fg_tokenizer_encode(&s->tok, user, first ? FG_ENCODE_BOS : 0, toks, cap, &got);
+        *n = got;
+        return st;
     }
-    const size_t n = strlen(user) + strlen(system) + 128;
-    char *out = malloc(n);
-    if (!out)
-        return NULL;
-    if (!chatml)
-        snprintf(out, n, "%s", user);
-    else
-        snprintf(out, n, "%s%s%s%s<|im_start|>user\n%s<|im_end|>\n<|im_start|>assistant\n", first ? "" : "<|im_end|>\n",
-                 system[0] ? "<|im_start|>system\n" : "", system, system[0] ? "<|im_end|>\n" : "", user);
-    return out;
+    char pre[1200], system[1024] = "";
+    if (first)
+        default_system(s, system, sizeof system);
+    snprintf(pre, sizeof pre, "%s%s%s%s<|im_start|>user\n", first ? "" : "<|im_end|>\n",
+             system[0] ? "<|im_start|>system\n" : "", system, system[0] ? "<|im_end|>\n" : "");
+    const char *parts[3] = {pre, user, "<|im_end|>\n<|im_start|>assistant\n"};
+    const int flags[3] = {(first ? FG_ENCODE_BOS : 0) | FG_ENCODE_SPECIAL, 0, FG_ENCODE_SPECIAL};
+    *n = 0;
+    for (int i = 0; i < 3; i++) {
+        if ((st = fg_tokenizer_encode(&s->tok, parts[i], flags[i], toks + *n, cap - *n, &got)) != FG_OK)
+            return st;
+        *n += got;
+    }
+    return FG_OK;
 }
 
 /* Samples one reply of up to n tokens after `logits`, decoding each token
@@ -127,11 +143,7 @@ int serve_chat(const cli_opts *o, const fg_compression_params *cp, const char *p
         int32_t n = 0, len = 0;
         if (seq >= 0)
             fg_seq_length(fg_runner_context(s.runner), seq, 0, &len);
-        char *text = turn_text(&s, chatml, seq < 0, turns[1 + t]);
-        st = text ? fg_tokenizer_encode(&s.tok, text, (seq < 0 ? FG_ENCODE_BOS : 0) | FG_ENCODE_SPECIAL, toks,
-                                        ctx_len + 2, &n)
-                  : FG_ERR_OUT_OF_MEMORY;
-        free(text);
+        st = turn_tokens(&s, chatml, seq < 0, turns[1 + t], toks, ctx_len + 2, &n);
         if (st == FG_OK && len + n >= ctx_len) {
             fprintf(stderr, "fastgen generate: turn %d does not fit the rest of the context (%d of %d used)\n",
                     (int)t + 1, (int)len, (int)ctx_len);

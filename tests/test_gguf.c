@@ -567,7 +567,8 @@ static void test_matvec(void) {
     enum { OUT = 67, IN = 512 };
     unsigned char *w = malloc((size_t)OUT * IN * 4);
     float *x = malloc(sizeof(float) * FG_MATVEC_MAX_ROWS * IN), *row = malloc(sizeof(float) * IN);
-    float *y = malloc(sizeof(float) * FG_MATVEC_MAX_ROWS * OUT), *want = malloc(sizeof(float) * FG_MATVEC_MAX_ROWS * OUT);
+    float *y = malloc(sizeof(float) * FG_MATVEC_MAX_ROWS * OUT);
+    float *want = malloc(sizeof(float) * FG_MATVEC_MAX_ROWS * OUT);
     fg_q8_block *act = malloc(sizeof(fg_q8_block) * FG_MATVEC_MAX_ROWS * IN / 32);
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
         const fg_type_info *ti = fg_type_info_of(types[t]);
@@ -598,7 +599,8 @@ static void test_matvec(void) {
                 worst = fmax(worst, fabs(y[i] - want[i]) / mag[i]);
                 worst = fmax(worst, fabs(ref[i] - want[i]) / mag[i]);
             }
-            EXPECT(worst < 1e-5, "%s, %d rows: f32 products off by %.3g of their magnitude", ti->name, (int)rows, worst);
+            EXPECT(worst < 1e-5, "%s, %d rows: f32 products off by %.3g of their magnitude", ti->name, (int)rows,
+                   worst);
             if (fg_matvec_quantizes(types[t])) {
                 /* q8 activations: within their rounding (half a step of amax/127 per value) of the exact product */
                 fg_matvec_q8(y, OUT, x, &W, rows, act);
@@ -613,7 +615,8 @@ static void test_matvec(void) {
                     worst_int = fmax(worst_int, fabs(ref[i] - y[i]) / mag[i]);
                 for (int32_t r = 0; r < rows; r++)
                     for (int32_t o = 0; o < OUT; o++) {
-                        const fg_tensor one = {types[t], w + (size_t)o * (size_t)fg_type_row_bytes(types[t], IN), 1, IN};
+                        const size_t row = (size_t)o * (size_t)fg_type_row_bytes(types[t], IN);
+                        const fg_tensor one = {types[t], w + row, 1, IN};
                         float ro;
                         fg_matvec_q8(&ro, 1, x + r * IN, &one, 1, act);
                         worst_int = fmax(worst_int, fabs(ro - y[r * OUT + o]) / mag[r * OUT + o]);

@@ -22,7 +22,8 @@ static const char *k_help = "usage: fastgen <command> [options]\n"
 
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fputs("fastgen: no command (generate, profile, eval, demo, info, tokenize, version; try `fastgen --help`)\n", stderr);
+        fputs("fastgen: no command (generate, profile, eval, demo, info, tokenize, version; try `fastgen --help`)\n",
+              stderr);
         return 2;
     }
     const char *cmd = argv[1];

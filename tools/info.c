@@ -188,9 +188,8 @@ int cmd_tokenize(int argc, char **argv) {
     const char *src = text ? text : o.prompt;
     const int32_t cap = (int32_t)strlen(src) + 2;
     int32_t *ids = malloc((size_t)cap * sizeof *ids), n = 0;
-    fg_status st = ids ? fg_tokenizer_encode(&s.tok, src, (x.bos ? FG_ENCODE_BOS : 0) | (x.special ? FG_ENCODE_SPECIAL : 0),
-                                             ids, cap, &n)
-                       : FG_ERR_OUT_OF_MEMORY;
+    const int flags = (x.bos ? FG_ENCODE_BOS : 0) | (x.special ? FG_ENCODE_SPECIAL : 0);
+    fg_status st = ids ? fg_tokenizer_encode(&s.tok, src, flags, ids, cap, &n) : FG_ERR_OUT_OF_MEMORY;
     if (st == FG_OK) {
         for (int32_t i = 0; i < n; i++)
             printf(i ? " %d" : "%d", (int)ids[i]);

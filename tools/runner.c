@@ -448,7 +448,8 @@ fg_status fg_runner_fork(fg_runner *r, int32_t seq, int32_t *child) {
         return runner_fail(r, st, "%s", fg_last_error(r->ctx));
     if (r->track) {
         const fg_llama_config *c = &r->model->config;
-        memcpy(seq_keys(r, *child, 0), seq_keys(r, seq, 0), (size_t)c->n_layers * r->ctx_len * c->kv_dim * sizeof(float));
+        memcpy(seq_keys(r, *child, 0), seq_keys(r, seq, 0),
+               (size_t)c->n_layers * r->ctx_len * c->kv_dim * sizeof(float));
         r->rec_sum[*child] = r->rec_sum[seq];
         r->rec_count[*child] = r->rec_count[seq];
     }

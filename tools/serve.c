@@ -131,7 +131,8 @@ int serve_chat(const cli_opts *o, const fg_compression_params *cp, const char *p
         return 1;
     }
     const int32_t V = s.model.config.vocab_size, ctx_len = s.model.config.seq_len;
-    const int32_t im_start = fg_tokenizer_piece_id(&s.tok, "<|im_start|>"), im_end = fg_tokenizer_piece_id(&s.tok, "<|im_end|>");
+    const int32_t im_start = fg_tokenizer_piece_id(&s.tok, "<|im_start|>");
+    const int32_t im_end = fg_tokenizer_piece_id(&s.tok, "<|im_end|>");
     const int chatml = im_start >= 0 && im_end >= 0 && s.tok.control[im_start] && s.tok.control[im_end];
     float *logits = malloc((size_t)V * sizeof *logits);
     int32_t *toks = malloc((size_t)(ctx_len + 2) * sizeof *toks), seq = -1;

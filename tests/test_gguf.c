@@ -615,8 +615,8 @@ static void test_matvec(void) {
                     worst_int = fmax(worst_int, fabs(ref[i] - y[i]) / mag[i]);
                 for (int32_t r = 0; r < rows; r++)
                     for (int32_t o = 0; o < OUT; o++) {
-                        const size_t row = (size_t)o * (size_t)fg_type_row_bytes(types[t], IN);
-                        const fg_tensor one = {types[t], w + row, 1, IN};
+                        const size_t at = (size_t)o * (size_t)fg_type_row_bytes(types[t], IN);
+                        const fg_tensor one = {types[t], w + at, 1, IN};
                         float ro;
                         fg_matvec_q8(&ro, 1, x + r * IN, &one, 1, act);
                         worst_int = fmax(worst_int, fabs(ro - y[r * OUT + o]) / mag[r * OUT + o]);

@@ -279,26 +279,51 @@ static void dot_q8_generic(int32_t type, const unsigned char *w, const fg_q8_blo
     }
 }
 
-static void matvec_q8(float *y, int32_t ldy, const float *x, const fg_tensor *W, int32_t rows, fg_q8_block *act,
-                      int vec) {
-    const int32_t in = (int32_t)W->cols, out = (int32_t)W->rows, nb = in / QK;
-    const size_t row_bytes = (size_t)fg_type_row_bytes(W->type, in);
-    for (int32_t r = 0; r < rows; r++)
-        quantize_q8(x + (size_t)r * in, in, act + (size_t)r * nb);
-    const unsigned char *base = W->data;
-#pragma omp parallel for schedule(static) if (out >= 64)
+/* The products of one weight row with every activation row, by one kernel. */
+typedef enum kernel { K_GENERIC, K_AVX2, K_Q8_GENERIC, K_Q8_AVX2 } kernel;
+
+typedef struct matvec_job {
+    kernel k;
+    const fg_tensor *W;
+    const fg_type_info *ti;
+    const float *x;
+    const fg_q8_block *act; /* K_Q8_*: the quantized rows of x */
+    int32_t rows;
+} matvec_job;
+
+static void row_dots(const matvec_job *j, const unsigned char *w, float *dots) {
+    const int32_t in = (int32_t)j->W->cols;
+    switch (j->k) {
+#if defined(__x86_64__)
+    case K_AVX2: dot_rows_avx2(j->W->type, w, j->x, in, j->rows, dots); break;
+    case K_Q8_AVX2: dot_q8_avx2(j->W->type, w, j->act, in / QK, j->rows, dots); break;
+#endif
+    case K_Q8_GENERIC: dot_q8_generic(j->W->type, w, j->act, in / QK, j->rows, dots); break;
+    default: dot_rows_generic(w, j->ti, j->x, in, j->rows, dots); break;
+    }
+}
+
+/* Every output row of W, spread over the OpenMP threads (serially when `serial`). */
+static void run(float *y, int32_t ldy, const matvec_job *j, int serial) {
+    const int32_t out = (int32_t)j->W->rows;
+    const size_t row_bytes = (size_t)fg_type_row_bytes(j->W->type, j->W->cols);
+    const unsigned char *base = j->W->data;
+#pragma omp parallel for schedule(static) if (!serial && out >= 64)
     for (int32_t o = 0; o < out; o++) {
         float dots[FG_MATVEC_MAX_ROWS];
-#if defined(__x86_64__)
-        if (vec)
-            dot_q8_avx2(W->type, base + (size_t)o * row_bytes, act, nb, rows, dots);
-        else
-#endif
-            dot_q8_generic(W->type, base + (size_t)o * row_bytes, act, nb, rows, dots);
-        for (int32_t r = 0; r < rows; r++)
+        row_dots(j, base + (size_t)o * row_bytes, dots);
+        for (int32_t r = 0; r < j->rows; r++)
             y[(size_t)r * ldy + o] = dots[r];
     }
-    (void)vec;
+}
+
+static void matvec_q8(float *y, int32_t ldy, const float *x, const fg_tensor *W, int32_t rows, fg_q8_block *act,
+                      int vec) {
+    const int32_t in = (int32_t)W->cols;
+    for (int32_t r = 0; r < rows; r++)
+        quantize_q8(x + (size_t)r * in, in, act + (size_t)r * (in / QK));
+    const matvec_job j = {vec ? K_Q8_AVX2 : K_Q8_GENERIC, W, NULL, x, act, rows};
+    run(y, ldy, &j, 0);
 }
 
 void fg_matvec_q8(float *y, int32_t ldy, const float *x, const fg_tensor *W, int32_t rows, fg_q8_block *act) {
@@ -314,34 +339,12 @@ void fg_matvec_q8_ref(float *y, int32_t ldy, const float *x, const fg_tensor *W,
 }
 
 void fg_matvec(float *y, int32_t ldy, const float *x, const fg_tensor *W, int32_t rows) {
-    const int32_t in = (int32_t)W->cols, out = (int32_t)W->rows;
-    const fg_type_info *ti = fg_type_info_of(W->type);
-    const size_t row_bytes = (size_t)fg_type_row_bytes(W->type, in);
-    const int vec = vector_kernel(W->type, in);
-    const unsigned char *base = W->data;
-#pragma omp parallel for schedule(static) if (out >= 64)
-    for (int32_t o = 0; o < out; o++) {
-        float dots[FG_MATVEC_MAX_ROWS];
-#if defined(__x86_64__)
-        if (vec)
-            dot_rows_avx2(W->type, base + (size_t)o * row_bytes, x, in, rows, dots);
-        else
-#endif
-            dot_rows_generic(base + (size_t)o * row_bytes, ti, x, in, rows, dots);
-        for (int32_t r = 0; r < rows; r++)
-            y[(size_t)r * ldy + o] = dots[r];
-    }
-    (void)vec;
+    const matvec_job j = {vector_kernel(W->type, W->cols) ? K_AVX2 : K_GENERIC, W, fg_type_info_of(W->type), x, NULL,
+                          rows};
+    run(y, ldy, &j, 0);
 }
 
 void fg_matvec_ref(float *y, int32_t ldy, const float *x, const fg_tensor *W, int32_t rows) {
-    const int32_t in = (int32_t)W->cols, out = (int32_t)W->rows;
-    const fg_type_info *ti = fg_type_info_of(W->type);
-    const size_t row_bytes = (size_t)fg_type_row_bytes(W->type, in);
-    for (int32_t o = 0; o < out; o++) {
-        float dots[FG_MATVEC_MAX_ROWS];
-        dot_rows_generic((const unsigned char *)W->data + (size_t)o * row_bytes, ti, x, in, rows, dots);
-        for (int32_t r = 0; r < rows; r++)
-            y[(size_t)r * ldy + o] = dots[r];
-    }
+    const matvec_job j = {K_GENERIC, W, fg_type_info_of(W->type), x, NULL, rows};
+    run(y, ldy, &j, 1);
 }

@@ -164,7 +164,7 @@ static fg_status read_kv(cursor *c, fg_gguf_kv *kv) {
         return fg_failf(c->err, c->err_size, FG_ERR_OUT_OF_MEMORY, "GGUF %s: out of memory for %llu strings", where,
                         (unsigned long long)count);
     for (uint64_t i = 0; i < count; i++) {
-        fg_gguf_str s;
+        fg_gguf_str s = {0};
         if ((st = take_str(c, &s)))
             return st;
         if (!(kv->strs[i] = dup_str(s)))
@@ -182,7 +182,7 @@ static fg_status read_tensor(cursor *c, fg_gguf_tensor *t, int64_t index) {
     static _Thread_local char where[160];
     snprintf(where, sizeof where, "tensor %lld", (long long)index);
     c->where = where;
-    fg_gguf_str name;
+    fg_gguf_str name = {0};
     fg_status st = take_str(c, &name);
     if (st)
         return st;
@@ -426,7 +426,7 @@ void fg_gguf_get_str(const fg_gguf *g, const char *key, char *buf, size_t n) {
 double fg_gguf_array_num(const fg_gguf_kv *kv, uint64_t i) {
     if (kv->type != FG_GGUF_ARRAY || i >= kv->n_elems || kv->elem_type == FG_GGUF_STRING)
         return 0.0;
-    fg_gguf_kv one;
+    fg_gguf_kv one = {0};
     decode_scalar(kv->elem_type, kv->elems + i * vtype_size(kv->elem_type), &one);
     switch (kv->elem_type) {
     case FG_GGUF_FLOAT32: case FG_GGUF_FLOAT64: return one.v.f;

@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# One command for a machine with a GPU: builds the CUDA backend (HIP where
+# there is no nvcc but hipcc), runs the gpu suite against the reference, then
+# the three benchmarks on the device, and prints their summary lines.
+#
+#   bash scripts/gpu-check.sh [--quick]
+#
+# Environment: BUILD (build folder, default build-gpucheck), FG_MODELS (folder
+# with stories260K.bin and tok512.bin, default ../shared/models), CUDA_ARCH
+# (default: the device's own, from nvidia-smi; sm_90 on an H200), OFFLOAD_ARCH
+# (HIP). Needs meson, ninja and a C compiler; installs nothing. --quick runs
+# the benchmarks on fewer shapes.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build-gpucheck}
+MODELS=${FG_MODELS:-../shared/models}
+QUICK=${1:-}
+export PATH="$PATH:/usr/local/cuda/bin:/opt/rocm/bin"
+start=$(date +%s)
+step() { echo; echo "== $* ($(( $(date +%s) - start )) s)"; }
+fail=0
+
+step "machine"
+uname -m
+if command -v nvidia-smi >/dev/null; then
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm,clocks.max.mem --format=csv,noheader
+fi
+for t in cc meson ninja nvcc hipcc; do printf '%-6s %s\n' "$t" "$(command -v $t || echo -)"; done
+
+if command -v nvcc >/dev/null; then
+  backend=cuda
+  arch=${CUDA_ARCH:-}
+  if [ -z "$arch" ] && command -v nvidia-smi >/dev/null; then
+    arch=sm_$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n 1 | tr -d ' .')
+  fi
+  arch=${arch:-sm_90}
+  opts=(-Dcuda=enabled -Dhip=disabled "-Dcuda-arch=$arch")
+elif command -v hipcc >/dev/null; then
+  backend=hip
+  opts=(-Dcuda=disabled -Dhip=enabled "-Doffload-arch=${OFFLOAD_ARCH:-gfx90a,gfx1030}")
+else
+  echo "gpu-check: neither nvcc nor hipcc found"; exit 1
+fi
+
+step "build ($backend, ${opts[*]})"
+if [ ! -f "$BUILD/build.ninja" ]; then
+  meson setup "$BUILD" --buildtype=release -Dwerror=true "${opts[@]}" "-Dmodels-dir=$MODELS" || exit 1
+fi
+ninja -C "$BUILD" || exit 1
+"$BUILD/tools/fastgen" version
+
+step "gpu suite (every op, the API, the model, faults, fork, lockstep: $backend against ref)"
+meson test -C "$BUILD" --suite gpu --print-errorlogs --num-processes 4 --timeout-multiplier 0.25 || fail=1
+
+bench_args=(--backend "$backend")
+[ "$QUICK" = --quick ] && bench_args+=(--quick)
+for b in decode profile compact; do
+  step "bench_$b ${bench_args[*]}"
+  "$BUILD/bench/bench_$b" "${bench_args[@]}" | tee "$BUILD/bench_$b.txt" || fail=1
+done
+
+step "summary"
+grep -h "summary:" "$BUILD"/bench_*.txt
+echo "gpu-check: $([ $fail = 0 ] && echo passed || echo FAILED) in $(( $(date +%s) - start )) s"
+exit $fail

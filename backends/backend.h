@@ -128,6 +128,26 @@ typedef fg_status fg_buffer_write_fn(fg_backend *be, void *dst, const void *src,
 typedef fg_status fg_buffer_read_fn(fg_backend *be, void *dst, const void *src, size_t bytes);
 typedef fg_status fg_buffer_copy_fn(fg_backend *be, void *dst, const void *src, size_t bytes); /* within the backend */
 
+/* ---- optional, for backends with their own memory and queue (GPUs) */
+typedef fg_status fg_synchronize_fn(fg_backend *be); /* waits for the queue; reports a failure it found */
+typedef fg_status fg_set_stream_fn(fg_backend *be, void *stream); /* the engine's stream; NULL = the backend's */
+/* Device-event timing on the queue: stop = 0 marks the start; stop = 1 marks
+ * the end, waits for it and gives the seconds between the two. */
+typedef fg_status fg_timer_fn(fg_backend *be, int stop, double *seconds);
+
+typedef struct fg_device_info {
+    char name[96];
+    int32_t n_sm;      /* multiprocessors / compute units */
+    size_t l2_bytes;   /* last-level cache of the device */
+    size_t mem_bytes;
+    int emulated;      /* HIP-CPU: figures are the host's */
+} fg_device_info;
+typedef fg_status fg_device_info_fn(fg_backend *be, fg_device_info *info);
+/* Read (copy = 0: every byte of a buffer read once, a sum written) or copy
+ * (copy = 1: read + write) bandwidth of `bytes` device bytes, the best of
+ * reps runs timed by device events, in bytes moved per second. */
+typedef fg_status fg_bandwidth_fn(fg_backend *be, int copy, size_t bytes, int reps, double *bytes_per_s);
+
 typedef struct fg_backend_ops {
     const char *name;
     fg_buffer_alloc_fn *buffer_alloc;
@@ -142,6 +162,12 @@ typedef struct fg_backend_ops {
     /* Releases the backend object (NULL when nothing to release). */
     void (*destroy)(fg_backend *be);
     fg_buffer_copy_fn *buffer_copy; /* optional (memcpy when NULL): copy-on-write of shared pages */
+    /* optional: NULL in the host backends */
+    fg_synchronize_fn *synchronize;
+    fg_set_stream_fn *set_stream;
+    fg_timer_fn *timer;
+    fg_device_info_fn *device_info;
+    fg_bandwidth_fn *bandwidth;
 } fg_backend_ops;
 
 /* The error sink a backend writes its messages to (the context). */
@@ -150,6 +176,7 @@ typedef fg_status fg_error_fn(void *sink, fg_status status, const char *fmt, ...
 struct fg_backend {
     const fg_backend_ops *ops;
     int32_t n_threads;   /* 0 = default */
+    int32_t device_io;   /* activations (q, k, v, out and the row statistics) are backend addresses */
     void *impl;          /* backend private state */
     void *err_sink;      /* passed to err */
     fg_error_fn *err;

@@ -49,6 +49,145 @@ static void gpu_free(fg_backend *be, void *ptr) {
     cudaFree(ptr);
 }
 
+fg_status FG_GPU(stage)(fg_backend *be, size_t bytes, unsigned char **host) {
+    fg_gpu_state *st = (fg_gpu_state *)be->impl;
+    fg_gpu_stage *g = &st->stage[st->stage_next];
+    if (g->pending)
+        GPU_CHECK(be, cudaEventSynchronize(g->done)); /* the copy that last read it has run */
+    g->pending = 0;
+    if (bytes > g->bytes) {
+        if (g->host)
+            GPU_CHECK(be, cudaFreeHost(g->host));
+        g->host = NULL;
+        g->bytes = 0;
+        const size_t want = bytes < 65536 ? 65536 : bytes + bytes / 2;
+        cudaError_t e = cudaMallocHost((void **)&g->host, want);
+        if (e != cudaSuccess || !g->host) {
+            g->host = NULL;
+            return be->err(be->err_sink, FG_ERR_OUT_OF_MEMORY, FG_GPU_NAME ": pinned host allocation of %zu bytes failed: %s",
+                           want, e != cudaSuccess ? cudaGetErrorString(e) : "no memory");
+        }
+        g->bytes = want;
+    }
+    st->stage_cur = st->stage_next;
+    st->stage_next = (st->stage_next + 1) % FG_GPU_STAGES;
+    *host = g->host;
+    return FG_OK;
+}
+
+fg_status FG_GPU(stage_upload)(fg_backend *be, void *dev, const unsigned char *host, size_t bytes) {
+    fg_gpu_state *st = (fg_gpu_state *)be->impl;
+    fg_gpu_stage *g = &st->stage[st->stage_cur];
+    if (bytes)
+        GPU_CHECK(be, cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, st->stream));
+    GPU_CHECK(be, cudaEventRecord(g->done, st->stream));
+    g->pending = 1;
+    return FG_OK;
+}
+
+fg_status FG_GPU(synchronize)(fg_backend *be) {
+    fg_gpu_state *st = (fg_gpu_state *)be->impl;
+    GPU_CHECK(be, cudaMemcpyAsync(st->h_error, st->d_error, sizeof(int32_t), cudaMemcpyDeviceToHost, st->stream));
+    GPU_CHECK(be, cudaStreamSynchronize(st->stream));
+    if (*st->h_error) {
+        *st->h_error = 0;
+        GPU_CHECK(be, cudaMemset(st->d_error, 0, sizeof(int32_t)));
+        return be->err(be->err_sink, FG_ERR_INTERNAL,
+                       FG_GPU_NAME ": a decode step ended a head with a slot count the host did not expect "
+                                   "(that step's caches are undefined; please report it)");
+    }
+    return FG_OK;
+}
+
+static fg_status gpu_set_stream(fg_backend *be, void *stream) {
+    fg_gpu_state *st = (fg_gpu_state *)be->impl;
+    fg_status s = FG_GPU(synchronize)(be); /* work queued on the old stream ends first */
+    if (s)
+        return s;
+    st->stream = stream ? (cudaStream_t)stream : st->own_stream;
+    return FG_OK;
+}
+
+static fg_status gpu_timer(fg_backend *be, int stop, double *seconds) {
+    fg_gpu_state *st = (fg_gpu_state *)be->impl;
+    GPU_CHECK(be, cudaEventRecord(st->timer[stop ? 1 : 0], st->stream));
+    if (stop) {
+        float ms = 0.0f;
+        GPU_CHECK(be, cudaEventSynchronize(st->timer[1]));
+        GPU_CHECK(be, cudaEventElapsedTime(&ms, st->timer[0], st->timer[1]));
+        *seconds = 1e-3 * ms;
+    }
+    return FG_OK;
+}
+
+static fg_status gpu_device_info(fg_backend *be, fg_device_info *info) {
+    int dev = 0;
+    cudaDeviceProp prop;
+    memset(&prop, 0, sizeof prop);
+    GPU_CHECK(be, cudaGetDevice(&dev));
+    GPU_CHECK(be, cudaGetDeviceProperties(&prop, dev));
+    memset(info, 0, sizeof *info);
+    for (size_t i = 0; i + 1 < sizeof info->name && prop.name[i]; i++)
+        info->name[i] = prop.name[i];
+    info->n_sm = prop.multiProcessorCount;
+    info->l2_bytes = (size_t)prop.l2CacheSize;
+    info->mem_bytes = (size_t)prop.totalGlobalMem;
+#ifdef __HIP_CPU_RT__
+    info->emulated = 1;
+#endif
+    return FG_OK;
+}
+
+/* Every thread reads 16-byte words strided by the grid and keeps a sum, so
+ * that the reads cannot be dropped; the copy moves 16-byte words. */
+__global__ static void read_words(const uint4 *src, size_t n, uint32_t *sink) {
+    uint32_t acc = 0;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const uint4 w = src[i];
+        acc ^= w.x ^ w.y ^ w.z ^ w.w;
+    }
+    if (acc == 0x9e3779b9u) /* practically never: keeps the loads */
+        sink[0] = acc;
+}
+
+__global__ static void copy_words(uint4 *dst, const uint4 *src, size_t n) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = src[i];
+}
+
+static fg_status gpu_bandwidth(fg_backend *be, int copy, size_t bytes, int reps, double *bytes_per_s) {
+    fg_gpu_state *st = (fg_gpu_state *)be->impl;
+    const size_t n = bytes / 16;
+    void *a = NULL, *b = NULL;
+    fg_status s = gpu_malloc(be, n * 16, &a);
+    if (!s)
+        s = gpu_malloc(be, copy ? n * 16 : 64, &b);
+    double best = 0.0;
+    if (!s) {
+        cudaError_t e = cudaMemsetAsync(a, 1, n * 16, st->stream);
+        const unsigned blocks = (unsigned)(st->n_sm > 0 ? st->n_sm * 8 : 64);
+        for (int r = 0; r < reps + 1 && e == cudaSuccess && !s; r++) { /* the first run warms up */
+            double sec = 0.0;
+            s = gpu_timer(be, 0, &sec);
+            if (copy)
+                FG_LAUNCH(copy_words, blocks, FG_THREADS, 0, st->stream, (uint4 *)b, (const uint4 *)a, n);
+            else
+                FG_LAUNCH(read_words, blocks, FG_THREADS, 0, st->stream, (const uint4 *)a, n, (uint32_t *)b);
+            e = cudaGetLastError();
+            if (!s && e == cudaSuccess)
+                s = gpu_timer(be, 1, &sec);
+            if (!s && r > 0 && sec > 0.0 && (copy ? 2.0 : 1.0) * (double)(n * 16) / sec > best)
+                best = (copy ? 2.0 : 1.0) * (double)(n * 16) / sec;
+        }
+        if (e != cudaSuccess && !s)
+            s = be->err(be->err_sink, FG_ERR_BACKEND, FG_GPU_NAME ": bandwidth probe: %s", cudaGetErrorString(e));
+    }
+    cudaFree(a);
+    cudaFree(b);
+    *bytes_per_s = best;
+    return s;
+}
+
 static fg_status gpu_write(fg_backend *be, void *dst, const void *src, size_t bytes) {
     GPU_CHECK(be, cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice));
     return FG_OK;
@@ -115,10 +254,27 @@ static void gpu_destroy(fg_backend *be) {
     fg_gpu_state *st = (fg_gpu_state *)be->impl;
     if (!st)
         return;
+    if (st->own_stream)
+        cudaStreamSynchronize(st->own_stream);
+    if (st->stream && st->stream != st->own_stream)
+        cudaStreamSynchronize(st->stream);
     if (st->scratch)
         cudaFree(st->scratch);
-    if (st->stream && !st->shared_stream)
-        cudaStreamDestroy(st->stream);
+    for (int i = 0; i < FG_GPU_STAGES; i++) {
+        if (st->stage[i].host)
+            cudaFreeHost(st->stage[i].host);
+        if (st->stage[i].done)
+            cudaEventDestroy(st->stage[i].done);
+    }
+    for (int i = 0; i < 2; i++)
+        if (st->timer[i])
+            cudaEventDestroy(st->timer[i]);
+    if (st->d_error)
+        cudaFree(st->d_error);
+    if (st->h_error)
+        cudaFreeHost(st->h_error);
+    if (st->own_stream && !st->shared_stream)
+        cudaStreamDestroy(st->own_stream);
     free(st);
 }
 
@@ -135,7 +291,56 @@ static const fg_backend_ops k_gpu_ops = {
     FG_GPU(read_slots),
     gpu_destroy,
     gpu_copy,
+    FG_GPU(synchronize),
+    gpu_set_stream,
+    gpu_timer,
+    gpu_device_info,
+    gpu_bandwidth,
 };
+
+/* Creates what the state owns; a failure leaves it for gpu_destroy. */
+static cudaError_t gpu_state_init(fg_gpu_state *st) {
+    cudaError_t e;
+#ifdef __HIP_CPU_RT__
+    /* HIP-CPU keeps a slot per stream for the life of each host thread and
+     * aborts past 255 of them, destroyed ones included: under emulation the
+     * backends share one stream, made once and never destroyed. */
+    static cudaError_t shared_status = cudaErrorUnknown;
+    static cudaStream_t shared = [] {
+        cudaStream_t s = 0;
+        shared_status = cudaStreamCreate(&s);
+        return s;
+    }();
+    st->own_stream = shared;
+    st->shared_stream = 1;
+    e = shared_status;
+#else
+    e = cudaStreamCreate(&st->own_stream);
+#endif
+    st->stream = st->own_stream;
+    for (int i = 0; i < FG_GPU_STAGES && e == cudaSuccess; i++)
+        e = cudaEventCreate(&st->stage[i].done);
+    for (int i = 0; i < 2 && e == cudaSuccess; i++)
+        e = cudaEventCreate(&st->timer[i]);
+    if (e == cudaSuccess)
+        e = cudaMalloc((void **)&st->d_error, sizeof(int32_t));
+    if (e == cudaSuccess)
+        e = cudaMemset(st->d_error, 0, sizeof(int32_t));
+    if (e == cudaSuccess)
+        e = cudaMallocHost((void **)&st->h_error, sizeof(int32_t));
+    if (e == cudaSuccess && (!st->d_error || !st->h_error))
+        e = cudaErrorUnknown;
+    if (e == cudaSuccess)
+        *st->h_error = 0;
+    int dev = 0;
+    cudaDeviceProp prop;
+    memset(&prop, 0, sizeof prop);
+    if (e == cudaSuccess && cudaGetDevice(&dev) == cudaSuccess && cudaGetDeviceProperties(&prop, dev) == cudaSuccess)
+        st->n_sm = prop.multiProcessorCount;
+    if (st->n_sm <= 0)
+        st->n_sm = 16;
+    return e;
+}
 
 #ifdef FG_HIP
 extern "C" fg_status fg_backend_hip_init(fg_backend *be) {
@@ -152,27 +357,13 @@ extern "C" fg_status fg_backend_cuda_init(fg_backend *be) {
         return be->err(be->err_sink, FG_ERR_OUT_OF_MEMORY, FG_GPU_NAME ": out of memory");
     be->impl = st;
     be->ops = &k_gpu_ops;
-#ifdef __HIP_CPU_RT__
-    /* HIP-CPU keeps a slot per stream for the life of each host thread and
-     * aborts past 255 of them, destroyed ones included: under emulation the
-     * backends share one stream, made once and never destroyed. */
-    static cudaError_t shared_status = cudaErrorUnknown;
-    static cudaStream_t shared = [] {
-        cudaStream_t s = 0;
-        shared_status = cudaStreamCreate(&s);
-        return s;
-    }();
-    st->stream = shared;
-    st->shared_stream = 1;
-    e = shared_status;
-#else
-    e = cudaStreamCreate(&st->stream);
-#endif
+    e = gpu_state_init(st);
     if (e != cudaSuccess) {
         gpu_destroy(be);
         be->impl = NULL;
         be->ops = NULL;
-        return be->err(be->err_sink, FG_ERR_BACKEND, FG_GPU_NAME ": cudaStreamCreate failed: %s", cudaGetErrorString(e));
+        return be->err(be->err_sink, FG_ERR_BACKEND, FG_GPU_NAME ": setting up the device failed: %s",
+                       cudaGetErrorString(e));
     }
     return FG_OK;
 }

@@ -74,11 +74,15 @@ extern "C" fg_status FG_GPU(compact)(fg_backend *be, const fg_page_layout *layou
         const size_t rows = (size_t)n * Hkv * d * sizeof(float);
         unsigned char *base;
         size_t at = 0;
-        void *dk, *dv, *dd, *dp, *dpos, *dsc, *dfl;
-        s = FG_GPU(scratch)(be, 2 * rows + (size_t)n_heads * sizeof *desc + (size_t)pages * sizeof(void *) +
-                                    (size_t)slots * 9 + 8 * 256, &base);
-        if (!s) s = FG_GPU(upload)(be, base, &at, k, rows, &dk);
-        if (!s) s = FG_GPU(upload)(be, base, &at, v, rows, &dv);
+        void *dd, *dp, *dpos, *dsc, *dfl;
+        const void *dk = k, *dv = v; /* device I/O: already there */
+        s = FG_GPU(scratch)(be, (be->device_io ? 0 : 2 * rows) + (size_t)n_heads * sizeof *desc +
+                                    (size_t)pages * sizeof(void *) + (size_t)slots * 9 + 8 * 256, &base);
+        if (!be->device_io) {
+            void *x;
+            if (!s && !(s = FG_GPU(upload)(be, base, &at, k, rows, &x))) dk = x;
+            if (!s && !(s = FG_GPU(upload)(be, base, &at, v, rows, &x))) dv = x;
+        }
         if (!s) s = FG_GPU(upload)(be, base, &at, desc, (size_t)n_heads * sizeof *desc, &dd);
         if (!s) s = FG_GPU(upload)(be, base, &at, ptab, (size_t)pages * sizeof(void *), &dp);
         if (!s) s = FG_GPU(upload)(be, base, &at, pos, (size_t)slots * 4, &dpos);

@@ -1,31 +1,36 @@
 /*
- * The decode step on the GPU (DESIGN §2.5), two kernels:
- *   attend_chunks  one block per (head, chunk of FG_THREADS slots): a thread
- *                  per slot scores it against the G query heads, the block
- *                  reduces max and sum per query head and accumulates the
- *                  partial output with threads over the head dimension (V rows
- *                  read once for the group); probabilities are kept for the
- *                  score update;
+ * The decode step on the GPU (DESIGN §2.5), two kernels, after FlashDecoding:
+ *   attend_chunks  one block per (chunk of a head's cached rows, group of up
+ *                  to 8 query heads). A row is read by a group of `lanes`
+ *                  threads, each loading EPL contiguous elements (16 bytes
+ *                  for f16 and bf16 at d = 128, so a warp reads whole rows),
+ *                  and each K and V row is read once for the query heads of
+ *                  the group. Every row group keeps an online softmax; the
+ *                  block merges them into one partial state (max, sum,
+ *                  output) per query head, and keeps the logits of the rows
+ *                  for the score update;
  *   finish_heads   one block per head: merges the partial states with the new
  *                  token, writes the output, grows the scores, inserts the new
  *                  row, moves rows out of the window and evicts the lowest-
  *                  ranked frequent rows (block-wide argmin, ties to the older),
  *                  and checks the slot count against the host's mirror.
+ * The host's bookkeeping (descriptors, chunks, page tables; with host I/O also
+ * q, k and v) travels in one upload; with device I/O the step does not wait.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels_cuda/gpu_common.cuh"
 
-#define CHUNK FG_THREADS
-
 struct decode_desc {
-    int64_t page0;       /* into the page table */
+    const float *q, *k, *v; /* [G][d], [d], [d]: device addresses */
+    float *out;             /* [G][d] */
+    int64_t page0;          /* into the page table */
+    int64_t praw;           /* its logits: [G][n_slots] */
     int32_t n_slots, n_after;
     uint32_t components;
     int32_t score_mode, pos, insert_flag, window_start, freq_budget;
     int32_t item0, n_items; /* its chunks */
-    int64_t praw;        /* its probabilities: [G][n_slots] */
 };
 
 struct decode_item {
@@ -38,43 +43,165 @@ __device__ static inline const unsigned char *slot_row(const fg_gpu_layout &L, v
     return (const unsigned char *)pages[s / L.page_tokens] + off + (size_t)(s % L.page_tokens) * L.head_dim * es;
 }
 
-__global__ static void attend_chunks(fg_gpu_layout L, int32_t G, const decode_desc *heads, const decode_item *items,
-                                     void *const *ptab, const float *q, float *praw, float *part) {
-    FG_DYNAMIC_SHARED(float, red);
+/* EPL elements of a row of type DT from p (aligned to their size) as floats:
+ * 16-byte loads where they fit. */
+template <int DT, int EPL> __device__ static inline void load_elems(const unsigned char *p, float *x) {
+    constexpr int ES = DT == FG_DTYPE_F32 ? 4 : 2, BYTES = ES * EPL;
+    if constexpr (BYTES >= 16) {
+FG_UNROLL
+        for (int w = 0; w < BYTES / 16; w++) {
+            const uint4 u = ((const uint4 *)p)[w];
+            const uint32_t words[4] = {u.x, u.y, u.z, u.w};
+FG_UNROLL
+            for (int i = 0; i < 4; i++) {
+                if constexpr (DT == FG_DTYPE_F32) {
+                    x[w * 4 + i] = fg_bits_f32(words[i]);
+                } else {
+                    x[w * 8 + 2 * i] = fg_gpu_half_to_float(DT, (uint16_t)(words[i] & 0xffffu));
+                    x[w * 8 + 2 * i + 1] = fg_gpu_half_to_float(DT, (uint16_t)(words[i] >> 16));
+                }
+            }
+        }
+    } else {
+FG_UNROLL
+        for (int i = 0; i < EPL; i++)
+            x[i] = DT == FG_DTYPE_F32 ? ((const float *)p)[i] : fg_gpu_half_to_float(DT, ((const uint16_t *)p)[i]);
+    }
+}
+
+/* Query heads a block takes at once: registers hold an output slice per head. */
+template <int EPL> struct heads_per_block {
+    static constexpr int value = EPL >= 16 ? 64 / EPL : 8;
+};
+
+/* Dynamic shared memory of attend_chunks: q of the block's heads, then the
+ * reduction and merge area. */
+static size_t attend_shared_bytes(int epl, int gbm, int d, int threads) {
+    const size_t merge = (size_t)threads * epl, red = (size_t)gbm * threads;
+    return ((size_t)gbm * d + (merge > red ? merge : red)) * sizeof(float);
+}
+
+template <int DT, int EPL>
+__global__ static void attend_chunks(fg_gpu_layout L, int32_t G, int32_t lanes, const decode_desc *heads,
+                                     const decode_item *items, void *const *ptab, float *praw, float *part) {
+    constexpr int GBM = heads_per_block<EPL>::value, ES = DT == FG_DTYPE_F32 ? 4 : 2;
+    FG_DYNAMIC_SHARED(float, sh);
     const decode_item it = items[blockIdx.x];
     const decode_desc h = heads[it.head];
     void *const *pages = ptab + h.page0;
-    const int32_t d = L.head_dim, s = it.begin + threadIdx.x;
-    const bool mine = s < it.end;
+    const int32_t d = L.head_dim, P = L.page_tokens, T = blockDim.x;
+    const int32_t g0 = blockIdx.y * GBM, GB = fg_imin(GBM, G - g0);
+    const int32_t lane = threadIdx.x % lanes, rg = threadIdx.x / lanes, RG = T / lanes;
+    const bool lane_on = lane * EPL < d;
+    const bool track = (h.components & FG_KEEP_FREQUENT) && !(h.components & FG_KEEP_FULL);
+    float *qs = sh, *red = qs + GBM * d; /* [GBM][d], then [max(GBM * T, T * EPL)] */
     const float scale = 1.0f / sqrtf((float)d);
-    const float *qh = q + (size_t)it.head * G * d;
-    float *state = part + (size_t)blockIdx.x * G * (d + 2); /* per query head: m, l, acc[d] */
-    for (int32_t g = 0; g < G; g++) {
-        float sc = -INFINITY;
-        if (mine) {
-            const unsigned char *kr = slot_row(L, pages, s, L.k_offset);
-            sc = 0.0f;
-            for (int32_t c = 0; c < d; c++)
-                sc += qh[(size_t)g * d + c] * fg_gpu_elem(kr, L.dtype, c);
-            sc *= scale;
+    for (int32_t i = threadIdx.x; i < GB * d; i += T)
+        qs[i] = h.q[(size_t)g0 * d + i] * scale;
+    __syncthreads();
+
+    float m[GBM], l[GBM], acc[GBM][EPL];
+FG_UNROLL
+    for (int g = 0; g < GBM; g++) {
+        m[g] = -INFINITY;
+        l[g] = 0.0f;
+FG_UNROLL
+        for (int e = 0; e < EPL; e++)
+            acc[g][e] = 0.0f;
+    }
+    const int32_t iters = (it.end - it.begin + RG - 1) / RG; /* the same for every thread of the block */
+    for (int32_t i = 0; i < iters; i++) {
+        const int32_t r = it.begin + rg + i * RG;
+        const bool row_on = r < it.end;
+        float kx[EPL], vx[EPL], dot[GBM];
+        if (row_on && lane_on) {
+            const size_t at = (size_t)(r % P) * d * ES + (size_t)lane * EPL * ES;
+            const unsigned char *page = (const unsigned char *)pages[r / P];
+            load_elems<DT, EPL>(page + L.k_offset + at, kx);
+            load_elems<DT, EPL>(page + L.v_offset + at, vx);
+        } else {
+FG_UNROLL
+            for (int e = 0; e < EPL; e++)
+                kx[e] = vx[e] = 0.0f;
         }
-        const float m = fg_block_max(sc, red);
-        const float p = mine ? expf(sc - m) : 0.0f;
-        const float l = fg_block_sum(p, red);
-        float *pr = praw + h.praw + (size_t)g * h.n_slots;
-        if (mine)
-            pr[s] = p;
-        __syncthreads(); /* p of every slot of the chunk is in praw */
-        float *st = state + (size_t)g * (d + 2);
-        for (int32_t c = threadIdx.x; c < d; c += blockDim.x) {
-            float a = 0.0f;
-            for (int32_t r = it.begin; r < it.end; r++)
-                a += pr[r] * fg_gpu_elem(slot_row(L, pages, r, L.v_offset), L.dtype, c);
-            st[2 + c] = a;
+FG_UNROLL
+        for (int g = 0; g < GBM; g++) {
+            dot[g] = 0.0f;
+            if (g < GB && lane_on) {
+                const float *qg = qs + g * d + lane * EPL;
+FG_UNROLL
+                for (int e = 0; e < EPL; e++)
+                    dot[g] += qg[e] * kx[e];
+            }
         }
-        if (threadIdx.x == 0) {
-            st[0] = m;
-            st[1] = l;
+        fg_group_sum_n<GBM>(dot, lanes, red);
+        if (row_on) {
+FG_UNROLL
+            for (int g = 0; g < GBM; g++) {
+                if (g < GB) {
+                    const float mn = fmaxf(m[g], dot[g]), c = expf(m[g] - mn), p = expf(dot[g] - mn);
+                    l[g] = l[g] * c + p;
+FG_UNROLL
+                    for (int e = 0; e < EPL; e++)
+                        acc[g][e] = acc[g][e] * c + p * vx[e];
+                    m[g] = mn;
+                    if (track && lane == 0)
+                        praw[h.praw + (size_t)(g0 + g) * h.n_slots + r] = dot[g];
+                }
+            }
+        }
+    }
+
+    /* merge the row groups: max, then the rescaled sums and outputs */
+    float *state = part + ((size_t)blockIdx.x * G + g0) * (d + 2); /* per query head: m, l, acc[d] */
+    __syncthreads();
+    if (lane == 0)
+FG_UNROLL
+        for (int g = 0; g < GBM; g++)
+            if (g < GB)
+                red[g * RG + rg] = m[g];
+    __syncthreads();
+    float c[GBM];
+FG_UNROLL
+    for (int g = 0; g < GBM; g++) {
+        c[g] = 0.0f;
+        if (g < GB) {
+            float M = -INFINITY;
+            for (int32_t x = 0; x < RG; x++)
+                M = fmaxf(M, red[g * RG + x]);
+            c[g] = m[g] == -INFINITY ? 0.0f : expf(m[g] - M);
+            if (threadIdx.x == 0)
+                state[(size_t)g * (d + 2)] = M;
+        }
+    }
+    __syncthreads();
+    if (lane == 0)
+FG_UNROLL
+        for (int g = 0; g < GBM; g++)
+            if (g < GB)
+                red[g * RG + rg] = l[g] * c[g];
+    __syncthreads();
+    if ((int32_t)threadIdx.x < GB) {
+        float s = 0.0f;
+        for (int32_t x = 0; x < RG; x++)
+            s += red[threadIdx.x * RG + x];
+        state[(size_t)threadIdx.x * (d + 2) + 1] = s;
+    }
+FG_UNROLL
+    for (int g = 0; g < GBM; g++) {
+        if (g >= GB) /* the same for the whole block */
+            continue;
+        __syncthreads();
+        if (lane_on)
+FG_UNROLL
+            for (int e = 0; e < EPL; e++)
+                red[rg * d + lane * EPL + e] = acc[g][e] * c[g];
+        __syncthreads();
+        for (int32_t x = threadIdx.x; x < d; x += T) {
+            float s = 0.0f;
+            for (int32_t y = 0; y < RG; y++)
+                s += red[y * d + x];
+            state[(size_t)g * (d + 2) + 2 + x] = s;
         }
     }
 }
@@ -119,8 +246,7 @@ __device__ static inline float rank_of(int32_t mode, float score, int32_t pos, i
 }
 
 __global__ static void finish_heads(fg_gpu_layout L, int32_t G, const decode_desc *heads, void *const *ptab,
-                                    const float *q, const float *k, const float *v, float *out, const float *praw,
-                                    float *part, int32_t *status) {
+                                    const float *praw, const float *part, int32_t *status) {
     FG_DYNAMIC_SHARED(float, red);
     int32_t *ired = (int32_t *)(red + blockDim.x);
     __shared__ float M[64], Linv[64];
@@ -128,7 +254,7 @@ __global__ static void finish_heads(fg_gpu_layout L, int32_t G, const decode_des
     void *const *pages = ptab + h.page0;
     const int32_t d = L.head_dim, P = L.page_tokens, t = h.pos + 1;
     const float scale = 1.0f / sqrtf((float)d);
-    const float *qh = q + (size_t)blockIdx.x * G * d, *kn = k + (size_t)blockIdx.x * d, *vn = v + (size_t)blockIdx.x * d;
+    const float *qh = h.q, *kn = h.k, *vn = h.v;
     const bool track = (h.components & FG_KEEP_FREQUENT) && !(h.components & FG_KEEP_FULL);
 
     /* 1. merge the chunks with the new token */
@@ -153,7 +279,7 @@ __global__ static void finish_heads(fg_gpu_layout L, int32_t G, const decode_des
                 const float *st = part + (size_t)(h.item0 + c) * G * (d + 2) + (size_t)g * (d + 2);
                 o += expf(st[0] - m) * st[2 + x];
             }
-            out[((size_t)blockIdx.x * G + g) * d + x] = o / l;
+            h.out[(size_t)g * d + x] = o / l;
         }
         if (threadIdx.x == 0 && g < 64) {
             M[g] = m;
@@ -163,16 +289,13 @@ __global__ static void finish_heads(fg_gpu_layout L, int32_t G, const decode_des
         __syncthreads();
     }
 
-    /* 2. scores grow by the pooled attention */
+    /* 2. scores grow by the pooled attention (the chunks kept the logits) */
     int32_t n = h.n_slots;
     if (track && G <= 64) {
         for (int32_t s = threadIdx.x; s < n; s += blockDim.x) {
-            const int32_t c = s / CHUNK;
             float gained = 0.0f;
-            for (int32_t g = 0; g < G; g++) {
-                const float mc = part[(size_t)(h.item0 + c) * G * (d + 2) + (size_t)g * (d + 2)];
-                gained += praw[h.praw + (size_t)g * n + s] * expf(mc - M[g]) * Linv[g];
-            }
+            for (int32_t g = 0; g < G; g++)
+                gained += expf(praw[h.praw + (size_t)g * n + s] - M[g]) * Linv[g];
             unsigned char *page = (unsigned char *)pages[s / P];
             ((float *)(page + L.score_offset))[s % P] += gained;
         }
@@ -262,108 +385,147 @@ __global__ static void finish_heads(fg_gpu_layout L, int32_t G, const decode_des
             n_freq--;
         }
     }
-    if (threadIdx.x == 0)
-        status[blockIdx.x] = n == h.n_after ? 0 : 1;
+    if (threadIdx.x == 0 && n != h.n_after)
+        *status = 1; /* sticky: read when the backend synchronises */
 }
+
+/* Row chunks of one call: enough blocks to fill the device (about 8 per
+ * multiprocessor), at least two rows per row group, at most 2048 rows. */
+static int32_t chunk_rows(int64_t total_rows, int32_t n_sm, int32_t row_groups) {
+    int64_t c = (total_rows + 8 * (int64_t)n_sm - 1) / (8 * (int64_t)n_sm);
+    c = c < 2 * row_groups ? 2 * row_groups : c > 2048 ? 2048 : c;
+    return (int32_t)((c + row_groups - 1) / row_groups * row_groups);
+}
+
+/* Elements per lane: 16-byte loads (8 halves or 4 floats), more when a row
+ * would need over 32 lanes, fewer when d is not a multiple. */
+static int32_t elems_per_lane(int32_t d, int32_t es) {
+    int32_t epl = 16 / es;
+    while (epl < 32 && d / epl > 32)
+        epl *= 2;
+    while (epl > 1 && d % epl)
+        epl /= 2;
+    return epl;
+}
+
+#define ATTEND_CASE(DT, EPL)                                                                                           \
+    case EPL:                                                                                                          \
+        FG_LAUNCH((attend_chunks<DT, EPL>), grid, FG_THREADS, shared, st->stream, L, G, lanes, dd, di, dp, draw,       \
+                  dpart);                                                                                              \
+        break
+#define ATTEND_DTYPE(DT)                                                                                               \
+    switch (epl) {                                                                                                     \
+        ATTEND_CASE(DT, 1);                                                                                            \
+        ATTEND_CASE(DT, 2);                                                                                            \
+        ATTEND_CASE(DT, 4);                                                                                            \
+        ATTEND_CASE(DT, 8);                                                                                            \
+        ATTEND_CASE(DT, 16);                                                                                           \
+        ATTEND_CASE(DT, 32);                                                                                           \
+    }
 
 extern "C" fg_status FG_GPU(decode_step)(fg_backend *be, const fg_page_layout *layout, const fg_shape *shape,
                                          int32_t n_heads, const fg_decode_head *heads) {
     fg_gpu_state *st = (fg_gpu_state *)be->impl;
     const int32_t G = shape->n_q_heads / shape->n_kv_heads, d = shape->head_dim, P = layout->page_tokens;
-    if (G > 64)
-        return be->err(be->err_sink, FG_ERR_UNAVAILABLE, FG_GPU_NAME ": decode supports up to 64 query heads per KV head");
-    /* host staging: descriptors, items, page tables, q / k / v */
-    int64_t pages = 0, raw = 0;
-    int32_t n_items = 0;
+    const int32_t es = (int32_t)fg_dtype_size(layout->dtype), epl = elems_per_lane(d, es);
+    int32_t lanes = 1;
+    while (lanes * epl < d)
+        lanes *= 2;
+    if (G > 64 || lanes > 32)
+        return be->err(be->err_sink, FG_ERR_UNAVAILABLE,
+                       FG_GPU_NAME ": decode supports up to 64 query heads per KV head and head dimensions that "
+                                   "32 lanes of 1 to 32 elements cover (G = %d, d = %d)",
+                       (int)G, (int)d);
+    const int32_t gbm = epl >= 16 ? 64 / epl : 8, row_groups = FG_THREADS / lanes;
+    const size_t shared = attend_shared_bytes(epl, gbm, d, FG_THREADS);
+    const bool host_io = !be->device_io;
+
+    /* sizes: the upload (descriptors, chunks, page tables, host q / k / v) and the device work area */
+    int64_t pages = 0, raw = 0, rows = 0;
     for (int32_t i = 0; i < n_heads; i++) {
         pages += (heads[i].n_slots + (heads[i].insert_flag ? 1 : 0) + P - 1) / P;
         raw += (int64_t)G * heads[i].n_slots;
-        n_items += (heads[i].n_slots + CHUNK - 1) / CHUNK;
+        rows += heads[i].n_slots;
     }
-    decode_desc *desc = (decode_desc *)malloc((size_t)n_heads * sizeof *desc);
-    decode_item *items = (decode_item *)malloc((size_t)(n_items ? n_items : 1) * sizeof *items);
-    void **ptab = (void **)malloc((size_t)(pages ? pages : 1) * sizeof *ptab);
-    float *qkv = (float *)malloc((size_t)n_heads * (G + 2) * d * sizeof(float));
-    int32_t *status = (int32_t *)malloc((size_t)n_heads * sizeof(int32_t));
-    float *out = (float *)malloc((size_t)n_heads * G * d * sizeof(float));
-    fg_status s = desc && items && ptab && qkv && status && out ? FG_OK : FG_ERR_OUT_OF_MEMORY;
-    if (s) {
-        s = be->err(be->err_sink, s, FG_GPU_NAME ": decode: out of host memory");
-        goto done;
-    }
-    {
-        int64_t po = 0, ro = 0;
-        int32_t io = 0;
-        float *qs = qkv, *ks = qkv + (size_t)n_heads * G * d, *vs = ks + (size_t)n_heads * d;
-        for (int32_t i = 0; i < n_heads; i++) {
-            const fg_decode_head *hd = &heads[i];
-            const int32_t np = (hd->n_slots + (hd->insert_flag ? 1 : 0) + P - 1) / P;
-            const int32_t ni = (hd->n_slots + CHUNK - 1) / CHUNK;
-            desc[i] = decode_desc{po, hd->n_slots, hd->n_slots_after, hd->components, (int32_t)hd->score_mode,
-                                  hd->pos, hd->insert_flag, hd->window_start, hd->freq_budget, io, ni, ro};
-            for (int32_t c = 0; c < ni; c++)
-                items[io + c] = decode_item{i, c * CHUNK, (c + 1) * CHUNK < hd->n_slots ? (c + 1) * CHUNK : hd->n_slots};
-            memcpy(ptab + po, hd->pages, (size_t)np * sizeof(void *));
+    const int32_t chunk = chunk_rows(rows, st->n_sm, row_groups);
+    int64_t n_items = 0;
+    for (int32_t i = 0; i < n_heads; i++)
+        n_items += (heads[i].n_slots + chunk - 1) / chunk;
+    const size_t o_items = fg_gpu_align((size_t)n_heads * sizeof(decode_desc));
+    const size_t o_ptab = o_items + fg_gpu_align((size_t)n_items * sizeof(decode_item));
+    const size_t o_qkv = o_ptab + fg_gpu_align((size_t)pages * sizeof(void *));
+    const size_t qkv_bytes = host_io ? (size_t)n_heads * (G + 2) * d * sizeof(float) : 0;
+    const size_t up_bytes = o_qkv + qkv_bytes;
+    const size_t out_bytes = host_io ? (size_t)n_heads * G * d * sizeof(float) : 0;
+    const size_t part_bytes = (size_t)(n_items ? n_items : 1) * G * (d + 2) * sizeof(float);
+    const size_t o_raw = fg_gpu_align(up_bytes), o_part = o_raw + fg_gpu_align((size_t)raw * 4);
+    const size_t o_out = o_part + fg_gpu_align(part_bytes);
+    unsigned char *base, *host;
+    fg_status s = FG_GPU(scratch)(be, o_out + out_bytes + 256, &base);
+    if (!s)
+        s = FG_GPU(stage)(be, up_bytes > out_bytes ? up_bytes : out_bytes, &host);
+    if (s)
+        return s;
+
+    decode_desc *desc = (decode_desc *)host;
+    decode_item *items = (decode_item *)(host + o_items);
+    void **ptab = (void **)(host + o_ptab);
+    float *qs = (float *)(host + o_qkv), *ks = qs + (size_t)n_heads * G * d, *vs = ks + (size_t)n_heads * d;
+    const float *dqs = (const float *)(base + o_qkv), *dks = dqs + (size_t)n_heads * G * d;
+    const float *dvs = dks + (size_t)n_heads * d;
+    float *dout = (float *)(base + o_out);
+    int64_t po = 0, ro = 0;
+    int32_t io = 0;
+    for (int32_t i = 0; i < n_heads; i++) {
+        const fg_decode_head *hd = &heads[i];
+        const int32_t np = (hd->n_slots + (hd->insert_flag ? 1 : 0) + P - 1) / P;
+        const int32_t ni = (hd->n_slots + chunk - 1) / chunk;
+        decode_desc x = {hd->q, hd->k, hd->v, hd->out, po, ro, hd->n_slots, hd->n_slots_after, hd->components,
+                         (int32_t)hd->score_mode, hd->pos, hd->insert_flag, hd->window_start, hd->freq_budget, io, ni};
+        if (host_io) {
             memcpy(qs + (size_t)i * G * d, hd->q, (size_t)G * d * sizeof(float));
             memcpy(ks + (size_t)i * d, hd->k, (size_t)d * sizeof(float));
             memcpy(vs + (size_t)i * d, hd->v, (size_t)d * sizeof(float));
-            po += np;
-            ro += (int64_t)G * hd->n_slots;
-            io += ni;
+            x.q = dqs + (size_t)i * G * d;
+            x.k = dks + (size_t)i * d;
+            x.v = dvs + (size_t)i * d;
+            x.out = dout + (size_t)i * G * d;
         }
-        const size_t part_bytes = (size_t)(n_items ? n_items : 1) * G * (d + 2) * sizeof(float);
-        unsigned char *base;
-        size_t at = 0;
-        void *dd, *di, *dp, *dq;
-        s = FG_GPU(scratch)(be, (size_t)n_heads * sizeof *desc + (size_t)n_items * sizeof *items +
-                                    (size_t)pages * sizeof(void *) + (size_t)n_heads * (2 * G + 2) * d * 4 +
-                                    (size_t)raw * 4 + part_bytes + (size_t)n_heads * 4 + 12 * 256, &base);
-        if (!s) s = FG_GPU(upload)(be, base, &at, desc, (size_t)n_heads * sizeof *desc, &dd);
-        if (!s) s = FG_GPU(upload)(be, base, &at, items, (size_t)n_items * sizeof *items, &di);
-        if (!s) s = FG_GPU(upload)(be, base, &at, ptab, (size_t)pages * sizeof(void *), &dp);
-        if (!s) s = FG_GPU(upload)(be, base, &at, qkv, (size_t)n_heads * (G + 2) * d * sizeof(float), &dq);
-        if (s)
-            goto done;
-        at = fg_gpu_align(at);
-        float *dout = (float *)(base + at);
-        at = fg_gpu_align(at + (size_t)n_heads * G * d * 4);
-        float *draw = (float *)(base + at);
-        at = fg_gpu_align(at + (size_t)raw * 4);
-        float *dpart = (float *)(base + at);
-        at = fg_gpu_align(at + part_bytes);
-        int32_t *dstatus = (int32_t *)(base + at);
-        const fg_gpu_layout L = fg_gpu_layout_of(layout);
-        const float *dqs = (const float *)dq, *dks = dqs + (size_t)n_heads * G * d, *dvs = dks + (size_t)n_heads * d;
-        if (n_items) {
-            FG_LAUNCH(attend_chunks, n_items, FG_THREADS, FG_THREADS * sizeof(float), st->stream, L, G,
-                      (const decode_desc *)dd, (const decode_item *)di, (void *const *)dp, dqs, draw, dpart);
-        }
-        FG_LAUNCH(finish_heads, n_heads, FG_THREADS, 2 * FG_THREADS * sizeof(float), st->stream, L, G,
-                  (const decode_desc *)dd, (void *const *)dp, dqs, dks, dvs, dout, draw, dpart, dstatus);
-        cudaError_t e = cudaGetLastError();
-        if (e == cudaSuccess)
-            e = cudaMemcpyAsync(out, dout, (size_t)n_heads * G * d * 4, cudaMemcpyDeviceToHost, st->stream);
-        if (e == cudaSuccess)
-            e = cudaMemcpyAsync(status, dstatus, (size_t)n_heads * 4, cudaMemcpyDeviceToHost, st->stream);
-        if (e == cudaSuccess)
-            e = cudaStreamSynchronize(st->stream);
-        if (e != cudaSuccess) {
-            s = be->err(be->err_sink, FG_ERR_BACKEND, FG_GPU_NAME ": decode: %s", cudaGetErrorString(e));
-            goto done;
-        }
-        for (int32_t i = 0; i < n_heads; i++) {
-            memcpy(heads[i].out, out + (size_t)i * G * d, (size_t)G * d * sizeof(float));
-            if (status[i] && !s)
-                s = be->err(be->err_sink, FG_ERR_INTERNAL,
-                            "decode_step: head %d ended with a slot count the host did not expect", (int)i);
+        desc[i] = x;
+        for (int32_t c = 0; c < ni; c++)
+            items[io + c] = decode_item{i, c * chunk, (c + 1) * chunk < hd->n_slots ? (c + 1) * chunk : hd->n_slots};
+        memcpy(ptab + po, hd->pages, (size_t)np * sizeof(void *));
+        po += np;
+        ro += (int64_t)G * hd->n_slots;
+        io += ni;
+    }
+    if ((s = FG_GPU(stage_upload)(be, base, host, up_bytes)))
+        return s;
+
+    const fg_gpu_layout L = fg_gpu_layout_of(layout);
+    const decode_desc *dd = (const decode_desc *)base;
+    const decode_item *di = (const decode_item *)(base + o_items);
+    void *const *dp = (void *const *)(base + o_ptab);
+    float *draw = (float *)(base + o_raw), *dpart = (float *)(base + o_part);
+    if (n_items) {
+        const dim3 grid((unsigned)n_items, (unsigned)((G + gbm - 1) / gbm));
+        switch (layout->dtype) {
+        case FG_DTYPE_F32: ATTEND_DTYPE(FG_DTYPE_F32) break;
+        case FG_DTYPE_F16: ATTEND_DTYPE(FG_DTYPE_F16) break;
+        default: ATTEND_DTYPE(FG_DTYPE_BF16) break;
         }
     }
-done:
-    free(desc);
-    free(items);
-    free(ptab);
-    free(qkv);
-    free(status);
-    free(out);
-    return s;
+    FG_LAUNCH(finish_heads, n_heads, FG_THREADS, 2 * FG_THREADS * sizeof(float), st->stream, L, G, dd, dp, draw,
+              dpart, st->d_error);
+    GPU_CHECK(be, cudaGetLastError());
+    if (!host_io)
+        return FG_OK; /* the engine's stream runs on; errors show at the next synchronisation */
+
+    /* host I/O: the outputs come back through the staging buffer, and the step is checked */
+    GPU_CHECK(be, cudaMemcpyAsync(host, dout, out_bytes, cudaMemcpyDeviceToHost, st->stream));
+    if ((s = FG_GPU(synchronize)(be)))
+        return s;
+    for (int32_t i = 0; i < n_heads; i++)
+        memcpy(heads[i].out, (const float *)host + (size_t)i * G * d, (size_t)G * d * sizeof(float));
+    return FG_OK;
 }

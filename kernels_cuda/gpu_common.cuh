@@ -15,6 +15,7 @@
 #define FG_GPU(name) fg_hip_##name
 #define FG_GPU_NAME "hip"
 #else
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #define FG_GPU(name) fg_cuda_##name
 #define FG_GPU_NAME "cuda"
@@ -39,6 +40,13 @@
 #define FG_DYNAMIC_SHARED(type, name) extern __shared__ type name[]
 #endif
 
+/* Unrolls a loop of a compile-time count on devices (registers stay registers). */
+#if (defined(__CUDACC__) || defined(__HIPCC__)) && !defined(__HIP_CPU_RT__)
+#define FG_UNROLL _Pragma("unroll")
+#else
+#define FG_UNROLL
+#endif
+
 __device__ static inline int32_t fg_imin(int32_t a, int32_t b) { return a < b ? a : b; }
 
 /* A runtime call that must succeed: otherwise an fg_status with the runtime's text. */
@@ -50,18 +58,45 @@ __device__ static inline int32_t fg_imin(int32_t a, int32_t b) { return a < b ? 
                              cudaGetErrorString(e_));                                                                  \
     } while (0)
 
-/* Backend state: one stream and a device scratch arena that only grows. */
+/* Pinned host buffers for the per-call upload, used in turn: a buffer is
+ * rewritten only after the copy that last read it has run (its event), so
+ * the host can run ahead of the device without waiting. */
+#define FG_GPU_STAGES 4
+typedef struct fg_gpu_stage {
+    unsigned char *host;
+    size_t bytes;
+    cudaEvent_t done;
+    int pending;
+} fg_gpu_stage;
+
+/* Backend state: the stream (its own, or the engine's), a device scratch
+ * arena that only grows, the staging buffers, and a sticky device flag that
+ * the decode step raises when a head ends with a slot count the host did not
+ * expect (read when the backend synchronises). */
 typedef struct fg_gpu_state {
     cudaStream_t stream;
+    cudaStream_t own_stream;
     int shared_stream; /* HIP-CPU: one stream for every backend, never destroyed */
+    int32_t n_sm;      /* multiprocessors (compute units) */
     unsigned char *scratch;
     size_t scratch_bytes;
+    fg_gpu_stage stage[FG_GPU_STAGES];
+    int stage_next, stage_cur;
+    int32_t *d_error, *h_error;
+    cudaEvent_t timer[2];
 } fg_gpu_state;
 
 /* Grows the arena to `bytes` (contents not kept) and returns its base. */
 fg_status FG_GPU(scratch)(fg_backend *be, size_t bytes, unsigned char **out);
-/* Copies n host bytes into the arena at `at`, aligning `at` up to 256. */
+/* Copies n host bytes into the arena at `at`, aligning `at` up to 256, and
+ * waits for nothing: the caller synchronises before `src` changes. */
 fg_status FG_GPU(upload)(fg_backend *be, unsigned char *base, size_t *at, const void *src, size_t n, void **dev);
+/* The next pinned staging buffer, of at least `bytes` (waits only for the
+ * copy that last read it); then stage_upload copies its first `bytes` to dev. */
+fg_status FG_GPU(stage)(fg_backend *be, size_t bytes, unsigned char **host);
+fg_status FG_GPU(stage_upload)(fg_backend *be, void *dev, const unsigned char *host, size_t bytes);
+/* Waits for the stream, then reports a raised error flag (and lowers it). */
+fg_status FG_GPU(synchronize)(fg_backend *be);
 
 static inline size_t fg_gpu_align(size_t x) { return (x + 255) / 256 * 256; }
 
@@ -82,6 +117,18 @@ __device__ static inline float fg_gpu_elem(const unsigned char *row, int32_t dty
     return dtype == FG_DTYPE_F32 ? ((const float *)row)[i]
            : dtype == FG_DTYPE_F16 ? fg_f16_to_f32(((const uint16_t *)row)[i])
                                    : fg_bf16_to_f32(((const uint16_t *)row)[i]);
+}
+
+/* A 16-bit element (f16 or bf16) as a float, exactly: the hardware conversion
+ * on a device, the portable one under HIP-CPU. */
+__device__ static inline float fg_gpu_half_to_float(int32_t dtype, uint16_t x) {
+    if (dtype != FG_DTYPE_F16)
+        return fg_bf16_to_f32(x);
+#ifdef __HIP_CPU_RT__
+    return fg_f16_to_f32(x);
+#else
+    return __half2float(__ushort_as_half(x));
+#endif
 }
 
 __device__ static inline void fg_gpu_store(unsigned char *row, int32_t dtype, int32_t i, float x) {
@@ -119,6 +166,39 @@ __device__ static inline float fg_block_max(float x, float *sh) {
     float r = sh[0];
     __syncthreads();
     return r;
+}
+
+/* Sums of x[0..N) over aligned groups of `width` threads (a power of two, at
+ * most 32); every thread of a group gets its group's sums. Every thread of
+ * the block calls it (it may synchronise). Warp shuffles on devices (a group
+ * fits in a CUDA warp and in an AMD wave32 or wave64: no warp size is
+ * assumed beyond 32); shared memory under HIP-CPU, whose threads are fibers
+ * without lanes, or where FG_GPU_SHARED_REDUCE is defined. `sh` holds
+ * N * blockDim.x floats. */
+template <int N> __device__ static inline void fg_group_sum_n(float (&x)[N], int32_t width, float *sh) {
+#if defined(__HIP_CPU_RT__) || defined(FG_GPU_SHARED_REDUCE)
+    const int32_t T = blockDim.x, first = threadIdx.x & ~(width - 1);
+    for (int i = 0; i < N; i++)
+        sh[i * T + threadIdx.x] = x[i];
+    __syncthreads();
+    for (int i = 0; i < N; i++) {
+        float s = 0.0f;
+        for (int32_t j = 0; j < width; j++)
+            s += sh[i * T + first + j];
+        x[i] = s;
+    }
+    __syncthreads();
+#else
+    (void)sh;
+FG_UNROLL
+    for (int i = 0; i < N; i++)
+        for (int32_t o = width / 2; o > 0; o >>= 1)
+#ifdef FG_HIP
+            x[i] += __shfl_xor(x[i], o, width);
+#else
+            x[i] += __shfl_xor_sync(0xffffffffu, x[i], o, width);
+#endif
+#endif
 }
 
 /* The ops, named fg_cuda_* or fg_hip_*. */

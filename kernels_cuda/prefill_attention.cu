@@ -54,6 +54,13 @@ extern "C" fg_status FG_GPU(prefill_attention)(fg_backend *be, const fg_shape *s
     fg_gpu_state *st = (fg_gpu_state *)be->impl;
     const int32_t Hq = shape->n_q_heads, Hkv = shape->n_kv_heads, d = shape->head_dim;
     const size_t nq = (size_t)n * Hq * d * 4, nk = (size_t)n * Hkv * d * 4, ns = (size_t)Hq * n * 4;
+    const size_t shared = (2 * (size_t)d + 2 * FG_THREADS) * sizeof(float);
+    if (be->device_io) { /* everything is on the device already: queue the kernel, wait for nothing */
+        FG_LAUNCH(prefill_rows, dim3(n, Hq), FG_THREADS, shared, st->stream, n, Hq, Hkv, d, q, k, v, out, row_max,
+                  row_sum);
+        GPU_CHECK(be, cudaGetLastError());
+        return FG_OK;
+    }
     unsigned char *base;
     size_t at = 0;
     void *dq, *dk, *dv;
@@ -65,7 +72,6 @@ extern "C" fg_status FG_GPU(prefill_attention)(fg_backend *be, const fg_shape *s
         return s;
     float *dout = (float *)(base + fg_gpu_align(at)), *dmax = (float *)(base + fg_gpu_align(at) + fg_gpu_align(nq));
     float *dsum = (float *)((unsigned char *)dmax + fg_gpu_align(ns));
-    const size_t shared = (2 * (size_t)d + 2 * FG_THREADS) * sizeof(float);
     FG_LAUNCH(prefill_rows, dim3(n, Hq), FG_THREADS, shared, st->stream, n, Hq, Hkv, d, (const float *)dq,
               (const float *)dk, (const float *)dv, dout, dmax, dsum);
     GPU_CHECK(be, cudaGetLastError());

@@ -45,18 +45,21 @@ extern "C" fg_status FG_GPU(profile_stats)(fg_backend *be, const fg_shape *shape
     const int32_t Hq = shape->n_q_heads, Hkv = shape->n_kv_heads, d = shape->head_dim, n = req->n;
     const size_t nq = (size_t)n * Hq * d * 4, nk = (size_t)n * Hkv * d * 4, ns = (size_t)Hq * n * 4;
     const size_t nc = (size_t)Hkv * n * 4, ncl = (size_t)(req->n_windows ? req->n_windows : 1) * nc;
+    const size_t shared = ((size_t)d + FG_THREADS) * sizeof(float);
     unsigned char *base;
     size_t at = 0;
-    void *dq, *dk, *dmax, *dsum;
-    fg_status s = FG_GPU(scratch)(be, nq + nk + 2 * ns + nc + ncl + 8 * 256, &base);
-    if (!s) s = FG_GPU(upload)(be, base, &at, q, nq, &dq);
-    if (!s) s = FG_GPU(upload)(be, base, &at, k, nk, &dk);
-    if (!s) s = FG_GPU(upload)(be, base, &at, row_max, ns, &dmax);
-    if (!s) s = FG_GPU(upload)(be, base, &at, row_sum, ns, &dsum);
+    const void *dq = q, *dk = k, *dmax = row_max, *dsum = row_sum; /* device I/O: already there */
+    fg_status s = FG_GPU(scratch)(be, (be->device_io ? 0 : nq + nk + 2 * ns) + nc + ncl + 8 * 256, &base);
+    if (!be->device_io) {
+        void *x;
+        if (!s && !(s = FG_GPU(upload)(be, base, &at, q, nq, &x))) dq = x;
+        if (!s && !(s = FG_GPU(upload)(be, base, &at, k, nk, &x))) dk = x;
+        if (!s && !(s = FG_GPU(upload)(be, base, &at, row_max, ns, &x))) dmax = x;
+        if (!s && !(s = FG_GPU(upload)(be, base, &at, row_sum, ns, &x))) dsum = x;
+    }
     if (s)
         return s;
     float *dcol = (float *)(base + fg_gpu_align(at)), *dcl = (float *)((unsigned char *)dcol + fg_gpu_align(nc));
-    const size_t shared = ((size_t)d + FG_THREADS) * sizeof(float);
     FG_LAUNCH(profile_keys, dim3(n, Hkv), FG_THREADS, shared, st->stream, *req, Hq, Hkv, d, (const float *)dq,
               (const float *)dk, (const float *)dmax, (const float *)dsum, dcol, dcl);
     GPU_CHECK(be, cudaGetLastError());
@@ -64,6 +67,5 @@ extern "C" fg_status FG_GPU(profile_stats)(fg_backend *be, const fg_shape *shape
     if (req->n_windows)
         GPU_CHECK(be, cudaMemcpyAsync(col_local, dcl, (size_t)req->n_windows * nc, cudaMemcpyDeviceToHost,
                                       st->stream));
-    GPU_CHECK(be, cudaStreamSynchronize(st->stream));
-    return FG_OK;
+    return FG_GPU(synchronize)(be); /* the host chooses the policies from col */
 }

@@ -9,6 +9,9 @@
 #define FG_HIP_COMPAT_H
 
 #include <hip/hip_runtime.h>
+#ifndef __HIP_CPU_RT__
+#include <hip/hip_fp16.h>
+#endif
 
 #if defined(__HIP_CPU_RT__) && defined(__GNUC__) && !defined(__clang__)
 /* HIP-CPU marks kernels `simd` for GCC, which asks for vector clones of every
@@ -39,5 +42,15 @@
 #define cudaSetDevice hipSetDevice
 #define cudaDeviceProp hipDeviceProp_t
 #define cudaGetDeviceProperties hipGetDeviceProperties
+#define cudaGetDevice hipGetDevice
+#define cudaEvent_t hipEvent_t
+#define cudaEventCreate hipEventCreate
+#define cudaEventDestroy hipEventDestroy
+#define cudaEventRecord hipEventRecord
+#define cudaEventSynchronize hipEventSynchronize
+#define cudaEventElapsedTime hipEventElapsedTime
+#define cudaMallocHost hipHostMalloc
+#define cudaFreeHost hipHostFree
+#define cudaMemset hipMemset
 
 #endif /* FG_HIP_COMPAT_H */

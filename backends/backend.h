@@ -141,6 +141,7 @@ typedef struct fg_device_info {
     size_t l2_bytes;   /* last-level cache of the device */
     size_t mem_bytes;
     int emulated;      /* HIP-CPU: figures are the host's */
+    void *stream;      /* the stream the backend queues on now */
 } fg_device_info;
 typedef fg_status fg_device_info_fn(fg_backend *be, fg_device_info *info);
 /* Read (copy = 0: every byte of a buffer read once, a sum written) or copy

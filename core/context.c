@@ -38,6 +38,8 @@ static fg_status validate_params(const fg_context_params *p) {
           FG_MAX_THREADS, (int)p->n_threads);
     CHECK(p->classes != NULL, NULL, FG_ERR_INVALID_ARGUMENT,
           "classes must not be NULL (build them with fg_token_classes_create)");
+    CHECK(p->io == FG_IO_HOST || p->io == FG_IO_DEVICE, NULL, FG_ERR_INVALID_ARGUMENT,
+          "io must be FG_IO_HOST (0) or FG_IO_DEVICE (1), got %d", (int)p->io);
     return fg_compression_params_validate(&p->compression);
 }
 
@@ -62,6 +64,20 @@ fg_status fg_context_create(const fg_context_params *params, fg_context **out) {
     ctx->be.err_sink = ctx;
 
     st = fg_backend_open(backend, params->n_threads, &ctx->be);
+    if (st == FG_OK && params->io == FG_IO_DEVICE) {
+        if (!ctx->be.ops->synchronize)
+            st = fg_error(ctx, FG_ERR_INVALID_ARGUMENT,
+                          "io = FG_IO_DEVICE needs a backend with device memory (cuda, hip); \"%s\" takes host arrays",
+                          backend);
+        ctx->be.device_io = 1;
+    }
+    if (st == FG_OK && params->stream) {
+        if (!ctx->be.ops->set_stream)
+            st = fg_error(ctx, FG_ERR_INVALID_ARGUMENT, "a stream was given, but backend \"%s\" has no streams",
+                          backend);
+        else
+            st = ctx->be.ops->set_stream(&ctx->be, params->stream);
+    }
     if (st == FG_OK)
         st = fg_token_classes_clone(params->classes, &ctx->classes);
     if (st == FG_OK) {
@@ -118,6 +134,18 @@ void fg_context_destroy(fg_context **pctx) {
 }
 
 const char *fg_context_backend(const fg_context *ctx) { return ctx ? ctx->backend_name : NULL; }
+
+fg_status fg_context_set_stream(fg_context *ctx, void *stream) {
+    CHECK(ctx, NULL, FG_ERR_INVALID_ARGUMENT, "fg_context_set_stream: context must not be NULL");
+    CHECK(ctx->be.ops->set_stream, ctx, FG_ERR_INVALID_ARGUMENT, "backend \"%s\" has no streams",
+          ctx->backend_name);
+    return ctx->be.ops->set_stream(&ctx->be, stream);
+}
+
+fg_status fg_synchronize(fg_context *ctx) {
+    CHECK(ctx, NULL, FG_ERR_INVALID_ARGUMENT, "fg_synchronize: context must not be NULL");
+    return ctx->be.ops->synchronize ? ctx->be.ops->synchronize(&ctx->be) : FG_OK;
+}
 
 fg_status fg_backend_probe(const char *name) {
     CHECK(name, NULL, FG_ERR_INVALID_ARGUMENT, "fg_backend_probe: name must not be NULL");
@@ -382,9 +410,16 @@ typedef struct prefill_scratch {
     int32_t *choice;          /* [Hkv] budget mode */
 } prefill_scratch;
 
-static void prefill_scratch_free(prefill_scratch *w) {
-    free(w->row_max);
-    free(w->row_sum);
+static void prefill_scratch_free(fg_context *ctx, prefill_scratch *w) {
+    if (ctx->be.device_io) {
+        if (w->row_max)
+            ctx->be.ops->buffer_free(&ctx->be, w->row_max);
+        if (w->row_sum)
+            ctx->be.ops->buffer_free(&ctx->be, w->row_sum);
+    } else {
+        free(w->row_max);
+        free(w->row_sum);
+    }
     free(w->col);
     free(w->col_local);
     free(w->pos);
@@ -453,8 +488,16 @@ static fg_status prefill_layer(fg_context *ctx, fg_seq *s, int32_t layer, const 
     }
 
     size_t nq = (size_t)Hq * n, nk = (size_t)Hkv * n;
-    w->row_max = malloc(nq * sizeof(float));
-    w->row_sum = malloc(nq * sizeof(float));
+    if (ctx->be.device_io) { /* the row statistics pass from one kernel to the next: device memory */
+        fg_status sa = ctx->be.ops->buffer_alloc(&ctx->be, nq * sizeof(float), (void **)&w->row_max);
+        if (sa == FG_OK)
+            sa = ctx->be.ops->buffer_alloc(&ctx->be, nq * sizeof(float), (void **)&w->row_sum);
+        if (sa)
+            return sa;
+    } else {
+        w->row_max = malloc(nq * sizeof(float));
+        w->row_sum = malloc(nq * sizeof(float));
+    }
     w->col = malloc(nk * sizeof(float));
     w->col_local = malloc((req.n_windows ? (size_t)req.n_windows : 1) * nk * sizeof(float));
     w->pos = malloc(nk * sizeof(int32_t));
@@ -537,7 +580,7 @@ fg_status fg_prefill(fg_context *ctx, int32_t seq, int32_t layer, const float *q
           (int)layer);
     prefill_scratch w = {0};
     st = prefill_layer(ctx, s, layer, q, k, v, out, &w);
-    prefill_scratch_free(&w);
+    prefill_scratch_free(ctx, &w);
     return st;
 }
 

@@ -15,8 +15,9 @@
  * Conventions: every function returns an fg_status (FG_OK = 0, errors < 0)
  * and leaves a message readable with fg_last_error(); handles are opaque;
  * fg_*_destroy() takes the address of the handle, accepts NULL and clears it.
- * Activations (Q, K, V, outputs) are host fp32 arrays; keys are passed after
- * RoPE. A failed call leaves every cache as it was before the call.
+ * Activations (Q, K, V, outputs) are fp32 arrays, on the host by default or
+ * in the device's memory with FG_IO_DEVICE; keys are passed after RoPE. A
+ * failed call leaves every cache as it was before the call.
  */
 #ifndef FASTGEN_H
 #define FASTGEN_H
@@ -161,6 +162,13 @@ typedef struct fg_context fg_context;
  * return) when they cannot start the threads asked of them. */
 #define FG_MAX_THREADS 1024
 
+/* Where the activations of fg_prefill, fg_decode and fg_seq_append live. */
+typedef enum fg_io {
+    FG_IO_HOST = 0,  /* host arrays, on every backend; GPU backends copy them and wait for the result */
+    FG_IO_DEVICE = 1 /* device addresses of the backend (cuda, hip): nothing crosses the bus but the host's
+                        bookkeeping (one upload per step), and fg_decode returns without waiting */
+} fg_io;
+
 typedef struct fg_context_params {
     const char *backend;        /* "ref", "cpu", "cuda", "hip"; NULL = "cpu" */
     int32_t n_layers;
@@ -178,6 +186,9 @@ typedef struct fg_context_params {
     fg_compression_params compression; /* default for sequences */
     fg_log_fn log_fn;           /* optional */
     void *log_user;
+    fg_io io;                   /* FG_IO_HOST (default) or FG_IO_DEVICE (cuda, hip) */
+    void *stream;               /* cuda / hip: the engine's cudaStream_t / hipStream_t that all the context's
+                                   work is queued on; NULL = the backend's own stream */
 } fg_context_params;
 
 FG_API void fg_context_params_default(fg_context_params *params);
@@ -186,6 +197,14 @@ FG_API void fg_context_destroy(fg_context **ctx);
 /* The last error message of ctx, or of this thread when ctx is NULL (for
  * failed creations and functions that take no context). Never NULL. */
 FG_API const char *fg_last_error(const fg_context *ctx);
+/* Queues the context's work on another stream (cuda, hip; NULL = the
+ * backend's own) after waiting for the work already queued. */
+FG_API fg_status fg_context_set_stream(fg_context *ctx, void *stream);
+/* Waits for the context's queued device work (FG_OK at once on host
+ * backends). With FG_IO_DEVICE, fg_decode does not wait for its kernels: a
+ * failure inside them is reported here, by fg_head_positions, and by the
+ * next fg_prefill; the caches of that step are then undefined. */
+FG_API fg_status fg_synchronize(fg_context *ctx);
 /* Name of the backend the context runs on. */
 FG_API const char *fg_context_backend(const fg_context *ctx);
 
@@ -207,7 +226,8 @@ FG_API fg_status fg_seq_fork(fg_context *ctx, int32_t seq, int32_t *child);
 FG_API fg_status fg_seq_length(const fg_context *ctx, int32_t seq, int32_t layer, int32_t *length);
 
 /* Prompt phase for one layer: out = causal attention; every KV head is
- * profiled, takes its policy and keeps its compressed cache.
+ * profiled, takes its policy and keeps its compressed cache. With
+ * FG_IO_DEVICE the call waits once, for the profile the host chooses from.
  *   q:   [n_prompt][Hq][d]     k, v: [n_prompt][Hkv][d] (k after RoPE)
  *   out: [n_prompt][Hq][d] */
 FG_API fg_status fg_prefill(fg_context *ctx, int32_t seq, int32_t layer, const float *q, const float *k, const float *v,

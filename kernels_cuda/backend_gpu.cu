@@ -132,6 +132,7 @@ static fg_status gpu_device_info(fg_backend *be, fg_device_info *info) {
     info->n_sm = prop.multiProcessorCount;
     info->l2_bytes = (size_t)prop.l2CacheSize;
     info->mem_bytes = (size_t)prop.totalGlobalMem;
+    info->stream = (void *)((fg_gpu_state *)be->impl)->stream;
 #ifdef __HIP_CPU_RT__
     info->emulated = 1;
 #endif
@@ -246,8 +247,7 @@ extern "C" fg_status FG_GPU(read_slots)(fg_backend *be, const fg_page_layout *la
         GPU_CHECK(be, cudaMemcpyAsync(flags, d_flags, (size_t)n_slots, cudaMemcpyDeviceToHost, st->stream));
     if (score)
         GPU_CHECK(be, cudaMemcpyAsync(score, d_score, (size_t)n_slots * 4, cudaMemcpyDeviceToHost, st->stream));
-    GPU_CHECK(be, cudaStreamSynchronize(st->stream));
-    return FG_OK;
+    return FG_GPU(synchronize)(be);
 }
 
 static void gpu_destroy(fg_backend *be) {

@@ -5,11 +5,16 @@
  * sets after the prompt and after every decode step (exactly equal), decode
  * outputs (NMSE <= 1e-8 with f32 caches, <= 5e-4 with f16/bf16), guard
  * regions after every output buffer untouched, no NaN/Inf. Each backend runs
- * with 1 and 2 threads, which must agree bit for bit.
+ * with 1 and 2 threads, which must agree bit for bit. GPU backends also run
+ * with device-resident activations (FG_IO_DEVICE) on a stream of another
+ * backend object, as an engine's: bit for bit the same as with host arrays.
+ * Wrong uses of the I/O options are refused.
  * Usage: test_backend [backend...]   (default: every backend that probes OK)
  */
+#include <stdarg.h>
 #include <string.h>
 
+#include "backends/backend.h"
 #include "fastgen.h"
 #include "checks.h"
 #include "harness.h"
@@ -27,9 +32,33 @@ typedef struct run_out {
     int guards_ok;
 } run_out;
 
-/* Runs two sequences (FastGen and H2O by budget) through a backend. */
-static int run_backend(const char *backend, int32_t threads, const shape_case *sc, const float *q, const float *k,
-                       const float *v, const int32_t *tokens, fg_token_classes *tc, run_out *ro) {
+/* Device copies of the activations for FG_IO_DEVICE runs, made through a
+ * backend object of the test's own (the engine's, as it were). */
+typedef struct dev_io {
+    fg_backend be;
+    void *q, *k, *v, *out, *bq, *bk, *bv, *bo;
+} dev_io;
+
+static fg_status dev_err(void *sink, fg_status st, const char *fmt, ...) {
+    (void)sink;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    return st;
+}
+
+static int dev_alloc(fg_backend *be, void **p, size_t bytes, const void *src) {
+    if (be->ops->buffer_alloc(be, bytes, p))
+        return 0;
+    return !src || fg_backend_write(be, *p, src, bytes) == FG_OK;
+}
+
+/* Runs two sequences (FastGen and H2O by budget) through a backend, with
+ * host arrays or (io = FG_IO_DEVICE) device ones. */
+static int run_backend(const char *backend, int32_t threads, fg_io io, const shape_case *sc, const float *q,
+                       const float *k, const float *v, const int32_t *tokens, fg_token_classes *tc, run_out *ro) {
     const int32_t Hq = sc->G * sc->Hkv, d = sc->d, n = sc->n, maxlen = n + sc->steps;
     fg_context_params p;
     fg_context_params_default(&p);
@@ -44,6 +73,20 @@ static int run_backend(const char *backend, int32_t threads, const shape_case *s
     p.max_seq_len = maxlen;
     p.classes = tc;
     p.compression.threshold = 0.9f;
+    const int32_t total = n + sc->steps;
+    const size_t qn = (size_t)n * Hq * d, row_q = (size_t)Hq * d, row_k = (size_t)sc->Hkv * d;
+    dev_io dv = {.be = {.err = dev_err}};
+    if (io == FG_IO_DEVICE) {
+        fg_device_info info;
+        if (fg_backend_open(backend, 0, &dv.be) || !dv.be.ops->device_info || dv.be.ops->device_info(&dv.be, &info))
+            return 0;
+        p.io = FG_IO_DEVICE;
+        p.stream = info.stream;
+        const size_t bq = (size_t)total * row_q * 4, bk = (size_t)total * row_k * 4;
+        if (!dev_alloc(&dv.be, &dv.q, bq, q) || !dev_alloc(&dv.be, &dv.k, bk, k) || !dev_alloc(&dv.be, &dv.v, bk, v) ||
+            !dev_alloc(&dv.be, &dv.out, qn * 4, NULL) || !dev_alloc(&dv.be, &dv.bo, 2 * row_q * 4, NULL))
+            return 0;
+    }
     fg_context *ctx = NULL;
     if (fg_context_create(&p, &ctx) != FG_OK) {
         fprintf(stderr, "backend %s: %s\n", backend, fg_last_error(NULL));
@@ -56,12 +99,18 @@ static int run_backend(const char *backend, int32_t threads, const shape_case *s
     int32_t seqs[2];
     fg_seq_create(ctx, NULL, tokens, n, &seqs[0]);
     fg_seq_create(ctx, &h2o, tokens, n, &seqs[1]);
-    const size_t qn = (size_t)n * Hq * d;
     float *out = guarded(qn);
     ro->guards_ok = 1;
     for (int b = 0; b < 2; b++) {
-        EXPECT_OK(ctx, fg_prefill(ctx, seqs[b], 0, q, k, v, out));
+        if (io == FG_IO_DEVICE)
+            EXPECT_OK(ctx, fg_prefill(ctx, seqs[b], 0, dv.q, dv.k, dv.v, dv.out));
+        else
+            EXPECT_OK(ctx, fg_prefill(ctx, seqs[b], 0, q, k, v, out));
         ro->guards_ok &= guard_ok(out, qn);
+    }
+    if (io == FG_IO_DEVICE) {
+        EXPECT_OK(ctx, fg_synchronize(ctx));
+        EXPECT(fg_backend_read(&dv.be, out, dv.out, qn * 4) == FG_OK, "reading the prefill output back");
     }
     memcpy(ro->prefill, out, qn * sizeof *out);
     for (int b = 0; b < 2; b++)
@@ -70,7 +119,6 @@ static int run_backend(const char *backend, int32_t threads, const shape_case *s
             fg_head_inspect(ctx, seqs[b], 0, g, &info);
             ro->policy[b][g] = info.policy_index;
         }
-    const size_t row_q = (size_t)Hq * d, row_k = (size_t)sc->Hkv * d;
     float *bq = malloc(2 * row_q * sizeof(float)), *bk = malloc(2 * row_k * sizeof(float));
     float *bv = malloc(2 * row_k * sizeof(float)), *bo = guarded(2 * row_q);
     for (int32_t step = 0; step <= sc->steps; step++) {
@@ -90,7 +138,26 @@ static int run_backend(const char *backend, int32_t threads, const shape_case *s
             memcpy(bk + b * row_k, k + (size_t)pos * row_k, row_k * sizeof(float));
             memcpy(bv + b * row_k, v + (size_t)pos * row_k, row_k * sizeof(float));
         }
-        EXPECT_OK(ctx, fg_decode(ctx, 0, 2, seqs, toks, bq, bk, bv, bo));
+        if (io == FG_IO_DEVICE) {
+            /* the rows of both sequences stay where the prompt's are, one apart: batch i reads from pos + i */
+            const float *dq = (const float *)dv.q + (size_t)pos * row_q, *dk = (const float *)dv.k + (size_t)pos * row_k;
+            const float *dvv = (const float *)dv.v + (size_t)pos * row_k;
+            if (!dv.bq) {
+                EXPECT(dev_alloc(&dv.be, &dv.bq, 2 * row_q * 4, NULL) && dev_alloc(&dv.be, &dv.bk, 2 * row_k * 4, NULL) &&
+                           dev_alloc(&dv.be, &dv.bv, 2 * row_k * 4, NULL),
+                       "device batch buffers");
+            }
+            for (int b = 0; b < 2; b++) { /* device-to-device, queued on the engine's stream */
+                fg_backend_copy(&dv.be, (float *)dv.bq + b * row_q, dq, row_q * 4);
+                fg_backend_copy(&dv.be, (float *)dv.bk + b * row_k, dk, row_k * 4);
+                fg_backend_copy(&dv.be, (float *)dv.bv + b * row_k, dvv, row_k * 4);
+            }
+            EXPECT_OK(ctx, fg_decode(ctx, 0, 2, seqs, toks, dv.bq, dv.bk, dv.bv, dv.bo));
+            EXPECT_OK(ctx, fg_synchronize(ctx));
+            EXPECT(fg_backend_read(&dv.be, bo, dv.bo, 2 * row_q * 4) == FG_OK, "reading the decode output back");
+        } else {
+            EXPECT_OK(ctx, fg_decode(ctx, 0, 2, seqs, toks, bq, bk, bv, bo));
+        }
         ro->guards_ok &= guard_ok(bo, 2 * row_q);
         memcpy(ro->decode + (size_t)step * 2 * row_q, bo, 2 * row_q * sizeof(float));
     }
@@ -100,6 +167,13 @@ static int run_backend(const char *backend, int32_t threads, const shape_case *s
     free(bv);
     free(bo);
     fg_context_destroy(&ctx);
+    if (io == FG_IO_DEVICE) {
+        void *bufs[] = {dv.q, dv.k, dv.v, dv.out, dv.bq, dv.bk, dv.bv, dv.bo};
+        for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+            if (bufs[i])
+                dv.be.ops->buffer_free(&dv.be, bufs[i]);
+        fg_backend_close(&dv.be);
+    }
     return 1;
 }
 
@@ -136,13 +210,19 @@ static void check_case(const char *backend, const shape_case *sc) {
     fg_token_classes_set(tc, 2, FG_TOKEN_PUNCT);
     fg_token_classes_set(tc, 3, FG_TOKEN_PUNCT);
 
-    run_out ref, one, two;
+    run_out ref, one, two, dev;
     alloc_out(&ref, sc);
     alloc_out(&one, sc);
     alloc_out(&two, sc);
-    int ok = run_backend("ref", 1, sc, q, k, v, tokens, tc, &ref) &&
-             run_backend(backend, 1, sc, q, k, v, tokens, tc, &one) &&
-             run_backend(backend, 2, sc, q, k, v, tokens, tc, &two);
+    alloc_out(&dev, sc);
+    int ok = run_backend("ref", 1, FG_IO_HOST, sc, q, k, v, tokens, tc, &ref) &&
+             run_backend(backend, 1, FG_IO_HOST, sc, q, k, v, tokens, tc, &one) &&
+             run_backend(backend, 2, FG_IO_HOST, sc, q, k, v, tokens, tc, &two);
+    const int gpu = strcmp(backend, "cuda") == 0 || strcmp(backend, "hip") == 0;
+    if (ok && gpu) {
+        ok = run_backend(backend, 1, FG_IO_DEVICE, sc, q, k, v, tokens, tc, &dev);
+        EXPECT(ok, "backend %s runs with FG_IO_DEVICE", backend);
+    }
     EXPECT(ok, "backend %s runs", backend);
     if (ok) {
         const double limit = sc->dtype == FG_DTYPE_F32 ? 1e-8 : 5e-4;
@@ -162,9 +242,17 @@ static void check_case(const char *backend, const shape_case *sc) {
                    memcmp(one.kept, two.kept,
                           (size_t)(sc->steps + 1) * 2 * sc->Hkv * maxlen * sizeof(int32_t)) == 0,
                "%s: 1 and 2 threads differ", backend);
-        printf("  %-4s d=%-3d G=%d Hkv=%d n=%-4d steps=%-3d %-4s prefill NMSE %.1e decode NMSE %.1e\n", backend,
-               (int)d, (int)sc->G, (int)sc->Hkv, (int)sc->n, (int)sc->steps, dt, e_pre, e_dec);
+        if (gpu)
+            EXPECT(memcmp(one.prefill, dev.prefill, (size_t)sc->n * row_q * sizeof(float)) == 0 &&
+                       memcmp(one.decode, dev.decode, (size_t)sc->steps * 2 * row_q * sizeof(float)) == 0 &&
+                       memcmp(one.kept, dev.kept, (size_t)(sc->steps + 1) * 2 * sc->Hkv * maxlen * sizeof(int32_t)) == 0 &&
+                       memcmp(one.policy, dev.policy, sizeof one.policy) == 0,
+                   "%s d=%d G=%d n=%d: FG_IO_DEVICE differs from host arrays", backend, (int)d, (int)sc->G, (int)sc->n);
+        printf("  %-4s d=%-3d G=%d Hkv=%d n=%-4d steps=%-3d %-4s prefill NMSE %.1e decode NMSE %.1e%s\n", backend,
+               (int)d, (int)sc->G, (int)sc->Hkv, (int)sc->n, (int)sc->steps, dt, e_pre, e_dec,
+               gpu ? ", device I/O identical" : "");
     }
+    free_out(&dev);
     free_out(&ref);
     free_out(&one);
     free_out(&two);
@@ -175,8 +263,50 @@ static void check_case(const char *backend, const shape_case *sc) {
     free(tokens);
 }
 
+/* io and stream options a backend cannot serve: refused, and nothing is made. */
+static void check_wrong_use(void) {
+    fg_token_classes *tc = NULL;
+    fg_token_classes_create(10, NULL, &tc);
+    fg_context_params p;
+    fg_context_params_default(&p);
+    p.n_layers = 1;
+    p.n_q_heads = 2;
+    p.n_kv_heads = 1;
+    p.head_dim = 16;
+    p.classes = tc;
+    const char *hosts[] = {"ref", "cpu"};
+    for (int i = 0; i < 2; i++) {
+        fg_context *ctx = (fg_context *)&p; /* must be cleared */
+        p.backend = hosts[i];
+        p.io = FG_IO_DEVICE;
+        p.stream = NULL;
+        EXPECT(fg_context_create(&p, &ctx) == FG_ERR_INVALID_ARGUMENT && ctx == NULL &&
+                   strstr(fg_last_error(NULL), "FG_IO_DEVICE"),
+               "%s: io = FG_IO_DEVICE is refused (%s)", hosts[i], fg_last_error(NULL));
+        p.io = FG_IO_HOST;
+        p.stream = &p;
+        EXPECT(fg_context_create(&p, &ctx) == FG_ERR_INVALID_ARGUMENT && ctx == NULL &&
+                   strstr(fg_last_error(NULL), "no streams"),
+               "%s: a stream is refused (%s)", hosts[i], fg_last_error(NULL));
+        p.stream = NULL;
+        EXPECT(fg_context_create(&p, &ctx) == FG_OK, "%s: a host context", hosts[i]);
+        EXPECT(fg_context_set_stream(ctx, &p) == FG_ERR_INVALID_ARGUMENT, "%s: fg_context_set_stream is refused",
+               hosts[i]);
+        EXPECT(fg_synchronize(ctx) == FG_OK, "%s: fg_synchronize has nothing to wait for", hosts[i]);
+        fg_context_destroy(&ctx);
+    }
+    p.backend = "ref";
+    p.io = (fg_io)7;
+    fg_context *ctx = NULL;
+    EXPECT(fg_context_create(&p, &ctx) == FG_ERR_INVALID_ARGUMENT && ctx == NULL, "io = 7 is refused");
+    EXPECT(fg_synchronize(NULL) == FG_ERR_INVALID_ARGUMENT && fg_context_set_stream(NULL, NULL) == FG_ERR_INVALID_ARGUMENT,
+           "a NULL context is refused");
+    fg_token_classes_destroy(&tc);
+}
+
 int main(int argc, char **argv) {
     test_seed("test_backend");
+    check_wrong_use();
     const char *all[] = {"cpu", "cuda", "hip"};
     const char **names = argc > 1 ? (const char **)argv + 1 : all;
     const int n_names = argc > 1 ? argc - 1 : 3;

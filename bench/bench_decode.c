@@ -19,9 +19,12 @@
  * group size G: the median fraction of its full-cache 16-bit cases at >= 4k.
  * Options: --csv (CSV table), --quick (contexts 1k and 4k, batch 1 only),
  *          --model NAME (only that shape: llama2-7b, llama3-8b, g8-32x4),
- *          --backend NAME (default cpu). With a GPU backend the pages live on
- *          the device, but the ceiling is still the host's read bandwidth and
- *          the time includes the step's host transfers (no device events yet).
+ *          --backend NAME (default cpu). With a GPU backend (cuda, hip) the
+ *          pages and q/k/v/out live on the device (FG_IO_DEVICE), each step is
+ *          timed by device events, the layer copies rotate past 4x the
+ *          device's L2, and the ceiling is the device read-bandwidth probe,
+ *          run between the steps of the same loop. Under HIP-CPU the figures
+ *          are the host's and the header says so.
  */
 #include <math.h>
 
@@ -87,7 +90,7 @@ static int case_type(int mix, int g, int32_t Hkv) {
 
 static int build_case(fg_backend *be, bench_case *c, int mix, const model_shape *m, int32_t t, int32_t B, fg_dtype dtype,
                       const fg_page_layout *L, const float *q, const float *k, const float *v, float *out,
-                      const unsigned char *page_template) {
+                      const unsigned char *page_template, size_t cache_bytes) {
     const int32_t Hkv = m->Hkv, P = L->page_tokens, G = m->Hq / m->Hkv;
     memset(c, 0, sizeof *c);
     c->mix = mix;
@@ -98,17 +101,17 @@ static int build_case(fg_backend *be, bench_case *c, int mix, const model_shape 
         c->bytes += (size_t)B * rows * 2 * m->d * fg_dtype_size(dtype);
         pages_per_copy += (size_t)B * ((rows + P) / P); /* room for one more row */
     }
-    const size_t copy_bytes = pages_per_copy * L->page_bytes, target = 4 * bench_llc_bytes();
+    const size_t copy_bytes = pages_per_copy * L->page_bytes, target = 4 * cache_bytes;
     c->R = (int32_t)((target + copy_bytes - 1) / copy_bytes);
     if (c->R < 1)
         c->R = 1;
     c->page_ptrs = malloc(pages_per_copy * c->R * sizeof(void *));
     c->heads = malloc((size_t)c->R * c->n_heads * sizeof *c->heads);
-    unsigned char *staging = aligned_alloc(64, L->page_bytes);
+    unsigned char *staging = aligned_alloc(64, copy_bytes); /* one layer copy, written at once */
     if (!c->page_ptrs || !c->heads || !staging || be->ops->buffer_alloc(be, copy_bytes * c->R, (void **)&c->mem))
         return 0;
     size_t page = 0;
-    for (int32_t r = 0; r < c->R; r++)
+    for (int32_t r = 0; r < c->R; r++) {
         for (int32_t b = 0; b < B; b++)
             for (int32_t g = 0; g < Hkv; g++) {
                 const int32_t rows = case_rows(mix, g, Hkv, t), np = (rows + P) / P;
@@ -116,14 +119,13 @@ static int build_case(fg_backend *be, bench_case *c, int mix, const model_shape 
                 void **pp = c->page_ptrs + page;
                 for (int32_t p = 0; p < np; p++, page++) {
                     /* a page: the template rows, then this head's metadata */
-                    memcpy(staging, page_template, L->page_bytes);
+                    unsigned char *sp = staging + (page - (size_t)r * pages_per_copy) * L->page_bytes;
+                    memcpy(sp, page_template, L->page_bytes);
                     for (int32_t j = 0; j < P && p * P + j < rows; j++) {
-                        ((int32_t *)(void *)(staging + L->pos_offset))[j] = p * P + j;
-                        staging[L->flags_offset + j] = track ? FG_SLOT_FREQUENT : (uint8_t)k_type_comp[type];
+                        ((int32_t *)(void *)(sp + L->pos_offset))[j] = p * P + j;
+                        sp[L->flags_offset + j] = track ? FG_SLOT_FREQUENT : (uint8_t)k_type_comp[type];
                     }
                     pp[p] = c->mem + page * L->page_bytes;
-                    if (fg_backend_write(be, pp[p], staging, L->page_bytes))
-                        return 0;
                 }
                 c->heads[(size_t)r * c->n_heads + b * Hkv + g] = (fg_decode_head){
                     .pages = pp,
@@ -141,6 +143,9 @@ static int build_case(fg_backend *be, bench_case *c, int mix, const model_shape 
                     .out = out + ((size_t)b * m->Hq + (size_t)g * G) * m->d,
                 };
             }
+        if (fg_backend_write(be, c->mem + (size_t)r * copy_bytes, staging, copy_bytes))
+            return 0;
+    }
     free(staging);
     return 1;
 }
@@ -163,10 +168,31 @@ int main(int argc, char **argv) {
     float *stream = bench_stream_buffer(&stream_n);
     if (!stream)
         return 1;
-    const double read_bw = bench_read_bandwidth();
-    printf("# bench_decode: backend %s, %d threads, LLC %zu MiB, streaming read bandwidth %.2f GB/s at the start "
-           "(each group re-measures it between its runs; 'of bw' uses that)\n",
-           backend, bench_threads(), bench_llc_bytes() >> 20, read_bw / 1e9);
+    /* a GPU backend: device events, device memory, the device's L2 and read bandwidth */
+    const int dev = be.ops->timer && be.ops->bandwidth && be.ops->device_info;
+    fg_device_info dinfo = {.l2_bytes = bench_llc_bytes()};
+    if (dev && be.ops->device_info(&be, &dinfo))
+        return 1;
+    size_t probe_bytes = dev ? (8 * dinfo.l2_bytes > ((size_t)1 << 30) ? 8 * dinfo.l2_bytes : (size_t)1 << 30) : 0;
+    if (dinfo.emulated)
+        probe_bytes = (size_t)64 << 20;
+    double read_bw = 0.0;
+    if (dev) {
+        if (be.ops->bandwidth(&be, 0, probe_bytes, 5, &read_bw))
+            return 1;
+        be.device_io = 1;
+        printf("# bench_decode: backend %s on %s (%d SMs, L2 %zu MiB)%s, device read bandwidth %.1f GB/s at the start "
+               "(%zu MiB read; each group re-measures it between its steps; 'of bw' uses that); steps timed by device "
+               "events, q/k/v/out in device memory\n",
+               backend, dinfo.name, (int)dinfo.n_sm, dinfo.l2_bytes >> 20,
+               dinfo.emulated ? " [HIP-CPU EMULATION: the figures are the host's, not a GPU's]" : "", read_bw / 1e9,
+               probe_bytes >> 20);
+    } else {
+        read_bw = bench_read_bandwidth();
+        printf("# bench_decode: backend %s, %d threads, LLC %zu MiB, streaming read bandwidth %.2f GB/s at the start "
+               "(each group re-measures it between its runs; 'of bw' uses that)\n",
+               backend, bench_threads(), bench_llc_bytes() >> 20, read_bw / 1e9);
+    }
     if (csv)
         printf("model,context,batch,dtype,case,kept_fraction,time_ms,gb_per_s,bw_fraction,ideal_speedup,"
                "measured_speedup\n");
@@ -208,10 +234,19 @@ int main(int argc, char **argv) {
                         fg_store_row(tmpl + L.k_offset + (size_t)r * m->d * fg_dtype_size(dt), dt, row, m->d);
                         fg_store_row(tmpl + L.v_offset + (size_t)r * m->d * fg_dtype_size(dt), dt, row, m->d);
                     }
-                    bench_case cases[N_MIX];
+                    /* with a GPU backend the step reads and writes device copies */
+                    float *dq = q, *dk = k, *dv = v, *dout = out;
                     int ok = 1;
-                    for (int x = 0; x < N_MIX; x++)
-                        ok &= build_case(&be, &cases[x], x, m, t, B, dt, &L, q, k, v, out, tmpl);
+                    if (dev) {
+                        ok = !be.ops->buffer_alloc(&be, qn * 4, (void **)&dq) &&
+                             !be.ops->buffer_alloc(&be, kn * 4, (void **)&dk) &&
+                             !be.ops->buffer_alloc(&be, kn * 4, (void **)&dv) &&
+                             !be.ops->buffer_alloc(&be, qn * 4, (void **)&dout) && !fg_backend_write(&be, dq, q, qn * 4) &&
+                             !fg_backend_write(&be, dk, k, kn * 4) && !fg_backend_write(&be, dv, v, kn * 4);
+                    }
+                    bench_case cases[N_MIX];
+                    for (int x = 0; x < N_MIX && ok; x++)
+                        ok &= build_case(&be, &cases[x], x, m, t, B, dt, &L, dq, dk, dv, dout, tmpl, dinfo.l2_bytes);
                     if (!ok) {
                         fprintf(stderr, "bench_decode: out of memory\n");
                         return 1;
@@ -223,19 +258,34 @@ int main(int argc, char **argv) {
                     double t_stream[REPS];
                     volatile float sink = 0.0f;
                     for (int rep = 0; rep < REPS; rep++) {
-                        const double ts = bench_now();
-                        sink += bench_stream_read(stream, stream_n);
-                        t_stream[rep] = bench_now() - ts;
+                        if (dev) {
+                            double rate = 0.0;
+                            if (be.ops->bandwidth(&be, 0, probe_bytes, 1, &rate) || rate <= 0.0)
+                                return 1;
+                            t_stream[rep] = (double)probe_bytes / rate;
+                        } else {
+                            const double ts = bench_now();
+                            sink += bench_stream_read(stream, stream_n);
+                            t_stream[rep] = bench_now() - ts;
+                        }
                         for (int x = 0; x < N_MIX; x++) {
                             bench_case *c = &cases[x];
                             const fg_decode_head *h = c->heads + (size_t)(rep % c->R) * c->n_heads;
-                            double t0 = bench_now();
-                            be.ops->decode_step(&be, &L, &(fg_shape){m->Hq, m->Hkv, m->d}, c->n_heads, h);
-                            c->t[rep] = bench_now() - t0;
+                            const fg_shape shape = {m->Hq, m->Hkv, m->d};
+                            if (dev) {
+                                if (be.ops->timer(&be, 0, NULL) || be.ops->decode_step(&be, &L, &shape, c->n_heads, h) ||
+                                    be.ops->timer(&be, 1, &c->t[rep]))
+                                    return 1;
+                            } else {
+                                double t0 = bench_now();
+                                be.ops->decode_step(&be, &L, &shape, c->n_heads, h);
+                                c->t[rep] = bench_now() - t0;
+                            }
                         }
                     }
                     (void)sink;
-                    const double bw = (double)(stream_n * sizeof(float)) / bench_median(t_stream, REPS);
+                    const double bw = (dev ? (double)probe_bytes : (double)(stream_n * sizeof(float))) /
+                                      bench_median(t_stream, REPS);
                     const double t_full = bench_median(cases[MIX_FULL].t, REPS);
                     for (int x = 0; x < N_MIX; x++) {
                         bench_case *c = &cases[x];
@@ -257,6 +307,12 @@ int main(int argc, char **argv) {
                             effs[n_summary++] = meas / ideal;
                         }
                         free_case(&be, c);
+                    }
+                    if (dev) {
+                        be.ops->buffer_free(&be, dq);
+                        be.ops->buffer_free(&be, dk);
+                        be.ops->buffer_free(&be, dv);
+                        be.ops->buffer_free(&be, dout);
                     }
                     free(q);
                     free(k);

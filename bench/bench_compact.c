@@ -25,17 +25,34 @@ int main(int argc, char **argv) {
         return 1;
     const int32_t Hkv = 8, d = 128;
     const fg_shape sh = {32, Hkv, d};
-    const double copy_bw = bench_copy_bandwidth();
-    size_t probe_bytes = 4 * bench_llc_bytes();
-    probe_bytes = probe_bytes < ((size_t)128 << 20) ? (size_t)128 << 20 : probe_bytes;
-    unsigned char *pa = aligned_alloc(64, probe_bytes), *pb = aligned_alloc(64, probe_bytes);
-    if (!pa || !pb)
+    const int dev = bench_is_device(&be);
+    fg_device_info dinfo = {.l2_bytes = bench_llc_bytes()};
+    if (dev && be.ops->device_info(&be, &dinfo))
         return 1;
-    memset(pa, 1, probe_bytes);
-    memset(pb, 2, probe_bytes);
-    printf("# bench_compact: backend %s, %d threads, copy bandwidth %.2f GB/s (read + write) at the start; each case "
-           "re-measures it between its runs\n",
-           backend, bench_threads(), copy_bw / 1e9);
+    be.device_io = dev; /* on a GPU, the prompt's K and V live on the device */
+    size_t probe_bytes = 4 * dinfo.l2_bytes;
+    probe_bytes = probe_bytes < ((size_t)128 << 20) ? (size_t)128 << 20 : probe_bytes;
+    if (dinfo.emulated)
+        probe_bytes = (size_t)32 << 20;
+    unsigned char *pa = dev ? NULL : aligned_alloc(64, probe_bytes), *pb = dev ? NULL : aligned_alloc(64, probe_bytes);
+    if (!dev && (!pa || !pb))
+        return 1;
+    double copy_bw = 0.0;
+    if (dev) {
+        if (be.ops->bandwidth(&be, 1, probe_bytes, 5, &copy_bw))
+            return 1;
+        printf("# bench_compact: backend %s on %s%s, device copy bandwidth %.1f GB/s (read + write) at the start; "
+               "each case re-measures it between its runs; timed by device events, K/V in device memory\n",
+               backend, dinfo.name, dinfo.emulated ? " [HIP-CPU EMULATION: the figures are the host's]" : "",
+               copy_bw / 1e9);
+    } else {
+        memset(pa, 1, probe_bytes);
+        memset(pb, 2, probe_bytes);
+        copy_bw = bench_copy_bandwidth();
+        printf("# bench_compact: backend %s, %d threads, copy bandwidth %.2f GB/s (read + write) at the start; each "
+               "case re-measures it between its runs\n",
+               backend, bench_threads(), copy_bw / 1e9);
+    }
     if (csv)
         printf("n,dtype,kept_rows,time_ms,gb_per_s,copy_fraction\n");
     else
@@ -49,7 +66,7 @@ int main(int argc, char **argv) {
             const fg_dtype dt = di ? FG_DTYPE_F16 : FG_DTYPE_F32;
             const fg_page_layout L = fg_page_layout_make(16, d, dt);
             const size_t kv_bytes = (size_t)n * Hkv * d * sizeof(float);
-            int32_t R = (int32_t)((4 * bench_llc_bytes() + 2 * kv_bytes - 1) / (2 * kv_bytes));
+            int32_t R = (int32_t)((4 * dinfo.l2_bytes + 2 * kv_bytes - 1) / (2 * kv_bytes));
             R = R < 1 ? 1 : R;
             float *kv = malloc((size_t)R * 2 * kv_bytes);
             const int32_t keep = n / 2, np = (keep + 15) / 16;
@@ -76,17 +93,30 @@ int main(int argc, char **argv) {
                     ptrs[g * np + p] = pages + ((size_t)g * np + p) * L.page_bytes;
                 heads[g] = (fg_compact_head){g, keep, pos, flags, score, ptrs + (size_t)g * np};
             }
+            float *akv = kv;
+            if (dev && !(akv = bench_device_copy(&be, kv, (size_t)R * 2 * kv_bytes)))
+                return 1;
             double t[REPS], tc[REPS];
             for (int r = 0; r < REPS; r++) {
-                const double tc0 = bench_now();
-                bench_copy_once(pb, pa, probe_bytes);
-                tc[r] = bench_now() - tc0;
-                const float *k = kv + (size_t)(r % R) * 2 * (kv_bytes / sizeof(float));
+                if (dev) {
+                    double rate = 0.0;
+                    if (be.ops->bandwidth(&be, 1, probe_bytes, 1, &rate) || rate <= 0.0)
+                        return 1;
+                    tc[r] = 2.0 * (double)probe_bytes / rate;
+                } else {
+                    const double tc0 = bench_now();
+                    bench_copy_once(pb, pa, probe_bytes);
+                    tc[r] = bench_now() - tc0;
+                }
+                const float *k = akv + (size_t)(r % R) * 2 * (kv_bytes / sizeof(float));
                 const float *v = k + kv_bytes / sizeof(float);
-                double t0 = bench_now();
-                be.ops->compact(&be, &L, &sh, n, k, v, Hkv, heads);
-                t[r] = bench_now() - t0;
+                const double t0 = bench_region(&be, dev, 0, 0.0);
+                if (be.ops->compact(&be, &L, &sh, n, k, v, Hkv, heads))
+                    return 1;
+                t[r] = bench_region(&be, dev, 1, t0);
             }
+            if (dev)
+                be.ops->buffer_free(&be, akv);
             const double tm = bench_median(t, REPS);
             const double bytes = (double)keep * Hkv * 2 * d * (4.0 + (double)fg_dtype_size(dt));
             const double gbs = bytes / tm, bw = 2.0 * (double)probe_bytes / bench_median(tc, REPS);

@@ -24,9 +24,19 @@ int main(int argc, char **argv) {
         return 1;
     const int32_t Hq = 32, Hkv = 8, d = 128;
     const fg_shape sh = {Hq, Hkv, d};
-    const double gemm = bench_sgemm_rate(64, 256, d);
-    printf("# bench_profile: backend %s, %d threads, sgemm on the 64x256x%d tile: %.1f GFLOP/s\n", backend,
-           bench_threads(), (int)d, gemm / 1e9);
+    const int dev = bench_is_device(&be);
+    fg_device_info di = {.n_sm = 0};
+    if (dev && be.ops->device_info(&be, &di))
+        return 1;
+    be.device_io = dev; /* on a GPU, q/k/v, the output and the row statistics live on the device */
+    const double gemm = dev ? 0.0 : bench_sgemm_rate(64, 256, d);
+    if (dev)
+        printf("# bench_profile: backend %s on %s%s, timed by device events (the profile includes copying its "
+               "columns to the host), no sgemm ceiling (gemm_fraction 0)\n",
+               backend, di.name, di.emulated ? " [HIP-CPU EMULATION: the figures are the host's]" : "");
+    else
+        printf("# bench_profile: backend %s, %d threads, sgemm on the 64x256x%d tile: %.1f GFLOP/s\n", backend,
+               bench_threads(), (int)d, gemm / 1e9);
     if (csv)
         printf("n,prefill_s,profile_s,profile_over_prefill,prefill_gflops,profile_gflops,gemm_fraction\n");
     else
@@ -49,13 +59,32 @@ int main(int argc, char **argv) {
         fg_profile_request req = {.n = n, .row_begin = 0, .n_windows = 1, .window = {(int32_t)ceil(0.3 * n)}};
         const int reps = n <= 1024 ? 5 : 3;
         double tp[5], tf[5];
+        const float *aq = q, *ak = k, *av = v;
+        float *aout = out, *amx = mx, *asm_ = sm;
+        if (dev) {
+            aq = bench_device_copy(&be, q, nq * 4);
+            ak = bench_device_copy(&be, k, nk * 4);
+            av = bench_device_copy(&be, v, nk * 4);
+            aout = bench_device_copy(&be, NULL, nq * 4);
+            amx = bench_device_copy(&be, NULL, (size_t)Hq * n * 4);
+            asm_ = bench_device_copy(&be, NULL, (size_t)Hq * n * 4);
+            if (!aq || !ak || !av || !aout || !amx || !asm_)
+                return 1;
+        }
         for (int r = 0; r < reps; r++) { /* interleaved */
-            double t0 = bench_now();
-            be.ops->prefill_attention(&be, &sh, n, q, k, v, out, mx, sm);
-            tp[r] = bench_now() - t0;
-            t0 = bench_now();
-            be.ops->profile_stats(&be, &sh, &req, q, k, mx, sm, col, cl);
-            tf[r] = bench_now() - t0;
+            double t0 = bench_region(&be, dev, 0, 0.0);
+            if (be.ops->prefill_attention(&be, &sh, n, aq, ak, av, aout, amx, asm_))
+                return 1;
+            tp[r] = bench_region(&be, dev, 1, t0);
+            t0 = bench_region(&be, dev, 0, 0.0);
+            if (be.ops->profile_stats(&be, &sh, &req, aq, ak, amx, asm_, col, cl))
+                return 1;
+            tf[r] = bench_region(&be, dev, 1, t0);
+        }
+        if (dev) {
+            void *bufs[] = {(void *)aq, (void *)ak, (void *)av, aout, amx, asm_};
+            for (int i = 0; i < 6; i++)
+                be.ops->buffer_free(&be, bufs[i]);
         }
         const double t_pre = bench_median(tp, reps), t_prof = bench_median(tf, reps);
         const double qk = 2.0 * Hq * ((double)n * (n + 1) / 2.0) * d; /* causal Q K^T */

@@ -250,6 +250,33 @@ static inline fg_status bench_open_backend(int argc, char **argv, fg_backend *be
     return fg_backend_open(*name, 0, be);
 }
 
+/* A GPU backend: device memory, device-event timing, a bandwidth probe. */
+static inline int bench_is_device(const fg_backend *be) {
+    return be->ops->timer && be->ops->bandwidth && be->ops->device_info;
+}
+
+/* `bytes` of backend memory holding a copy of src (uninitialised when src
+ * is NULL); NULL on failure. */
+static inline void *bench_device_copy(fg_backend *be, const void *src, size_t bytes) {
+    void *p = NULL;
+    if (be->ops->buffer_alloc(be, bytes, &p))
+        return NULL;
+    if (src && fg_backend_write(be, p, src, bytes)) {
+        be->ops->buffer_free(be, p);
+        return NULL;
+    }
+    return p;
+}
+
+/* Starts (t0 = bench_now()) or ends a timed region: device events on a GPU
+ * backend (the end waits for the device), the wall clock otherwise. */
+static inline double bench_region(fg_backend *be, int dev, int stop, double t0) {
+    double sec = 0.0;
+    if (dev)
+        return be->ops->timer(be, stop, &sec) ? -1.0 : sec;
+    return stop ? bench_now() - t0 : bench_now();
+}
+
 /* The value after option `name`, or NULL. */
 static inline const char *bench_arg(int argc, char **argv, const char *name) {
     for (int i = 1; i + 1 < argc; i++)

@@ -159,34 +159,43 @@ __global__ static void copy_words(uint4 *dst, const uint4 *src, size_t n) {
 static fg_status gpu_bandwidth(fg_backend *be, int copy, size_t bytes, int reps, double *bytes_per_s) {
     fg_gpu_state *st = (fg_gpu_state *)be->impl;
     const size_t n = bytes / 16;
-    void *a = NULL, *b = NULL;
-    fg_status s = gpu_malloc(be, n * 16, &a);
-    if (!s)
-        s = gpu_malloc(be, copy ? n * 16 : 64, &b);
-    double best = 0.0;
-    if (!s) {
-        cudaError_t e = cudaMemsetAsync(a, 1, n * 16, st->stream);
-        const unsigned blocks = (unsigned)(st->n_sm > 0 ? st->n_sm * 8 : 64);
-        for (int r = 0; r < reps + 1 && e == cudaSuccess && !s; r++) { /* the first run warms up */
-            double sec = 0.0;
-            s = gpu_timer(be, 0, &sec);
-            if (copy)
-                FG_LAUNCH(copy_words, blocks, FG_THREADS, 0, st->stream, (uint4 *)b, (const uint4 *)a, n);
-            else
-                FG_LAUNCH(read_words, blocks, FG_THREADS, 0, st->stream, (const uint4 *)a, n, (uint32_t *)b);
-            e = cudaGetLastError();
-            if (!s && e == cudaSuccess)
-                s = gpu_timer(be, 1, &sec);
-            if (!s && r > 0 && sec > 0.0 && (copy ? 2.0 : 1.0) * (double)(n * 16) / sec > best)
-                best = (copy ? 2.0 : 1.0) * (double)(n * 16) / sec;
+    *bytes_per_s = 0.0;
+    if (st->probe_bytes < n * 16) { /* kept between calls: no allocation between the timed runs */
+        for (int i = 0; i < 2; i++) {
+            cudaFree(st->probe[i]);
+            st->probe[i] = NULL;
         }
-        if (e != cudaSuccess && !s)
-            s = be->err(be->err_sink, FG_ERR_BACKEND, FG_GPU_NAME ": bandwidth probe: %s", cudaGetErrorString(e));
+        st->probe_bytes = 0;
+        fg_status s = gpu_malloc(be, n * 16, &st->probe[0]);
+        if (!s)
+            s = gpu_malloc(be, n * 16, &st->probe[1]);
+        if (s)
+            return s;
+        st->probe_bytes = n * 16;
+        GPU_CHECK(be, cudaMemsetAsync(st->probe[0], 1, n * 16, st->stream));
     }
-    cudaFree(a);
-    cudaFree(b);
+    const unsigned blocks = (unsigned)(st->n_sm * 8);
+    double best = 0.0;
+    for (int r = 0; r < reps + 1; r++) { /* the first run warms up */
+        double sec = 0.0;
+        fg_status s = gpu_timer(be, 0, &sec);
+        if (s)
+            return s;
+        if (copy)
+            FG_LAUNCH(copy_words, blocks, FG_THREADS, 0, st->stream, (uint4 *)st->probe[1],
+                      (const uint4 *)st->probe[0], n);
+        else
+            FG_LAUNCH(read_words, blocks, FG_THREADS, 0, st->stream, (const uint4 *)st->probe[0], n,
+                      (uint32_t *)st->probe[1]);
+        GPU_CHECK(be, cudaGetLastError());
+        if ((s = gpu_timer(be, 1, &sec)))
+            return s;
+        const double rate = (copy ? 2.0 : 1.0) * (double)(n * 16) / sec;
+        if (r > 0 && sec > 0.0 && rate > best)
+            best = rate;
+    }
     *bytes_per_s = best;
-    return s;
+    return FG_OK;
 }
 
 static fg_status gpu_write(fg_backend *be, void *dst, const void *src, size_t bytes) {
@@ -269,6 +278,9 @@ static void gpu_destroy(fg_backend *be) {
     for (int i = 0; i < 2; i++)
         if (st->timer[i])
             cudaEventDestroy(st->timer[i]);
+    for (int i = 0; i < 2; i++)
+        if (st->probe[i])
+            cudaFree(st->probe[i]);
     if (st->d_error)
         cudaFree(st->d_error);
     if (st->h_error)
@@ -298,7 +310,8 @@ static const fg_backend_ops k_gpu_ops = {
     gpu_bandwidth,
 };
 
-/* Creates what the state owns; a failure leaves it for gpu_destroy. */
+/* Creates what the state owns (a stream, events, device and pinned words:
+ * all allocations); a failure leaves it for gpu_destroy. */
 static cudaError_t gpu_state_init(fg_gpu_state *st) {
     cudaError_t e;
 #ifdef __HIP_CPU_RT__
@@ -362,7 +375,8 @@ extern "C" fg_status fg_backend_cuda_init(fg_backend *be) {
         gpu_destroy(be);
         be->impl = NULL;
         be->ops = NULL;
-        return be->err(be->err_sink, FG_ERR_BACKEND, FG_GPU_NAME ": setting up the device failed: %s",
+        return be->err(be->err_sink, FG_ERR_OUT_OF_MEMORY,
+                       FG_GPU_NAME ": setting up the device (a stream, events, device and pinned memory) failed: %s",
                        cudaGetErrorString(e));
     }
     return FG_OK;

@@ -84,6 +84,8 @@ typedef struct fg_gpu_state {
     int stage_next, stage_cur;
     int32_t *d_error, *h_error;
     cudaEvent_t timer[2];
+    void *probe[2]; /* the bandwidth probe's buffers, kept between calls */
+    size_t probe_bytes;
 } fg_gpu_state;
 
 /* Grows the arena to `bytes` (contents not kept) and returns its base. */

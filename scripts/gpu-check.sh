@@ -50,7 +50,7 @@ ninja -C "$BUILD" || exit 1
 "$BUILD/tools/fastgen" version
 
 step "gpu suite (every op, the API, the model, faults, fork, lockstep: $backend against ref)"
-meson test -C "$BUILD" --suite gpu --print-errorlogs --num-processes 4 --timeout-multiplier 0.25 || fail=1
+meson test -C "$BUILD" --suite gpu --print-errorlogs --num-processes 4 --timeout-multiplier 0.3 || fail=1
 
 bench_args=(--backend "$backend")
 [ "$QUICK" = --quick ] && bench_args+=(--quick)

@@ -43,58 +43,76 @@ __device__ static inline const unsigned char *slot_row(const fg_gpu_layout &L, v
     return (const unsigned char *)pages[s / L.page_tokens] + off + (size_t)(s % L.page_tokens) * L.head_dim * es;
 }
 
-/* EPL elements of a row of type DT from p (aligned to their size) as floats:
- * 16-byte loads where they fit. */
-template <int DT, int EPL> __device__ static inline void load_elems(const unsigned char *p, float *x) {
-    constexpr int ES = DT == FG_DTYPE_F32 ? 4 : 2, BYTES = ES * EPL;
-    if constexpr (BYTES >= 16) {
+/* Rows each row group loads before it computes on them: loads in flight
+ * hide the memory's latency. */
+#define ROWS_IN_FLIGHT 4
+
+/* A lane's EPL elements of ES bytes, raw, as 32-bit words (one when ES * EPL
+ * is 2): loaded with 16-byte loads where they fit. */
+template <int ES, int EPL> struct lane_words {
+    static constexpr int n = ES * EPL >= 4 ? ES * EPL / 4 : 1;
+};
+
+template <int ES, int EPL> __device__ static inline void load_words(const unsigned char *p, uint32_t *w) {
+    constexpr int BYTES = ES * EPL;
+    if constexpr (BYTES % 16 == 0) {
 FG_UNROLL
-        for (int w = 0; w < BYTES / 16; w++) {
-            const uint4 u = ((const uint4 *)p)[w];
-            const uint32_t words[4] = {u.x, u.y, u.z, u.w};
-FG_UNROLL
-            for (int i = 0; i < 4; i++) {
-                if constexpr (DT == FG_DTYPE_F32) {
-                    x[w * 4 + i] = fg_bits_f32(words[i]);
-                } else {
-                    x[w * 8 + 2 * i] = fg_gpu_half_to_float(DT, (uint16_t)(words[i] & 0xffffu));
-                    x[w * 8 + 2 * i + 1] = fg_gpu_half_to_float(DT, (uint16_t)(words[i] >> 16));
-                }
-            }
+        for (int i = 0; i < BYTES / 16; i++) {
+            const uint4 u = ((const uint4 *)p)[i];
+            w[4 * i] = u.x;
+            w[4 * i + 1] = u.y;
+            w[4 * i + 2] = u.z;
+            w[4 * i + 3] = u.w;
         }
+    } else if constexpr (BYTES == 8) {
+        const uint2 u = *(const uint2 *)p;
+        w[0] = u.x;
+        w[1] = u.y;
+    } else if constexpr (BYTES == 4) {
+        w[0] = *(const uint32_t *)p;
     } else {
-FG_UNROLL
-        for (int i = 0; i < EPL; i++)
-            x[i] = DT == FG_DTYPE_F32 ? ((const float *)p)[i] : fg_gpu_half_to_float(DT, ((const uint16_t *)p)[i]);
+        w[0] = *(const uint16_t *)p;
     }
 }
 
-/* Query heads a block takes at once: registers hold an output slice per head. */
-template <int EPL> struct heads_per_block {
-    static constexpr int value = EPL >= 16 ? 64 / EPL : 8;
-};
-
-/* Dynamic shared memory of attend_chunks: q of the block's heads, then the
- * reduction and merge area. */
-static size_t attend_shared_bytes(int epl, int gbm, int d, int threads) {
-    const size_t merge = (size_t)threads * epl, red = (size_t)gbm * threads;
-    return ((size_t)gbm * d + (merge > red ? merge : red)) * sizeof(float);
+/* Element e of loaded words, as a float (dtype tells f16 from bf16). */
+template <int ES> __device__ static inline float word_elem(const uint32_t *w, int e, int32_t dtype) {
+    if constexpr (ES == 4)
+        return fg_bits_f32(w[e]);
+    else
+        return fg_gpu_half_to_float(dtype, (uint16_t)(w[e >> 1] >> ((e & 1) * 16)));
 }
 
-template <int DT, int EPL>
+/* At most this many query heads per block for EPL elements per lane: the
+ * registers hold an output slice per head. */
+__host__ __device__ constexpr int max_heads_per_block(int epl) { return epl >= 16 ? 64 / epl : 8; }
+
+/* Dynamic shared memory of attend_chunks: q of the block's heads, then the
+ * area for the row groups' merge, their max and sum, and (without warp
+ * shuffles) the group sums. */
+static size_t attend_shared_bytes(int epl, int gbm, int d, int threads) {
+    size_t area = (size_t)threads * epl;
+    if ((size_t)gbm * threads > area)
+        area = (size_t)gbm * threads;
+    if (FG_GROUP_SUM_SHARED && (size_t)ROWS_IN_FLIGHT * gbm * threads > area)
+        area = (size_t)ROWS_IN_FLIGHT * gbm * threads;
+    return ((size_t)gbm * d + area) * sizeof(float);
+}
+
+template <int ES, int EPL, int GBM>
 __global__ static void attend_chunks(fg_gpu_layout L, int32_t G, int32_t lanes, const decode_desc *heads,
                                      const decode_item *items, void *const *ptab, float *praw, float *part) {
-    constexpr int GBM = heads_per_block<EPL>::value, ES = DT == FG_DTYPE_F32 ? 4 : 2;
+    constexpr int U = ROWS_IN_FLIGHT, NW = lane_words<ES, EPL>::n;
     FG_DYNAMIC_SHARED(float, sh);
     const decode_item it = items[blockIdx.x];
     const decode_desc h = heads[it.head];
     void *const *pages = ptab + h.page0;
-    const int32_t d = L.head_dim, P = L.page_tokens, T = blockDim.x;
+    const int32_t d = L.head_dim, P = L.page_tokens, T = blockDim.x, dtype = L.dtype;
     const int32_t g0 = blockIdx.y * GBM, GB = fg_imin(GBM, G - g0);
     const int32_t lane = threadIdx.x % lanes, rg = threadIdx.x / lanes, RG = T / lanes;
     const bool lane_on = lane * EPL < d;
     const bool track = (h.components & FG_KEEP_FREQUENT) && !(h.components & FG_KEEP_FULL);
-    float *qs = sh, *red = qs + GBM * d; /* [GBM][d], then [max(GBM * T, T * EPL)] */
+    float *qs = sh, *red = qs + GBM * d; /* [GBM][d], then the area */
     const float scale = 1.0f / sqrtf((float)d);
     for (int32_t i = threadIdx.x; i < GB * d; i += T)
         qs[i] = h.q[(size_t)g0 * d + i] * scale;
@@ -109,44 +127,60 @@ FG_UNROLL
         for (int e = 0; e < EPL; e++)
             acc[g][e] = 0.0f;
     }
-    const int32_t iters = (it.end - it.begin + RG - 1) / RG; /* the same for every thread of the block */
+    /* row group rg takes rows begin + rg + j * RG: neighbouring groups read neighbouring rows */
+    const int32_t iters = (it.end - it.begin + RG * U - 1) / (RG * U); /* the same for every thread */
     for (int32_t i = 0; i < iters; i++) {
-        const int32_t r = it.begin + rg + i * RG;
-        const bool row_on = r < it.end;
-        float kx[EPL], vx[EPL], dot[GBM];
-        if (row_on && lane_on) {
-            const size_t at = (size_t)(r % P) * d * ES + (size_t)lane * EPL * ES;
-            const unsigned char *page = (const unsigned char *)pages[r / P];
-            load_elems<DT, EPL>(page + L.k_offset + at, kx);
-            load_elems<DT, EPL>(page + L.v_offset + at, vx);
-        } else {
+        uint32_t kw[U][NW], vw[U][NW];
 FG_UNROLL
-            for (int e = 0; e < EPL; e++)
-                kx[e] = vx[e] = 0.0f;
-        }
+        for (int u = 0; u < U; u++) {
+            const int32_t r = it.begin + rg + (i * U + u) * RG;
+            if (r < it.end && lane_on) {
+                const size_t at = (size_t)(r % P) * d * ES + (size_t)lane * EPL * ES;
+                const unsigned char *page = (const unsigned char *)pages[r / P];
+                load_words<ES, EPL>(page + L.k_offset + at, kw[u]);
+                load_words<ES, EPL>(page + L.v_offset + at, vw[u]);
+            } else {
 FG_UNROLL
-        for (int g = 0; g < GBM; g++) {
-            dot[g] = 0.0f;
-            if (g < GB && lane_on) {
-                const float *qg = qs + g * d + lane * EPL;
-FG_UNROLL
-                for (int e = 0; e < EPL; e++)
-                    dot[g] += qg[e] * kx[e];
+                for (int w = 0; w < NW; w++)
+                    kw[u][w] = vw[u][w] = 0u;
             }
         }
-        fg_group_sum_n<GBM>(dot, lanes, red);
-        if (row_on) {
+        float dot[U * GBM];
+FG_UNROLL
+        for (int u = 0; u < U; u++)
+FG_UNROLL
+            for (int g = 0; g < GBM; g++) {
+                float x = 0.0f;
+                if (g < GB && lane_on) {
+                    const float *qg = qs + g * d + lane * EPL;
+FG_UNROLL
+                    for (int e = 0; e < EPL; e++)
+                        x += qg[e] * word_elem<ES>(kw[u], e, dtype);
+                }
+                dot[u * GBM + g] = x;
+            }
+        fg_group_sum_n<U * GBM>(dot, lanes, red);
+FG_UNROLL
+        for (int u = 0; u < U; u++) {
+            const int32_t r = it.begin + rg + (i * U + u) * RG;
+            if (r >= it.end)
+                continue;
+            float vx[EPL];
+FG_UNROLL
+            for (int e = 0; e < EPL; e++)
+                vx[e] = word_elem<ES>(vw[u], e, dtype);
 FG_UNROLL
             for (int g = 0; g < GBM; g++) {
                 if (g < GB) {
-                    const float mn = fmaxf(m[g], dot[g]), c = expf(m[g] - mn), p = expf(dot[g] - mn);
+                    const float s = dot[u * GBM + g];
+                    const float mn = fmaxf(m[g], s), c = expf(m[g] - mn), p = expf(s - mn);
                     l[g] = l[g] * c + p;
 FG_UNROLL
                     for (int e = 0; e < EPL; e++)
                         acc[g][e] = acc[g][e] * c + p * vx[e];
                     m[g] = mn;
                     if (track && lane == 0)
-                        praw[h.praw + (size_t)(g0 + g) * h.n_slots + r] = dot[g];
+                        praw[h.praw + (size_t)(g0 + g) * h.n_slots + r] = s;
                 }
             }
         }
@@ -390,11 +424,12 @@ __global__ static void finish_heads(fg_gpu_layout L, int32_t G, const decode_des
 }
 
 /* Row chunks of one call: enough blocks to fill the device (about 8 per
- * multiprocessor), at least two rows per row group, at most 2048 rows. */
-static int32_t chunk_rows(int64_t total_rows, int32_t n_sm, int32_t row_groups) {
+ * multiprocessor), a multiple of the rows a block loads at once (`step`),
+ * at most 2048 rows unless one step is more. */
+static int32_t chunk_rows(int64_t total_rows, int32_t n_sm, int32_t step) {
     int64_t c = (total_rows + 8 * (int64_t)n_sm - 1) / (8 * (int64_t)n_sm);
-    c = c < 2 * row_groups ? 2 * row_groups : c > 2048 ? 2048 : c;
-    return (int32_t)((c + row_groups - 1) / row_groups * row_groups);
+    c = c > 2048 ? 2048 : c;
+    return (int32_t)((c + step - 1) / step * step);
 }
 
 /* Elements per lane: 16-byte loads (8 halves or 4 floats), more when a row
@@ -408,19 +443,25 @@ static int32_t elems_per_lane(int32_t d, int32_t es) {
     return epl;
 }
 
-#define ATTEND_CASE(DT, EPL)                                                                                           \
-    case EPL:                                                                                                          \
-        FG_LAUNCH((attend_chunks<DT, EPL>), grid, FG_THREADS, shared, st->stream, L, G, lanes, dd, di, dp, draw,       \
-                  dpart);                                                                                              \
-        break
-#define ATTEND_DTYPE(DT)                                                                                               \
+/* The kernel for (element size, elements per lane, query heads per block). */
+#define ATTEND_LAUNCH(ES, EPL, GBM)                                                                                    \
+    FG_LAUNCH((attend_chunks<ES, EPL, (GBM < max_heads_per_block(EPL) ? GBM : max_heads_per_block(EPL))>), grid,     \
+              FG_THREADS, shared, st->stream, L, G, lanes, dd, di, dp, draw, dpart)
+#define ATTEND_GBM(ES, EPL)                                                                                            \
+    switch (gbm) {                                                                                                     \
+    case 1: ATTEND_LAUNCH(ES, EPL, 1); break;                                                                          \
+    case 2: ATTEND_LAUNCH(ES, EPL, 2); break;                                                                          \
+    case 4: ATTEND_LAUNCH(ES, EPL, 4); break;                                                                          \
+    default: ATTEND_LAUNCH(ES, EPL, 8); break;                                                                         \
+    }
+#define ATTEND_EPL(ES)                                                                                                 \
     switch (epl) {                                                                                                     \
-        ATTEND_CASE(DT, 1);                                                                                            \
-        ATTEND_CASE(DT, 2);                                                                                            \
-        ATTEND_CASE(DT, 4);                                                                                            \
-        ATTEND_CASE(DT, 8);                                                                                            \
-        ATTEND_CASE(DT, 16);                                                                                           \
-        ATTEND_CASE(DT, 32);                                                                                           \
+    case 1: ATTEND_GBM(ES, 1) break;                                                                                   \
+    case 2: ATTEND_GBM(ES, 2) break;                                                                                   \
+    case 4: ATTEND_GBM(ES, 4) break;                                                                                   \
+    case 8: ATTEND_GBM(ES, 8) break;                                                                                   \
+    case 16: ATTEND_GBM(ES, 16) break;                                                                                 \
+    default: ATTEND_GBM(ES, 32) break;                                                                                 \
     }
 
 extern "C" fg_status FG_GPU(decode_step)(fg_backend *be, const fg_page_layout *layout, const fg_shape *shape,
@@ -436,7 +477,10 @@ extern "C" fg_status FG_GPU(decode_step)(fg_backend *be, const fg_page_layout *l
                        FG_GPU_NAME ": decode supports up to 64 query heads per KV head and head dimensions that "
                                    "32 lanes of 1 to 32 elements cover (G = %d, d = %d)",
                        (int)G, (int)d);
-    const int32_t gbm = epl >= 16 ? 64 / epl : 8, row_groups = FG_THREADS / lanes;
+    int32_t gbm = 1; /* query heads per block: G rounded up to a power of two, within the registers */
+    while (gbm < G && gbm < max_heads_per_block(epl))
+        gbm *= 2;
+    const int32_t row_groups = FG_THREADS / lanes;
     const size_t shared = attend_shared_bytes(epl, gbm, d, FG_THREADS);
     const bool host_io = !be->device_io;
 
@@ -447,7 +491,7 @@ extern "C" fg_status FG_GPU(decode_step)(fg_backend *be, const fg_page_layout *l
         raw += (int64_t)G * heads[i].n_slots;
         rows += heads[i].n_slots;
     }
-    const int32_t chunk = chunk_rows(rows, st->n_sm, row_groups);
+    const int32_t chunk = chunk_rows(rows, st->n_sm, row_groups * ROWS_IN_FLIGHT);
     int64_t n_items = 0;
     for (int32_t i = 0; i < n_heads; i++)
         n_items += (heads[i].n_slots + chunk - 1) / chunk;
@@ -509,11 +553,10 @@ extern "C" fg_status FG_GPU(decode_step)(fg_backend *be, const fg_page_layout *l
     float *draw = (float *)(base + o_raw), *dpart = (float *)(base + o_part);
     if (n_items) {
         const dim3 grid((unsigned)n_items, (unsigned)((G + gbm - 1) / gbm));
-        switch (layout->dtype) {
-        case FG_DTYPE_F32: ATTEND_DTYPE(FG_DTYPE_F32) break;
-        case FG_DTYPE_F16: ATTEND_DTYPE(FG_DTYPE_F16) break;
-        default: ATTEND_DTYPE(FG_DTYPE_BF16) break;
-        }
+        if (es == 4)
+            ATTEND_EPL(4)
+        else
+            ATTEND_EPL(2)
     }
     FG_LAUNCH(finish_heads, n_heads, FG_THREADS, 2 * FG_THREADS * sizeof(float), st->stream, L, G, dd, dp, draw,
               dpart, st->d_error);

@@ -177,8 +177,13 @@ __device__ static inline float fg_block_max(float x, float *sh) {
  * assumed beyond 32); shared memory under HIP-CPU, whose threads are fibers
  * without lanes, or where FG_GPU_SHARED_REDUCE is defined. `sh` holds
  * N * blockDim.x floats. */
-template <int N> __device__ static inline void fg_group_sum_n(float (&x)[N], int32_t width, float *sh) {
 #if defined(__HIP_CPU_RT__) || defined(FG_GPU_SHARED_REDUCE)
+#define FG_GROUP_SUM_SHARED 1
+#else
+#define FG_GROUP_SUM_SHARED 0
+#endif
+template <int N> __device__ static inline void fg_group_sum_n(float (&x)[N], int32_t width, float *sh) {
+#if FG_GROUP_SUM_SHARED
     const int32_t T = blockDim.x, first = threadIdx.x & ~(width - 1);
     for (int i = 0; i < N; i++)
         sh[i * T + threadIdx.x] = x[i];

@@ -1,5 +1,5 @@
 /*
- * The decode step on the GPU (DESIGN §2.5), two kernels, after FlashDecoding:
+ * The decode step on the GPU (DESIGN §2.5), four kernels, after FlashDecoding:
  *   attend_chunks  one block per (chunk of a head's cached rows, group of up
  *                  to 8 query heads). A row is read by a group of `lanes`
  *                  threads, each loading EPL contiguous elements (16 bytes
@@ -9,10 +9,14 @@
  *                  block merges them into one partial state (max, sum,
  *                  output) per query head, and keeps the logits of the rows
  *                  for the score update;
- *   finish_heads   one block per head: merges the partial states with the new
- *                  token, writes the output, grows the scores, inserts the new
- *                  row, moves rows out of the window and evicts the lowest-
- *                  ranked frequent rows (block-wide argmin, ties to the older),
+ *   merge_heads    one block per head: merges the partial states with the
+ *                  new token and writes the output;
+ *   update_rows    one block per chunk: grows the scores, turns rows leaving
+ *                  the window into frequent candidates, counts the candidates
+ *                  and finds the lowest-ranked (one atomic per block);
+ *   finish_heads   one block per head: inserts the new row, drops rows that
+ *                  leave a window without a frequent part, evicts the lowest-
+ *                  ranked candidates (ties to the older) down to the budget,
  *                  and checks the slot count against the host's mirror.
  * The host's bookkeeping (descriptors, chunks, page tables; with host I/O also
  * q, k and v) travels in one upload; with device I/O the step does not wait.
@@ -279,19 +283,29 @@ __device__ static inline float rank_of(int32_t mode, float score, int32_t pos, i
     return mode == FG_SCORE_MEAN ? score / (float)(t - pos) : score;
 }
 
-__global__ static void finish_heads(fg_gpu_layout L, int32_t G, const decode_desc *heads, void *const *ptab,
-                                    const float *praw, const float *part, int32_t *status) {
+/* What merge_heads leaves for the later kernels of a head. */
+struct head_stat {
+    unsigned long long victim; /* min of (rank bits, position) over the frequent rows once the window moved */
+    int32_t n_freq;            /* those rows */
+    float new_score;           /* the new token's pooled attention */
+};
+
+/* (rank, position) as one key whose minimum is the lowest rank, ties to the
+ * older row: ranks are >= 0, so their bits order like the floats. */
+__device__ static inline unsigned long long rank_key(float rank, int32_t pos) {
+    return ((unsigned long long)fg_f32_bits(rank) << 32) | (uint32_t)pos;
+}
+
+/* Step 1, one block per head: the chunks' partial states and the new token
+ * merge into the output; the per-query-head max and 1 / (sum * G) go to ml
+ * for the score update. */
+__global__ static void merge_heads(fg_gpu_layout L, int32_t G, const decode_desc *heads, const float *part, float *ml,
+                                   head_stat *hs) {
     FG_DYNAMIC_SHARED(float, red);
-    int32_t *ired = (int32_t *)(red + blockDim.x);
-    __shared__ float M[64], Linv[64];
     const decode_desc h = heads[blockIdx.x];
-    void *const *pages = ptab + h.page0;
-    const int32_t d = L.head_dim, P = L.page_tokens, t = h.pos + 1;
+    const int32_t d = L.head_dim;
     const float scale = 1.0f / sqrtf((float)d);
     const float *qh = h.q, *kn = h.k, *vn = h.v;
-    const bool track = (h.components & FG_KEEP_FREQUENT) && !(h.components & FG_KEEP_FULL);
-
-    /* 1. merge the chunks with the new token */
     float new_score = 0.0f;
     for (int32_t g = 0; g < G; g++) {
         float part_dot = 0.0f;
@@ -315,26 +329,88 @@ __global__ static void finish_heads(fg_gpu_layout L, int32_t G, const decode_des
             }
             h.out[(size_t)g * d + x] = o / l;
         }
-        if (threadIdx.x == 0 && g < 64) {
-            M[g] = m;
-            Linv[g] = 1.0f / (l * (float)G);
+        if (threadIdx.x == 0) {
+            ml[(size_t)blockIdx.x * 2 * G + g] = m;
+            ml[(size_t)blockIdx.x * 2 * G + G + g] = 1.0f / (l * (float)G);
         }
         new_score += p_new / (l * (float)G);
-        __syncthreads();
     }
+    if (threadIdx.x == 0)
+        hs[blockIdx.x] = head_stat{~0ull, 0, new_score};
+}
 
-    /* 2. scores grow by the pooled attention (the chunks kept the logits) */
-    int32_t n = h.n_slots;
-    if (track && G <= 64) {
-        for (int32_t s = threadIdx.x; s < n; s += blockDim.x) {
+/* Steps 2 and 4a over the cached rows, one block per chunk: scores grow by
+ * the pooled attention (the chunks kept the logits), rows leaving the window
+ * of a head with a frequent part become candidates, and the candidates are
+ * counted with the lowest-ranked of them, for finish_heads. */
+__global__ static void update_rows(fg_gpu_layout L, int32_t G, const decode_desc *heads, const decode_item *items,
+                                   void *const *ptab, const float *praw, const float *ml, head_stat *hs) {
+    FG_DYNAMIC_SHARED(float, red);
+    unsigned long long *kred = (unsigned long long *)(red + blockDim.x);
+    const decode_item it = items[blockIdx.x];
+    const decode_desc h = heads[it.head];
+    const bool track = (h.components & FG_KEEP_FREQUENT) && !(h.components & FG_KEEP_FULL);
+    const bool flip = (h.components & FG_KEEP_LOCAL) && (h.components & FG_KEEP_FREQUENT);
+    if (!track && !flip) /* the same for the whole block */
+        return;
+    void *const *pages = ptab + h.page0;
+    const int32_t P = L.page_tokens, t = h.pos + 1, n = h.n_slots;
+    const float *M = ml + (size_t)it.head * 2 * G, *Linv = M + G;
+    int32_t cnt = 0;
+    unsigned long long key = ~0ull;
+    for (int32_t s = it.begin + threadIdx.x; s < it.end; s += blockDim.x) {
+        unsigned char *page = (unsigned char *)pages[s / P];
+        const int32_t j = s % P, pos = ((const int32_t *)(page + L.pos_offset))[j];
+        float *score = (float *)(page + L.score_offset) + j;
+        if (track) {
             float gained = 0.0f;
             for (int32_t g = 0; g < G; g++)
                 gained += expf(praw[h.praw + (size_t)g * n + s] - M[g]) * Linv[g];
-            unsigned char *page = (unsigned char *)pages[s / P];
-            ((float *)(page + L.score_offset))[s % P] += gained;
+            *score += gained;
         }
+        uint8_t flag = page[L.flags_offset + j];
+        if (flip && flag == FG_SLOT_LOCAL && pos < h.window_start) {
+            flag = FG_SLOT_FREQUENT;
+            page[L.flags_offset + j] = flag;
+        }
+        if (track && flag == FG_SLOT_FREQUENT) {
+            cnt++;
+            const unsigned long long k = rank_key(rank_of(h.score_mode, *score, pos, t), pos);
+            key = k < key ? k : key;
+        }
+    }
+    if (!track)
+        return;
+    const int32_t total = (int32_t)fg_block_sum((float)cnt, red); /* exact below 2^24 rows */
+    kred[threadIdx.x] = key;
+    __syncthreads();
+    for (unsigned w = blockDim.x / 2; w > 0; w >>= 1) {
+        if (threadIdx.x < w && kred[threadIdx.x + w] < kred[threadIdx.x])
+            kred[threadIdx.x] = kred[threadIdx.x + w];
         __syncthreads();
     }
+    if (threadIdx.x == 0 && total > 0) {
+        atomicAdd(&hs[it.head].n_freq, total);
+        atomicMin(&hs[it.head].victim, kred[0]);
+    }
+}
+
+/* Steps 3 and 4, one block per head: the new row goes in, rows that leave
+ * the window of a head without a frequent part go, and the lowest-ranked
+ * candidates go until the budget holds (the first from update_rows' key,
+ * any further one by block-wide scans); the slot count is checked against
+ * the host's mirror. */
+__global__ static void finish_heads(fg_gpu_layout L, const decode_desc *heads, void *const *ptab, const head_stat *hs,
+                                    int32_t *status) {
+    FG_DYNAMIC_SHARED(float, red);
+    int32_t *ired = (int32_t *)(red + blockDim.x);
+    const decode_desc h = heads[blockIdx.x];
+    const head_stat stat = hs[blockIdx.x];
+    void *const *pages = ptab + h.page0;
+    const int32_t d = L.head_dim, P = L.page_tokens, t = h.pos + 1;
+    const float *kn = h.k, *vn = h.v;
+    const bool track = (h.components & FG_KEEP_FREQUENT) && !(h.components & FG_KEEP_FULL);
+    int32_t n = h.n_slots;
 
     /* 3. insert the new token */
     if (h.insert_flag) {
@@ -347,67 +423,65 @@ __global__ static void finish_heads(fg_gpu_layout L, int32_t G, const decode_des
         if (threadIdx.x == 0) {
             unsigned char *page = (unsigned char *)pages[n / P];
             ((int32_t *)(page + L.pos_offset))[n % P] = h.pos;
-            ((float *)(page + L.score_offset))[n % P] = track ? new_score : 0.0f;
+            ((float *)(page + L.score_offset))[n % P] = track ? stat.new_score : 0.0f;
             page[L.flags_offset + n % P] = (uint8_t)h.insert_flag;
         }
         n++;
         __syncthreads();
     }
 
-    /* 4a. rows leaving the window: frequent candidates, or gone */
-    if (h.components & FG_KEEP_LOCAL) {
-        if (h.components & FG_KEEP_FREQUENT) {
+    /* 4a. rows leaving the window of a head without a frequent part: gone */
+    if ((h.components & FG_KEEP_LOCAL) && !(h.components & FG_KEEP_FREQUENT)) {
+        for (;;) { /* the lowest slot that leaves, then the last slot fills it */
+            int32_t mine = INT32_MAX;
             for (int32_t s = threadIdx.x; s < n; s += blockDim.x) {
-                unsigned char *page = (unsigned char *)pages[s / P];
+                const unsigned char *page = (const unsigned char *)pages[s / P];
                 if (page[L.flags_offset + s % P] == FG_SLOT_LOCAL &&
-                    ((int32_t *)(page + L.pos_offset))[s % P] < h.window_start)
-                    page[L.flags_offset + s % P] = FG_SLOT_FREQUENT;
+                    ((const int32_t *)(page + L.pos_offset))[s % P] < h.window_start)
+                    mine = fg_imin(mine, s);
             }
-            __syncthreads();
-        } else {
-            for (;;) { /* the lowest slot that leaves, then the last slot fills it */
-                int32_t mine = INT32_MAX;
-                for (int32_t s = threadIdx.x; s < n; s += blockDim.x) {
-                    const unsigned char *page = (const unsigned char *)pages[s / P];
-                    if (page[L.flags_offset + s % P] == FG_SLOT_LOCAL &&
-                        ((const int32_t *)(page + L.pos_offset))[s % P] < h.window_start)
-                        mine = fg_imin(mine, s);
-                }
-                const int32_t hole = block_min_int(mine, ired);
-                if (hole == INT32_MAX)
-                    break;
-                if (hole != n - 1)
-                    move_slot(L, pages, hole, n - 1);
-                n--;
-            }
+            const int32_t hole = block_min_int(mine, ired);
+            if (hole == INT32_MAX)
+                break;
+            if (hole != n - 1)
+                move_slot(L, pages, hole, n - 1);
+            n--;
         }
     }
 
     /* 4b. frequent rows down to the budget: lowest rank first, ties to the older */
     if (track) {
-        int32_t cnt = 0;
-        for (int32_t s = threadIdx.x; s < n; s += blockDim.x)
-            cnt += ((const unsigned char *)pages[s / P])[L.flags_offset + s % P] == FG_SLOT_FREQUENT;
-        int32_t n_freq = (int32_t)fg_block_sum((float)cnt, red);
-        while (n_freq > h.freq_budget) {
-            float lo = INFINITY;
-            for (int32_t s = threadIdx.x; s < n; s += blockDim.x) {
-                const unsigned char *page = (const unsigned char *)pages[s / P];
-                const int32_t j = s % P;
-                if (page[L.flags_offset + j] == FG_SLOT_FREQUENT)
-                    lo = fminf(lo, rank_of(h.score_mode, ((const float *)(page + L.score_offset))[j],
-                                           ((const int32_t *)(page + L.pos_offset))[j], t));
+        const bool new_freq = h.insert_flag == FG_SLOT_FREQUENT;
+        int32_t n_freq = stat.n_freq + (new_freq ? 1 : 0);
+        for (bool first = true; n_freq > h.freq_budget; first = false) {
+            int32_t victim_pos;
+            if (first) {
+                unsigned long long key = stat.victim;
+                if (new_freq) {
+                    const unsigned long long k = rank_key(rank_of(h.score_mode, stat.new_score, h.pos, t), h.pos);
+                    key = k < key ? k : key;
+                }
+                victim_pos = (int32_t)(uint32_t)(key & 0xffffffffu);
+            } else {
+                float lo = INFINITY;
+                for (int32_t s = threadIdx.x; s < n; s += blockDim.x) {
+                    const unsigned char *page = (const unsigned char *)pages[s / P];
+                    const int32_t j = s % P;
+                    if (page[L.flags_offset + j] == FG_SLOT_FREQUENT)
+                        lo = fminf(lo, rank_of(h.score_mode, ((const float *)(page + L.score_offset))[j],
+                                               ((const int32_t *)(page + L.pos_offset))[j], t));
+                }
+                const float worst_rank = block_min(lo, red);
+                int32_t oldest = INT32_MAX;
+                for (int32_t s = threadIdx.x; s < n; s += blockDim.x) {
+                    const unsigned char *page = (const unsigned char *)pages[s / P];
+                    const int32_t j = s % P, p = ((const int32_t *)(page + L.pos_offset))[j];
+                    if (page[L.flags_offset + j] == FG_SLOT_FREQUENT &&
+                        rank_of(h.score_mode, ((const float *)(page + L.score_offset))[j], p, t) == worst_rank)
+                        oldest = fg_imin(oldest, p);
+                }
+                victim_pos = block_min_int(oldest, ired);
             }
-            const float worst_rank = block_min(lo, red);
-            int32_t oldest = INT32_MAX;
-            for (int32_t s = threadIdx.x; s < n; s += blockDim.x) {
-                const unsigned char *page = (const unsigned char *)pages[s / P];
-                const int32_t j = s % P, p = ((const int32_t *)(page + L.pos_offset))[j];
-                if (page[L.flags_offset + j] == FG_SLOT_FREQUENT &&
-                    rank_of(h.score_mode, ((const float *)(page + L.score_offset))[j], p, t) == worst_rank)
-                    oldest = fg_imin(oldest, p);
-            }
-            const int32_t victim_pos = block_min_int(oldest, ired);
             int32_t mine = INT32_MAX;
             for (int32_t s = threadIdx.x; s < n; s += blockDim.x)
                 if (((const int32_t *)((const unsigned char *)pages[s / P] + L.pos_offset))[s % P] == victim_pos)
@@ -428,7 +502,7 @@ __global__ static void finish_heads(fg_gpu_layout L, int32_t G, const decode_des
  * at most 2048 rows unless one step is more. */
 static int32_t chunk_rows(int64_t total_rows, int32_t n_sm, int32_t step) {
     int64_t c = (total_rows + 8 * (int64_t)n_sm - 1) / (8 * (int64_t)n_sm);
-    c = c > 2048 ? 2048 : c;
+    c = c > 2048 ? 2048 : c < 1 ? 1 : c;
     return (int32_t)((c + step - 1) / step * step);
 }
 
@@ -503,7 +577,9 @@ extern "C" fg_status FG_GPU(decode_step)(fg_backend *be, const fg_page_layout *l
     const size_t out_bytes = host_io ? (size_t)n_heads * G * d * sizeof(float) : 0;
     const size_t part_bytes = (size_t)(n_items ? n_items : 1) * G * (d + 2) * sizeof(float);
     const size_t o_raw = fg_gpu_align(up_bytes), o_part = o_raw + fg_gpu_align((size_t)raw * 4);
-    const size_t o_out = o_part + fg_gpu_align(part_bytes);
+    const size_t o_ml = o_part + fg_gpu_align(part_bytes);
+    const size_t o_hs = o_ml + fg_gpu_align((size_t)n_heads * 2 * G * sizeof(float));
+    const size_t o_out = o_hs + fg_gpu_align((size_t)n_heads * sizeof(head_stat));
     unsigned char *base, *host;
     fg_status s = FG_GPU(scratch)(be, o_out + out_bytes + 256, &base);
     if (!s)
@@ -558,8 +634,15 @@ extern "C" fg_status FG_GPU(decode_step)(fg_backend *be, const fg_page_layout *l
         else
             ATTEND_EPL(2)
     }
-    FG_LAUNCH(finish_heads, n_heads, FG_THREADS, 2 * FG_THREADS * sizeof(float), st->stream, L, G, dd, dp, draw,
-              dpart, st->d_error);
+    float *dml = (float *)(base + o_ml);
+    head_stat *dhs = (head_stat *)(base + o_hs);
+    FG_LAUNCH(merge_heads, n_heads, FG_THREADS, FG_THREADS * sizeof(float), st->stream, L, G, dd, dpart, dml, dhs);
+    if (n_items) {
+        FG_LAUNCH(update_rows, (unsigned)n_items, FG_THREADS, FG_THREADS * (sizeof(float) + sizeof(unsigned long long)),
+                  st->stream, L, G, dd, di, dp, draw, dml, dhs);
+    }
+    FG_LAUNCH(finish_heads, n_heads, FG_THREADS, 2 * FG_THREADS * sizeof(float), st->stream, L, dd, dp, dhs,
+              st->d_error);
     GPU_CHECK(be, cudaGetLastError());
     if (!host_io)
         return FG_OK; /* the engine's stream runs on; errors show at the next synchronisation */

@@ -197,9 +197,9 @@ template <int N> __device__ static inline void fg_group_sum_n(float (&x)[N], int
     __syncthreads();
 #else
     (void)sh;
+    for (int32_t o = width / 2; o > 0; o >>= 1) /* N independent shuffles per round: they overlap */
 FG_UNROLL
-    for (int i = 0; i < N; i++)
-        for (int32_t o = width / 2; o > 0; o >>= 1)
+        for (int i = 0; i < N; i++)
 #ifdef FG_HIP
             x[i] += __shfl_xor(x[i], o, width);
 #else

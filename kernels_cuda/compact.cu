@@ -1,11 +1,16 @@
 /* compact on the GPU: the kept prompt rows of every head into its pages.
- * Grid: (row tiles, heads); threads stride over the head dimension. */
+ * Grid: (tiles of ROWS_PER_BLOCK kept rows, heads). A block's threads cover
+ * several rows at once, each thread one vector of 4 elements of a row (a
+ * 16-byte load, an 8- or 16-byte store), so a warp gathers whole rows; rows
+ * whose d or addresses do not allow vectors go element by element. The
+ * host's part (descriptors, page tables, positions, flags, scores) goes up in
+ * one copy from a pinned buffer. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "kernels_cuda/gpu_common.cuh"
 
-#define ROWS_PER_BLOCK 8
+#define ROWS_PER_BLOCK 32
 
 struct compact_desc {
     int32_t kv_head, n_keep;
@@ -13,24 +18,39 @@ struct compact_desc {
     int64_t page0; /* into pages */
 };
 
-__global__ static void compact_rows(fg_gpu_layout L, int32_t Hkv, const float *k, const float *v,
+/* Four floats from src stored at dst as dtype (dst aligned to the stored size). */
+__device__ static inline void store4(unsigned char *dst, int32_t dtype, float4 x) {
+    if (dtype == FG_DTYPE_F32) {
+        *(float4 *)dst = x;
+        return;
+    }
+    const float f[4] = {x.x, x.y, x.z, x.w};
+    uint16_t h[4];
+    for (int i = 0; i < 4; i++)
+        h[i] = dtype == FG_DTYPE_F16 ? fg_f32_to_f16(f[i]) : fg_f32_to_bf16(f[i]);
+    *(uint2 *)dst = make_uint2((uint32_t)h[0] | ((uint32_t)h[1] << 16), (uint32_t)h[2] | ((uint32_t)h[3] << 16));
+}
+
+__global__ static void compact_rows(fg_gpu_layout L, int32_t Hkv, int32_t vec, const float *k, const float *v,
                                     const compact_desc *heads, void *const *pages, const int32_t *pos,
                                     const uint8_t *flags, const float *score) {
     const compact_desc h = heads[blockIdx.y];
     const int32_t d = L.head_dim, es = L.dtype == FG_DTYPE_F32 ? 4 : 2;
-    for (int32_t r = 0; r < ROWS_PER_BLOCK; r++) {
-        const int32_t s = blockIdx.x * ROWS_PER_BLOCK + r;
-        if (s >= h.n_keep)
-            return;
+    const int32_t per_row = vec ? d / 4 : d; /* threads' units in a row */
+    const int32_t first = blockIdx.x * ROWS_PER_BLOCK, rows = fg_imin(ROWS_PER_BLOCK, h.n_keep - first);
+    for (int32_t u = threadIdx.x; u < rows * per_row; u += blockDim.x) {
+        const int32_t s = first + u / per_row, c = u % per_row;
         unsigned char *page = (unsigned char *)pages[h.page0 + s / L.page_tokens];
-        const int32_t j = s % L.page_tokens;
-        const int32_t p = pos[h.slot0 + s];
-        const float *ks = k + ((size_t)p * Hkv + h.kv_head) * d, *vs = v + ((size_t)p * Hkv + h.kv_head) * d;
-        for (int32_t c = threadIdx.x; c < d; c += blockDim.x) {
-            fg_gpu_store(page + L.k_offset + (size_t)j * d * es, L.dtype, c, ks[c]);
-            fg_gpu_store(page + L.v_offset + (size_t)j * d * es, L.dtype, c, vs[c]);
+        const int32_t j = s % L.page_tokens, p = pos[h.slot0 + s];
+        const size_t src = ((size_t)p * Hkv + h.kv_head) * d, dst = (size_t)j * d * es;
+        if (vec) {
+            store4(page + L.k_offset + dst + (size_t)c * 4 * es, L.dtype, ((const float4 *)(k + src))[c]);
+            store4(page + L.v_offset + dst + (size_t)c * 4 * es, L.dtype, ((const float4 *)(v + src))[c]);
+        } else {
+            fg_gpu_store(page + L.k_offset + dst, L.dtype, c, k[src + c]);
+            fg_gpu_store(page + L.v_offset + dst, L.dtype, c, v[src + c]);
         }
-        if (threadIdx.x == 0) {
+        if (c == 0) {
             ((int32_t *)(page + L.pos_offset))[j] = p;
             ((float *)(page + L.score_offset))[j] = score[h.slot0 + s];
             page[L.flags_offset + j] = flags[h.slot0 + s];
@@ -51,61 +71,49 @@ extern "C" fg_status FG_GPU(compact)(fg_backend *be, const fg_page_layout *layou
     }
     if (max_keep == 0)
         return FG_OK;
-    /* host staging: descriptors, page tables, pos / flags / score, concatenated */
-    compact_desc *desc = (compact_desc *)malloc((size_t)n_heads * sizeof *desc);
-    void **ptab = (void **)malloc((size_t)pages * sizeof *ptab);
-    int32_t *pos = (int32_t *)malloc((size_t)slots * 4);
-    float *score = (float *)malloc((size_t)slots * 4);
-    uint8_t *flags = (uint8_t *)malloc((size_t)slots);
-    fg_status s = desc && ptab && pos && score && flags ? FG_OK : FG_ERR_OUT_OF_MEMORY;
-    if (s == FG_OK) {
-        int64_t so = 0, po = 0;
-        for (int32_t i = 0; i < n_heads; i++) {
-            const fg_compact_head *h = &heads[i];
-            const int32_t np = (h->n_keep + P - 1) / P;
-            desc[i] = compact_desc{h->kv_head, h->n_keep, so, po};
-            memcpy(pos + so, h->pos, (size_t)h->n_keep * 4);
-            memcpy(score + so, h->score, (size_t)h->n_keep * 4);
-            memcpy(flags + so, h->flags, (size_t)h->n_keep);
-            memcpy(ptab + po, h->pages, (size_t)np * sizeof(void *));
-            so += h->n_keep;
-            po += np;
-        }
-        const size_t rows = (size_t)n * Hkv * d * sizeof(float);
-        unsigned char *base;
-        size_t at = 0;
-        void *dd, *dp, *dpos, *dsc, *dfl;
-        const void *dk = k, *dv = v; /* device I/O: already there */
-        s = FG_GPU(scratch)(be, (be->device_io ? 0 : 2 * rows) + (size_t)n_heads * sizeof *desc +
-                                    (size_t)pages * sizeof(void *) + (size_t)slots * 9 + 8 * 256, &base);
-        if (!be->device_io) {
-            void *x;
-            if (!s && !(s = FG_GPU(upload)(be, base, &at, k, rows, &x))) dk = x;
-            if (!s && !(s = FG_GPU(upload)(be, base, &at, v, rows, &x))) dv = x;
-        }
-        if (!s) s = FG_GPU(upload)(be, base, &at, desc, (size_t)n_heads * sizeof *desc, &dd);
-        if (!s) s = FG_GPU(upload)(be, base, &at, ptab, (size_t)pages * sizeof(void *), &dp);
-        if (!s) s = FG_GPU(upload)(be, base, &at, pos, (size_t)slots * 4, &dpos);
-        if (!s) s = FG_GPU(upload)(be, base, &at, score, (size_t)slots * 4, &dsc);
-        if (!s) s = FG_GPU(upload)(be, base, &at, flags, (size_t)slots, &dfl);
-        if (!s) {
-            dim3 grid((max_keep + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK, n_heads);
-            FG_LAUNCH(compact_rows, grid, FG_THREADS, 0, st->stream, fg_gpu_layout_of(layout), Hkv,
-                      (const float *)dk, (const float *)dv, (const compact_desc *)dd, (void *const *)dp,
-                      (const int32_t *)dpos, (const uint8_t *)dfl, (const float *)dsc);
-            cudaError_t e = cudaGetLastError();
-            if (e == cudaSuccess)
-                e = cudaStreamSynchronize(st->stream); /* the staging buffers are freed below */
-            if (e != cudaSuccess)
-                s = be->err(be->err_sink, FG_ERR_BACKEND, FG_GPU_NAME ": compact: %s", cudaGetErrorString(e));
-        }
-    } else {
-        s = be->err(be->err_sink, s, FG_GPU_NAME ": compact: out of host memory");
+    /* the upload: descriptors, page tables, pos / score / flags, concatenated */
+    const size_t o_ptab = fg_gpu_align((size_t)n_heads * sizeof(compact_desc));
+    const size_t o_pos = o_ptab + fg_gpu_align((size_t)pages * sizeof(void *));
+    const size_t o_score = o_pos + fg_gpu_align((size_t)slots * 4), o_flags = o_score + fg_gpu_align((size_t)slots * 4);
+    const size_t up_bytes = o_flags + (size_t)slots;
+    const size_t rows = (size_t)n * Hkv * d * sizeof(float);
+    const size_t o_k = fg_gpu_align(up_bytes), o_v = o_k + fg_gpu_align(rows);
+    unsigned char *base, *host;
+    fg_status s = FG_GPU(scratch)(be, (be->device_io ? up_bytes : o_v + rows) + 256, &base);
+    if (!s)
+        s = FG_GPU(stage)(be, up_bytes, &host);
+    if (s)
+        return s;
+    compact_desc *desc = (compact_desc *)host;
+    void **ptab = (void **)(host + o_ptab);
+    int64_t so = 0, po = 0;
+    for (int32_t i = 0; i < n_heads; i++) {
+        const fg_compact_head *h = &heads[i];
+        const int32_t np = (h->n_keep + P - 1) / P;
+        desc[i] = compact_desc{h->kv_head, h->n_keep, so, po};
+        memcpy(host + o_pos + (size_t)so * 4, h->pos, (size_t)h->n_keep * 4);
+        memcpy(host + o_score + (size_t)so * 4, h->score, (size_t)h->n_keep * 4);
+        memcpy(host + o_flags + (size_t)so, h->flags, (size_t)h->n_keep);
+        memcpy(ptab + po, h->pages, (size_t)np * sizeof(void *));
+        so += h->n_keep;
+        po += np;
     }
-    free(desc);
-    free(ptab);
-    free(pos);
-    free(score);
-    free(flags);
-    return s;
+    if ((s = FG_GPU(stage_upload)(be, base, host, up_bytes)))
+        return s;
+    const float *dk = k, *dv = v; /* device I/O: already there */
+    if (!be->device_io) {
+        GPU_CHECK(be, cudaMemcpyAsync(base + o_k, k, rows, cudaMemcpyHostToDevice, st->stream));
+        GPU_CHECK(be, cudaMemcpyAsync(base + o_v, v, rows, cudaMemcpyHostToDevice, st->stream));
+        dk = (const float *)(base + o_k);
+        dv = (const float *)(base + o_v);
+    }
+    /* vectors of 4 when every source row and page row is aligned for them */
+    const int32_t vec = d % 4 == 0 && ((uintptr_t)dk % 16) == 0 && ((uintptr_t)dv % 16) == 0;
+    const dim3 grid((max_keep + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK, n_heads);
+    FG_LAUNCH(compact_rows, grid, FG_THREADS, 0, st->stream, fg_gpu_layout_of(layout), Hkv, vec, dk, dv,
+              (const compact_desc *)base, (void *const *)(base + o_ptab), (const int32_t *)(base + o_pos),
+              (const uint8_t *)(base + o_flags), (const float *)(base + o_score));
+    GPU_CHECK(be, cudaGetLastError());
+    /* host I/O is synchronous; device I/O queues the copy and returns */
+    return be->device_io ? FG_OK : FG_GPU(synchronize)(be);
 }

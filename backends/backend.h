@@ -50,14 +50,17 @@ typedef struct fg_page_layout {
 } fg_page_layout;
 
 /* ---- prefill_attention: causal softmax attention over a prompt, with the
- * per-row max and normaliser that profile_stats reuses (pass 1 of §2.3). */
-typedef fg_status fg_prefill_attention_fn(fg_backend *be, const fg_shape *shape, int32_t n,
-                                          const float *q,  /* [n][Hq][d] */
+ * per-row max and normaliser that profile_stats reuses (pass 1 of §2.3).
+ * Rows [row_begin, n) are computed, each over keys 0..i (row_begin > 0: a
+ * chunk of a chunked prefill); q, out and the statistics hold those rows
+ * only, m = n - row_begin of them. */
+typedef fg_status fg_prefill_attention_fn(fg_backend *be, const fg_shape *shape, int32_t n, int32_t row_begin,
+                                          const float *q,  /* [m][Hq][d] */
                                           const float *k,  /* [n][Hkv][d] */
                                           const float *v,  /* [n][Hkv][d] */
-                                          float *out,      /* [n][Hq][d] */
-                                          float *row_max,  /* [Hq][n] */
-                                          float *row_sum); /* [Hq][n] */
+                                          float *out,      /* [m][Hq][d] */
+                                          float *row_max,  /* [Hq][m] */
+                                          float *row_sum); /* [Hq][m] */
 
 /* ---- profile_stats: pass 2 of §2.3. Pooled attention A (mean over the
  * group) of rows i in [row_begin, n):

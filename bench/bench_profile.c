@@ -73,7 +73,7 @@ int main(int argc, char **argv) {
         }
         for (int r = 0; r < reps; r++) { /* interleaved */
             double t0 = bench_region(&be, dev, 0, 0.0);
-            if (be.ops->prefill_attention(&be, &sh, n, aq, ak, av, aout, amx, asm_))
+            if (be.ops->prefill_attention(&be, &sh, n, 0, aq, ak, av, aout, amx, asm_))
                 return 1;
             tp[r] = bench_region(&be, dev, 1, t0);
             t0 = bench_region(&be, dev, 0, 0.0);

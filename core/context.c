@@ -94,6 +94,9 @@ fg_status fg_context_create(const fg_context_params *params, fg_context **out) {
     return FG_OK;
 }
 
+static void stage_free(fg_context *ctx, fg_prefill_stage *stage);
+static int stage_in_progress(const fg_context *ctx, const fg_seq *s);
+
 static void seq_release(fg_context *ctx, fg_seq *s) {
     if (s->heads) {
         int32_t n_heads = ctx->params.n_layers * ctx->params.n_kv_heads;
@@ -105,6 +108,10 @@ static void seq_release(fg_context *ctx, fg_seq *s) {
             free(h->pages);
         }
     }
+    if (s->stage)
+        for (int32_t l = 0; l < ctx->params.n_layers; l++)
+            stage_free(ctx, &s->stage[l]);
+    free(s->stage);
     free(s->heads);
     free(s->tokens);
     free(s->cls);
@@ -272,6 +279,8 @@ fg_status fg_seq_fork(fg_context *ctx, int32_t parent, int32_t *child_out) {
     if (st)
         return st;
     CHECK(child_out, ctx, FG_ERR_INVALID_ARGUMENT, "fg_seq_fork: child must not be NULL");
+    CHECK(!stage_in_progress(ctx, s), ctx, FG_ERR_BAD_STATE,
+          "fg_seq_fork: sequence %d has a chunked prefill in progress", (int)parent);
     for (int32_t l = 1; l < ctx->params.n_layers; l++)
         CHECK(s->length[l] == s->length[0], ctx, FG_ERR_BAD_STATE,
               "fg_seq_fork: sequence %d is in the middle of a layer sweep (layer 0 at %d tokens, layer %d at %d)",
@@ -464,8 +473,11 @@ static void allocate_budget(const fg_compression_params *cp, const fg_profile_vi
         heads[g].policy_index = w->choice[g];
 }
 
+/* The prompt phase of one layer. With stats (the row max and sum of every
+ * prompt row, from the chunks of a chunked prefill) the attention is done
+ * and only profiling, policy choice and compaction run; out is unused. */
 static fg_status prefill_layer(fg_context *ctx, fg_seq *s, int32_t layer, const float *q, const float *k,
-                               const float *v, float *out, prefill_scratch *w) {
+                               const float *v, float *out, const float *const stats[2], prefill_scratch *w) {
     const int32_t n = s->n_prompt, Hq = ctx->params.n_q_heads, Hkv = ctx->params.n_kv_heads;
     const fg_compression_params *cp = &s->cp;
 
@@ -488,7 +500,9 @@ static fg_status prefill_layer(fg_context *ctx, fg_seq *s, int32_t layer, const 
     }
 
     size_t nq = (size_t)Hq * n, nk = (size_t)Hkv * n;
-    if (ctx->be.device_io) { /* the row statistics pass from one kernel to the next: device memory */
+    if (stats) {
+        /* given */
+    } else if (ctx->be.device_io) { /* the row statistics pass from one kernel to the next: device memory */
         fg_status sa = ctx->be.ops->buffer_alloc(&ctx->be, nq * sizeof(float), (void **)&w->row_max);
         if (sa == FG_OK)
             sa = ctx->be.ops->buffer_alloc(&ctx->be, nq * sizeof(float), (void **)&w->row_sum);
@@ -509,14 +523,16 @@ static fg_status prefill_layer(fg_context *ctx, fg_seq *s, int32_t layer, const 
     w->rec = malloc((size_t)Hkv * cp->n_policies * sizeof(double));
     w->cost = malloc((size_t)Hkv * cp->n_policies * sizeof(int32_t));
     w->choice = malloc((size_t)Hkv * sizeof(int32_t));
-    CHECK(w->row_max && w->row_sum && w->col && w->col_local && w->pos && w->flags && w->score && w->rank &&
+    CHECK((stats || (w->row_max && w->row_sum)) && w->col && w->col_local && w->pos && w->flags && w->score && w->rank &&
               w->compact && w->views && w->rec && w->cost && w->choice,
           ctx, FG_ERR_OUT_OF_MEMORY, "out of host memory for profiling a prompt of %d tokens", (int)n);
 
     const fg_backend_ops *ops = ctx->be.ops;
-    fg_status st = ops->prefill_attention(&ctx->be, &ctx->shape, n, q, k, v, out, w->row_max, w->row_sum);
+    const float *row_max = stats ? stats[0] : w->row_max, *row_sum = stats ? stats[1] : w->row_sum;
+    fg_status st = stats ? FG_OK
+                         : ops->prefill_attention(&ctx->be, &ctx->shape, n, 0, q, k, v, out, w->row_max, w->row_sum);
     if (st == FG_OK)
-        st = ops->profile_stats(&ctx->be, &ctx->shape, &req, q, k, w->row_max, w->row_sum, w->col, w->col_local);
+        st = ops->profile_stats(&ctx->be, &ctx->shape, &req, q, k, row_max, row_sum, w->col, w->col_local);
     if (st)
         return st;
 
@@ -578,10 +594,125 @@ fg_status fg_prefill(fg_context *ctx, int32_t seq, int32_t layer, const float *q
           (int)layer, (int)ctx->params.n_layers);
     CHECK(s->length[layer] == 0, ctx, FG_ERR_BAD_STATE, "sequence %d is already prefilled at layer %d", (int)seq,
           (int)layer);
+    CHECK(!s->stage || s->stage[layer].filled == 0, ctx, FG_ERR_BAD_STATE,
+          "sequence %d: layer %d has a chunked prefill in progress (%d of %d rows)", (int)seq, (int)layer,
+          (int)s->stage[layer].filled, (int)s->n_prompt);
     prefill_scratch w = {0};
-    st = prefill_layer(ctx, s, layer, q, k, v, out, &w);
+    st = prefill_layer(ctx, s, layer, q, k, v, out, NULL, &w);
     prefill_scratch_free(ctx, &w);
     return st;
+}
+
+/* Memory for prompt rows: the backend's with FG_IO_DEVICE, else the host's. */
+static fg_status io_alloc(fg_context *ctx, size_t bytes, float **out) {
+    *out = NULL;
+    if (ctx->be.device_io)
+        return ctx->be.ops->buffer_alloc(&ctx->be, bytes, (void **)out);
+    *out = malloc(bytes ? bytes : 1);
+    CHECK(*out, ctx, FG_ERR_OUT_OF_MEMORY, "out of host memory for a chunked prefill (%zu bytes)", bytes);
+    return FG_OK;
+}
+
+static fg_status io_copy(fg_context *ctx, float *dst, const float *src, size_t bytes) {
+    if (ctx->be.device_io)
+        return fg_backend_copy(&ctx->be, dst, src, bytes);
+    memcpy(dst, src, bytes);
+    return FG_OK;
+}
+
+static void stage_free(fg_context *ctx, fg_prefill_stage *stage) {
+    float **bufs[] = {&stage->q, &stage->k, &stage->v, &stage->row_max, &stage->row_sum};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
+        if (*bufs[i] && ctx->be.device_io)
+            ctx->be.ops->buffer_free(&ctx->be, *bufs[i]);
+        else
+            free(*bufs[i]);
+        *bufs[i] = NULL;
+    }
+    stage->filled = 0;
+}
+
+/* Whether a sequence has a chunked prefill in progress on some layer. */
+static int stage_in_progress(const fg_context *ctx, const fg_seq *s) {
+    for (int32_t l = 0; s->stage && l < ctx->params.n_layers; l++)
+        if (s->stage[l].filled)
+            return 1;
+    return 0;
+}
+
+fg_status fg_prefill_chunk(fg_context *ctx, int32_t seq, int32_t layer, int32_t begin, int32_t n, const float *q,
+                           const float *k, const float *v, float *out) {
+    fg_seq *s = NULL;
+    fg_status st = get_seq(ctx, seq, &s);
+    if (st)
+        return st;
+    CHECK(q && k && v && out, ctx, FG_ERR_INVALID_ARGUMENT, "fg_prefill_chunk: q, k, v and out must not be NULL");
+    CHECK(layer >= 0 && layer < ctx->params.n_layers, ctx, FG_ERR_INVALID_ARGUMENT, "layer %d outside [0, %d)",
+          (int)layer, (int)ctx->params.n_layers);
+    CHECK(s->length[layer] == 0, ctx, FG_ERR_BAD_STATE, "sequence %d is already prefilled at layer %d", (int)seq,
+          (int)layer);
+    const int32_t filled = s->stage ? s->stage[layer].filled : 0, N = s->n_prompt;
+    CHECK(begin == filled, ctx, FG_ERR_INVALID_ARGUMENT,
+          "fg_prefill_chunk: sequence %d layer %d expects the chunk at row %d, got %d (chunks come in order)",
+          (int)seq, (int)layer, (int)filled, (int)begin);
+    CHECK(n > 0 && n <= N - begin, ctx, FG_ERR_INVALID_ARGUMENT,
+          "fg_prefill_chunk: %d rows at row %d do not fit the prompt of %d", (int)n, (int)begin, (int)N);
+    const int32_t Hq = ctx->params.n_q_heads, Hkv = ctx->params.n_kv_heads, d = ctx->params.head_dim;
+    const size_t rq = (size_t)Hq * d * sizeof(float), rk = (size_t)Hkv * d * sizeof(float);
+    if (!s->stage) {
+        s->stage = calloc((size_t)ctx->params.n_layers, sizeof *s->stage);
+        CHECK(s->stage, ctx, FG_ERR_OUT_OF_MEMORY, "out of host memory for a chunked prefill");
+    }
+    fg_prefill_stage *stage = &s->stage[layer];
+    if (begin == 0) { /* the prompt's rows of this layer, held until the last chunk */
+        stage_free(ctx, stage); /* what a failed first chunk left */
+        if ((st = io_alloc(ctx, (size_t)N * rq, &stage->q)) || (st = io_alloc(ctx, (size_t)N * rk, &stage->k)) ||
+            (st = io_alloc(ctx, (size_t)N * rk, &stage->v)) ||
+            (st = io_alloc(ctx, (size_t)Hq * N * sizeof(float), &stage->row_max)) ||
+            (st = io_alloc(ctx, (size_t)Hq * N * sizeof(float), &stage->row_sum))) {
+            stage_free(ctx, stage);
+            return st;
+        }
+    }
+    /* the chunk's rows join the stage (a failure below leaves `filled` where it was: the chunk can come again) */
+    float *mx = NULL, *sm = NULL;
+    if ((st = io_copy(ctx, stage->q + (size_t)begin * Hq * d, q, (size_t)n * rq)) == FG_OK &&
+        (st = io_copy(ctx, stage->k + (size_t)begin * Hkv * d, k, (size_t)n * rk)) == FG_OK &&
+        (st = io_copy(ctx, stage->v + (size_t)begin * Hkv * d, v, (size_t)n * rk)) == FG_OK &&
+        (st = io_alloc(ctx, (size_t)Hq * n * sizeof(float), &mx)) == FG_OK &&
+        (st = io_alloc(ctx, (size_t)Hq * n * sizeof(float), &sm)) == FG_OK)
+        st = ctx->be.ops->prefill_attention(&ctx->be, &ctx->shape, begin + n, begin, q, stage->k, stage->v, out, mx,
+                                            sm);
+    for (int32_t h = 0; h < Hq && st == FG_OK; h++) { /* [Hq][n] into [Hq][N] at column begin */
+        st = io_copy(ctx, stage->row_max + (size_t)h * N + begin, mx + (size_t)h * n, (size_t)n * sizeof(float));
+        if (st == FG_OK)
+            st = io_copy(ctx, stage->row_sum + (size_t)h * N + begin, sm + (size_t)h * n, (size_t)n * sizeof(float));
+    }
+    if (ctx->be.device_io && (mx || sm) && st == FG_OK && ctx->be.ops->synchronize)
+        st = ctx->be.ops->synchronize(&ctx->be); /* the copies out of mx and sm are done before they go */
+    float *tmp[2] = {mx, sm};
+    for (int i = 0; i < 2; i++)
+        if (tmp[i] && ctx->be.device_io)
+            ctx->be.ops->buffer_free(&ctx->be, tmp[i]);
+        else
+            free(tmp[i]);
+    if (st)
+        return st;
+    if (begin + n < N) {
+        stage->filled = begin + n;
+        return FG_OK;
+    }
+    /* the last chunk: profile the whole prompt, choose, compact; the stage goes */
+    prefill_scratch w = {0};
+    const float *const stats[2] = {stage->row_max, stage->row_sum};
+    st = prefill_layer(ctx, s, layer, stage->q, stage->k, stage->v, NULL, stats, &w);
+    prefill_scratch_free(ctx, &w);
+    if (st) {
+        stage->filled = begin; /* the last chunk can come again */
+        return st;
+    }
+    stage_free(ctx, stage);
+    return FG_OK;
 }
 
 /* ------------------------------------------------------------------ decode */
@@ -742,6 +873,8 @@ fg_status fg_seq_append(fg_context *ctx, int32_t seq, int32_t layer, const int32
     CHECK(n > 0, ctx, FG_ERR_INVALID_ARGUMENT, "fg_seq_append: n must be > 0, got %d", (int)n);
     const int32_t t = s->length[layer];
     CHECK(t > 0, ctx, FG_ERR_BAD_STATE, "sequence %d: append before prefill at layer %d", (int)seq, (int)layer);
+    CHECK(!stage_in_progress(ctx, s), ctx, FG_ERR_BAD_STATE,
+          "sequence %d: append while a chunked prefill is in progress", (int)seq);
     CHECK(n <= ctx->params.max_seq_len - t, ctx, FG_ERR_CAPACITY,
           "sequence %d: %d tokens and %d more exceed max_seq_len %d", (int)seq, (int)t, (int)n,
           (int)ctx->params.max_seq_len);

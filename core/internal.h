@@ -151,6 +151,15 @@ typedef struct fg_cow_entry {
     void *old_addr;
 } fg_cow_entry;
 
+/* A chunked prefill of one layer in progress: the prompt rows received so
+ * far, held until the last chunk profiles the whole prompt (backend memory
+ * with FG_IO_DEVICE, host memory otherwise). */
+typedef struct fg_prefill_stage {
+    int32_t filled;           /* rows received */
+    float *q, *k, *v;         /* [n_prompt][H][d] */
+    float *row_max, *row_sum; /* [Hq][n_prompt] */
+} fg_prefill_stage;
+
 typedef struct fg_seq {
     int in_use;
     fg_compression_params cp;
@@ -160,6 +169,7 @@ typedef struct fg_seq {
     uint8_t *cls;      /* [max_seq_len] */
     int32_t *length;   /* [n_layers] t per layer, 0 = not prefilled */
     fg_head *heads;    /* [n_layers][Hkv] */
+    fg_prefill_stage *stage; /* [n_layers] chunked prefills in progress, or NULL */
 } fg_seq;
 
 struct fg_context {

@@ -233,6 +233,21 @@ FG_API fg_status fg_seq_length(const fg_context *ctx, int32_t seq, int32_t layer
 FG_API fg_status fg_prefill(fg_context *ctx, int32_t seq, int32_t layer, const float *q, const float *k, const float *v,
                             float *out);
 
+/* Chunked prefill: rows [begin, begin + n) of the prompt of one layer, in
+ * order (the first chunk at 0, each where the last ended). A chunk's output
+ * is its rows' causal attention over the prompt so far; the layer's last
+ * chunk (begin + n = the prompt's length) profiles every head over the whole
+ * prompt, chooses its policy and compacts, as fg_prefill does. Until then
+ * the sequence holds the chunks' q, k, v and row statistics (the memory of
+ * an uncompressed prompt; device memory with FG_IO_DEVICE). The outputs, the
+ * policies and the kept rows equal fg_prefill's bit for bit (ref, cuda, hip;
+ * cpu when the chunks end on multiples of 64 rows, else within its float
+ * rounding). A failed chunk can be sent again; fork and append wait for the
+ * last chunk of every layer.
+ *   q: [n][Hq][d]   k, v: [n][Hkv][d] (k after RoPE)   out: [n][Hq][d] */
+FG_API fg_status fg_prefill_chunk(fg_context *ctx, int32_t seq, int32_t layer, int32_t begin, int32_t n,
+                                  const float *q, const float *k, const float *v, float *out);
+
 /* One decoding step of one layer for a batch of distinct sequences. tokens[i]
  * is the id of the new token of seqs[i]; its position is that sequence's
  * length at this layer. Every layer sees the same token for a position.

@@ -15,9 +15,10 @@ fg_compact_fn fg_ref_compact;
 fg_decode_step_fn fg_ref_decode_step;
 fg_read_slots_fn fg_ref_read_slots;
 
-/* Query head h of the prompt (writes out[:, h], row_max[h], row_sum[h]). */
-void fg_ref_prefill_attention_head(const fg_shape *shape, int32_t n, int32_t h, const float *q, const float *k,
-                                   const float *v, float *out, float *row_max, float *row_sum);
+/* Query head h of prompt rows [row_begin, n) (q, out and the statistics hold
+ * those rows only; writes out[:, h], row_max[h], row_sum[h]). */
+void fg_ref_prefill_attention_head(const fg_shape *shape, int32_t n, int32_t row_begin, int32_t h, const float *q,
+                                   const float *k, const float *v, float *out, float *row_max, float *row_sum);
 /* KV head g (writes col[g], col_local[:, g]). */
 void fg_ref_profile_stats_head(const fg_shape *shape, const fg_profile_request *req, int32_t g, const float *q,
                                const float *k, const float *row_max, const float *row_sum, float *col,

@@ -11,15 +11,17 @@
 
 
 
-fg_status fg_cpu_prefill_attention(fg_backend *be, const fg_shape *shape, int32_t n,
-                                   const float *q,      /* [n][Hq][d] */
+fg_status fg_cpu_prefill_attention(fg_backend *be, const fg_shape *shape, int32_t n, int32_t row_begin,
+                                   const float *q,      /* [m][Hq][d], m = n - row_begin */
                                    const float *k,      /* [n][Hkv][d] */
                                    const float *v,      /* [n][Hkv][d] */
-                                   float *out,          /* [n][Hq][d] */
-                                   float *row_max,      /* [Hq][n] */
-                                   float *row_sum) {    /* [Hq][n] */
+                                   float *out,          /* [m][Hq][d] */
+                                   float *row_max,      /* [Hq][m] */
+                                   float *row_sum) {    /* [Hq][m] */
     const int32_t Hq = shape->n_q_heads, Hkv = shape->n_kv_heads, d = shape->head_dim, G = Hq / Hkv;
-    const int32_t n_tiles = (n + FG_TQ - 1) / FG_TQ;
+    /* row tiles sit at multiples of FG_TQ whatever row_begin is, so a chunk's
+       rows get the arithmetic of a one-shot prefill when chunks end on them */
+    const int32_t tile0 = row_begin / FG_TQ, n_tiles = (n + FG_TQ - 1) / FG_TQ - tile0;
     const float scale = 1.0f / sqrtf((float)d);
     const int threads = fg_cpu_threads(be);
     /* per thread: S [TQ][TK], O [TQ][d] */
@@ -34,11 +36,13 @@ fg_status fg_cpu_prefill_attention(fg_backend *be, const fg_shape *shape, int32_
 #endif
     for (int32_t item = 0; item < Hq * n_tiles; item++) {
         /* the last tiles have the most keys: start with them */
-        const int32_t h = item % Hq, tile = n_tiles - 1 - item / Hq, g = h / G;
-        const int32_t i0 = tile * FG_TQ, i1 = i0 + FG_TQ < n ? i0 + FG_TQ : n, rows = i1 - i0;
+        const int32_t h = item % Hq, tile = tile0 + n_tiles - 1 - item / Hq, g = h / G;
+        const int32_t t0 = tile * FG_TQ, i0 = t0 > row_begin ? t0 : row_begin;
+        const int32_t i1 = t0 + FG_TQ < n ? t0 + FG_TQ : n, rows = i1 - i0;
         float *S = ws + (size_t)fg_cpu_thread_id() * per_thread;
         float *O = S + (size_t)FG_TQ * FG_TK;
-        float *m = row_max + (size_t)h * n + i0, *l = row_sum + (size_t)h * n + i0;
+        const int32_t m_rows = n - row_begin;
+        float *m = row_max + (size_t)h * m_rows + (i0 - row_begin), *l = row_sum + (size_t)h * m_rows + (i0 - row_begin);
         for (int32_t r = 0; r < rows; r++) {
             m[r] = -INFINITY;
             l[r] = 0.0f;
@@ -46,7 +50,7 @@ fg_status fg_cpu_prefill_attention(fg_backend *be, const fg_shape *shape, int32_
         memset(O, 0, (size_t)rows * d * sizeof(float));
         for (int32_t j0 = 0; j0 < i1; j0 += FG_TK) {
             const int32_t j1 = j0 + FG_TK < i1 ? j0 + FG_TK : i1, cols = j1 - j0;
-            fg_sgemm_nt(rows, cols, d, scale, q + ((size_t)i0 * Hq + h) * d, Hq * d, k + ((size_t)j0 * Hkv + g) * d,
+            fg_sgemm_nt(rows, cols, d, scale, q + ((size_t)(i0 - row_begin) * Hq + h) * d, Hq * d, k + ((size_t)j0 * Hkv + g) * d,
                         Hkv * d, 0.0f, S, FG_TK);
             for (int32_t r = 0; r < rows; r++) {
                 float *s = S + (size_t)r * FG_TK;
@@ -73,7 +77,7 @@ fg_status fg_cpu_prefill_attention(fg_backend *be, const fg_shape *shape, int32_
             fg_sgemm_nn(rows, d, cols, S, FG_TK, v + ((size_t)j0 * Hkv + g) * d, Hkv * d, 1.0f, O, d);
         }
         for (int32_t r = 0; r < rows; r++) {
-            float *o = out + ((size_t)(i0 + r) * Hq + h) * d;
+            float *o = out + ((size_t)(i0 - row_begin + r) * Hq + h) * d;
             const float inv = 1.0f / l[r];
             for (int32_t x = 0; x < d; x++)
                 o[x] = O[(size_t)r * d + x] * inv;

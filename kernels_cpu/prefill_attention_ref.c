@@ -4,7 +4,7 @@
 
 #include "kernels_cpu/kernels_ref.h"
 
-void fg_ref_prefill_attention_head(const fg_shape *shape, int32_t n, int32_t h,
+void fg_ref_prefill_attention_head(const fg_shape *shape, int32_t n, int32_t row_begin, int32_t h,
                                    const float *q,     /* [n][Hq][d] */
                                    const float *k,     /* [n][Hkv][d] */
                                    const float *v,     /* [n][Hkv][d] */
@@ -14,9 +14,10 @@ void fg_ref_prefill_attention_head(const fg_shape *shape, int32_t n, int32_t h,
     const int32_t Hq = shape->n_q_heads, Hkv = shape->n_kv_heads, d = shape->head_dim;
     const int32_t g = h / (Hq / Hkv);
     const float scale = 1.0f / sqrtf((float)d);
-    for (int32_t i = 0; i < n; i++) {
-        const float *qi = q + ((size_t)i * Hq + h) * d;
-        float *oi = out + ((size_t)i * Hq + h) * d;
+    const int32_t m_rows = n - row_begin;
+    for (int32_t i = row_begin; i < n; i++) {
+        const float *qi = q + ((size_t)(i - row_begin) * Hq + h) * d;
+        float *oi = out + ((size_t)(i - row_begin) * Hq + h) * d;
         float m = -INFINITY;
         for (int32_t j = 0; j <= i; j++) {
             const float *kj = k + ((size_t)j * Hkv + g) * d;
@@ -43,15 +44,15 @@ void fg_ref_prefill_attention_head(const fg_shape *shape, int32_t n, int32_t h,
         }
         for (int32_t c = 0; c < d; c++)
             oi[c] /= sum;
-        row_max[(size_t)h * n + i] = m;
-        row_sum[(size_t)h * n + i] = sum;
+        row_max[(size_t)h * m_rows + i - row_begin] = m;
+        row_sum[(size_t)h * m_rows + i - row_begin] = sum;
     }
 }
 
-fg_status fg_ref_prefill_attention(fg_backend *be, const fg_shape *shape, int32_t n, const float *q, const float *k,
-                                   const float *v, float *out, float *row_max, float *row_sum) {
+fg_status fg_ref_prefill_attention(fg_backend *be, const fg_shape *shape, int32_t n, int32_t row_begin, const float *q,
+                                   const float *k, const float *v, float *out, float *row_max, float *row_sum) {
     (void)be;
     for (int32_t h = 0; h < shape->n_q_heads; h++)
-        fg_ref_prefill_attention_head(shape, n, h, q, k, v, out, row_max, row_sum);
+        fg_ref_prefill_attention_head(shape, n, row_begin, h, q, k, v, out, row_max, row_sum);
     return FG_OK;
 }

@@ -5,14 +5,14 @@
  * n x n buffer. */
 #include "kernels_cuda/gpu_common.cuh"
 
-__global__ static void prefill_rows(int32_t n, int32_t Hq, int32_t Hkv, int32_t d, const float *q, const float *k,
-                                    const float *v, float *out, float *row_max, float *row_sum) {
+__global__ static void prefill_rows(int32_t n, int32_t row_begin, int32_t Hq, int32_t Hkv, int32_t d, const float *q,
+                                    const float *k, const float *v, float *out, float *row_max, float *row_sum) {
     FG_DYNAMIC_SHARED(float, sh);
     float *qs = sh, *acc = qs + d, *p = acc + d, *red = p + blockDim.x; /* [d] [d] [T] [T] */
-    const int32_t i = blockIdx.x, h = blockIdx.y, g = h / (Hq / Hkv), T = blockDim.x;
+    const int32_t i = row_begin + (int32_t)blockIdx.x, h = blockIdx.y, g = h / (Hq / Hkv), T = blockDim.x;
     const float scale = 1.0f / sqrtf((float)d);
     for (int32_t c = threadIdx.x; c < d; c += T) {
-        qs[c] = q[((size_t)i * Hq + h) * d + c] * scale;
+        qs[c] = q[((size_t)(i - row_begin) * Hq + h) * d + c] * scale;
         acc[c] = 0.0f;
     }
     __syncthreads();
@@ -41,23 +41,24 @@ __global__ static void prefill_rows(int32_t n, int32_t Hq, int32_t Hkv, int32_t 
         __syncthreads();
     }
     for (int32_t c = threadIdx.x; c < d; c += T)
-        out[((size_t)i * Hq + h) * d + c] = acc[c] / l;
+        out[((size_t)(i - row_begin) * Hq + h) * d + c] = acc[c] / l;
     if (threadIdx.x == 0) {
-        row_max[(size_t)h * n + i] = m;
-        row_sum[(size_t)h * n + i] = l;
+        row_max[(size_t)h * (n - row_begin) + i - row_begin] = m;
+        row_sum[(size_t)h * (n - row_begin) + i - row_begin] = l;
     }
 }
 
-extern "C" fg_status FG_GPU(prefill_attention)(fg_backend *be, const fg_shape *shape, int32_t n, const float *q,
-                                               const float *k, const float *v, float *out, float *row_max,
-                                               float *row_sum) {
+extern "C" fg_status FG_GPU(prefill_attention)(fg_backend *be, const fg_shape *shape, int32_t n, int32_t row_begin,
+                                               const float *q, const float *k, const float *v, float *out,
+                                               float *row_max, float *row_sum) {
     fg_gpu_state *st = (fg_gpu_state *)be->impl;
     const int32_t Hq = shape->n_q_heads, Hkv = shape->n_kv_heads, d = shape->head_dim;
-    const size_t nq = (size_t)n * Hq * d * 4, nk = (size_t)n * Hkv * d * 4, ns = (size_t)Hq * n * 4;
+    const int32_t m = n - row_begin; /* the rows computed */
+    const size_t nq = (size_t)m * Hq * d * 4, nk = (size_t)n * Hkv * d * 4, ns = (size_t)Hq * m * 4;
     const size_t shared = (2 * (size_t)d + 2 * FG_THREADS) * sizeof(float);
     if (be->device_io) { /* everything is on the device already: queue the kernel, wait for nothing */
-        FG_LAUNCH(prefill_rows, dim3(n, Hq), FG_THREADS, shared, st->stream, n, Hq, Hkv, d, q, k, v, out, row_max,
-                  row_sum);
+        FG_LAUNCH(prefill_rows, dim3(m, Hq), FG_THREADS, shared, st->stream, n, row_begin, Hq, Hkv, d, q, k, v, out,
+                  row_max, row_sum);
         GPU_CHECK(be, cudaGetLastError());
         return FG_OK;
     }
@@ -72,7 +73,7 @@ extern "C" fg_status FG_GPU(prefill_attention)(fg_backend *be, const fg_shape *s
         return s;
     float *dout = (float *)(base + fg_gpu_align(at)), *dmax = (float *)(base + fg_gpu_align(at) + fg_gpu_align(nq));
     float *dsum = (float *)((unsigned char *)dmax + fg_gpu_align(ns));
-    FG_LAUNCH(prefill_rows, dim3(n, Hq), FG_THREADS, shared, st->stream, n, Hq, Hkv, d, (const float *)dq,
+    FG_LAUNCH(prefill_rows, dim3(m, Hq), FG_THREADS, shared, st->stream, n, row_begin, Hq, Hkv, d, (const float *)dq,
               (const float *)dk, (const float *)dv, dout, dmax, dsum);
     GPU_CHECK(be, cudaGetLastError());
     GPU_CHECK(be, cudaMemcpyAsync(out, dout, nq, cudaMemcpyDeviceToHost, st->stream));

@@ -7,7 +7,8 @@
  * regions after every output buffer untouched, no NaN/Inf. Each backend runs
  * with 1 and 2 threads, which must agree bit for bit. GPU backends also run
  * with device-resident activations (FG_IO_DEVICE) on a stream of another
- * backend object, as an engine's: bit for bit the same as with host arrays.
+ * backend object, as an engine's, the second sequence prefilled in two chunks
+ * (fg_prefill_chunk): bit for bit the same as with host arrays.
  * Wrong uses of the I/O options are refused.
  * Usage: test_backend [backend...]   (default: every backend that probes OK)
  */
@@ -102,7 +103,14 @@ static int run_backend(const char *backend, int32_t threads, fg_io io, const sha
     float *out = guarded(qn);
     ro->guards_ok = 1;
     for (int b = 0; b < 2; b++) {
-        if (io == FG_IO_DEVICE)
+        if (io == FG_IO_DEVICE && b == 1) { /* the second in chunks: a third of the prompt, then the rest */
+            const int32_t first = n >= 3 ? n / 3 : n;
+            EXPECT_OK(ctx, fg_prefill_chunk(ctx, seqs[b], 0, 0, first, dv.q, dv.k, dv.v, dv.out));
+            if (first < n)
+                EXPECT_OK(ctx, fg_prefill_chunk(ctx, seqs[b], 0, first, n - first, (const float *)dv.q + first * row_q,
+                                                (const float *)dv.k + first * row_k, (const float *)dv.v + first * row_k,
+                                                (float *)dv.out + first * row_q));
+        } else if (io == FG_IO_DEVICE)
             EXPECT_OK(ctx, fg_prefill(ctx, seqs[b], 0, dv.q, dv.k, dv.v, dv.out));
         else
             EXPECT_OK(ctx, fg_prefill(ctx, seqs[b], 0, q, k, v, out));

@@ -61,7 +61,7 @@ static void check_prompt(backend_pair *bp, int32_t d, int32_t G, int32_t Hkv, in
         sm[b] = guarded((size_t)Hq * n);
         col[b] = guarded((size_t)Hkv * n);
         cl[b] = guarded(2 * (size_t)Hkv * n);
-        EXPECT(bes[b]->ops->prefill_attention(bes[b], &sh, n, q, k, v, out[b], mx[b], sm[b]) == FG_OK, "prefill");
+        EXPECT(bes[b]->ops->prefill_attention(bes[b], &sh, n, 0, q, k, v, out[b], mx[b], sm[b]) == FG_OK, "prefill");
         EXPECT(bes[b]->ops->profile_stats(bes[b], &sh, &req, q, k, mx[b], sm[b], col[b], cl[b]) == FG_OK, "profile");
     }
     const double e_out = nmse(out[1], out[0], nq), e_sum = nmse(sm[1], sm[0], (size_t)Hq * n);

@@ -1,7 +1,8 @@
 /*
  * Fault injection (SQLite's habit): every allocation the library makes can
  * fail, and a walk over k = 1, 2, ... makes the k-th one fail in a script of
- * create -> three sequences with mixed policies -> prefill -> batched decode
+ * create -> three sequences with mixed policies -> prefill (one of them in
+ * two chunks, fg_prefill_chunk) -> batched decode
  * -> inspect -> destroy a sequence -> trim -> decode -> fork (pages shared
  * copy-on-write) -> decode -> append a chunk -> destroy. After each
  * failure: a status with a message; the subject context is unchanged, i.e.
@@ -23,13 +24,16 @@
 
 enum { L = 2, HKV = 4, G = 2, HQ = G * HKV, D = 16, MAXLEN = 64, SEQS = 3 };
 
-typedef enum op_kind { OP_CREATE, OP_SEQ, OP_PREFILL, OP_DECODE, OP_INSPECT, OP_DESTROY_SEQ, OP_TRIM, OP_FORK, OP_APPEND } op_kind;
+typedef enum op_kind {
+    OP_CREATE, OP_SEQ, OP_PREFILL, OP_CHUNK, OP_DECODE, OP_INSPECT, OP_DESTROY_SEQ, OP_TRIM, OP_FORK, OP_APPEND
+} op_kind;
 
 typedef struct op {
     op_kind kind;
     int32_t a, b;      /* OP_SEQ, OP_INSPECT, OP_DESTROY_SEQ: sequence; OP_PREFILL: sequence, layer; OP_DECODE: layer;
-                          OP_FORK: the new sequence's slot, the parent; OP_APPEND: sequence, layer (5 tokens) */
-    uint32_t batch;    /* OP_DECODE: bit i = sequence i takes part */
+                          OP_FORK: the new sequence's slot, the parent; OP_APPEND: sequence, layer (5 tokens);
+                          OP_CHUNK: sequence, layer */
+    uint32_t batch;    /* OP_DECODE: bit i = sequence i takes part; OP_CHUNK: 0 = the first third, 1 = the rest */
 } op;
 
 /* One side of the twin pair. */
@@ -78,6 +82,13 @@ static fg_status run_op(world *w, side *s, const op *o, const int32_t *len) {
         static float q[MAXLEN * HQ * D], k[MAXLEN * HKV * D], v[MAXLEN * HKV * D];
         fg_synth_qkv(&w->syn, o->b, w->tokens[o->a], 0, n, q, k, v);
         return fg_prefill(s->ctx, s->seq[o->a], o->b, q, k, v, s->out);
+    }
+    case OP_CHUNK: {
+        const int32_t n = k_prompt[o->a], first = n / 3, at = o->batch ? first : 0, m = o->batch ? n - first : first;
+        static float q[MAXLEN * HQ * D], k[MAXLEN * HKV * D], v[MAXLEN * HKV * D];
+        fg_synth_qkv(&w->syn, o->b, w->tokens[o->a], 0, n, q, k, v);
+        return fg_prefill_chunk(s->ctx, s->seq[o->a], o->b, at, m, q + (size_t)at * HQ * D, k + (size_t)at * HKV * D,
+                                v + (size_t)at * HKV * D, s->out);
     }
     case OP_DECODE: {
         int32_t seqs[SEQS], toks[SEQS], n = 0;
@@ -169,8 +180,14 @@ static int32_t make_script(op *ops) {
     ops[n++] = (op){OP_CREATE, 0, 0, 0};
     for (int32_t i = 0; i < SEQS; i++) {
         ops[n++] = (op){OP_SEQ, i, 0, 0};
-        for (int32_t l = 0; l < L; l++)
-            ops[n++] = (op){OP_PREFILL, i, l, 0};
+        for (int32_t l = 0; l < L; l++) {
+            if (i == 1) { /* in two chunks, profiled over the whole prompt at the second */
+                ops[n++] = (op){OP_CHUNK, i, l, 0};
+                ops[n++] = (op){OP_CHUNK, i, l, 1};
+            } else {
+                ops[n++] = (op){OP_PREFILL, i, l, 0};
+            }
+        }
     }
     for (int32_t step = 0; step < 5; step++)
         for (int32_t l = 0; l < L; l++)
@@ -195,7 +212,7 @@ static int32_t make_script(op *ops) {
 }
 
 static void advance(int32_t *len, const op *o) {
-    if (o->kind == OP_PREFILL)
+    if (o->kind == OP_PREFILL || (o->kind == OP_CHUNK && o->batch == 1))
         len[o->a * L + o->b] = k_prompt[o->a];
     if (o->kind == OP_DECODE)
         for (int32_t i = 0; i < SEQS; i++)
@@ -211,6 +228,8 @@ static void advance(int32_t *len, const op *o) {
 static size_t out_floats(const op *o) {
     if (o->kind == OP_PREFILL)
         return (size_t)k_prompt[o->a] * HQ * D;
+    if (o->kind == OP_CHUNK)
+        return (size_t)(o->batch ? k_prompt[o->a] - k_prompt[o->a] / 3 : k_prompt[o->a] / 3) * HQ * D;
     if (o->kind == OP_DECODE)
         return (size_t)__builtin_popcount(o->batch) * HQ * D;
     if (o->kind == OP_APPEND)

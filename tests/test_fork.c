@@ -7,8 +7,13 @@
  * counted once; destroying either side leaves the other intact; the last
  * owner gives the pages back. Bad forks change nothing. Append: a chunk
  * equals its tokens decoded one by one; a refused chunk changes nothing.
+ * Chunked prefill (fg_prefill_chunk): outputs, policies, kept rows and the
+ * decode after it equal a one-shot prefill bit for bit (on cpu, chunks that
+ * do not end on multiples of 64 rows within 1e-10 NMSE); chunks out of order,
+ * past the prompt, or over a layer in progress are refused.
  * Usage: test_fork [BACKEND...]   (default: ref cpu)
  */
+#include <math.h>
 #include <string.h>
 
 #include "fastgen.h"
@@ -69,8 +74,9 @@ static void open_context(world *w, const char *backend, fg_dtype dtype, int32_t 
 static int same_heads(fg_context *ctx, int32_t a, int32_t b) {
     for (int32_t l = 0; l < L; l++)
         for (int32_t g = 0; g < HKV; g++) {
-            int32_t pa[MAXLEN], pb[MAXLEN], na = -1, nb = -2;
-            if (fg_head_positions(ctx, a, l, g, pa, MAXLEN, &na) || fg_head_positions(ctx, b, l, g, pb, MAXLEN, &nb) ||
+            enum { CAP = 1024 }; /* the longest sequence of these tests */
+            int32_t pa[CAP], pb[CAP], na = -1, nb = -2;
+            if (fg_head_positions(ctx, a, l, g, pa, CAP, &na) || fg_head_positions(ctx, b, l, g, pb, CAP, &nb) ||
                 na != nb || memcmp(pa, pb, (size_t)na * sizeof *pa))
                 return 0;
         }
@@ -245,6 +251,97 @@ static void test_append(const char *backend) {
     fg_synth_destroy(&w.syn);
 }
 
+/* Chunked prefill against one-shot: sequence a prefilled at once, b in
+ * chunks that end on multiples of 64 rows, c in chunks that do not. */
+static void test_chunked(const char *backend) {
+    enum { NC = 300, AFTER = 8, LEN = NC + AFTER };
+    static const int32_t plan_b[] = {64, 128, 108}, plan_c[] = {1, 36, 100, 163};
+    world w;
+    EXPECT_OK(NULL, fg_synth_create(L, HQ, HKV, D, 11, &w.syn));
+    open_context(&w, backend, FG_DTYPE_F16, 3, LEN, 16);
+    if (!w.ctx)
+        return;
+    static int32_t tokens[LEN];
+    for (int32_t t = 0; t < LEN; t++)
+        tokens[t] = fg_synth_token(&w.syn, t);
+    int32_t a, b, c;
+    EXPECT_OK(w.ctx, fg_seq_create(w.ctx, NULL, tokens, NC, &a));
+    EXPECT_OK(w.ctx, fg_seq_create(w.ctx, NULL, tokens, NC, &b));
+    EXPECT_OK(w.ctx, fg_seq_create(w.ctx, NULL, tokens, NC, &c));
+    static float q[NC * HQ * D], k[NC * HKV * D], v[NC * HKV * D];
+    static float out_a[NC * HQ * D], out_b[NC * HQ * D], out_c[NC * HQ * D];
+    double worst = 0.0;
+    int bits_c = 1;
+    for (int32_t l = 0; l < L; l++) {
+        fg_synth_qkv(&w.syn, l, tokens, 0, NC, q, k, v);
+        EXPECT_OK(w.ctx, fg_prefill(w.ctx, a, l, q, k, v, out_a));
+        for (int pass = 0; pass < 2; pass++) {
+            const int32_t *plan = pass ? plan_c : plan_b, seq = pass ? c : b;
+            const int n_chunks = pass ? 4 : 3;
+            float *out = pass ? out_c : out_b;
+            for (int32_t i = 0, at = 0; i < n_chunks; at += plan[i++]) {
+                const int32_t m = plan[i];
+                if (i == 1 && l == 0 && pass == 0) { /* wrong uses in the middle change nothing */
+                    EXPECT_STATUS(w.ctx, FG_ERR_INVALID_ARGUMENT,
+                                  fg_prefill_chunk(w.ctx, seq, l, at + 1, m, q, k, v, out));
+                    EXPECT_STATUS(w.ctx, FG_ERR_INVALID_ARGUMENT,
+                                  fg_prefill_chunk(w.ctx, seq, l, at, NC - at + 1, q, k, v, out));
+                    EXPECT_STATUS(w.ctx, FG_ERR_BAD_STATE, fg_prefill(w.ctx, seq, l, q, k, v, out));
+                    int32_t child;
+                    EXPECT_STATUS(w.ctx, FG_ERR_BAD_STATE, fg_seq_fork(w.ctx, seq, &child));
+                }
+                EXPECT_OK(w.ctx, fg_prefill_chunk(w.ctx, seq, l, at, m, q + (size_t)at * HQ * D,
+                                                  k + (size_t)at * HKV * D, v + (size_t)at * HKV * D,
+                                                  out + (size_t)at * HQ * D));
+            }
+        }
+        EXPECT(memcmp(out_a, out_b, sizeof out_a) == 0, "%s layer %d: chunks on 64-row ends differ from one-shot",
+               backend, (int)l);
+        double num = 0.0, den = 0.0;
+        for (size_t i = 0; i < sizeof out_a / sizeof out_a[0]; i++) {
+            num += ((double)out_c[i] - out_a[i]) * ((double)out_c[i] - out_a[i]);
+            den += (double)out_a[i] * out_a[i];
+        }
+        worst = fmax(worst, num / den);
+        bits_c &= memcmp(out_a, out_c, sizeof out_a) == 0;
+    }
+    const int cpu = strcmp(backend, "cpu") == 0;
+    EXPECT(bits_c || (cpu && worst <= 1e-10), "%s: uneven chunks differ from one-shot (NMSE %.3g)", backend, worst);
+    EXPECT(same_heads(w.ctx, a, b), "%s: kept rows after 64-row chunks differ from one-shot", backend);
+    EXPECT(same_heads(w.ctx, a, c), "%s: kept rows after uneven chunks differ from one-shot", backend);
+    for (int32_t g = 0; g < HKV; g++) {
+        fg_head_info ia, ib;
+        fg_head_inspect(w.ctx, a, 0, g, &ia);
+        fg_head_inspect(w.ctx, b, 0, g, &ib);
+        EXPECT(ia.policy_index == ib.policy_index && memcmp(ia.recovery, ib.recovery, sizeof ia.recovery) == 0,
+               "%s head %d: chunked profile differs", backend, (int)g);
+    }
+    /* the layer is done: another chunk is refused */
+    EXPECT_STATUS(w.ctx, FG_ERR_BAD_STATE, fg_prefill_chunk(w.ctx, b, 0, 0, 1, q, k, v, out_b));
+    /* and they decode alike */
+    static float oa[AFTER][L * HQ * D], ob[AFTER][L * HQ * D];
+    for (int32_t s = 0; s < AFTER; s++)
+        for (int32_t l = 0; l < L; l++) {
+            float q1[HQ * D], k1[HKV * D], v1[HKV * D];
+            fg_synth_qkv(&w.syn, l, &tokens[NC + s], NC + s, 1, q1, k1, v1);
+            EXPECT_OK(w.ctx, fg_decode(w.ctx, l, 1, &a, &tokens[NC + s], q1, k1, v1, oa[s] + l * HQ * D));
+            EXPECT_OK(w.ctx, fg_decode(w.ctx, l, 1, &b, &tokens[NC + s], q1, k1, v1, ob[s] + l * HQ * D));
+        }
+    EXPECT(memcmp(oa, ob, sizeof oa) == 0 && same_heads(w.ctx, a, b), "%s: decoding after a chunked prefill differs",
+           backend);
+    /* a sequence destroyed in the middle of a chunked prefill gives everything back */
+    int32_t d;
+    EXPECT_OK(w.ctx, fg_seq_destroy(w.ctx, c));
+    EXPECT_OK(w.ctx, fg_seq_create(w.ctx, NULL, tokens, NC, &d));
+    EXPECT_OK(w.ctx, fg_prefill_chunk(w.ctx, d, 0, 0, 10, q, k, v, out_c));
+    EXPECT_STATUS(w.ctx, FG_ERR_BAD_STATE, fg_seq_append(w.ctx, d, 1, tokens, 1, q, k, v, out_c));
+    EXPECT_OK(w.ctx, fg_seq_destroy(w.ctx, d));
+    printf("  %-4s chunked prefill: 64-row chunks = one-shot bit for bit; uneven chunks %s (NMSE %.1e)\n", backend,
+           bits_c ? "bit for bit too" : "within rounding", worst);
+    fg_context_destroy(&w.ctx);
+    fg_synth_destroy(&w.syn);
+}
+
 int main(int argc, char **argv) {
     test_seed("test_fork");
     const char *dflt[] = {"ref", "cpu"};
@@ -260,6 +357,7 @@ int main(int argc, char **argv) {
         for (int pol = 0; pol < 3; pol++)
             run(names[i], (const char *[]){"fastgen", "h2o", "full"}[pol]);
         test_append(names[i]);
+        test_chunked(names[i]);
         ran++;
     }
     if (ran == 0 && !test_backend_required())

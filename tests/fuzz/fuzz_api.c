@@ -206,8 +206,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 s->len = 0;
             }
             break;
-        case 1: /* prefill, or a second prefill (refused) */
-            if (s->live && !s->prefilled) {
+        case 1: /* prefill (in two chunks when arg is odd), or a second prefill (refused) */
+            if (s->live && !s->prefilled && (arg & 1) && s->sim.n > 1) {
+                const int32_t first = 1 + (int32_t)(arg >> 1) % (s->sim.n - 1);
+                const size_t rq = (size_t)Hq * d, rk = (size_t)rc.Hkv * d;
+                EXPECT_OK(ctx, fg_prefill_chunk(ctx, s->sim.id, 0, 0, first, s->sim.q, s->sim.k, s->sim.v, out));
+                REFUSED(ctx, fg_prefill(ctx, s->sim.id, 0, s->sim.q, s->sim.k, s->sim.v, out), "a prefill over chunks");
+                EXPECT_OK(ctx, fg_prefill_chunk(ctx, s->sim.id, 0, first, s->sim.n - first, s->sim.q + first * rq,
+                                                s->sim.k + first * rk, s->sim.v + first * rk, out + first * rq));
+                die_if_failed("chunked prefill");
+                s->prefilled = 1;
+                s->len = s->sim.n;
+                sim_init(ctx, &s->sim, &rc);
+            } else if (s->live && !s->prefilled) {
                 EXPECT_OK(ctx, fg_prefill(ctx, s->sim.id, 0, s->sim.q, s->sim.k, s->sim.v, out));
                 die_if_failed("prefill");
                 s->prefilled = 1;

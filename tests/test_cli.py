@@ -191,6 +191,19 @@ with tempfile.TemporaryDirectory() as tmp:
     check(0 < sj.get("kv_bytes_held", 0) < sj.get("kv_bytes_unshared", 0), "--samples: the prompt's pages are shared")
     r = run("generate", *model_args(), "--samples", "65")
     check(r.returncode == 2, "--samples past 64 is bad usage")
+    # --prefill-chunk: a prompt of over 128 tokens in chunks of 64 (the cpu backend's row tiles) gives the
+    # one-shot prefill's text and cache
+    long_prompt = ("Once upon a time, there was a little girl named Lily. She loved to play outside in the park "
+                   "with her dog. " * 6)
+    outs = []
+    for extra in ([], ["--prefill-chunk", "64"]):
+        r = run("generate", *model_args(), "-n", "30", "--json", "-p", long_prompt, *extra)
+        outs.append(json.loads(r.stdout) if r.returncode == 0 else {})
+    check(outs[0].get("n_prompt", 0) > 128 and outs[0].get("text") and
+          all(outs[0].get(f) == outs[1].get(f) for f in ("text", "kv_bytes_held", "rows_kept")),
+          "--prefill-chunk 64: the one-shot text and memory: %r / %r" % (outs[0].get("text"), outs[1].get("text")))
+    r = run("generate", *model_args(), "--prefill-chunk", "0")
+    check(r.returncode == 2, "--prefill-chunk 0 is bad usage")
     r = run("eval", *model_args(), "--prompts", os.path.join(tmp, "nope.txt"))
     check(r.returncode == 1 and "nope.txt" in r.stderr, "missing prompt file")
 

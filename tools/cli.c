@@ -117,6 +117,8 @@ int cli_parse(const char *cmd, const char *help, int argc, char **argv, cli_opts
             o->tokenizer = val;
         else if (match(a, "-p", "--prompt"))
             o->prompt = val;
+        else if (!strcmp(a, "--prefill-chunk"))
+            ok = val && cli_parse_int(val, 1, 1 << 20, &o->prefill_chunk);
         else if (match(a, "-n", "--steps"))
             ok = val && cli_parse_int(val, 0, 1 << 20, &o->n);
         else if (!strcmp(a, "--policy"))
@@ -229,7 +231,8 @@ fg_status cli_open(const cli_opts *o, int32_t max_seqs, int track_recovery, cli_
     fg_status st = cli_load(o, s, err, n);
     if (st == FG_OK) {
         fg_runner_params rp = {.backend = o->backend, .kv_dtype = o->dtype, .max_seqs = max_seqs,
-                               .track_recovery = track_recovery, .q8_activations = o->q8_activations};
+                               .track_recovery = track_recovery, .q8_activations = o->q8_activations,
+                               .prefill_chunk = o->prefill_chunk};
         st = fg_runner_create(&s->model, &s->tok, &rp, &s->runner, err, n);
     }
     if (st)

@@ -19,6 +19,7 @@ typedef struct cli_opts {
     fg_dtype dtype;
     int json, csv, quiet;
     int q8_activations; /* --q8-activations: llama.cpp's scheme for q4_0/q4_1/q8_0 weights */
+    int32_t prefill_chunk; /* --prefill-chunk N: prompts in chunks of N tokens (0: at once) */
 } cli_opts;
 
 typedef struct cli_session {

@@ -38,6 +38,7 @@ struct fg_runner {
     size_t wtile_size; /* floats per thread */
     fg_q8_block *act;  /* [FG_MATVEC_MAX_ROWS][max(dim, hidden) / 32] quantized activations, or NULL */
     int32_t n_tiles;   /* threads that have a tile */
+    int32_t prefill_chunk; /* tokens per prompt chunk; 0 = the whole prompt at once */
     char error[512]; /* why the last prefill or decode failed */
 };
 
@@ -208,6 +209,7 @@ fg_status fg_runner_create(const fg_llama_model *model, const fg_tokenizer *tok,
 #endif
     r->wtile_size = (size_t)FG_RUNNER_TILE * (D > H ? D : H);
     r->wtile = malloc((size_t)r->n_tiles * r->wtile_size * sizeof(float));
+    r->prefill_chunk = rp->prefill_chunk > 0 ? rp->prefill_chunk : 0;
     if (rp->q8_activations)
         r->act = malloc((size_t)FG_MATVEC_MAX_ROWS * ((D > H ? D : H) / 32 + 1) * sizeof *r->act);
     int ok = r->x && r->xb && r->q && r->k && r->v && r->att && r->hb && r->hb2 && r->pos && r->wtile &&
@@ -307,8 +309,12 @@ static fg_status track_recovery(fg_runner *r, int32_t layer, int32_t b, int32_t 
  * of the n_same sequences same[] (or with `append`, a chunk after what the one
  * sequence same[0] holds): the full attention over a prompt is the same under
  * every policy, so the weights are multiplied once and only the caches, which
- * each sequence compresses its own way, differ. */
-static fg_status forward(fg_runner *r, int32_t rows, const int32_t *same, int32_t n_same, int append,
+ * each sequence compresses its own way, differ. PASS_CHUNK: rows are a chunk
+ * of the prompt from position pos[0] (fg_prefill_chunk). */
+/* How a pass over prompt rows reaches the caches. */
+enum { PASS_PREFILL, PASS_APPEND, PASS_CHUNK };
+
+static fg_status forward(fg_runner *r, int32_t rows, const int32_t *same, int32_t n_same, int mode,
                          const int32_t *seqs, const int32_t *tokens, const int32_t *pos, float *logits,
                          int logits_last_only) {
     const fg_llama_model *m = r->model;
@@ -332,8 +338,9 @@ static fg_status forward(fg_runner *r, int32_t rows, const int32_t *same, int32_
         if (!seqs) {
             st = FG_OK;
             for (int32_t i = 0; st == FG_OK && i < n_same; i++) {
-                st = append ? fg_seq_append(r->ctx, same[i], l, tokens, rows, r->q, r->k, r->v, r->att)
-                            : fg_prefill(r->ctx, same[i], l, r->q, r->k, r->v, r->att);
+                st = mode == PASS_APPEND  ? fg_seq_append(r->ctx, same[i], l, tokens, rows, r->q, r->k, r->v, r->att)
+                     : mode == PASS_CHUNK ? fg_prefill_chunk(r->ctx, same[i], l, pos[0], rows, r->q, r->k, r->v, r->att)
+                                          : fg_prefill(r->ctx, same[i], l, r->q, r->k, r->v, r->att);
                 if (st == FG_OK && r->track)
                     memcpy(seq_keys(r, same[i], l) + (size_t)pos[0] * KV, r->k, (size_t)rows * KV * sizeof(float));
             }
@@ -394,7 +401,13 @@ fg_status fg_runner_prefill_many(fg_runner *r, int32_t k, const fg_compression_p
         made = k;
         for (int32_t i = 0; i < n; i++)
             r->pos[i] = i;
-        if ((st = forward(r, n, seqs, k, 0, NULL, tokens, r->pos, logits, 1)) != FG_OK)
+        const int32_t chunk = r->prefill_chunk > 0 && r->prefill_chunk < n ? r->prefill_chunk : n;
+        for (int32_t at = 0; at < n && st == FG_OK; at += chunk) {
+            const int32_t m = n - at < chunk ? n - at : chunk;
+            st = forward(r, m, seqs, k, chunk < n ? PASS_CHUNK : PASS_PREFILL, NULL, tokens + at, r->pos + at,
+                         at + m == n ? logits : NULL, 1);
+        }
+        if (st)
             runner_fail(r, st, "%s", fg_last_error(r->ctx));
     } else {
         made--; /* the one that failed was not made */
@@ -423,7 +436,7 @@ fg_status fg_runner_decode(fg_runner *r, int32_t n, const int32_t *seqs, const i
             return runner_fail(r, FG_ERR_CAPACITY, "sequence %d is full: %d tokens, the whole context",
                                (int)seqs[i], (int)r->pos[i]);
     }
-    fg_status st = forward(r, n, NULL, 0, 0, seqs, tokens, r->pos, logits, 0);
+    fg_status st = forward(r, n, NULL, 0, PASS_PREFILL, seqs, tokens, r->pos, logits, 0);
     return st ? runner_fail(r, st, "%s", fg_last_error(r->ctx)) : FG_OK;
 }
 
@@ -438,7 +451,7 @@ fg_status fg_runner_append(fg_runner *r, int32_t seq, const int32_t *tokens, int
                            (int)r->ctx_len);
     for (int32_t i = 0; i < n; i++)
         r->pos[i] = t + i;
-    st = forward(r, n, &seq, 1, 1, NULL, tokens, r->pos, logits, 1);
+    st = forward(r, n, &seq, 1, PASS_APPEND, NULL, tokens, r->pos, logits, 1);
     return st ? runner_fail(r, st, "%s", fg_last_error(r->ctx)) : FG_OK;
 }
 

@@ -22,6 +22,8 @@ typedef struct fg_runner_params {
     int q8_activations;         /* llama.cpp's scheme for q4_0, q4_1 and q8_0 weights: activations
                                    quantized to 8 bits per block, integer dots (tools/matvec.h);
                                    0: f32 activations against the dequantized weights */
+    int32_t prefill_chunk;      /* > 0: prompts go through the model in chunks of this many tokens
+                                   (fg_prefill_chunk); 0: at once */
 } fg_runner_params;
 
 typedef struct fg_runner fg_runner;

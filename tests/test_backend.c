@@ -12,7 +12,6 @@
  * Wrong uses of the I/O options are refused.
  * Usage: test_backend [backend...]   (default: every backend that probes OK)
  */
-#include <stdarg.h>
 #include <string.h>
 
 #include "backends/backend.h"
@@ -40,16 +39,6 @@ typedef struct dev_io {
     void *q, *k, *v, *out, *bq, *bk, *bv, *bo;
 } dev_io;
 
-static fg_status dev_err(void *sink, fg_status st, const char *fmt, ...) {
-    (void)sink;
-    va_list ap;
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-    return st;
-}
-
 static int dev_alloc(fg_backend *be, void **p, size_t bytes, const void *src) {
     if (be->ops->buffer_alloc(be, bytes, p))
         return 0;
@@ -76,7 +65,7 @@ static int run_backend(const char *backend, int32_t threads, fg_io io, const sha
     p.compression.threshold = 0.9f;
     const int32_t total = n + sc->steps;
     const size_t qn = (size_t)n * Hq * d, row_q = (size_t)Hq * d, row_k = (size_t)sc->Hkv * d;
-    dev_io dv = {.be = {.err = dev_err}};
+    dev_io dv = {.be = {.err = test_err_sink}};
     if (io == FG_IO_DEVICE) {
         fg_device_info info;
         if (fg_backend_open(backend, 0, &dv.be) || !dv.be.ops->device_info || dv.be.ops->device_info(&dv.be, &info))

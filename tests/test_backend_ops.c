@@ -22,15 +22,6 @@
 #include "kernels_cpu/kernels_cpu.h"
 #include "kernels_cpu/page.h"
 
-static fg_status err_sink(void *s, fg_status st, const char *fmt, ...) {
-    (void)s;
-    va_list ap;
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-    return st;
-}
 
 static void fill(float *x, size_t n, float scale) {
     for (size_t i = 0; i < n; i++)
@@ -345,7 +336,7 @@ int main(int argc, char **argv) {
     int ran = 0;
     for (int i = 0; i < n_names; i++) {
         backend_pair bp = {.name = names[i]};
-        bp.ref.err = bp.one.err = bp.two.err = err_sink;
+        bp.ref.err = bp.one.err = bp.two.err = test_err_sink;
         fg_status st = fg_backend_probe(names[i]);
         if (st != FG_OK) {
             printf("%s: not tested: %s\n", names[i], fg_last_error(NULL));

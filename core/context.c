@@ -583,17 +583,27 @@ static fg_status prefill_layer(fg_context *ctx, fg_seq *s, int32_t layer, const 
     return FG_OK;
 }
 
+/* What fg_prefill and fg_prefill_chunk check first: the sequence, the
+ * arrays, the layer, and that the layer is not prefilled yet. */
+static fg_status prefill_checks(fg_context *ctx, const char *fn, int32_t seq, int32_t layer, const float *q,
+                                const float *k, const float *v, const float *out, fg_seq **s) {
+    fg_status st = get_seq(ctx, seq, s);
+    if (st)
+        return st;
+    CHECK(q && k && v && out, ctx, FG_ERR_INVALID_ARGUMENT, "%s: q, k, v and out must not be NULL", fn);
+    CHECK(layer >= 0 && layer < ctx->params.n_layers, ctx, FG_ERR_INVALID_ARGUMENT, "layer %d outside [0, %d)",
+          (int)layer, (int)ctx->params.n_layers);
+    CHECK((*s)->length[layer] == 0, ctx, FG_ERR_BAD_STATE, "sequence %d is already prefilled at layer %d", (int)seq,
+          (int)layer);
+    return FG_OK;
+}
+
 fg_status fg_prefill(fg_context *ctx, int32_t seq, int32_t layer, const float *q, const float *k, const float *v,
                      float *out) {
     fg_seq *s = NULL;
-    fg_status st = get_seq(ctx, seq, &s);
+    fg_status st = prefill_checks(ctx, "fg_prefill", seq, layer, q, k, v, out, &s);
     if (st)
         return st;
-    CHECK(q && k && v && out, ctx, FG_ERR_INVALID_ARGUMENT, "fg_prefill: q, k, v and out must not be NULL");
-    CHECK(layer >= 0 && layer < ctx->params.n_layers, ctx, FG_ERR_INVALID_ARGUMENT, "layer %d outside [0, %d)",
-          (int)layer, (int)ctx->params.n_layers);
-    CHECK(s->length[layer] == 0, ctx, FG_ERR_BAD_STATE, "sequence %d is already prefilled at layer %d", (int)seq,
-          (int)layer);
     CHECK(!s->stage || s->stage[layer].filled == 0, ctx, FG_ERR_BAD_STATE,
           "sequence %d: layer %d has a chunked prefill in progress (%d of %d rows)", (int)seq, (int)layer,
           (int)s->stage[layer].filled, (int)s->n_prompt);
@@ -643,14 +653,9 @@ static int stage_in_progress(const fg_context *ctx, const fg_seq *s) {
 fg_status fg_prefill_chunk(fg_context *ctx, int32_t seq, int32_t layer, int32_t begin, int32_t n, const float *q,
                            const float *k, const float *v, float *out) {
     fg_seq *s = NULL;
-    fg_status st = get_seq(ctx, seq, &s);
+    fg_status st = prefill_checks(ctx, "fg_prefill_chunk", seq, layer, q, k, v, out, &s);
     if (st)
         return st;
-    CHECK(q && k && v && out, ctx, FG_ERR_INVALID_ARGUMENT, "fg_prefill_chunk: q, k, v and out must not be NULL");
-    CHECK(layer >= 0 && layer < ctx->params.n_layers, ctx, FG_ERR_INVALID_ARGUMENT, "layer %d outside [0, %d)",
-          (int)layer, (int)ctx->params.n_layers);
-    CHECK(s->length[layer] == 0, ctx, FG_ERR_BAD_STATE, "sequence %d is already prefilled at layer %d", (int)seq,
-          (int)layer);
     const int32_t filled = s->stage ? s->stage[layer].filled : 0, N = s->n_prompt;
     CHECK(begin == filled, ctx, FG_ERR_INVALID_ARGUMENT,
           "fg_prefill_chunk: sequence %d layer %d expects the chunk at row %d, got %d (chunks come in order)",

@@ -405,6 +405,7 @@ static const char *k_eval_help =
     "  --limit K            only the first K prompts\n"
     "  -n, --steps N        reference tokens per prompt (default 128)\n"
     "  --backend NAME       ref | cpu | cuda | hip (default cpu)\n"
+    "  --prefill-chunk N    prompts through the model N tokens at a time (fg_prefill_chunk)\n"
     "  --csv | --json       machine-readable results instead of the table\n"
     "  --svg FILE           quality vs memory, one line per policy\n"
     "  --sweep              each method over 10 points of memory (FastGen through T and through its\n"
@@ -525,7 +526,7 @@ int cmd_eval(int argc, char **argv) {
         /* the sweep reports no recovery: tracking it would keep every key of every sequence */
         fg_runner_params rp = {.backend = o.backend, .kv_dtype = o.dtype, .max_seqs = BATCH, .page_tokens = 1,
                                .track_recovery = !x.sweep, .max_len = longest + o.n,
-                               .q8_activations = o.q8_activations};
+                               .q8_activations = o.q8_activations, .prefill_chunk = o.prefill_chunk};
         st = fg_runner_create(&e.s.model, &e.s.tok, &rp, &e.s.runner, err, sizeof err);
     }
     rc = 1;

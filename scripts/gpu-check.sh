@@ -6,7 +6,8 @@
 #   bash scripts/gpu-check.sh [--quick]
 #
 # Environment: BUILD (build folder, default build-gpucheck), FG_MODELS (folder
-# with stories260K.bin and tok512.bin, default ../shared/models), CUDA_ARCH
+# with stories260K.bin, tok512.bin, babyllama105.bin and tok105.bin, default
+# ../shared/models), CUDA_ARCH
 # (default: the device's own, from nvidia-smi; sm_90 on an H200), OFFLOAD_ARCH
 # (HIP). Needs meson, ninja and a C compiler; installs nothing. --quick runs
 # the benchmarks on fewer shapes.

@@ -194,6 +194,10 @@ fg_backend_init_fn fg_backend_cpu_init;
 fg_backend_init_fn fg_backend_cuda_init;
 fg_backend_init_fn fg_backend_hip_init;
 
+/* An error sink that prints the message to stderr: for the backend objects
+ * that tests and benchmarks open themselves (sink unused). */
+fg_error_fn fg_error_to_stderr;
+
 /* Registry (backends/registry.c). */
 fg_status fg_backend_open(const char *name, int32_t n_threads, fg_backend *be);
 void fg_backend_close(fg_backend *be);

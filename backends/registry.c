@@ -1,5 +1,7 @@
 /* The registry of backends: names to constructors, plus the page layout that
  * every backend shares. */
+#include <stdarg.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "backends/backend.h"
@@ -72,4 +74,14 @@ fg_page_layout fg_page_layout_make(int32_t page_tokens, int32_t head_dim, fg_dty
     L.flags_offset = L.score_offset + align_up((size_t)page_tokens * sizeof(float), 16);
     L.page_bytes = align_up(L.flags_offset + (size_t)page_tokens, 64);
     return L;
+}
+
+fg_status fg_error_to_stderr(void *sink, fg_status status, const char *fmt, ...) {
+    (void)sink;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    return status;
 }

@@ -6,7 +6,6 @@
 #ifndef FG_BENCH_UTIL_H
 #define FG_BENCH_UTIL_H
 
-#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,17 +20,6 @@
 #endif
 
 #include "backends/backend.h"
-
-/* The error sink the benchmarks give their backend: the message to stderr. */
-static inline fg_status bench_err(void *sink, fg_status st, const char *fmt, ...) {
-    (void)sink;
-    va_list ap;
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-    return st;
-}
 
 static inline double bench_now(void) {
     struct timespec ts;
@@ -246,7 +234,7 @@ static inline fg_status bench_open_backend(int argc, char **argv, fg_backend *be
     for (int i = 1; i + 1 < argc; i++)
         if (!strcmp(argv[i], "--backend"))
             *name = argv[i + 1];
-    *be = (fg_backend){.err = bench_err};
+    *be = (fg_backend){.err = fg_error_to_stderr};
     return fg_backend_open(*name, 0, be);
 }
 

@@ -1,28 +1,12 @@
 /*
  * Checks shared by the backend tests: outputs with a guard region after
- * them, NMSE in double with NaN/Inf failing, and the error sink of a
- * backend a test opens itself.
+ * them, and NMSE in double with NaN/Inf failing.
  */
 #ifndef FG_TEST_CHECKS_H
 #define FG_TEST_CHECKS_H
 
 #include <math.h>
-#include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
-
-#include "fastgen.h"
-
-/* fg_backend.err for a test's own backend object: the message to stderr. */
-static inline fg_status test_err_sink(void *sink, fg_status st, const char *fmt, ...) {
-    (void)sink;
-    va_list ap;
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-    return st;
-}
 
 #define GUARD 64
 #define GUARD_VALUE 1234.5f

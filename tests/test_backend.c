@@ -65,7 +65,7 @@ static int run_backend(const char *backend, int32_t threads, fg_io io, const sha
     p.compression.threshold = 0.9f;
     const int32_t total = n + sc->steps;
     const size_t qn = (size_t)n * Hq * d, row_q = (size_t)Hq * d, row_k = (size_t)sc->Hkv * d;
-    dev_io dv = {.be = {.err = test_err_sink}};
+    dev_io dv = {.be = {.err = fg_error_to_stderr}};
     if (io == FG_IO_DEVICE) {
         fg_device_info info;
         if (fg_backend_open(backend, 0, &dv.be) || !dv.be.ops->device_info || dv.be.ops->device_info(&dv.be, &info))

@@ -336,7 +336,7 @@ int main(int argc, char **argv) {
     int ran = 0;
     for (int i = 0; i < n_names; i++) {
         backend_pair bp = {.name = names[i]};
-        bp.ref.err = bp.one.err = bp.two.err = test_err_sink;
+        bp.ref.err = bp.one.err = bp.two.err = fg_error_to_stderr;
         fg_status st = fg_backend_probe(names[i]);
         if (st != FG_OK) {
             printf("%s: not tested: %s\n", names[i], fg_last_error(NULL));

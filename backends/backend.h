@@ -65,12 +65,17 @@ typedef fg_status fg_prefill_attention_fn(fg_backend *be, const fg_shape *shape,
 /* ---- profile_stats: pass 2 of §2.3. Pooled attention A (mean over the
  * group) of rows i in [row_begin, n):
  *   col[g][j]         = sum_i A[i][j]
- *   col_local[w][g][j] = sum over i in [j, j + window[w]) of A[i][j] */
+ *   col_local[w][g][j] = sum over the rows i whose window holds j of A[i][j]:
+ *                        pos(i) - pos(j) < window[w]
+ * Row i is key i (causal: i sees keys 0..i). pos(j) = key_pos[j], or j when
+ * key_pos is NULL (a prompt); key_pos (a head's kept rows followed by new
+ * ones, re-profiled on append) is a host array, strictly increasing. */
 typedef struct fg_profile_request {
-    int32_t n;                        /* prompt length */
+    int32_t n;                        /* keys (the prompt's length) */
     int32_t row_begin;                /* first profiled row (observation window) */
     int32_t n_windows;                /* distinct local windows, 0..FG_MAX_SHORTLIST */
     int32_t window[FG_MAX_SHORTLIST]; /* w(n) of each */
+    const int32_t *key_pos;           /* [n] or NULL */
 } fg_profile_request;
 
 typedef fg_status fg_profile_stats_fn(fg_backend *be, const fg_shape *shape, const fg_profile_request *req,
@@ -89,6 +94,7 @@ typedef struct fg_compact_head {
     const uint8_t *flags; /* [n_keep] FG_SLOT_* */
     const float *score;   /* [n_keep] initial cumulative score */
     void *const *pages;   /* [ceil(n_keep / page_tokens)] */
+    const int32_t *src;   /* [n_keep] rows of k / v they come from, ascending; NULL: pos */
 } fg_compact_head;
 
 typedef fg_status fg_compact_fn(fg_backend *be, const fg_page_layout *layout, const fg_shape *shape, int32_t n,
@@ -205,6 +211,11 @@ void fg_backend_close(fg_backend *be);
 fg_status fg_backend_write(fg_backend *be, void *dst, const void *src, size_t bytes);
 fg_status fg_backend_read(fg_backend *be, void *dst, const void *src, size_t bytes);
 fg_status fg_backend_copy(fg_backend *be, void *dst, const void *src, size_t bytes);
+/* The first n_slots slots of one head (pages: backend addresses) read to
+ * the host, after the backend's queued work: K and V as float [n_slots][d],
+ * and pos / flags / score (each may be NULL). */
+fg_status fg_backend_read_rows(fg_backend *be, const fg_page_layout *layout, void *const *pages, int32_t n_slots,
+                               float *k, float *v, int32_t *pos, uint8_t *flags, float *score);
 
 /* Layout of a page for the given shape and storage type. */
 fg_page_layout fg_page_layout_make(int32_t page_tokens, int32_t head_dim, fg_dtype dtype);

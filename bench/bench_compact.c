@@ -91,7 +91,7 @@ int main(int argc, char **argv) {
             for (int32_t g = 0; g < Hkv; g++) {
                 for (int32_t p = 0; p < np; p++)
                     ptrs[g * np + p] = pages + ((size_t)g * np + p) * L.page_bytes;
-                heads[g] = (fg_compact_head){g, keep, pos, flags, score, ptrs + (size_t)g * np};
+                heads[g] = (fg_compact_head){g, keep, pos, flags, score, ptrs + (size_t)g * np, NULL};
             }
             float *akv = kv;
             if (dev && !(akv = bench_device_copy(&be, kv, (size_t)R * 2 * kv_bytes)))

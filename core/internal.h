@@ -46,11 +46,18 @@ uint8_t fg_token_classes_next(const fg_token_classes *tc, const int32_t *history
 
 /* ---- policy choice from profiling statistics (core/policy.c) */
 
+/* The profile of one head: n keys, of which the rows [row_begin, n) were
+ * profiled. A prompt's keys are its positions (pos NULL, length n); on a
+ * re-profiling append they are the head's kept rows and the new tokens, at
+ * increasing positions, in a sequence of `length` tokens. */
 typedef struct fg_profile_view {
-    int32_t n;                 /* prompt length */
+    int32_t n;                 /* keys */
     int32_t row_begin;         /* first profiled row */
+    int32_t length;            /* tokens of the sequence: w(length), k(length) */
+    const int32_t *pos;        /* [n] positions of the keys, increasing; NULL: 0..n-1 */
     const uint8_t *cls;        /* [n] token classes */
     const float *col;          /* [n] pooled attention each key received */
+    const float *score;        /* [n] cumulative score to rank by; NULL: col */
     const float *col_local[FG_MAX_SHORTLIST]; /* per shortlist entry with local: [n] */
 } fg_profile_view;
 
@@ -63,9 +70,14 @@ typedef struct fg_rank_entry {
 /* Recovery of one policy (§2.3). */
 double fg_policy_recovery(const fg_compression_params *cp, const fg_policy *policy, const fg_profile_view *pv,
                           fg_rank_entry *scratch);
-/* Recoveries of every entry and the chosen index (first >= T, else the last). */
-int32_t fg_policy_choose(const fg_compression_params *cp, const fg_profile_view *pv, float *recovery,
+/* Recoveries of every entry and the chosen index: the first >= T, else the
+ * last; entries whose bit is set in `skip` are never chosen (the last entry
+ * that is not, as the fallback). */
+int32_t fg_policy_choose(const fg_compression_params *cp, const fg_profile_view *pv, uint32_t skip, float *recovery,
                          fg_rank_entry *scratch);
+/* Key index where the window of a policy with `local` starts at the view's
+ * length (n without local). */
+int32_t fg_policy_window_start(const fg_policy *policy, const fg_profile_view *pv);
 /* Budget mode: choice[g] for each of n_heads heads, maximising the summed
  * recovery rec[g][e] within budget_rows summed cost[g][e] (both [n_heads][n_entries]):
  * every head starts at its cheapest entry, then the upgrade with the most
@@ -77,10 +89,12 @@ void fg_policy_allocate(const double *rec, const int32_t *cost, int32_t n_heads,
  * k = min(k(n), candidates); the set is scratch[0..k). */
 int32_t fg_policy_select_frequent(const fg_compression_params *cp, const fg_policy *policy, const fg_profile_view *pv,
                                   int32_t exclude_from, fg_rank_entry *scratch);
-/* Rows the head keeps after the prompt (§2.4), in ascending position.
- * Returns the count; *n_freq receives how many are frequent. */
+/* Rows the head keeps after the prompt (§2.4), in ascending position, with
+ * their key indices in src (may be NULL). Returns the count; *n_freq
+ * receives how many are frequent. flags must hold n entries. */
 int32_t fg_policy_keep(const fg_compression_params *cp, const fg_policy *policy, const fg_profile_view *pv,
-                       fg_rank_entry *scratch, int32_t *pos, uint8_t *flags, float *score, int32_t *n_freq);
+                       fg_rank_entry *scratch, int32_t *pos, int32_t *src, uint8_t *flags, float *score,
+                       int32_t *n_freq);
 
 /* ---- host mirror of one decode step (core/policy.c) */
 

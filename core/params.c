@@ -97,6 +97,12 @@ fg_status fg_compression_params_validate(const fg_compression_params *p) {
         return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
                         "budget must be in [0, 1] (got %g) and budget_tokens >= 0 (got %d); 0 turns budget mode off",
                         (double)p->budget, (int)p->budget_tokens);
+    if (p->append_mode != FG_APPEND_KEEP && p->append_mode != FG_APPEND_REPROFILE)
+        return fg_error(NULL, FG_ERR_INVALID_ARGUMENT, "unknown append mode %d (FG_APPEND_KEEP 0, FG_APPEND_REPROFILE 1)",
+                        (int)p->append_mode);
+    if (p->append_mode == FG_APPEND_REPROFILE && (p->budget > 0.0f || p->budget_tokens > 0))
+        return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
+                        "FG_APPEND_REPROFILE does not go with budget mode (the budget is shared at the prompt)");
     if (p->observation_window < 0)
         return fg_error(NULL, FG_ERR_INVALID_ARGUMENT, "observation_window must be >= 0, got %d",
                         (int)p->observation_window);

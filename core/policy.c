@@ -9,11 +9,14 @@
 /* Rank of key j at the end of the prompt: cumulative attention, or that
  * divided by the number of profiled rows that could see j. */
 static float profile_rank(const fg_compression_params *cp, const fg_profile_view *pv, int32_t j) {
+    const float score = pv->score ? pv->score[j] : pv->col[j];
     if (cp->score_mode == FG_SCORE_MEAN) {
+        if (pv->pos) /* as a decode step ranks: by age */
+            return score / (float)(pv->length - pv->pos[j]);
         int32_t first = j > pv->row_begin ? j : pv->row_begin;
-        return pv->col[j] / (float)(pv->n - first);
+        return score / (float)(pv->n - first);
     }
-    return pv->col[j];
+    return score;
 }
 
 /* Higher rank first; ties: the later position first. */
@@ -32,17 +35,33 @@ int32_t fg_policy_select_frequent(const fg_compression_params *cp, const fg_poli
         if (!fg_is_pinned(c, pv->cls[j]))
             scratch[n_cand++] = (fg_rank_entry){profile_rank(cp, pv, j), j};
     qsort(scratch, (size_t)n_cand, sizeof *scratch, by_rank_desc);
-    int32_t k = fg_policy_frequent_budget(policy, pv->n);
+    int32_t k = fg_policy_frequent_budget(policy, pv->length);
     return k < n_cand ? k : n_cand;
+}
+
+int32_t fg_policy_window_start(const fg_policy *policy, const fg_profile_view *pv) {
+    if (!(fg_effective_components(policy->components) & FG_KEEP_LOCAL))
+        return pv->n;
+    const int32_t first = pv->length - fg_policy_window(policy, pv->length); /* position */
+    if (!pv->pos)
+        return first;
+    int32_t lo = 0, hi = pv->n; /* the first key at or after it */
+    while (lo < hi) {
+        const int32_t mid = lo + (hi - lo) / 2;
+        if (pv->pos[mid] >= first)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return lo;
 }
 
 /* The window statistics of a policy with `local`, and where L_{n-1} starts. */
 static const float *local_view(const fg_compression_params *cp, const fg_policy *policy, const fg_profile_view *pv,
                                int32_t *window_start) {
-    *window_start = pv->n;
+    *window_start = fg_policy_window_start(policy, pv);
     if (!(fg_effective_components(policy->components) & FG_KEEP_LOCAL))
         return NULL;
-    *window_start = pv->n - fg_policy_window(policy, pv->n);
     return pv->col_local[policy - cp->shortlist];
 }
 
@@ -70,16 +89,19 @@ double fg_policy_recovery(const fg_compression_params *cp, const fg_policy *poli
     return mass / (double)(pv->n - pv->row_begin);
 }
 
-int32_t fg_policy_choose(const fg_compression_params *cp, const fg_profile_view *pv, float *recovery,
+int32_t fg_policy_choose(const fg_compression_params *cp, const fg_profile_view *pv, uint32_t skip, float *recovery,
                          fg_rank_entry *scratch) {
-    int32_t chosen = -1;
+    int32_t chosen = -1, fallback = cp->n_policies - 1;
     for (int32_t e = 0; e < cp->n_policies; e++) {
         double r = fg_policy_recovery(cp, &cp->shortlist[e], pv, scratch);
         recovery[e] = (float)r;
+        if (skip & (1u << e))
+            continue;
+        fallback = e;
         if (chosen < 0 && r >= (double)cp->threshold)
             chosen = e;
     }
-    return chosen >= 0 ? chosen : cp->n_policies - 1;
+    return chosen >= 0 ? chosen : fallback;
 }
 
 void fg_policy_allocate(const double *rec, const int32_t *cost, int32_t n_heads, int32_t n_entries,
@@ -124,7 +146,8 @@ void fg_policy_allocate(const double *rec, const int32_t *cost, int32_t n_heads,
 }
 
 int32_t fg_policy_keep(const fg_compression_params *cp, const fg_policy *policy, const fg_profile_view *pv,
-                       fg_rank_entry *scratch, int32_t *pos, uint8_t *flags, float *score, int32_t *n_freq) {
+                       fg_rank_entry *scratch, int32_t *pos, int32_t *src, uint8_t *flags, float *score,
+                       int32_t *n_freq) {
     const int32_t n = pv->n;
     uint32_t c = fg_effective_components(policy->components);
     /* flags[j] marks the component keeping position j (0 = dropped), then the
@@ -155,9 +178,11 @@ int32_t fg_policy_keep(const fg_compression_params *cp, const fg_policy *policy,
     for (int32_t j = 0; j < n; j++) {
         if (!flags[j])
             continue;
-        pos[kept] = j;
+        pos[kept] = pv->pos ? pv->pos[j] : j;
+        if (src)
+            src[kept] = j;
         flags[kept] = flags[j];
-        score[kept] = pv->col[j];
+        score[kept] = pv->score ? pv->score[j] : pv->col[j];
         kept++;
     }
     return kept;

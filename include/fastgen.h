@@ -122,6 +122,23 @@ typedef enum fg_score_mode {
     FG_SCORE_MEAN = 1 /* cumulative attention / number of rows that saw the key */
 } fg_score_mode;
 
+/* What fg_seq_append does with the heads' policies (the paper profiles once,
+ * at the prompt; re-profiling every turn is beyond it). */
+typedef enum fg_append_mode {
+    /* Each head keeps its policy: the chunk is exactly its tokens decoded one
+     * by one (§2.5). */
+    FG_APPEND_KEEP = 0,
+    /* The chunk is prefilled over each head's kept rows (every token attends
+     * them and the chunk's tokens before it, all of them), then every head is
+     * profiled again over the chunk's rows (§2.3 over the keys it holds; a
+     * frequent candidate ranks by its cumulative score, the chunk's attention
+     * added), takes the first entry that recovers T of that attention, and
+     * keeps what that entry keeps of its rows and the chunk's. Dropped rows
+     * never come back, so an entry with `local` whose window reaches rows the
+     * head no longer holds is not a candidate. Not with budget mode. */
+    FG_APPEND_REPROFILE = 1
+} fg_append_mode;
+
 typedef struct fg_compression_params {
     int32_t n_policies;                   /* 1..FG_MAX_SHORTLIST */
     fg_policy shortlist[FG_MAX_SHORTLIST];
@@ -136,6 +153,7 @@ typedef struct fg_compression_params {
      * sequence, so the kept share stays near the budget while decoding. */
     float budget;                         /* KV rows kept / full, in [0, 1]; 0 = off */
     int32_t budget_tokens;                /* > 0: at most this many rows per KV head on average (the smaller wins) */
+    fg_append_mode append_mode;           /* fg_seq_append: FG_APPEND_KEEP (default) or FG_APPEND_REPROFILE */
 } fg_compression_params;
 
 /* The paper: special, +punct, +frequent, +local, full; r = 0.3, T = 0.95. */

@@ -113,8 +113,8 @@ fg_status fg_cpu_compact(fg_backend *be, const fg_page_layout *L, const fg_shape
                             : written >= FG_CPU_STREAM_BYTES ? STORE_STREAM
                                                              : STORE_SIMD;
     const int32_t n_spans = (n + FG_COMPACT_SPAN - 1) / FG_COMPACT_SPAN;
-    /* work items walk the prompt in order; every head takes its kept rows of
-     * the span (pos is ascending), so the span is read from memory once */
+    /* work items walk the rows of k / v in order; every head takes its kept
+     * rows of the span (they are ascending), so the span is read from memory once */
 #ifdef _OPENMP
 #pragma omp parallel for schedule(dynamic, 1) num_threads(fg_cpu_threads(be))
 #endif
@@ -122,11 +122,12 @@ fg_status fg_cpu_compact(fg_backend *be, const fg_page_layout *L, const fg_shape
         const int32_t p0 = span * FG_COMPACT_SPAN, p1 = p0 + FG_COMPACT_SPAN;
         for (int32_t i = 0; i < n_heads; i++) {
             const fg_compact_head *hd = &heads[i];
-            const int32_t s0 = lower_bound(hd->pos, hd->n_keep, p0), s1 = lower_bound(hd->pos, hd->n_keep, p1);
+            const int32_t *from = hd->src ? hd->src : hd->pos; /* rows of k / v, ascending */
+            const int32_t s0 = lower_bound(from, hd->n_keep, p0), s1 = lower_bound(from, hd->n_keep, p1);
             for (int32_t s = s0; s < s1; s++) {
                 unsigned char *page = hd->pages[s / P];
                 const int32_t j = s % P;
-                const size_t src = ((size_t)hd->pos[s] * Hkv + hd->kv_head) * d;
+                const size_t src = ((size_t)from[s] * Hkv + hd->kv_head) * d;
                 store_row(page + L->k_offset + (size_t)j * row_bytes, L->dtype, k + src, d, mode);
                 store_row(page + L->v_offset + (size_t)j * row_bytes, L->dtype, v + src, d, mode);
                 ((int32_t *)(void *)(page + L->pos_offset))[j] = hd->pos[s];

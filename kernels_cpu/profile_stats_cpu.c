@@ -10,7 +10,25 @@
 #include "kernels_cpu/cpu_math.h"
 #include "kernels_cpu/kernels_cpu.h"
 
-
+/* The first column c of the tile at j0 (of `valid` keys j0 + c <= i) that
+ * row i's window holds: pos(i) - pos(j0 + c) < window. Positions increase,
+ * so the held keys are the tile's last ones. */
+static int32_t window_first(const fg_profile_request *req, int32_t i, int32_t window, int32_t j0, int32_t valid) {
+    if (!req->key_pos) {
+        const int32_t c0 = i - window + 1 - j0;
+        return c0 > 0 ? c0 : 0;
+    }
+    const int32_t *kp = req->key_pos + j0, limit = req->key_pos[i] - window; /* held: kp[c] > limit */
+    int32_t lo = 0, hi = valid;
+    while (lo < hi) {
+        const int32_t mid = lo + (hi - lo) / 2;
+        if (kp[mid] > limit)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return lo;
+}
 
 fg_status fg_cpu_profile_stats(fg_backend *be, const fg_shape *shape, const fg_profile_request *req,
                                const float *q,        /* [n][Hq][d] */
@@ -55,10 +73,10 @@ fg_status fg_cpu_profile_stats(fg_backend *be, const fg_shape *shape, const fg_p
                     for (int32_t c = 0; c < valid; c++)
                         cg[c] += s[c] * inv;
                     for (int32_t w = 0; w < req->n_windows; w++) {
-                        /* rows i whose window holds j: i - j < window, i.e. j > i - window */
-                        int32_t c0 = i - req->window[w] + 1 - j0;
+                        /* rows i whose window holds j: pos(i) - pos(j) < window, i.e. j from c0 on */
+                        const int32_t c0 = window_first(req, i, req->window[w], j0, valid);
                         float *cl = col_local + ((size_t)w * Hkv + g) * n + j0;
-                        for (int32_t c = c0 > 0 ? c0 : 0; c < valid; c++)
+                        for (int32_t c = c0; c < valid; c++)
                             cl[c] += s[c] * inv;
                     }
                 }

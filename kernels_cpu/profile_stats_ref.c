@@ -15,6 +15,7 @@ void fg_ref_profile_stats_head(const fg_shape *shape, const fg_profile_request *
     const int32_t Hq = shape->n_q_heads, Hkv = shape->n_kv_heads, d = shape->head_dim;
     const int32_t G = Hq / Hkv, n = req->n;
     const float scale = 1.0f / sqrtf((float)d);
+    const int32_t *kp = req->key_pos;
     float *cg = col + (size_t)g * n;
     memset(cg, 0, (size_t)n * sizeof(float));
     for (int32_t w = 0; w < req->n_windows; w++)
@@ -33,7 +34,7 @@ void fg_ref_profile_stats_head(const fg_shape *shape, const fg_profile_request *
                 float a = expf(s * scale - m) * inv; /* this head's share of A[i][j] */
                 cg[j] += a;
                 for (int32_t w = 0; w < req->n_windows; w++)
-                    if (i - j < req->window[w])
+                    if ((kp ? kp[i] - kp[j] : i - j) < req->window[w])
                         col_local[((size_t)w * Hkv + g) * n + j] += a;
             }
         }

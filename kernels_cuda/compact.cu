@@ -33,7 +33,7 @@ __device__ static inline void store4(unsigned char *dst, int32_t dtype, float4 x
 
 __global__ static void compact_rows(fg_gpu_layout L, int32_t Hkv, int32_t vec, const float *k, const float *v,
                                     const compact_desc *heads, void *const *pages, const int32_t *pos,
-                                    const uint8_t *flags, const float *score) {
+                                    const int32_t *from, const uint8_t *flags, const float *score) {
     const compact_desc h = heads[blockIdx.y];
     const int32_t d = L.head_dim, es = L.dtype == FG_DTYPE_F32 ? 4 : 2;
     const int32_t per_row = vec ? d / 4 : d; /* threads' units in a row */
@@ -42,7 +42,7 @@ __global__ static void compact_rows(fg_gpu_layout L, int32_t Hkv, int32_t vec, c
         const int32_t s = first + u / per_row, c = u % per_row;
         unsigned char *page = (unsigned char *)pages[h.page0 + s / L.page_tokens];
         const int32_t j = s % L.page_tokens, p = pos[h.slot0 + s];
-        const size_t src = ((size_t)p * Hkv + h.kv_head) * d, dst = (size_t)j * d * es;
+        const size_t src = ((size_t)from[h.slot0 + s] * Hkv + h.kv_head) * d, dst = (size_t)j * d * es;
         if (vec) {
             store4(page + L.k_offset + dst + (size_t)c * 4 * es, L.dtype, ((const float4 *)(k + src))[c]);
             store4(page + L.v_offset + dst + (size_t)c * 4 * es, L.dtype, ((const float4 *)(v + src))[c]);
@@ -71,10 +71,11 @@ extern "C" fg_status FG_GPU(compact)(fg_backend *be, const fg_page_layout *layou
     }
     if (max_keep == 0)
         return FG_OK;
-    /* the upload: descriptors, page tables, pos / score / flags, concatenated */
+    /* the upload: descriptors, page tables, pos / source rows / score / flags, concatenated */
     const size_t o_ptab = fg_gpu_align((size_t)n_heads * sizeof(compact_desc));
     const size_t o_pos = o_ptab + fg_gpu_align((size_t)pages * sizeof(void *));
-    const size_t o_score = o_pos + fg_gpu_align((size_t)slots * 4), o_flags = o_score + fg_gpu_align((size_t)slots * 4);
+    const size_t o_from = o_pos + fg_gpu_align((size_t)slots * 4);
+    const size_t o_score = o_from + fg_gpu_align((size_t)slots * 4), o_flags = o_score + fg_gpu_align((size_t)slots * 4);
     const size_t up_bytes = o_flags + (size_t)slots;
     const size_t rows = (size_t)n * Hkv * d * sizeof(float);
     const size_t o_k = fg_gpu_align(up_bytes), o_v = o_k + fg_gpu_align(rows);
@@ -92,6 +93,7 @@ extern "C" fg_status FG_GPU(compact)(fg_backend *be, const fg_page_layout *layou
         const int32_t np = (h->n_keep + P - 1) / P;
         desc[i] = compact_desc{h->kv_head, h->n_keep, so, po};
         memcpy(host + o_pos + (size_t)so * 4, h->pos, (size_t)h->n_keep * 4);
+        memcpy(host + o_from + (size_t)so * 4, h->src ? h->src : h->pos, (size_t)h->n_keep * 4);
         memcpy(host + o_score + (size_t)so * 4, h->score, (size_t)h->n_keep * 4);
         memcpy(host + o_flags + (size_t)so, h->flags, (size_t)h->n_keep);
         memcpy(ptab + po, h->pages, (size_t)np * sizeof(void *));
@@ -112,7 +114,7 @@ extern "C" fg_status FG_GPU(compact)(fg_backend *be, const fg_page_layout *layou
     const dim3 grid((max_keep + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK, n_heads);
     FG_LAUNCH(compact_rows, grid, FG_THREADS, 0, st->stream, fg_gpu_layout_of(layout), Hkv, vec, dk, dv,
               (const compact_desc *)base, (void *const *)(base + o_ptab), (const int32_t *)(base + o_pos),
-              (const uint8_t *)(base + o_flags), (const float *)(base + o_score));
+              (const int32_t *)(base + o_from), (const uint8_t *)(base + o_flags), (const float *)(base + o_score));
     GPU_CHECK(be, cudaGetLastError());
     /* host I/O is synchronous; device I/O queues the copy and returns */
     return be->device_io ? FG_OK : FG_GPU(synchronize)(be);

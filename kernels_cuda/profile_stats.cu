@@ -5,8 +5,8 @@
 #include "kernels_cuda/gpu_common.cuh"
 
 __global__ static void profile_keys(fg_profile_request req, int32_t Hq, int32_t Hkv, int32_t d, const float *q,
-                                    const float *k, const float *row_max, const float *row_sum, float *col,
-                                    float *col_local) {
+                                    const float *k, const float *row_max, const float *row_sum,
+                                    const int32_t *key_pos, float *col, float *col_local) {
     FG_DYNAMIC_SHARED(float, sh);
     float *ks = sh, *red = ks + d; /* [d] [T] */
     const int32_t j = blockIdx.x, g = blockIdx.y, G = Hq / Hkv, n = req.n, T = blockDim.x;
@@ -24,8 +24,9 @@ __global__ static void profile_keys(fg_profile_request req, int32_t Hq, int32_t 
                 s += qi[c] * ks[c];
             const float a = expf(s - row_max[(size_t)h * n + i]) / (row_sum[(size_t)h * n + i] * (float)G);
             total += a;
+            const int32_t age = key_pos ? key_pos[i] - key_pos[j] : i - j;
             for (int32_t w = 0; w < req.n_windows; w++)
-                if (i - j < req.window[w])
+                if (age < req.window[w])
                     local[w] += a;
         }
     total = fg_block_sum(total, red);
@@ -49,7 +50,11 @@ extern "C" fg_status FG_GPU(profile_stats)(fg_backend *be, const fg_shape *shape
     unsigned char *base;
     size_t at = 0;
     const void *dq = q, *dk = k, *dmax = row_max, *dsum = row_sum; /* device I/O: already there */
-    fg_status s = FG_GPU(scratch)(be, (be->device_io ? 0 : nq + nk + 2 * ns) + nc + ncl + 8 * 256, &base);
+    const size_t np = req->key_pos ? (size_t)n * 4 : 0;
+    fg_status s = FG_GPU(scratch)(be, (be->device_io ? 0 : nq + nk + 2 * ns) + np + nc + ncl + 8 * 256, &base);
+    const void *dpos = NULL; /* a host array on either I/O */
+    if (!s && np)
+        s = FG_GPU(upload)(be, base, &at, req->key_pos, np, (void **)&dpos);
     if (!be->device_io) {
         void *x;
         if (!s && !(s = FG_GPU(upload)(be, base, &at, q, nq, &x))) dq = x;
@@ -61,7 +66,7 @@ extern "C" fg_status FG_GPU(profile_stats)(fg_backend *be, const fg_shape *shape
         return s;
     float *dcol = (float *)(base + fg_gpu_align(at)), *dcl = (float *)((unsigned char *)dcol + fg_gpu_align(nc));
     FG_LAUNCH(profile_keys, dim3(n, Hkv), FG_THREADS, shared, st->stream, *req, Hq, Hkv, d, (const float *)dq,
-              (const float *)dk, (const float *)dmax, (const float *)dsum, dcol, dcl);
+              (const float *)dk, (const float *)dmax, (const float *)dsum, (const int32_t *)dpos, dcol, dcl);
     GPU_CHECK(be, cudaGetLastError());
     GPU_CHECK(be, cudaMemcpyAsync(col, dcol, nc, cudaMemcpyDeviceToHost, st->stream));
     if (req->n_windows)

@@ -211,8 +211,8 @@ static void check_decode(backend_pair *bp, int32_t d, int32_t G, fg_dtype dt, in
         cp.n_policies = 1;
         cp.shortlist[0] = h->pol;
         cp.score_mode = h->mode;
-        fg_profile_view pv = {.n = h->t, .row_begin = 0, .cls = h->cls, .col = col, .col_local = {cl}};
-        h->n_slots = fg_policy_keep(&cp, &cp.shortlist[0], &pv, rank, pos, flags, score, &h->n_freq);
+        fg_profile_view pv = {.n = h->t, .row_begin = 0, .length = h->t, .cls = h->cls, .col = col, .col_local = {cl}};
+        h->n_slots = fg_policy_keep(&cp, &cp.shortlist[0], &pv, rank, pos, NULL, flags, score, &h->n_freq);
         for (int b = 0; b < 3; b++) {
             cache_alloc(bes[b], &L, cap, &caches[i][b]);
             compact_one(bes[b], &L, &sh, h->t, K[i], V[i], 0, pos, flags, score, h->n_slots, &caches[i][b]);

@@ -8,7 +8,10 @@
  * with 1 and 2 threads, which must agree bit for bit. GPU backends also run
  * with device-resident activations (FG_IO_DEVICE) on a stream of another
  * backend object, as an engine's, the second sequence prefilled in two chunks
- * (fg_prefill_chunk): bit for bit the same as with host arrays.
+ * (fg_prefill_chunk): bit for bit the same as with host arrays. After the
+ * steps both sequences take a chunk by fg_seq_append (the FastGen one
+ * re-profiled, FG_APPEND_REPROFILE; H2O keeping its policy): outputs and
+ * kept sets checked as a decode step's.
  * Wrong uses of the I/O options are refused.
  * Usage: test_backend [backend...]   (default: every backend that probes OK)
  */
@@ -24,10 +27,13 @@ typedef struct shape_case {
     fg_dtype dtype;
 } shape_case;
 
+enum { APPENDED = 9 }; /* the chunk after the decode steps */
+
 typedef struct run_out {
     float *prefill;        /* [n][Hq][d] */
     float *decode;         /* [steps][2][Hq][d] */
-    int32_t *kept;         /* [steps + 1][2][Hkv][maxlen] positions, -1 padded */
+    float *append;         /* [2][APPENDED][Hq][d] */
+    int32_t *kept;         /* [steps + 2][2][Hkv][maxlen] positions, -1 padded (the last after the append) */
     int32_t policy[2][16];
     int guards_ok;
 } run_out;
@@ -36,7 +42,7 @@ typedef struct run_out {
  * backend object of the test's own (the engine's, as it were). */
 typedef struct dev_io {
     fg_backend be;
-    void *q, *k, *v, *out, *bq, *bk, *bv, *bo;
+    void *q, *k, *v, *out, *bq, *bk, *bv, *bo, *ao;
 } dev_io;
 
 static int dev_alloc(fg_backend *be, void **p, size_t bytes, const void *src) {
@@ -49,7 +55,7 @@ static int dev_alloc(fg_backend *be, void **p, size_t bytes, const void *src) {
  * host arrays or (io = FG_IO_DEVICE) device ones. */
 static int run_backend(const char *backend, int32_t threads, fg_io io, const shape_case *sc, const float *q,
                        const float *k, const float *v, const int32_t *tokens, fg_token_classes *tc, run_out *ro) {
-    const int32_t Hq = sc->G * sc->Hkv, d = sc->d, n = sc->n, maxlen = n + sc->steps;
+    const int32_t Hq = sc->G * sc->Hkv, d = sc->d, n = sc->n, maxlen = n + sc->steps + APPENDED;
     fg_context_params p;
     fg_context_params_default(&p);
     p.backend = backend;
@@ -63,7 +69,8 @@ static int run_backend(const char *backend, int32_t threads, fg_io io, const sha
     p.max_seq_len = maxlen;
     p.classes = tc;
     p.compression.threshold = 0.9f;
-    const int32_t total = n + sc->steps;
+    p.compression.append_mode = FG_APPEND_REPROFILE;
+    const int32_t total = maxlen;
     const size_t qn = (size_t)n * Hq * d, row_q = (size_t)Hq * d, row_k = (size_t)sc->Hkv * d;
     dev_io dv = {.be = {.err = fg_error_to_stderr}};
     if (io == FG_IO_DEVICE) {
@@ -74,7 +81,8 @@ static int run_backend(const char *backend, int32_t threads, fg_io io, const sha
         p.stream = info.stream;
         const size_t bq = (size_t)total * row_q * 4, bk = (size_t)total * row_k * 4;
         if (!dev_alloc(&dv.be, &dv.q, bq, q) || !dev_alloc(&dv.be, &dv.k, bk, k) || !dev_alloc(&dv.be, &dv.v, bk, v) ||
-            !dev_alloc(&dv.be, &dv.out, qn * 4, NULL) || !dev_alloc(&dv.be, &dv.bo, 2 * row_q * 4, NULL))
+            !dev_alloc(&dv.be, &dv.out, qn * 4, NULL) || !dev_alloc(&dv.be, &dv.bo, 2 * row_q * 4, NULL) ||
+            !dev_alloc(&dv.be, &dv.ao, APPENDED * row_q * 4, NULL))
             return 0;
     }
     fg_context *ctx = NULL;
@@ -117,8 +125,8 @@ static int run_backend(const char *backend, int32_t threads, fg_io io, const sha
             ro->policy[b][g] = info.policy_index;
         }
     float *bq = malloc(2 * row_q * sizeof(float)), *bk = malloc(2 * row_k * sizeof(float));
-    float *bv = malloc(2 * row_k * sizeof(float)), *bo = guarded(2 * row_q);
-    for (int32_t step = 0; step <= sc->steps; step++) {
+    float *bv = malloc(2 * row_k * sizeof(float)), *bo = guarded(2 * row_q), *ao = guarded(APPENDED * row_q);
+    for (int32_t step = 0; step <= sc->steps + 1; step++) {
         for (int b = 0; b < 2; b++)
             for (int32_t g = 0; g < sc->Hkv; g++) {
                 int32_t *dst = ro->kept + (((size_t)step * 2 + b) * sc->Hkv + g) * maxlen, cnt = 0;
@@ -126,8 +134,28 @@ static int run_backend(const char *backend, int32_t threads, fg_io io, const sha
                     dst[i] = -1;
                 EXPECT_OK(ctx, fg_head_positions(ctx, seqs[b], 0, g, dst, maxlen, &cnt));
             }
-        if (step == sc->steps)
+        if (step == sc->steps + 1)
             break;
+        if (step == sc->steps) { /* the chunk, on both sequences */
+            const int32_t pos = n + step;
+            for (int b = 0; b < 2; b++) {
+                if (io == FG_IO_DEVICE) {
+                    EXPECT_OK(ctx, fg_seq_append(ctx, seqs[b], 0, tokens + pos, APPENDED,
+                                                 (const float *)dv.q + (size_t)pos * row_q,
+                                                 (const float *)dv.k + (size_t)pos * row_k,
+                                                 (const float *)dv.v + (size_t)pos * row_k, dv.ao));
+                    EXPECT_OK(ctx, fg_synchronize(ctx));
+                    EXPECT(fg_backend_read(&dv.be, ao, dv.ao, APPENDED * row_q * 4) == FG_OK,
+                           "reading the append output back");
+                } else {
+                    EXPECT_OK(ctx, fg_seq_append(ctx, seqs[b], 0, tokens + pos, APPENDED, q + (size_t)pos * row_q,
+                                                 k + (size_t)pos * row_k, v + (size_t)pos * row_k, ao));
+                }
+                ro->guards_ok &= guard_ok(ao, APPENDED * row_q);
+                memcpy(ro->append + (size_t)b * APPENDED * row_q, ao, APPENDED * row_q * sizeof(float));
+            }
+            continue;
+        }
         const int32_t pos = n + step;
         int32_t toks[2] = {tokens[pos], tokens[pos]};
         for (int b = 0; b < 2; b++) {
@@ -163,9 +191,10 @@ static int run_backend(const char *backend, int32_t threads, fg_io io, const sha
     free(bk);
     free(bv);
     free(bo);
+    free(ao);
     fg_context_destroy(&ctx);
     if (io == FG_IO_DEVICE) {
-        void *bufs[] = {dv.q, dv.k, dv.v, dv.out, dv.bq, dv.bk, dv.bv, dv.bo};
+        void *bufs[] = {dv.q, dv.k, dv.v, dv.out, dv.bq, dv.bk, dv.bv, dv.bo, dv.ao};
         for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
             if (bufs[i])
                 dv.be.ops->buffer_free(&dv.be, bufs[i]);
@@ -176,20 +205,22 @@ static int run_backend(const char *backend, int32_t threads, fg_io io, const sha
 
 static void alloc_out(run_out *ro, const shape_case *sc) {
     memset(ro, 0, sizeof *ro);
-    const int32_t Hq = sc->G * sc->Hkv, maxlen = sc->n + sc->steps;
+    const int32_t Hq = sc->G * sc->Hkv, maxlen = sc->n + sc->steps + APPENDED;
     ro->prefill = malloc((size_t)sc->n * Hq * sc->d * sizeof(float));
     ro->decode = malloc(((size_t)sc->steps * 2 * Hq * sc->d + 1) * sizeof(float));
-    ro->kept = malloc((size_t)(sc->steps + 1) * 2 * sc->Hkv * maxlen * sizeof(int32_t));
+    ro->append = malloc((size_t)2 * APPENDED * Hq * sc->d * sizeof(float));
+    ro->kept = malloc((size_t)(sc->steps + 2) * 2 * sc->Hkv * maxlen * sizeof(int32_t));
 }
 
 static void free_out(run_out *ro) {
     free(ro->prefill);
     free(ro->decode);
+    free(ro->append);
     free(ro->kept);
 }
 
 static void check_case(const char *backend, const shape_case *sc) {
-    const int32_t Hq = sc->G * sc->Hkv, d = sc->d, total = sc->n + sc->steps;
+    const int32_t Hq = sc->G * sc->Hkv, d = sc->d, total = sc->n + sc->steps + APPENDED;
     size_t nq = (size_t)total * Hq * d, nk = (size_t)total * sc->Hkv * d;
     float *q = malloc(nq * sizeof *q), *k = malloc(nk * sizeof *k), *v = malloc(nk * sizeof *v);
     for (size_t i = 0; i < nq; i++)
@@ -226,27 +257,32 @@ static void check_case(const char *backend, const shape_case *sc) {
         const size_t row_q = (size_t)Hq * d, maxlen = (size_t)total;
         double e_pre = nmse(one.prefill, ref.prefill, (size_t)sc->n * row_q);
         double e_dec = sc->steps ? nmse(one.decode, ref.decode, (size_t)sc->steps * 2 * row_q) : 0.0;
+        const double e_app = nmse(one.append, ref.append, (size_t)2 * APPENDED * row_q);
         const char *dt = sc->dtype == FG_DTYPE_F32 ? "f32" : sc->dtype == FG_DTYPE_F16 ? "f16" : "bf16";
         EXPECT(e_pre <= 1e-8, "%s d=%d G=%d n=%d: prefill NMSE %.3g", backend, (int)d, (int)sc->G, (int)sc->n, e_pre);
         EXPECT(e_dec <= limit, "%s d=%d G=%d n=%d %s: decode NMSE %.3g", backend, (int)d, (int)sc->G, (int)sc->n, dt,
                e_dec);
+        EXPECT(e_app <= limit, "%s d=%d G=%d n=%d %s: append NMSE %.3g", backend, (int)d, (int)sc->G, (int)sc->n, dt,
+               e_app);
         EXPECT(memcmp(one.policy, ref.policy, sizeof ref.policy) == 0, "%s: policies differ from ref", backend);
-        EXPECT(memcmp(one.kept, ref.kept, (size_t)(sc->steps + 1) * 2 * sc->Hkv * maxlen * sizeof(int32_t)) == 0,
+        EXPECT(memcmp(one.kept, ref.kept, (size_t)(sc->steps + 2) * 2 * sc->Hkv * maxlen * sizeof(int32_t)) == 0,
                "%s d=%d G=%d n=%d: kept sets differ from ref", backend, (int)d, (int)sc->G, (int)sc->n);
         EXPECT(one.guards_ok && two.guards_ok, "%s: a guard region was written", backend);
         EXPECT(memcmp(one.prefill, two.prefill, (size_t)sc->n * row_q * sizeof(float)) == 0 &&
                    memcmp(one.decode, two.decode, (size_t)sc->steps * 2 * row_q * sizeof(float)) == 0 &&
+                   memcmp(one.append, two.append, (size_t)2 * APPENDED * row_q * sizeof(float)) == 0 &&
                    memcmp(one.kept, two.kept,
-                          (size_t)(sc->steps + 1) * 2 * sc->Hkv * maxlen * sizeof(int32_t)) == 0,
+                          (size_t)(sc->steps + 2) * 2 * sc->Hkv * maxlen * sizeof(int32_t)) == 0,
                "%s: 1 and 2 threads differ", backend);
         if (gpu)
             EXPECT(memcmp(one.prefill, dev.prefill, (size_t)sc->n * row_q * sizeof(float)) == 0 &&
                        memcmp(one.decode, dev.decode, (size_t)sc->steps * 2 * row_q * sizeof(float)) == 0 &&
-                       memcmp(one.kept, dev.kept, (size_t)(sc->steps + 1) * 2 * sc->Hkv * maxlen * sizeof(int32_t)) == 0 &&
+                       memcmp(one.append, dev.append, (size_t)2 * APPENDED * row_q * sizeof(float)) == 0 &&
+                       memcmp(one.kept, dev.kept, (size_t)(sc->steps + 2) * 2 * sc->Hkv * maxlen * sizeof(int32_t)) == 0 &&
                        memcmp(one.policy, dev.policy, sizeof one.policy) == 0,
                    "%s d=%d G=%d n=%d: FG_IO_DEVICE differs from host arrays", backend, (int)d, (int)sc->G, (int)sc->n);
-        printf("  %-4s d=%-3d G=%d Hkv=%d n=%-4d steps=%-3d %-4s prefill NMSE %.1e decode NMSE %.1e%s\n", backend,
-               (int)d, (int)sc->G, (int)sc->Hkv, (int)sc->n, (int)sc->steps, dt, e_pre, e_dec,
+        printf("  %-4s d=%-3d G=%d Hkv=%d n=%-4d steps=%-3d %-4s prefill NMSE %.1e decode NMSE %.1e append NMSE %.1e%s\n",
+               backend, (int)d, (int)sc->G, (int)sc->Hkv, (int)sc->n, (int)sc->steps, dt, e_pre, e_dec, e_app,
                gpu ? ", device I/O identical" : "");
     }
     free_out(&dev);

@@ -4,7 +4,8 @@
  * create -> three sequences with mixed policies -> prefill (one of them in
  * two chunks, fg_prefill_chunk) -> batched decode
  * -> inspect -> destroy a sequence -> trim -> decode -> fork (pages shared
- * copy-on-write) -> decode -> append a chunk -> destroy. After each
+ * copy-on-write) -> decode -> append a chunk (to the full cache, and
+ * re-profiled to the fork's parent) -> destroy. After each
  * failure: a status with a message; the subject context is unchanged, i.e.
  * equal to a twin that got only successful calls (kept positions, lengths,
  * memory); a retry succeeds; and every output of the subject equals the
@@ -75,6 +76,7 @@ static fg_status run_op(world *w, side *s, const op *o, const int32_t *len) {
     case OP_SEQ: {
         fg_compression_params cp;
         fg_status st = fg_compression_params_preset(k_presets[o->a], &cp);
+        cp.append_mode = o->a == 0 ? FG_APPEND_REPROFILE : FG_APPEND_KEEP; /* and so its fork */
         return st ? st : fg_seq_create(s->ctx, &cp, w->tokens[o->a], k_prompt[o->a], &s->seq[o->a]);
     }
     case OP_PREFILL: {
@@ -205,6 +207,8 @@ static int32_t make_script(op *ops) {
             ops[n++] = (op){OP_DECODE, l, 0, 7};
     for (int32_t l = 0; l < L; l++)
         ops[n++] = (op){OP_APPEND, 2, l, 0};
+    for (int32_t l = 0; l < L; l++) /* re-profiled: new pages for every head, the fork's shared ones left to it */
+        ops[n++] = (op){OP_APPEND, 0, l, 0};
     ops[n++] = (op){OP_INSPECT, 0, 0, 0};
     ops[n++] = (op){OP_INSPECT, 1, 0, 0};
     ops[n++] = (op){OP_INSPECT, 2, 0, 0};

@@ -81,6 +81,7 @@ void cli_defaults(cli_opts *o, int32_t n) {
     o->top_p = 0.9f;
     o->seed = 1;
     o->dtype = FG_DTYPE_F32;
+    o->append_mode = -1;
 }
 
 static int match(const char *a, const char *s, const char *l) { return (s && !strcmp(a, s)) || !strcmp(a, l); }
@@ -123,6 +124,10 @@ int cli_parse(const char *cmd, const char *help, int argc, char **argv, cli_opts
             ok = val && cli_parse_int(val, 0, 1 << 20, &o->n);
         else if (!strcmp(a, "--policy"))
             o->policy = val;
+        else if (!strcmp(a, "--append")) {
+            ok = val && (!strcmp(val, "keep") || !strcmp(val, "reprofile"));
+            o->append_mode = ok && !strcmp(val, "reprofile") ? FG_APPEND_REPROFILE : FG_APPEND_KEEP;
+        }
         else if (!strcmp(a, "-T")) {
             ok = val && cli_parse_float(val, 0.0f, 1.0f, &o->threshold) && o->threshold > 0.0f;
             o->has_threshold = 1;
@@ -206,6 +211,11 @@ int cli_compression(const char *cmd, const cli_opts *o, fg_compression_params *c
     }
     if (o->has_threshold)
         cp->threshold = o->threshold;
+    if (o->append_mode >= 0) {
+        if (o->append_mode == FG_APPEND_REPROFILE && cp->budget > 0.0f)
+            return cli_usage(cmd, "--append reprofile does not go with budget mode (%s)", policy);
+        cp->append_mode = (fg_append_mode)o->append_mode;
+    }
     for (int32_t e = 0; e < cp->n_policies; e++) {
         if (o->has_ratio_local)
             cp->shortlist[e].ratio_local = o->ratio_local;

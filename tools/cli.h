@@ -20,6 +20,7 @@ typedef struct cli_opts {
     int json, csv, quiet;
     int q8_activations; /* --q8-activations: llama.cpp's scheme for q4_0/q4_1/q8_0 weights */
     int32_t prefill_chunk; /* --prefill-chunk N: prompts in chunks of N tokens (0: at once) */
+    int append_mode;       /* --append keep|reprofile: FG_APPEND_*, or -1 for the policy's default */
 } cli_opts;
 
 typedef struct cli_session {

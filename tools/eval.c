@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "tools/cli.h"
+#include "tools/eval_chat.h"
 #include "tools/svg.h"
 
 #define N_T 3
@@ -411,10 +412,15 @@ static const char *k_eval_help =
     "  --sweep              each method over 10 points of memory (FastGen through T and through its\n"
     "                       budget mode, the others through their ratio) and, per method, the area\n"
     "                       under its KL curve over the memory range all of them reach\n"
-    "  -q, --quiet          no progress bar (none either when stderr is not a terminal)\n";
+    "  -q, --quiet          no progress bar (none either when stderr is not a terminal)\n"
+    "  --chat FILE          multi-turn instead: the conversations of FILE (user turns separated by blank\n"
+    "                       lines, conversations by lines of ---) answered by the full cache (-n tokens\n"
+    "                       a reply at most, default 32), then FastGen at T = 0.90, 0.95, 0.98 with\n"
+    "                       --append keep and reprofile teacher-forced on them: KL and top-1 at the\n"
+    "                       replies of the later turns, and the KV memory held\n";
 
 typedef struct eval_extra {
-    const char *prompts;
+    const char *prompts, *chat;
     int32_t limit;
     int sweep;
 } eval_extra;
@@ -426,6 +432,10 @@ static int eval_option(void *user, const char *opt, const char *val, int *used) 
         x->sweep = 1;
         *used = 0;
         return 0;
+    }
+    if (!strcmp(opt, "--chat")) {
+        x->chat = val;
+        return val ? 0 : 1;
     }
     if (!strcmp(opt, "--prompts")) {
         x->prompts = val;
@@ -494,16 +504,20 @@ static void progress(int done, int total) {
 
 int cmd_eval(int argc, char **argv) {
     cli_opts o;
-    cli_defaults(&o, 128);
-    eval_extra x = {"tests/data/prompts.txt", 0, 0};
+    cli_defaults(&o, -1);
+    eval_extra x = {"tests/data/prompts.txt", NULL, 0, 0};
     int rc = cli_parse("eval", k_eval_help, argc, argv, &o, eval_option, &x);
     if (rc)
         return rc < 0 ? 0 : rc;
     char model[1024], tokp[1024];
     if ((rc = cli_need_model("eval", &o, model, tokp, sizeof model)))
         return rc;
+    if (o.n < 0) /* not given */
+        o.n = x.chat ? 32 : 128;
     if (o.n < 1)
         return cli_usage("eval", "-n must be at least 1");
+    if (x.chat)
+        return x.sweep ? cli_usage("eval", "--chat and --sweep do not go together") : eval_chat(&o, x.chat);
     int32_t n_prompts = 0;
     char **prompts = read_prompts(x.prompts, &n_prompts);
     if (!prompts)

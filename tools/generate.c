@@ -91,6 +91,8 @@ static const char *k_generate_help_tail =
     "  --ignore-eos            generate all N tokens, past the end of text (for timing)\n"
     "  --prefill-chunk N       the prompt through the model N tokens at a time (fg_prefill_chunk), profiled\n"
     "                          over the whole prompt at its last chunk\n"
+    "  --append MODE           --chat's later turns: keep (each head keeps its policy; the default) or\n"
+    "                          reprofile (each head profiled again over the new turn)\n"
     "  --samples K             K samples (temperature 1 unless -t says otherwise, seeds S..S+K-1) forked\n"
     "                          from one prefilled prompt, sharing its pages; --json: samples, kv_bytes_held\n"
     "                          (shared pages once), kv_bytes_unshared (each counted whole)\n";

@@ -29,8 +29,14 @@ static void default_system(const cli_session *s, char *system, size_t size) {
  * before the first; the markup is read as control tokens, the user's text is
  * not (a user cannot close the turn by typing "<|im_end|>"). Else the text as
  * it is, BOS first. Appends at toks[*n]. */
-static fg_status turn_tokens(const cli_session *s, int chatml, int first, const char *user, int32_t *toks,
-                             int32_t cap, int32_t *n) {
+int serve_chatml(const cli_session *s) {
+    const int32_t im_start = fg_tokenizer_piece_id(&s->tok, "<|im_start|>");
+    const int32_t im_end = fg_tokenizer_piece_id(&s->tok, "<|im_end|>");
+    return im_start >= 0 && im_end >= 0 && s->tok.control[im_start] && s->tok.control[im_end];
+}
+
+fg_status serve_turn_tokens(const cli_session *s, int chatml, int first, const char *user, int32_t *toks, int32_t cap,
+                            int32_t *n) {
     int32_t got = 0;
     fg_status st;
     if (!chatml) {
@@ -74,6 +80,27 @@ static int32_t reply(cli_session *s, int32_t seq, fg_sampler *sampler, float *lo
     return k;
 }
 
+int32_t serve_split_turns(char *text, char **turns) {
+    int32_t n = 0;
+    for (char *p = text; *p;) {
+        while (*p == '\n' || *p == '\r')
+            p++;
+        if (!*p)
+            break;
+        char *end = strstr(p, "\n\n");
+        if (end)
+            *end = '\0';
+        for (char *q = p; *q; q++) /* a turn is one line of text */
+            if (*q == '\n' || *q == '\r')
+                *q = ' ';
+        for (size_t len = strlen(p); len && (p[len - 1] == ' ' || p[len - 1] == '\t'); len--)
+            p[len - 1] = '\0';
+        turns[n++] = p;
+        p = end ? end + 2 : p + strlen(p);
+    }
+    return n;
+}
+
 /* User turns: paragraphs of the file (separated by blank lines). */
 static char **read_turns(const char *path, int32_t *n) {
     void *buf;
@@ -92,22 +119,7 @@ static char **read_turns(const char *path, int32_t *n) {
     }
     text[size] = '\0';
     turns[0] = text;
-    for (char *p = text; *p;) {
-        while (*p == '\n' || *p == '\r')
-            p++;
-        if (!*p)
-            break;
-        char *end = strstr(p, "\n\n");
-        if (end)
-            *end = '\0';
-        for (char *q = p; *q; q++) /* a turn is one line of text */
-            if (*q == '\n' || *q == '\r')
-                *q = ' ';
-        for (size_t len = strlen(p); len && (p[len - 1] == ' ' || p[len - 1] == '\t'); len--)
-            p[len - 1] = '\0';
-        turns[1 + (*n)++] = p;
-        p = end ? end + 2 : p + strlen(p);
-    }
+    *n = serve_split_turns(text, turns + 1);
     if (*n == 0) {
         fprintf(stderr, "fastgen generate: %s holds no turn (turns are separated by blank lines)\n", path);
         free(text);
@@ -131,9 +143,7 @@ int serve_chat(const cli_opts *o, const fg_compression_params *cp, const char *p
         return 1;
     }
     const int32_t V = s.model.config.vocab_size, ctx_len = s.model.config.seq_len;
-    const int32_t im_start = fg_tokenizer_piece_id(&s.tok, "<|im_start|>");
-    const int32_t im_end = fg_tokenizer_piece_id(&s.tok, "<|im_end|>");
-    const int chatml = im_start >= 0 && im_end >= 0 && s.tok.control[im_start] && s.tok.control[im_end];
+    const int chatml = serve_chatml(&s);
     float *logits = malloc((size_t)V * sizeof *logits);
     int32_t *toks = malloc((size_t)(ctx_len + 2) * sizeof *toks), seq = -1;
     static char replies[64][4096];
@@ -144,7 +154,7 @@ int serve_chat(const cli_opts *o, const fg_compression_params *cp, const char *p
         int32_t n = 0, len = 0;
         if (seq >= 0)
             fg_seq_length(fg_runner_context(s.runner), seq, 0, &len);
-        st = turn_tokens(&s, chatml, seq < 0, turns[1 + t], toks, ctx_len + 2, &n);
+        st = serve_turn_tokens(&s, chatml, seq < 0, turns[1 + t], toks, ctx_len + 2, &n);
         if (st == FG_OK && len + n >= ctx_len) {
             fprintf(stderr, "fastgen generate: turn %d does not fit the rest of the context (%d of %d used)\n",
                     (int)t + 1, (int)len, (int)ctx_len);

@@ -1,0 +1,12 @@
+/* fastgen eval --chat (tools/eval_chat.c). */
+#ifndef FG_EVAL_CHAT_H
+#define FG_EVAL_CHAT_H
+
+#include "tools/cli.h"
+
+/* Keep against re-profile on the conversations of a file (turns separated
+ * by blank lines, conversations by lines of "---"), teacher-forced on the
+ * full cache's replies of up to o->n tokens. Returns the exit code. */
+int eval_chat(const cli_opts *o, const char *path);
+
+#endif

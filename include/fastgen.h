@@ -276,11 +276,15 @@ FG_API fg_status fg_decode(fg_context *ctx, int32_t layer, int32_t n_seqs, const
 
 /* n new tokens of one layer onto a sequence that holds a compressed cache
  * (a new user turn, the next chunk of a long prompt): each token attends the
- * kept rows and the chunk's tokens before it, and the heads keep their
- * policies, inserting and evicting exactly as n decode steps would
- * (DESIGN §2.5). Every layer appends the same tokens. All or nothing: on a
- * failure the sequence is as it was (the call keeps a copy-on-write copy of
- * its state, so the pages it rewrites are copied once per call).
+ * kept rows and the chunk's tokens before it. With FG_APPEND_KEEP (the
+ * sequence's append_mode) the heads keep their policies, inserting and
+ * evicting exactly as n decode steps would (DESIGN §2.5); with
+ * FG_APPEND_REPROFILE every head is profiled again over the chunk and
+ * recompacted (see fg_append_mode; the call then waits for the device).
+ * Every layer appends the same tokens. All or nothing: on a failure the
+ * sequence is as it was (keep: the call keeps a copy-on-write copy of its
+ * state, so the pages it rewrites are copied once per call; re-profile: the
+ * new caches go to new pages, the old ones are given back at the end).
  *   tokens: [n]   q: [n][Hq][d]   k, v: [n][Hkv][d] (k after RoPE)   out: [n][Hq][d] */
 FG_API fg_status fg_seq_append(fg_context *ctx, int32_t seq, int32_t layer, const int32_t *tokens, int32_t n,
                                const float *q, const float *k, const float *v, float *out);

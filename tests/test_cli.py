@@ -181,6 +181,32 @@ with tempfile.TemporaryDirectory() as tmp:
                                                         "What did it do?"] and all(t["reply"] for t in cj["turns"]),
           "--chat: three turns, each answered: %r" % r.stderr)
     check(0 < cj.get("kv_bytes_held", 0) <= cj.get("kv_bytes_full", 0), "--chat memory")
+    r = run("generate", *model_args(), "--chat", chat, "-n", "12", "--json", "--append", "reprofile")
+    rj = json.loads(r.stdout) if r.returncode == 0 else {}
+    check(len(rj.get("turns", [])) == 3 and rj["turns"][0] == cj["turns"][0],
+          "--chat --append reprofile: three turns, the first as with keep: %r" % r.stderr)
+    for bad in (["--append", "sometimes"], ["--append", "reprofile", "--budget", "0.5"]):
+        r = run("generate", *model_args(), "--chat", chat, *bad)
+        check(r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, "bad usage %s: %r" % (bad, r.stderr))
+    # eval --chat: keep against re-profile, teacher-forced on the full cache's replies
+    convs = os.path.join(tmp, "convs.txt")
+    open(convs, "w").write("Once upon a time, there was a little girl named Lily. She liked to play in the park."
+                           "\n\nOne day, she saw a big dog near the tree.\n\nThe dog wanted her red ball.\n---\n"
+                           "Tom had a small boat. He liked to sail it on the lake.\n\nThe wind was very strong that "
+                           "day.\n")
+    r = run("eval", *model_args(), "--chat", convs, "-n", "24", "--json")
+    ej = json.loads(r.stdout) if r.returncode == 0 else {}
+    res = ej.get("results", [])
+    check(ej.get("conversations") == 2 and ej.get("turns") == 5 and len(res) == 6 and
+          sorted({x["append"] for x in res}) == ["keep", "reprofile"] and
+          all(0 < x["kv_kept"] <= 1 and x["kl_mean"] >= 0 and 0 <= x["top1"] <= 1 and x["steps"] > 0 for x in res),
+          "eval --chat: six rows, both modes: %r" % r.stderr)
+    by = {(x["T"], x["append"]): x for x in res}
+    check(all(by[(t, "keep")]["kl_mean_turn1"] == by[(t, "reprofile")]["kl_mean_turn1"] for t in (0.9, 0.95, 0.98)),
+          "eval --chat: the first turn is the same under both modes")
+    check(any(by[(t, "keep")]["kv_kept"] != by[(t, "reprofile")]["kv_kept"] or
+              by[(t, "keep")]["kl_mean"] != by[(t, "reprofile")]["kl_mean"] for t in (0.9, 0.95, 0.98)),
+          "eval --chat: re-profiling changes the later turns")
     open(os.path.join(tmp, "empty_chat.txt"), "w").write("\n\n")
     r = run("generate", *model_args(), "--chat", os.path.join(tmp, "empty_chat.txt"))
     check(r.returncode == 1 and "no turn" in r.stderr, "--chat on an empty file: %r" % r.stderr)

@@ -1,9 +1,80 @@
-/* Pass 2 of DESIGN §2.3 on the GPU: one block per (key, KV head) owns that
- * key's statistics, so there are no atomics and the sums are reproducible.
- * Threads stride over the rows that see the key; the pooled attention each
- * row gives it goes to col and, for rows whose window holds it, col_local. */
+/* Pass 2 of DESIGN §2.3 on the GPU, tiled: a block owns a tile of BK keys
+ * of one KV head, staged in shared memory with their positions; the query
+ * rows that see them go by in tiles of BK rows, also through shared memory
+ * (with their max and normaliser from pass 1), so each is read once per key
+ * tile, not once per key. Thread (key, lane) scores its key against the
+ * rows lane, lane + L, ... of each tile (L = lanes per key), keeps the
+ * pooled attention it got (col) and the part from rows whose window holds
+ * it (col_local), and the lanes' sums are added in a fixed order at the
+ * end: no atomics, and the sums do not depend on timing. Head dims above
+ * 256 take the one-block-per-key kernel. */
 #include "kernels_cuda/gpu_common.cuh"
 
+template <int BK>
+__global__ static void profile_tiles(fg_profile_request req, int32_t Hq, int32_t Hkv, int32_t d, const float *q,
+                                     const float *k, const float *row_max, const float *row_sum, const int32_t *key_pos,
+                                     float *col, float *col_local) {
+    FG_DYNAMIC_SHARED(float, sh);
+    const int32_t D1 = d + 1; /* padded rows: the keys of a warp read different banks */
+    float *ks = sh, *qs = ks + BK * D1, *mx = qs + BK * D1, *inv = mx + BK, *part = inv + BK; /* part: [L][BK] */
+    const int32_t L = FG_THREADS / BK, key = threadIdx.x % BK, lane = threadIdx.x / BK;
+    const int32_t g = blockIdx.y, G = Hq / Hkv, n = req.n, j0 = blockIdx.x * BK, j = j0 + key;
+    const float scale = 1.0f / sqrtf((float)d);
+    for (int32_t e = threadIdx.x; e < BK * d; e += blockDim.x) {
+        const int32_t jj = e / d, c = e % d;
+        ks[jj * D1 + c] = j0 + jj < n ? k[((size_t)(j0 + jj) * Hkv + g) * d + c] : 0.0f;
+    }
+    float total = 0.0f, local[FG_MAX_SHORTLIST];
+    for (int w = 0; w < FG_MAX_SHORTLIST; w++)
+        local[w] = 0.0f;
+    const int32_t first = j0 > req.row_begin ? j0 : req.row_begin; /* rows before j0 see none of the tile */
+    for (int32_t h = g * G; h < (g + 1) * G; h++)
+        for (int32_t i0 = first; i0 < n; i0 += BK) {
+            __syncthreads(); /* the last tile's rows are read */
+            for (int32_t e = threadIdx.x; e < BK * d; e += blockDim.x) {
+                const int32_t r = e / d, c = e % d;
+                qs[r * D1 + c] = i0 + r < n ? q[((size_t)(i0 + r) * Hq + h) * d + c] * scale : 0.0f;
+            }
+            for (int32_t r = threadIdx.x; r < BK; r += blockDim.x) {
+                const int32_t i = i0 + r < n ? i0 + r : n - 1;
+                mx[r] = row_max[(size_t)h * n + i];
+                inv[r] = 1.0f / (row_sum[(size_t)h * n + i] * (float)G);
+            }
+            __syncthreads();
+            for (int32_t r = lane; r < BK; r += L) {
+                const int32_t i = i0 + r;
+                if (i >= n || i < j || j >= n) /* past the prompt, or before the key (causal) */
+                    continue;
+                float s = 0.0f;
+                for (int32_t c = 0; c < d; c++)
+                    s += qs[r * D1 + c] * ks[key * D1 + c];
+                const float a = expf(s - mx[r]) * inv[r];
+                total += a;
+                const int32_t age = key_pos ? key_pos[i] - key_pos[j] : i - j;
+                for (int32_t w = 0; w < req.n_windows; w++)
+                    if (age < req.window[w])
+                        local[w] += a;
+            }
+        }
+    /* the lanes' sums of each key, added in lane order */
+    for (int32_t w = -1; w < req.n_windows; w++) {
+        __syncthreads();
+        part[lane * BK + key] = w < 0 ? total : local[w];
+        __syncthreads();
+        if (lane == 0 && j < n) {
+            float sum = 0.0f;
+            for (int32_t x = 0; x < L; x++)
+                sum += part[x * BK + key];
+            if (w < 0)
+                col[(size_t)g * n + j] = sum;
+            else
+                col_local[((size_t)w * Hkv + g) * n + j] = sum;
+        }
+    }
+}
+
+/* Head dims above 256: one block per (key, KV head), threads striding over
+ * the rows that see the key. */
 __global__ static void profile_keys(fg_profile_request req, int32_t Hq, int32_t Hkv, int32_t d, const float *q,
                                     const float *k, const float *row_max, const float *row_sum,
                                     const int32_t *key_pos, float *col, float *col_local) {
@@ -12,7 +83,7 @@ __global__ static void profile_keys(fg_profile_request req, int32_t Hq, int32_t 
     const int32_t j = blockIdx.x, g = blockIdx.y, G = Hq / Hkv, n = req.n, T = blockDim.x;
     const float scale = 1.0f / sqrtf((float)d);
     for (int32_t c = threadIdx.x; c < d; c += T)
-        ks[c] = k[((size_t)j * Hkv + g) * d + c] * scale;
+        ks[c] = k[((size_t)j * Hkv + g) * d + c];
     __syncthreads();
     float total = 0.0f, local[FG_MAX_SHORTLIST] = {0};
     const int32_t first = j > req.row_begin ? j : req.row_begin;
@@ -21,7 +92,7 @@ __global__ static void profile_keys(fg_profile_request req, int32_t Hq, int32_t 
             const float *qi = q + ((size_t)i * Hq + h) * d;
             float s = 0.0f;
             for (int32_t c = 0; c < d; c++)
-                s += qi[c] * ks[c];
+                s += qi[c] * scale * ks[c];
             const float a = expf(s - row_max[(size_t)h * n + i]) / (row_sum[(size_t)h * n + i] * (float)G);
             total += a;
             const int32_t age = key_pos ? key_pos[i] - key_pos[j] : i - j;
@@ -65,8 +136,20 @@ extern "C" fg_status FG_GPU(profile_stats)(fg_backend *be, const fg_shape *shape
     if (s)
         return s;
     float *dcol = (float *)(base + fg_gpu_align(at)), *dcl = (float *)((unsigned char *)dcol + fg_gpu_align(nc));
-    FG_LAUNCH(profile_keys, dim3(n, Hkv), FG_THREADS, shared, st->stream, *req, Hq, Hkv, d, (const float *)dq,
-              (const float *)dk, (const float *)dmax, (const float *)dsum, (const int32_t *)dpos, dcol, dcl);
+    const int32_t *kp = (const int32_t *)dpos;
+    const float *fq = (const float *)dq, *fk = (const float *)dk, *fmax = (const float *)dmax, *fsum = (const float *)dsum;
+#define TILED(BK)                                                                                                      \
+    FG_LAUNCH((profile_tiles<BK>), dim3((n + BK - 1) / BK, Hkv), FG_THREADS,                                           \
+              (2 * BK * ((size_t)d + 1) + 2 * BK + FG_THREADS) * sizeof(float), st->stream, *req, Hq, Hkv, d, fq, fk,  \
+              fmax, fsum, kp, dcol, dcl)
+    if (d <= 128)
+        TILED(32);
+    else if (d <= 256)
+        TILED(16);
+    else
+        FG_LAUNCH(profile_keys, dim3(n, Hkv), FG_THREADS, shared, st->stream, *req, Hq, Hkv, d, fq, fk, fmax, fsum, kp,
+                  dcol, dcl);
+#undef TILED
     GPU_CHECK(be, cudaGetLastError());
     GPU_CHECK(be, cudaMemcpyAsync(col, dcol, nc, cudaMemcpyDeviceToHost, st->stream));
     if (req->n_windows)

@@ -354,6 +354,7 @@ int main(int argc, char **argv) {
             /* d, G, Hkv, n, row_begin */
             {64, 1, 2, 1, 0},    {64, 4, 1, 2, 0},   {80, 1, 2, 3, 0},   {128, 8, 1, 17, 0}, {128, 4, 2, 255, 0},
             {256, 1, 1, 255, 100}, {7, 2, 3, 37, 0}, {80, 4, 1, 300, 290}, {64, 1, 1, 4099, 0},
+            {200, 1, 1, 70, 33}, {320, 2, 1, 40, 5}, /* GPU: the last tiled shape, and the untiled kernels */
         };
         for (size_t c = 0; c < sizeof prompt / sizeof prompt[0]; c++)
             check_prompt(&bp, prompt[c][0], prompt[c][1], prompt[c][2], prompt[c][3], prompt[c][4]);

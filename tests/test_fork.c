@@ -342,25 +342,14 @@ static void test_chunked(const char *backend) {
     fg_synth_destroy(&w.syn);
 }
 
+static void run_all(const char *backend) {
+    for (int pol = 0; pol < 3; pol++)
+        run(backend, (const char *[]){"fastgen", "h2o", "full"}[pol]);
+    test_append(backend);
+    test_chunked(backend);
+}
+
 int main(int argc, char **argv) {
     test_seed("test_fork");
-    const char *dflt[] = {"ref", "cpu"};
-    const char **names = argc > 1 ? (const char **)argv + 1 : dflt;
-    const int n = argc > 1 ? argc - 1 : 2;
-    int ran = 0;
-    for (int i = 0; i < n; i++) {
-        if (fg_backend_probe(names[i]) != FG_OK) {
-            printf("%s: not tested: %s\n", names[i], fg_last_error(NULL));
-            EXPECT(!test_backend_required(), "backend %s is required here", names[i]);
-            continue;
-        }
-        for (int pol = 0; pol < 3; pol++)
-            run(names[i], (const char *[]){"fastgen", "h2o", "full"}[pol]);
-        test_append(names[i]);
-        test_chunked(names[i]);
-        ran++;
-    }
-    if (ran == 0 && !test_backend_required())
-        return 77;
-    return test_finish();
+    return test_each_backend(argc, argv, run_all);
 }

@@ -573,29 +573,18 @@ static void test_fork_and_refusal(const char *backend) {
     fg_synth_destroy(&w->syn);
 }
 
+static void run(const char *backend) {
+    test_brute(backend, "fastgen", FG_DTYPE_F32, 40, 0, 0.95f);
+    test_brute(backend, "fastgen", FG_DTYPE_F16, 12, 1, 0.95f);
+    test_brute(backend, "s|s+l|full", FG_DTYPE_F16, 12, 1, 0.9f);
+    test_brute(backend, "fastgen", FG_DTYPE_BF16, 30, 0, 0.9f);
+    test_brute(backend, "h2o", FG_DTYPE_F32, 20, 0, 0.95f);
+    test_full(backend);
+    test_convo(backend);
+    test_fork_and_refusal(backend);
+}
+
 int main(int argc, char **argv) {
     test_seed("test_reprofile");
-    const char *dflt[] = {"ref", "cpu"};
-    const char **names = argc > 1 ? (const char **)argv + 1 : dflt;
-    const int n = argc > 1 ? argc - 1 : 2;
-    int ran = 0;
-    for (int i = 0; i < n; i++) {
-        if (fg_backend_probe(names[i]) != FG_OK) {
-            printf("%s: not tested: %s\n", names[i], fg_last_error(NULL));
-            EXPECT(!test_backend_required(), "backend %s is required here", names[i]);
-            continue;
-        }
-        test_brute(names[i], "fastgen", FG_DTYPE_F32, 40, 0, 0.95f);
-        test_brute(names[i], "fastgen", FG_DTYPE_F16, 12, 1, 0.95f);
-        test_brute(names[i], "s|s+l|full", FG_DTYPE_F16, 12, 1, 0.9f);
-        test_brute(names[i], "fastgen", FG_DTYPE_BF16, 30, 0, 0.9f);
-        test_brute(names[i], "h2o", FG_DTYPE_F32, 20, 0, 0.95f);
-        test_full(names[i]);
-        test_convo(names[i]);
-        test_fork_and_refusal(names[i]);
-        ran++;
-    }
-    if (ran == 0 && !test_backend_required())
-        return 77;
-    return test_finish();
+    return test_each_backend(argc, argv, run);
 }

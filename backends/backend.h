@@ -136,6 +136,10 @@ typedef void fg_buffer_free_fn(fg_backend *be, void *ptr);
 typedef fg_status fg_buffer_write_fn(fg_backend *be, void *dst, const void *src, size_t bytes);
 typedef fg_status fg_buffer_read_fn(fg_backend *be, void *dst, const void *src, size_t bytes);
 typedef fg_status fg_buffer_copy_fn(fg_backend *be, void *dst, const void *src, size_t bytes); /* within the backend */
+/* `rows` rows of `width` bytes, from src every spitch bytes to dst every
+ * dpitch bytes, within the backend (queued, as buffer_copy). */
+typedef fg_status fg_buffer_copy2d_fn(fg_backend *be, void *dst, size_t dpitch, const void *src, size_t spitch,
+                                      size_t width, size_t rows);
 
 /* ---- optional, for backends with their own memory and queue (GPUs) */
 typedef fg_status fg_synchronize_fn(fg_backend *be); /* waits for the queue; reports a failure it found */
@@ -178,6 +182,7 @@ typedef struct fg_backend_ops {
     fg_timer_fn *timer;
     fg_device_info_fn *device_info;
     fg_bandwidth_fn *bandwidth;
+    fg_buffer_copy2d_fn *buffer_copy2d; /* optional (a memcpy per row when NULL) */
 } fg_backend_ops;
 
 /* The error sink a backend writes its messages to (the context). */
@@ -211,6 +216,8 @@ void fg_backend_close(fg_backend *be);
 fg_status fg_backend_write(fg_backend *be, void *dst, const void *src, size_t bytes);
 fg_status fg_backend_read(fg_backend *be, void *dst, const void *src, size_t bytes);
 fg_status fg_backend_copy(fg_backend *be, void *dst, const void *src, size_t bytes);
+fg_status fg_backend_copy2d(fg_backend *be, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                            size_t rows);
 /* The first n_slots slots of one head (pages: backend addresses) read to
  * the host, after the backend's queued work: K and V as float [n_slots][d],
  * and pos / flags / score (each may be NULL). */

@@ -59,6 +59,15 @@ fg_status fg_backend_copy(fg_backend *be, void *dst, const void *src, size_t byt
     return FG_OK;
 }
 
+fg_status fg_backend_copy2d(fg_backend *be, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                            size_t rows) {
+    if (be->ops->buffer_copy2d)
+        return be->ops->buffer_copy2d(be, dst, dpitch, src, spitch, width, rows);
+    for (size_t r = 0; r < rows; r++)
+        memcpy((unsigned char *)dst + r * dpitch, (const unsigned char *)src + r * spitch, width);
+    return FG_OK;
+}
+
 fg_status fg_backend_read_rows(fg_backend *be, const fg_page_layout *L, void *const *pages, int32_t n_slots,
                                float *k, float *v, int32_t *pos, uint8_t *flags, float *score) {
     fg_status st = be->ops->synchronize ? be->ops->synchronize(be) : FG_OK;

@@ -631,6 +631,18 @@ static fg_status io_copy(fg_context *ctx, float *dst, const float *src, size_t b
     return FG_OK;
 }
 
+/* `rows` rows of `width` floats, from src every spitch floats to dst every
+ * dpitch floats (one queued copy with FG_IO_DEVICE). */
+static fg_status io_copy_rows(fg_context *ctx, float *dst, size_t dpitch, const float *src, size_t spitch,
+                              size_t width, size_t rows) {
+    const size_t f = sizeof(float);
+    if (ctx->be.device_io)
+        return fg_backend_copy2d(&ctx->be, dst, dpitch * f, src, spitch * f, width * f, rows);
+    for (size_t r = 0; r < rows; r++)
+        memcpy(dst + r * dpitch, src + r * spitch, width * f);
+    return FG_OK;
+}
+
 static void stage_free(fg_context *ctx, fg_prefill_stage *stage) {
     float **bufs[] = {&stage->q, &stage->k, &stage->v, &stage->row_max, &stage->row_sum};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
@@ -689,11 +701,10 @@ fg_status fg_prefill_chunk(fg_context *ctx, int32_t seq, int32_t layer, int32_t 
         (st = io_alloc(ctx, (size_t)Hq * n * sizeof(float), &sm)) == FG_OK)
         st = ctx->be.ops->prefill_attention(&ctx->be, &ctx->shape, begin + n, begin, q, stage->k, stage->v, out, mx,
                                             sm);
-    for (int32_t h = 0; h < Hq && st == FG_OK; h++) { /* [Hq][n] into [Hq][N] at column begin */
-        st = io_copy(ctx, stage->row_max + (size_t)h * N + begin, mx + (size_t)h * n, (size_t)n * sizeof(float));
-        if (st == FG_OK)
-            st = io_copy(ctx, stage->row_sum + (size_t)h * N + begin, sm + (size_t)h * n, (size_t)n * sizeof(float));
-    }
+    if (st == FG_OK) /* [Hq][n] into [Hq][N] at column begin */
+        st = io_copy_rows(ctx, stage->row_max + begin, (size_t)N, mx, (size_t)n, (size_t)n, (size_t)Hq);
+    if (st == FG_OK)
+        st = io_copy_rows(ctx, stage->row_sum + begin, (size_t)N, sm, (size_t)n, (size_t)n, (size_t)Hq);
     if (ctx->be.device_io && (mx || sm) && st == FG_OK && ctx->be.ops->synchronize)
         st = ctx->be.ops->synchronize(&ctx->be); /* the copies out of mx and sm are done before they go */
     float *tmp[2] = {mx, sm};
@@ -964,7 +975,7 @@ static fg_status reprofile_head(fg_context *ctx, fg_seq *s, int32_t layer, int32
     const fg_head *h = &s->heads[(size_t)layer * Hkv + g];
     const int32_t m = h->n_slots, N = m + n;
     const fg_shape shape = {G, 1, d};
-    const size_t row = (size_t)d * sizeof(float), qrow = (size_t)G * row;
+    const size_t row = (size_t)d * sizeof(float);
 
     /* the kept rows, in position order, then the chunk's */
     fg_status st = fg_backend_read_rows(&ctx->be, &ctx->layout, h->pages, m, w->slot_k, w->slot_v, w->slot_pos, NULL,
@@ -987,26 +998,22 @@ static fg_status reprofile_head(fg_context *ctx, fg_seq *s, int32_t layer, int32
     }
     if ((st = io_write(ctx, w->k, w->key_k, (size_t)m * row)) || (st = io_write(ctx, w->v, w->key_v, (size_t)m * row)))
         return st;
-    for (int32_t c = 0; c < n && st == FG_OK; c++) {
-        st = io_copy(ctx, w->q + (size_t)(m + c) * G * d, q + ((size_t)c * Hq + (size_t)g * G) * d, qrow);
-        if (st == FG_OK)
-            st = io_copy(ctx, w->k + (size_t)(m + c) * d, k + ((size_t)c * Hkv + g) * d, row);
-        if (st == FG_OK)
-            st = io_copy(ctx, w->v + (size_t)(m + c) * d, v + ((size_t)c * Hkv + g) * d, row);
-    }
-    if (st)
+    /* the chunk's rows of this head's group: strided in q / k / v */
+    const size_t Gd = (size_t)G * d, Hqd = (size_t)Hq * d, Hkvd = (size_t)Hkv * d;
+    if ((st = io_copy_rows(ctx, w->q + (size_t)m * Gd, Gd, q + (size_t)g * Gd, Hqd, Gd, (size_t)n)) ||
+        (st = io_copy_rows(ctx, w->k + (size_t)m * d, (size_t)d, k + (size_t)g * d, Hkvd, (size_t)d, (size_t)n)) ||
+        (st = io_copy_rows(ctx, w->v + (size_t)m * d, (size_t)d, v + (size_t)g * d, Hkvd, (size_t)d, (size_t)n)))
         return st;
 
     /* attention (pass 1) and the profile (pass 2) of the chunk's rows */
     const fg_backend_ops *ops = ctx->be.ops;
     st = ops->prefill_attention(&ctx->be, &shape, N, m, w->q + (size_t)m * G * d, w->k, w->v, w->out, w->mx, w->sm);
-    for (int32_t c = 0; c < n && st == FG_OK; c++)
-        st = io_copy(ctx, out + ((size_t)c * Hq + (size_t)g * G) * d, w->out + (size_t)c * G * d, qrow);
-    for (int32_t x = 0; x < G && st == FG_OK; x++) { /* [G][n] into [G][N] at column m */
-        st = io_copy(ctx, w->row_max + (size_t)x * N + m, w->mx + (size_t)x * n, (size_t)n * sizeof(float));
-        if (st == FG_OK)
-            st = io_copy(ctx, w->row_sum + (size_t)x * N + m, w->sm + (size_t)x * n, (size_t)n * sizeof(float));
-    }
+    if (st == FG_OK)
+        st = io_copy_rows(ctx, out + (size_t)g * Gd, Hqd, w->out, Gd, Gd, (size_t)n);
+    if (st == FG_OK) /* [G][n] into [G][N] at column m */
+        st = io_copy_rows(ctx, w->row_max + m, (size_t)N, w->mx, (size_t)n, (size_t)n, (size_t)G);
+    if (st == FG_OK)
+        st = io_copy_rows(ctx, w->row_sum + m, (size_t)N, w->sm, (size_t)n, (size_t)n, (size_t)G);
     fg_profile_request req = {.n = N, .row_begin = m, .n_windows = 0, .key_pos = w->key_pos};
     int32_t window_of[FG_MAX_SHORTLIST];
     for (int32_t e = 0; e < cp->n_policies; e++) {

@@ -214,6 +214,14 @@ static fg_status gpu_copy(fg_backend *be, void *dst, const void *src, size_t byt
     return FG_OK;
 }
 
+static fg_status gpu_copy2d(fg_backend *be, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
+                            size_t rows) {
+    fg_gpu_state *st = (fg_gpu_state *)be->impl;
+    if (width && rows)
+        GPU_CHECK(be, cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, rows, cudaMemcpyDeviceToDevice, st->stream));
+    return FG_OK;
+}
+
 /* Gathers pos/flags/score of n slots (pages[] are device addresses). */
 __global__ static void gather_slots(fg_gpu_layout L, void *const *pages, int32_t n, int32_t *pos, uint8_t *flags,
                                     float *score) {
@@ -308,6 +316,7 @@ static const fg_backend_ops k_gpu_ops = {
     gpu_timer,
     gpu_device_info,
     gpu_bandwidth,
+    gpu_copy2d,
 };
 
 /* Creates what the state owns (a stream, events, device and pinned words:

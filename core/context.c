@@ -614,13 +614,13 @@ fg_status fg_prefill(fg_context *ctx, int32_t seq, int32_t layer, const float *q
     return st;
 }
 
-/* Memory for prompt rows: the backend's with FG_IO_DEVICE, else the host's. */
+/* Memory for activations (prompt rows, a chunk): the backend's with FG_IO_DEVICE, else the host's. */
 static fg_status io_alloc(fg_context *ctx, size_t bytes, float **out) {
     *out = NULL;
     if (ctx->be.device_io)
         return ctx->be.ops->buffer_alloc(&ctx->be, bytes, (void **)out);
     *out = malloc(bytes ? bytes : 1);
-    CHECK(*out, ctx, FG_ERR_OUT_OF_MEMORY, "out of host memory for a chunked prefill (%zu bytes)", bytes);
+    CHECK(*out, ctx, FG_ERR_OUT_OF_MEMORY, "out of host memory for %zu bytes of activations", bytes);
     return FG_OK;
 }
 

@@ -87,6 +87,17 @@ static inline vec8 g_exp(vec8 a) {
         a.v[i] = expf(a.v[i]);
     return a;
 }
+static inline vec8 g_max(vec8 a, vec8 b) {
+    for (int i = 0; i < 8; i++)
+        a.v[i] = b.v[i] > a.v[i] ? b.v[i] : a.v[i];
+    return a;
+}
+static inline float g_hmax(vec8 a) {
+    float m = a.v[0];
+    for (int i = 1; i < 8; i++)
+        m = a.v[i] > m ? a.v[i] : m;
+    return m;
+}
 static inline float g_hsum(vec8 a) {
     return ((a.v[0] + a.v[4]) + (a.v[1] + a.v[5])) + ((a.v[2] + a.v[6]) + (a.v[3] + a.v[7]));
 }
@@ -106,6 +117,7 @@ static inline vec8 g_load_bf16(const uint16_t *p) {
 #define ISAN generic
 #define FG_TARGET
 #define VW 8
+#define VREGS 16
 #define vec vec8
 #define VZERO() g_zero()
 #define VSET1(x) g_set1(x)
@@ -117,6 +129,12 @@ static inline vec8 g_load_bf16(const uint16_t *p) {
 #define VADD(a, b) g_add(a, b)
 #define VEXP(v) g_exp(v)
 #define VHSUM(v) g_hsum(v)
+#define VMAX(a, b) g_max(a, b)
+#define VHMAX(v) g_hmax(v)
+#define VHSUMS(v, n, out)                                                                                              \
+    for (int i_ = 0; i_ < (n); i_++)                                                                                   \
+    (out)[i_] = g_hsum((v)[i_])
+#define VKEEP(v) (void)(v)
 #define VLOAD_F16(p) g_load_f16(p)
 #define VLOAD_BF16(p) g_load_bf16(p)
 #include "kernels_cpu/attend_chunk_dtypes.inc"
@@ -131,7 +149,40 @@ FG_TARGET static inline float hsum256(__m256 v) {
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
 }
+FG_TARGET static inline float hmax256(__m256 v) {
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_max_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+/* out[i] = the sum of v[i]'s lanes for i < n <= 8, n a power of two: the n
+ * vectors are folded together in halves (13 instructions for 8 sums
+ * instead of 8 x 6); v[i] ends in lane 4k + m for i = 2m + k */
+FG_TARGET static inline __attribute__((always_inline)) void hsums256(const __m256 *v, int n, float *out) {
+    if (n == 1) {
+        out[0] = hsum256(v[0]);
+        return;
+    }
+    const __m256 zero = _mm256_setzero_ps();
+    __m256 w[4], y[2];
+    for (int i = 0; i < n / 2; i++) /* halves: [v(2i) lo + hi, v(2i+1) lo + hi] */
+        w[i] = _mm256_add_ps(_mm256_permute2f128_ps(v[2 * i], v[2 * i + 1], 0x20),
+                             _mm256_permute2f128_ps(v[2 * i], v[2 * i + 1], 0x31));
+    for (int i = 0; i < (n / 2 + 1) / 2; i++) {
+        const __m256 b = 2 * i + 1 < n / 2 ? w[2 * i + 1] : zero;
+        y[i] = _mm256_add_ps(_mm256_unpacklo_ps(w[2 * i], b), _mm256_unpackhi_ps(w[2 * i], b));
+    }
+    const __m256 y1 = n > 4 ? y[1] : zero;
+    const __m256d lo = _mm256_unpacklo_pd(_mm256_castps_pd(y[0]), _mm256_castps_pd(y1));
+    const __m256d hi = _mm256_unpackhi_pd(_mm256_castps_pd(y[0]), _mm256_castps_pd(y1));
+    const __m256 z = _mm256_add_ps(_mm256_castpd_ps(lo), _mm256_castpd_ps(hi));
+    float t[8];
+    _mm256_storeu_ps(t, z);
+    for (int i = 0; i < n; i++)
+        out[i] = t[4 * (i % 2) + i / 2];
+}
 #define VW 8
+#define VREGS 16
 #define vec __m256
 #define VZERO() _mm256_setzero_ps()
 #define VSET1(x) _mm256_set1_ps(x)
@@ -143,6 +194,10 @@ FG_TARGET static inline float hsum256(__m256 v) {
 #define VADD(a, b) _mm256_add_ps(a, b)
 #define VEXP(v) fg_exp256(v)
 #define VHSUM(v) hsum256(v)
+#define VMAX(a, b) _mm256_max_ps(a, b)
+#define VHMAX(v) hmax256(v)
+#define VHSUMS(v, n, out) hsums256(v, n, out)
+#define VKEEP(v) __asm__("" : "+x"(v))
 #define VLOAD_F16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(p)))
 #define VLOAD_BF16(p)                                                                                                  \
     _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)(p))), 16))
@@ -167,7 +222,39 @@ FG_TARGET static inline __m512 exp512(__m512 x) {
     __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
     return _mm512_mul_ps(y, _mm512_castsi512_ps(e));
 }
+/* out[i] = the sum of v[i]'s lanes for i < n <= 16, n a power of two: the n
+ * vectors are folded together in halves (45 instructions for 16 sums
+ * instead of 16 x 8); v[i] ends in lane 4k + m for i = 4m + k */
+FG_TARGET static inline __attribute__((always_inline)) void hsums512(const __m512 *v, int n, float *out) {
+    if (n == 1) {
+        out[0] = _mm512_reduce_add_ps(v[0]);
+        return;
+    }
+    const __m512 zero = _mm512_setzero_ps();
+    __m512 w[8], x[4], y[2];
+    for (int i = 0; i < n / 2; i++) /* 256-bit halves: [v(2i) lo + hi, v(2i+1) lo + hi] */
+        w[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x44),
+                             _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0xEE));
+    const int nw = n / 2, nx = (nw + 1) / 2, ny = (nx + 1) / 2;
+    for (int i = 0; i < nx; i++) { /* 128-bit blocks: block k holds v(4i + k) */
+        const __m512 b = 2 * i + 1 < nw ? w[2 * i + 1] : zero;
+        x[i] = _mm512_add_ps(_mm512_shuffle_f32x4(w[2 * i], b, 0x88), _mm512_shuffle_f32x4(w[2 * i], b, 0xDD));
+    }
+    for (int i = 0; i < ny; i++) {
+        const __m512 b = 2 * i + 1 < nx ? x[2 * i + 1] : zero;
+        y[i] = _mm512_add_ps(_mm512_unpacklo_ps(x[2 * i], b), _mm512_unpackhi_ps(x[2 * i], b));
+    }
+    const __m512 y1 = ny > 1 ? y[1] : zero;
+    const __m512d lo = _mm512_unpacklo_pd(_mm512_castps_pd(y[0]), _mm512_castps_pd(y1));
+    const __m512d hi = _mm512_unpackhi_pd(_mm512_castps_pd(y[0]), _mm512_castps_pd(y1));
+    const __m512 z = _mm512_add_ps(_mm512_castpd_ps(lo), _mm512_castpd_ps(hi));
+    float t[16];
+    _mm512_storeu_ps(t, z);
+    for (int i = 0; i < n; i++)
+        out[i] = t[4 * (i % 4) + i / 4];
+}
 #define VW 16
+#define VREGS 32
 #define vec __m512
 #define VZERO() _mm512_setzero_ps()
 #define VSET1(x) _mm512_set1_ps(x)
@@ -179,6 +266,10 @@ FG_TARGET static inline __m512 exp512(__m512 x) {
 #define VADD(a, b) _mm512_add_ps(a, b)
 #define VEXP(v) exp512(v)
 #define VHSUM(v) _mm512_reduce_add_ps(v)
+#define VMAX(a, b) _mm512_max_ps(a, b)
+#define VHMAX(v) _mm512_reduce_max_ps(v)
+#define VHSUMS(v, n, out) hsums512(v, n, out)
+#define VKEEP(v) __asm__("" : "+v"(v))
 #define VLOAD_F16(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(p)))
 #define VLOAD_BF16(p)                                                                                                  \
     _mm512_castsi512_ps(                                                                                               \

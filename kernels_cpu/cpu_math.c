@@ -30,6 +30,14 @@ int fg_cpu_thread_id(void) {
 #endif
 }
 
+int fg_cpu_team_size(void) {
+#ifdef _OPENMP
+    return omp_get_num_threads();
+#else
+    return 1;
+#endif
+}
+
 void fg_sgemm_nt(int32_t M, int32_t N, int32_t K, float alpha, const float *A, int32_t lda, const float *B,
                  int32_t ldb, float beta, float *C, int32_t ldc) {
 #ifdef FG_HAVE_BLAS

@@ -340,6 +340,7 @@ typedef struct head_plan {
     int32_t first_item, n_items; /* work items of the head */
     size_t raw;                  /* offset of its raw scores, or SIZE_MAX */
     int fast;                    /* 0: the reference kernel handles the head */
+    float new_score;             /* the new token's pooled self-attention */
 } head_plan;
 
 /* Grows the workspace to `bytes` (64-byte aligned); contents are not kept. */
@@ -406,6 +407,7 @@ fg_status fg_cpu_decode_step(fg_backend *be, const fg_page_layout *layout, const
         for (int32_t c = 0; c < hp->n_items; c++, item++) {
             fg_attend_chunk *a = &items[item];
             a->layout = layout;
+            a->head = i;
             a->pages = hd->pages;
             a->begin = c * FG_CPU_CHUNK;
             a->end = a->begin + FG_CPU_CHUNK < hd->n_slots ? a->begin + FG_CPU_CHUNK : hd->n_slots;
@@ -429,20 +431,23 @@ fg_status fg_cpu_decode_step(fg_backend *be, const fg_page_layout *layout, const
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
 #endif
     for (int32_t it = 0; it < n_items; it++) {
-        float *buf = (float *)(void *)(bufs + (size_t)fg_cpu_thread_id() * per_thread);
+        items[it].thread = fg_cpu_thread_id();
+        float *buf = (float *)(void *)(bufs + (size_t)items[it].thread * per_thread);
         items[it].kbuf = buf;
         items[it].vbuf = buf + (size_t)FG_CPU_BLOCK * d + 16;
         attend(&items[it]);
     }
 
-    /* 2. per head: merge, score update, insert and evict */
+    /* 2. per head: the partial states merge into the output. A head that
+     * tracks scores turns each chunk's max into the chunk's score factor and
+     * waits for steps 3-4; any other head inserts and evicts now. */
     int32_t bad = -1;
 #ifdef _OPENMP
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
 #endif
     for (int32_t i = 0; i < n_heads; i++) {
         const fg_decode_head *hd = &heads[i];
-        const head_plan *hp = &plan[i];
+        head_plan *hp = &plan[i];
         fg_status hs;
         if (!hp->fast) {
             hs = fg_ref_decode_step_head(layout, shape, hd);
@@ -476,34 +481,74 @@ fg_status fg_cpu_decode_step(fg_backend *be, const fg_page_layout *layout, const
                 Linv[h] = inv / (float)G;
                 new_score += p_new * Linv[h];
             }
-            if (hp->raw != SIZE_MAX) {
+            hp->new_score = new_score;
+            if (hp->raw == SIZE_MAX) {
+                hs = fg_ref_decode_finish_head(layout, hd, new_score, NULL);
+            } else {
                 /* pooled attention of slot s: sum_h raw[h][s] e^(m_c - M) / (L G), one factor per chunk */
                 for (int32_t c = 0; c < hp->n_items; c++) {
                     fg_attend_chunk *a = &items[hp->first_item + c];
                     for (int32_t h = 0; h < G; h++)
                         a->m[h] = expf(a->m[h] - M[h]) * Linv[h]; /* m is not needed any more */
                 }
-                const float *r = raw + hp->raw;
-                const int32_t n = hd->n_slots, P = layout->page_tokens;
-                for (int32_t c = 0; c < hp->n_items; c++) {
-                    const fg_attend_chunk *a = &items[hp->first_item + c];
-                    const float *f = a->m;
-                    for (int32_t s0 = a->begin; s0 < a->end;) {
-                        float *score = (float *)(void *)((unsigned char *)hd->pages[s0 / P] + layout->score_offset);
-                        const int32_t j0 = s0 % P, rows = a->end - s0 < P - j0 ? a->end - s0 : P - j0;
-                        for (int32_t j = 0; j < rows; j++) {
-                            float gained = 0.0f;
-                            for (int32_t h = 0; h < G; h++)
-                                gained += r[(size_t)h * n + s0 + j] * f[h];
-                            score[j0 + j] += gained;
-                        }
-                        s0 += rows;
-                    }
-                }
+                hs = FG_OK;
             }
-            hs = fg_ref_decode_finish_head(layout, hd, new_score);
         }
         if (hs != FG_OK) {
+#ifdef _OPENMP
+#pragma omp atomic write
+#endif
+            bad = i;
+        }
+    }
+
+    /* 3. per chunk of a head that tracks scores, on the thread that ran it in
+     * step 1 (its raw scores are in that core's cache): the score update,
+     * then the frequent-candidate scan of §2.5 4a-b, which used to be a
+     * serial walk per head. Every thread count gives the same result: a
+     * chunk's work is its own, and step 4 merges the scans in chunk order. */
+#ifdef _OPENMP
+#pragma omp parallel num_threads(threads)
+#endif
+    {
+        const int tid = fg_cpu_thread_id(), team = fg_cpu_team_size();
+        for (int32_t it = 0; it < n_items; it++) {
+            fg_attend_chunk *a = &items[it];
+            if (!a->raw || a->thread % team != tid)
+                continue;
+            const fg_decode_head *hd = &heads[a->head];
+            const int32_t P = layout->page_tokens;
+            const float *f = a->m;
+            for (int32_t s0 = a->begin; s0 < a->end;) {
+                fg_prefetch_meta(layout, hd->pages, a->end, s0 / P + FG_META_AHEAD);
+                float *score = (float *)(void *)((unsigned char *)hd->pages[s0 / P] + layout->score_offset);
+                const int32_t j0 = s0 % P, rows = a->end - s0 < P - j0 ? a->end - s0 : P - j0;
+                const float *r = a->raw + (s0 - a->begin);
+                for (int32_t j = 0; j < rows; j++) {
+                    float gained = 0.0f;
+                    for (int32_t h = 0; h < G; h++)
+                        gained += r[(size_t)h * a->raw_stride + j] * f[h];
+                    score[j0 + j] += gained;
+                }
+                s0 += rows;
+            }
+            a->scan = FG_FREQ_SCAN_EMPTY;
+            fg_ref_freq_scan(layout, hd, a->begin, a->end, &a->scan);
+        }
+    }
+
+    /* 4. per head that tracks scores: insert and evict, from its chunks' scans */
+#ifdef _OPENMP
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+#endif
+    for (int32_t i = 0; i < n_heads; i++) {
+        const head_plan *hp = &plan[i];
+        if (!hp->fast || hp->raw == SIZE_MAX)
+            continue;
+        fg_freq_scan scan = FG_FREQ_SCAN_EMPTY;
+        for (int32_t c = 0; c < hp->n_items; c++)
+            fg_ref_freq_scan_merge(&scan, &items[hp->first_item + c].scan);
+        if (fg_ref_decode_finish_head(layout, &heads[i], hp->new_score, &scan) != FG_OK) {
 #ifdef _OPENMP
 #pragma omp atomic write
 #endif

@@ -32,13 +32,52 @@ static int32_t remove_slot(const fg_page_layout *L, void *const *pages, int32_t 
     return n - 1;
 }
 
+void fg_ref_freq_scan(const fg_page_layout *L, const fg_decode_head *hd, int32_t begin, int32_t end,
+                      fg_freq_scan *scan) {
+    const int32_t P = L->page_tokens, t = hd->pos + 1;
+    for (int32_t s0 = begin; s0 < end;) {
+        fg_prefetch_meta(L, hd->pages, end, s0 / P + FG_META_AHEAD);
+        unsigned char *page = hd->pages[s0 / P];
+        uint8_t *flags = page + L->flags_offset;
+        const int32_t *pos = (const int32_t *)(const void *)(page + L->pos_offset);
+        const float *score = (const float *)(const void *)(page + L->score_offset);
+        const int32_t j0 = s0 % P, j1 = end - s0 < P - j0 ? j0 + (end - s0) : P;
+        for (int32_t j = j0; j < j1; j++) {
+            if (flags[j] == FG_SLOT_LOCAL && pos[j] < hd->window_start)
+                flags[j] = FG_SLOT_FREQUENT;
+            if (flags[j] != FG_SLOT_FREQUENT)
+                continue;
+            scan->n_freq++;
+            const float rank = fg_rank_score(hd->score_mode, score[j], pos[j], t);
+            if (scan->worst < 0 || fg_ranks_below(rank, pos[j], scan->worst_rank, scan->worst_pos)) {
+                scan->worst = s0 + (j - j0);
+                scan->worst_rank = rank;
+                scan->worst_pos = pos[j];
+            }
+        }
+        s0 += j1 - j0;
+    }
+}
+
+void fg_ref_freq_scan_merge(fg_freq_scan *into, const fg_freq_scan *from) {
+    into->n_freq += from->n_freq;
+    if (from->worst >= 0 && (into->worst < 0 || fg_ranks_below(from->worst_rank, from->worst_pos, into->worst_rank,
+                                                                 into->worst_pos))) {
+        into->worst = from->worst;
+        into->worst_rank = from->worst_rank;
+        into->worst_pos = from->worst_pos;
+    }
+}
+
 /* Steps 3-4 of one head, after attention and the score update: `new_score`
  * is the pooled attention the new token gave itself. Shared by every host
  * backend, so the bookkeeping of §2.5 exists once. */
-fg_status fg_ref_decode_finish_head(const fg_page_layout *L, const fg_decode_head *hd, float new_score) {
+fg_status fg_ref_decode_finish_head(const fg_page_layout *L, const fg_decode_head *hd, float new_score,
+                                    const fg_freq_scan *scanned) {
     const int track = (hd->components & FG_KEEP_FREQUENT) && !(hd->components & FG_KEEP_FULL);
     void *const *pages = hd->pages;
-    int32_t n = hd->n_slots;
+    const int32_t old_n = hd->n_slots;
+    int32_t n = old_n;
 
     /* 3. insert the new token */
     if (hd->insert_flag) {
@@ -50,6 +89,7 @@ fg_status fg_ref_decode_finish_head(const fg_page_layout *L, const fg_decode_hea
     if (!track) { /* 4a. rows leaving the window: frequent candidates, or dropped (metadata page by page) */
         if (hd->components & FG_KEEP_LOCAL)
             for (int32_t s0 = 0; s0 < n; s0 += P) {
+                fg_prefetch_meta(L, pages, n, s0 / P + FG_META_AHEAD);
                 unsigned char *page = pages[s0 / P];
                 uint8_t *flags = page + L->flags_offset;
                 const int32_t *pos = (const int32_t *)(const void *)(page + L->pos_offset);
@@ -67,53 +107,24 @@ fg_status fg_ref_decode_finish_head(const fg_page_layout *L, const fg_decode_hea
         return n == hd->n_slots_after ? FG_OK : FG_ERR_INTERNAL;
     }
 
-    /* 4a-b in one pass: rows leaving the window become frequent candidates;
-       the candidates are counted and the lowest-ranked found (the minimum of
-       (rank, position) is unique, so the order of the walk does not matter) */
-    const int32_t t = hd->pos + 1;
-    int32_t n_freq = 0, worst = -1, worst_pos = 0;
-    float worst_rank = 0.0f;
-    for (int32_t s0 = 0; s0 < n; s0 += P) {
-        unsigned char *page = pages[s0 / P];
-        uint8_t *flags = page + L->flags_offset;
-        const int32_t *pos = (const int32_t *)(const void *)(page + L->pos_offset);
-        const float *score = (const float *)(const void *)(page + L->score_offset);
-        for (int32_t j = 0; j < P && s0 + j < n; j++) {
-            if (flags[j] == FG_SLOT_LOCAL && pos[j] < hd->window_start)
-                flags[j] = FG_SLOT_FREQUENT;
-            if (flags[j] != FG_SLOT_FREQUENT)
-                continue;
-            n_freq++;
-            const float rank = fg_rank_score(hd->score_mode, score[j], pos[j], t);
-            if (worst < 0 || fg_ranks_below(rank, pos[j], worst_rank, worst_pos)) {
-                worst = s0 + j;
-                worst_rank = rank;
-                worst_pos = pos[j];
-            }
-        }
-    }
+    /* 4a-b: rows leaving the window become frequent candidates; the
+       candidates are counted and the lowest-ranked found (the minimum of
+       (rank, position) is unique, so neither the order of the walk nor a
+       split of it matters). The old slots may come scanned already. */
+    fg_freq_scan scan = FG_FREQ_SCAN_EMPTY;
+    if (scanned)
+        scan = *scanned;
+    else
+        fg_ref_freq_scan(L, hd, 0, old_n, &scan);
+    fg_ref_freq_scan(L, hd, old_n, n, &scan);
+
     /* 4c. candidates down to the budget, lowest rank first (one, in a steady state) */
-    while (n_freq > hd->freq_budget) {
-        n = remove_slot(L, pages, worst, n);
-        if (--n_freq <= hd->freq_budget)
+    while (scan.n_freq > hd->freq_budget) {
+        n = remove_slot(L, pages, scan.worst, n);
+        if (scan.n_freq - 1 <= hd->freq_budget)
             break;
-        worst = -1;
-        for (int32_t s0 = 0; s0 < n; s0 += P) {
-            const unsigned char *page = pages[s0 / P];
-            const uint8_t *flags = page + L->flags_offset;
-            const int32_t *pos = (const int32_t *)(const void *)(page + L->pos_offset);
-            const float *score = (const float *)(const void *)(page + L->score_offset);
-            for (int32_t j = 0; j < P && s0 + j < n; j++) {
-                if (flags[j] != FG_SLOT_FREQUENT)
-                    continue;
-                const float rank = fg_rank_score(hd->score_mode, score[j], pos[j], t);
-                if (worst < 0 || fg_ranks_below(rank, pos[j], worst_rank, worst_pos)) {
-                    worst = s0 + j;
-                    worst_rank = rank;
-                    worst_pos = pos[j];
-                }
-            }
-        }
+        scan = FG_FREQ_SCAN_EMPTY;
+        fg_ref_freq_scan(L, hd, 0, n, &scan);
     }
     return n == hd->n_slots_after ? FG_OK : FG_ERR_INTERNAL;
 }
@@ -162,7 +173,7 @@ fg_status fg_ref_decode_step_head(const fg_page_layout *L, const fg_shape *shape
         }
     }
 
-    return fg_ref_decode_finish_head(L, hd, new_score);
+    return fg_ref_decode_finish_head(L, hd, new_score, NULL);
 }
 
 fg_status fg_ref_decode_step(fg_backend *be, const fg_page_layout *layout, const fg_shape *shape, int32_t n_heads,

@@ -7,6 +7,7 @@
 #define FG_KERNELS_CPU_H
 
 #include "backends/backend.h"
+#include "kernels_cpu/kernels_ref.h"
 
 typedef enum fg_cpu_isa { FG_ISA_GENERIC = 0, FG_ISA_AVX2 = 1, FG_ISA_AVX512 = 2 } fg_cpu_isa;
 
@@ -19,6 +20,8 @@ int fg_cpu_threads(const fg_backend *be);
 /* The calling thread's number inside a cpu kernel's parallel loop (0 without
  * OpenMP): its slice of a per-thread workspace. */
 int fg_cpu_thread_id(void);
+/* Threads of the current parallel region (1 outside one, or without OpenMP). */
+int fg_cpu_team_size(void);
 
 /* State of the `cpu` backend (be->impl). */
 typedef struct fg_cpu_state {
@@ -46,6 +49,9 @@ typedef struct fg_attend_chunk {
     float *raw;        /* raw[h * raw_stride + (s - begin)] = e^(score - m[h]) of slot s, or NULL */
     size_t raw_stride;
     float *kbuf, *vbuf; /* [FG_CPU_BLOCK][d] each: the thread's scratch for converted rows */
+    int32_t head;       /* the decode head it belongs to */
+    int thread;         /* the thread that ran it */
+    fg_freq_scan scan;  /* its slots' frequent-candidate scan (heads that track scores) */
 } fg_attend_chunk;
 
 typedef void fg_attend_chunk_fn(const fg_attend_chunk *a);

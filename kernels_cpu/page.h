@@ -34,6 +34,19 @@ static inline uint8_t *fg_slot_flags(const fg_page_layout *L, fg_slot_ref r) {
     return r.page + L->flags_offset + r.row;
 }
 
+/* Asks for the metadata (positions, scores, flags: the end of the page) of
+ * page `index` of a head, unless it starts at or past slot `end`. The walks
+ * over a head's metadata touch a few lines every page, too far apart for
+ * the hardware prefetcher, so they ask FG_META_AHEAD pages ahead. */
+#define FG_META_AHEAD 4
+static inline void fg_prefetch_meta(const fg_page_layout *L, void *const *pages, int32_t end, int32_t index) {
+    if ((int64_t)index * L->page_tokens >= end)
+        return;
+    const unsigned char *page = (const unsigned char *)pages[index];
+    for (size_t off = L->pos_offset; off < L->page_bytes; off += 64)
+        __builtin_prefetch(page + off, 1, 3);
+}
+
 /* Copies slot `from` over slot `to` (K, V and metadata). */
 static inline void fg_slot_move(const fg_page_layout *L, void *const *pages, int32_t to, int32_t from) {
     fg_slot_ref a = fg_slot(L, pages, to), b = fg_slot(L, pages, from);

@@ -376,7 +376,8 @@ fg_status fg_cpu_decode_step(fg_backend *be, const fg_page_layout *layout, const
     }
     const size_t off_plan = 0;
     const size_t off_item = off_plan + up64((size_t)n_heads * sizeof(head_plan));
-    const size_t off_q = off_item + up64((size_t)n_items * sizeof(fg_attend_chunk));
+    const size_t off_order = off_item + up64((size_t)n_items * sizeof(fg_attend_chunk));
+    const size_t off_q = off_order + up64((size_t)n_items * sizeof(int32_t));
     const size_t off_state = off_q + up64((size_t)n_heads * G * d * sizeof(float));
     const size_t off_raw = off_state + up64((size_t)n_items * G * (d + 2) * sizeof(float));
     const size_t off_buf = off_raw + up64(raw_floats * sizeof(float));
@@ -388,6 +389,7 @@ fg_status fg_cpu_decode_step(fg_backend *be, const fg_page_layout *layout, const
     unsigned char *ws = st->ws;
     head_plan *plan = (head_plan *)(void *)(ws + off_plan);
     fg_attend_chunk *items = (fg_attend_chunk *)(void *)(ws + off_item);
+    int32_t *order = (int32_t *)(void *)(ws + off_order);
     float *qs = (float *)(void *)(ws + off_q), *state = (float *)(void *)(ws + off_state);
     float *raw = (float *)(void *)(ws + off_raw);
 
@@ -424,13 +426,28 @@ fg_status fg_cpu_decode_step(fg_backend *be, const fg_page_layout *layout, const
             raw_at += (size_t)G * hd->n_slots;
     }
 
-    /* 1. partial attention of every chunk */
+    /* 1. partial attention of every chunk, longest first (a head's last
+     * chunk is short; the short ones at the end balance the threads) */
+    int32_t n_full = 0;
+    for (int32_t it = 0; it < n_items; it++)
+        if (items[it].end - items[it].begin == FG_CPU_CHUNK)
+            order[n_full++] = it;
+    for (int32_t it = 0, k = n_full; it < n_items; it++) {
+        const int32_t len = items[it].end - items[it].begin;
+        if (len == FG_CPU_CHUNK)
+            continue;
+        int32_t at = k++; /* insertion by length, longest first: at most one short chunk per head */
+        for (; at > n_full && items[order[at - 1]].end - items[order[at - 1]].begin < len; at--)
+            order[at] = order[at - 1];
+        order[at] = it;
+    }
     fg_attend_chunk_fn *attend = isa_kernel(st->isa, layout->dtype);
     unsigned char *bufs = ws + off_buf;
 #ifdef _OPENMP
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
 #endif
-    for (int32_t it = 0; it < n_items; it++) {
+    for (int32_t k = 0; k < n_items; k++) {
+        const int32_t it = order[k];
         items[it].thread = fg_cpu_thread_id();
         float *buf = (float *)(void *)(bufs + (size_t)items[it].thread * per_thread);
         items[it].kbuf = buf;

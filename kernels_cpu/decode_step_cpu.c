@@ -60,6 +60,17 @@ static inline int32_t fg_block_rows(int32_t s, int32_t end, int32_t P) {
     return B < end - s ? B : end - s;
 }
 
+/* The dot products of R rows with hn query heads, reduced: s[h * FG_CPU_BLOCK
+ * + r] (a head's row of scores) gets the sum of input r * hn + h. The
+ * SIMD builds fold the n = R * hn vectors into one, whose 4-lane blocks hold
+ * `per` sums each, value t (head t / R, row t % R) at lane 4 (t / per) +
+ * t % per; this writes them as runs of a head's consecutive rows. */
+static inline __attribute__((always_inline)) void fg_dot_rows(const float *z, int per, int n, int R, float *s) {
+    const int run = per < R ? per : R;
+    for (int t = 0; t < n; t += run)
+        memcpy(s + (t / R) * FG_CPU_BLOCK + t % R, z + 4 * (t / per) + t % per, (size_t)run * sizeof(float));
+}
+
 /* One instantiation of the template per cache dtype, for the current ISA. */
 #define ROW_F32(p, c) VLOAD((const float *)(const void *)(p) + (c))
 #define ROW_F16(p, c) VLOAD_F16((const uint16_t *)(const void *)(p) + (c))
@@ -146,9 +157,9 @@ static inline vec8 g_load_bf16(const uint16_t *p) {
 #define VHSUM(v) g_hsum(v)
 #define VMAX(a, b) g_max(a, b)
 #define VHMAX(v) g_hmax(v)
-#define VHSUMS(v, n, out)                                                                                              \
-    for (int i_ = 0; i_ < (n); i_++)                                                                                   \
-    (out)[i_] = g_hsum((v)[i_])
+#define VHSUM_ROWS(v, R, hn, s)                                                                                        \
+    for (int i_ = 0; i_ < (R) * (hn); i_++)                                                                            \
+    (s)[(i_ % (hn)) * FG_CPU_BLOCK + i_ / (hn)] = g_hsum((v)[i_])
 #define VKEEP(v) (void)(v)
 #define VLOAD_F16(p) g_load_f16(p)
 #define VLOAD_BF16(p) g_load_bf16(p)
@@ -170,14 +181,10 @@ FG_TARGET static inline float hmax256(__m256 v) {
     s = _mm_max_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
 }
-/* out[i] = the sum of v[i]'s lanes for i < n <= 8, n a power of two: the n
- * vectors are folded together in halves (13 instructions for 8 sums
- * instead of 8 x 6); v[i] ends in lane 4k + m for i = 2m + k */
-FG_TARGET static inline __attribute__((always_inline)) void hsums256(const __m256 *v, int n, float *out) {
-    if (n == 1) {
-        out[0] = hsum256(v[0]);
-        return;
-    }
+/* The sums of the lanes of v[0 .. n - 1] (n <= 8, a power of two), folded
+ * together in halves (13 instructions for 8 sums, where one vector at a time
+ * takes 8 x 6): v[i] ends in lane 4 (i % 2) + i / 2. */
+FG_TARGET static inline __attribute__((always_inline)) __m256 fold256(const __m256 *v, int n) {
     const __m256 zero = _mm256_setzero_ps();
     __m256 w[4], y[2];
     for (int i = 0; i < n / 2; i++) /* halves: [v(2i) lo + hi, v(2i+1) lo + hi] */
@@ -190,11 +197,22 @@ FG_TARGET static inline __attribute__((always_inline)) void hsums256(const __m25
     const __m256 y1 = n > 4 ? y[1] : zero;
     const __m256d lo = _mm256_unpacklo_pd(_mm256_castps_pd(y[0]), _mm256_castps_pd(y1));
     const __m256d hi = _mm256_unpackhi_pd(_mm256_castps_pd(y[0]), _mm256_castps_pd(y1));
-    const __m256 z = _mm256_add_ps(_mm256_castpd_ps(lo), _mm256_castpd_ps(hi));
-    float t[8];
-    _mm256_storeu_ps(t, z);
-    for (int i = 0; i < n; i++)
-        out[i] = t[4 * (i % 2) + i / 2];
+    return _mm256_add_ps(_mm256_castpd_ps(lo), _mm256_castpd_ps(hi));
+}
+/* fg_dot_rows for 8 lanes: value t enters as the input that lands in lane
+ * 4 (t / per) + t % per */
+FG_TARGET static inline __attribute__((always_inline)) void hsum_rows256(const __m256 *v, int R, int hn, float *s) {
+    const int n = R * hn, per = n >= 2 ? n / 2 : 1;
+    if (n == 1) {
+        s[0] = hsum256(v[0]);
+        return;
+    }
+    __m256 u[8];
+    for (int t = 0; t < n; t++)
+        u[2 * (t % per) + t / per] = v[(t % R) * hn + t / R];
+    float z[8];
+    _mm256_storeu_ps(z, fold256(u, n));
+    fg_dot_rows(z, per, n, R, s);
 }
 #define VW 8
 #define VREGS 16
@@ -211,7 +229,7 @@ FG_TARGET static inline __attribute__((always_inline)) void hsums256(const __m25
 #define VHSUM(v) hsum256(v)
 #define VMAX(a, b) _mm256_max_ps(a, b)
 #define VHMAX(v) hmax256(v)
-#define VHSUMS(v, n, out) hsums256(v, n, out)
+#define VHSUM_ROWS(v, R, hn, s) hsum_rows256(v, R, hn, s)
 #define VKEEP(v) __asm__("" : "+x"(v))
 #define VLOAD_F16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(p)))
 #define VLOAD_BF16(p)                                                                                                  \
@@ -237,14 +255,10 @@ FG_TARGET static inline __m512 exp512(__m512 x) {
     __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
     return _mm512_mul_ps(y, _mm512_castsi512_ps(e));
 }
-/* out[i] = the sum of v[i]'s lanes for i < n <= 16, n a power of two: the n
- * vectors are folded together in halves (45 instructions for 16 sums
- * instead of 16 x 8); v[i] ends in lane 4k + m for i = 4m + k */
-FG_TARGET static inline __attribute__((always_inline)) void hsums512(const __m512 *v, int n, float *out) {
-    if (n == 1) {
-        out[0] = _mm512_reduce_add_ps(v[0]);
-        return;
-    }
+/* The sums of the lanes of v[0 .. n - 1] (n <= 16, a power of two), folded
+ * together in halves (45 instructions for 16 sums, where one vector at a
+ * time takes 16 x 8): v[i] ends in lane 4 (i % 4) + i / 4. */
+FG_TARGET static inline __attribute__((always_inline)) __m512 fold512(const __m512 *v, int n) {
     const __m512 zero = _mm512_setzero_ps();
     __m512 w[8], x[4], y[2];
     for (int i = 0; i < n / 2; i++) /* 256-bit halves: [v(2i) lo + hi, v(2i+1) lo + hi] */
@@ -262,11 +276,22 @@ FG_TARGET static inline __attribute__((always_inline)) void hsums512(const __m51
     const __m512 y1 = ny > 1 ? y[1] : zero;
     const __m512d lo = _mm512_unpacklo_pd(_mm512_castps_pd(y[0]), _mm512_castps_pd(y1));
     const __m512d hi = _mm512_unpackhi_pd(_mm512_castps_pd(y[0]), _mm512_castps_pd(y1));
-    const __m512 z = _mm512_add_ps(_mm512_castpd_ps(lo), _mm512_castpd_ps(hi));
-    float t[16];
-    _mm512_storeu_ps(t, z);
-    for (int i = 0; i < n; i++)
-        out[i] = t[4 * (i % 4) + i / 4];
+    return _mm512_add_ps(_mm512_castpd_ps(lo), _mm512_castpd_ps(hi));
+}
+/* fg_dot_rows for 16 lanes: value t enters as the input that lands in lane
+ * 4 (t / per) + t % per */
+FG_TARGET static inline __attribute__((always_inline)) void hsum_rows512(const __m512 *v, int R, int hn, float *s) {
+    const int n = R * hn, per = n >= 4 ? n / 4 : 1;
+    if (n == 1) {
+        s[0] = _mm512_reduce_add_ps(v[0]);
+        return;
+    }
+    __m512 u[16];
+    for (int t = 0; t < n; t++)
+        u[4 * (t % per) + t / per] = v[(t % R) * hn + t / R];
+    float z[16];
+    _mm512_storeu_ps(z, fold512(u, n));
+    fg_dot_rows(z, per, n, R, s);
 }
 #define VW 16
 #define VREGS 32
@@ -283,7 +308,7 @@ FG_TARGET static inline __attribute__((always_inline)) void hsums512(const __m51
 #define VHSUM(v) _mm512_reduce_add_ps(v)
 #define VMAX(a, b) _mm512_max_ps(a, b)
 #define VHMAX(v) _mm512_reduce_max_ps(v)
-#define VHSUMS(v, n, out) hsums512(v, n, out)
+#define VHSUM_ROWS(v, R, hn, s) hsum_rows512(v, R, hn, s)
 #define VKEEP(v) __asm__("" : "+v"(v))
 #define VLOAD_F16(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(const void *)(p)))
 #define VLOAD_BF16(p)                                                                                                  \

@@ -10,9 +10,9 @@
 fg_status fg_host_buffer_alloc(fg_backend *be, size_t bytes, void **out) {
     /* 64-byte aligned so that rows can be loaded with aligned vectors. From
      * 2 MiB up (a page pool's chunks), 2 MiB aligned with the whole 2 MiB
-     * blocks advised for transparent huge pages: the decode step walks page
-     * metadata one cache page apart, and where that misses the TLB on every
-     * page, software prefetches are dropped (measured on Zen 5) */
+     * blocks advised for transparent huge pages: the decode step walks the
+     * metadata of KV pages several KiB apart, and where each of those misses
+     * the TLB, software prefetches are dropped (measured on Zen 5) */
     const size_t huge = (size_t)2 << 20, rounded = (bytes + 63) / 64 * 64;
     if (rounded < huge)
         *out = aligned_alloc(64, rounded ? rounded : 64);

@@ -5,9 +5,13 @@
  *      item reads its K and V rows once for all G query heads of the group
  *      and leaves a partial softmax state (max, sum, output) per query head,
  *      plus the raw scores when the head tracks frequent scores;
- *   2. per head: the partial states and the new token merge into the output,
- *      the scores grow by the pooled attention (from the raw scores, not a
- *      second pass over K), then insertion and eviction run as in `ref`.
+ *   2. per head: the partial states and the new token merge into the output;
+ *      a head that does not track scores then inserts and evicts as in `ref`;
+ *   3. per item of a head that tracks scores: its slots' scores grow by the
+ *      pooled attention (from the raw scores, not a second pass over K), and
+ *      its slots are scanned for the lowest-ranked frequent candidate;
+ *   4. per head that tracks scores: insertion and eviction as in `ref`, from
+ *      the merged scans.
  * Chunking does not depend on the thread count, so results do not either.
  * The workspace lives in the backend and only grows: a step in steady state
  * allocates nothing.
@@ -182,7 +186,7 @@ FG_TARGET static inline float hmax256(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 /* The sums of the lanes of v[0 .. n - 1] (n <= 8, a power of two), folded
- * together in halves (13 instructions for 8 sums, where one vector at a time
+ * together in halves (21 instructions for 8 sums, where one vector at a time
  * takes 8 x 6): v[i] ends in lane 4 (i % 2) + i / 2. */
 FG_TARGET static inline __attribute__((always_inline)) __m256 fold256(const __m256 *v, int n) {
     const __m256 zero = _mm256_setzero_ps();
@@ -392,13 +396,19 @@ fg_status fg_cpu_decode_step(fg_backend *be, const fg_page_layout *layout, const
 
     /* plan: work items and workspace offsets (host arithmetic only) */
     int32_t n_items = 0;
-    size_t raw_floats = 0;
+    size_t raw_floats = 0, step_rows = 0;
     for (int32_t i = 0; i < n_heads; i++) {
         const fg_decode_head *hd = &heads[i];
         const int track = (hd->components & FG_KEEP_FREQUENT) && !(hd->components & FG_KEEP_FULL);
         n_items += fast_ok ? (hd->n_slots + FG_CPU_CHUNK - 1) / FG_CPU_CHUNK : 0;
         raw_floats += fast_ok && track ? (size_t)G * hd->n_slots : 0;
+        step_rows += (size_t)hd->n_slots;
     }
+    /* a small step runs on the calling thread: its four parallel regions
+     * would cost more than they save, and far more when other processes
+     * share the cores (threads spinning at the barriers measured 100x slower
+     * with two test processes on two cores) */
+    const int par = threads > 1 && step_rows * (size_t)G >= FG_CPU_PAR_ROWS;
     const size_t off_plan = 0;
     const size_t off_item = off_plan + up64((size_t)n_heads * sizeof(head_plan));
     const size_t off_order = off_item + up64((size_t)n_items * sizeof(fg_attend_chunk));
@@ -469,7 +479,7 @@ fg_status fg_cpu_decode_step(fg_backend *be, const fg_page_layout *layout, const
     fg_attend_chunk_fn *attend = isa_kernel(st->isa, layout->dtype);
     unsigned char *bufs = ws + off_buf;
 #ifdef _OPENMP
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (par)
 #endif
     for (int32_t k = 0; k < n_items; k++) {
         const int32_t it = order[k];
@@ -485,7 +495,7 @@ fg_status fg_cpu_decode_step(fg_backend *be, const fg_page_layout *layout, const
      * waits for steps 3-4; any other head inserts and evicts now. */
     int32_t bad = -1;
 #ifdef _OPENMP
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (par)
 #endif
     for (int32_t i = 0; i < n_heads; i++) {
         const fg_decode_head *hd = &heads[i];
@@ -550,7 +560,7 @@ fg_status fg_cpu_decode_step(fg_backend *be, const fg_page_layout *layout, const
      * serial walk per head. Every thread count gives the same result: a
      * chunk's work is its own, and step 4 merges the scans in chunk order. */
 #ifdef _OPENMP
-#pragma omp parallel num_threads(threads)
+#pragma omp parallel num_threads(threads) if (par)
 #endif
     {
         const int tid = fg_cpu_thread_id(), team = fg_cpu_team_size();
@@ -581,7 +591,7 @@ fg_status fg_cpu_decode_step(fg_backend *be, const fg_page_layout *layout, const
 
     /* 4. per head that tracks scores: insert and evict, from its chunks' scans */
 #ifdef _OPENMP
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads)
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (par)
 #endif
     for (int32_t i = 0; i < n_heads; i++) {
         const head_plan *hp = &plan[i];

@@ -24,7 +24,8 @@ enum {
     FG_SLOT_PUNCT = FG_KEEP_PUNCT,
     FG_SLOT_FREQUENT = FG_KEEP_FREQUENT,
     FG_SLOT_LOCAL = FG_KEEP_LOCAL,
-    FG_SLOT_FULL = FG_KEEP_FULL
+    FG_SLOT_FULL = FG_KEEP_FULL,
+    FG_SLOT_SNAPSHOT = FG_KEEP_SNAPSHOT /* kept for good: no decode step touches it */
 };
 
 /* Attention shape shared by all ops. */

@@ -249,8 +249,13 @@ static fg_status seq_clone(fg_context *ctx, const fg_seq *s, fg_seq *c) {
         ok = h->page_ids && h->pages;
         if (!ok)
             break;
-        *h = (fg_head){ph->policy_index, ph->components, {0}, ph->n_slots, ph->n_freq, 0, n, h->page_ids, h->pages};
-        memcpy(h->recovery, ph->recovery, sizeof h->recovery);
+        int32_t *ids = h->page_ids;
+        void **pages = h->pages;
+        *h = *ph; /* policy, recoveries, counts; a page table of its own */
+        h->page_ids = ids;
+        h->pages = pages;
+        h->n_pages = 0;
+        h->cap_pages = n;
         if (ph->n_pages > 0) { /* a head not prefilled yet has no page table */
             memcpy(h->page_ids, ph->page_ids, (size_t)ph->n_pages * sizeof *h->page_ids);
             memcpy(h->pages, ph->pages, (size_t)ph->n_pages * sizeof *h->pages);
@@ -417,6 +422,9 @@ typedef struct prefill_scratch {
     double *rec;              /* [Hkv][n_policies] budget mode: recoveries */
     int32_t *cost;            /* [Hkv][n_policies] budget mode: rows kept */
     int32_t *choice;          /* [Hkv] budget mode */
+    float *pooled;            /* [Hkv][n] pooled ranks (score_pool > 1) */
+    fg_rank_entry *shares;    /* [Hkv][n] FG_ALLOC_ADAKV: the candidates of every head */
+    fg_policy *pols;          /* [Hkv] FG_ALLOC_ADAKV: every head's share */
 } prefill_scratch;
 
 static void prefill_scratch_free(fg_context *ctx, prefill_scratch *w) {
@@ -440,6 +448,9 @@ static void prefill_scratch_free(fg_context *ctx, prefill_scratch *w) {
     free(w->rec);
     free(w->cost);
     free(w->choice);
+    free(w->pooled);
+    free(w->shares);
+    free(w->pols);
 }
 
 /* Budget mode: the layer's heads share budget x the full cache's rows (or
@@ -523,8 +534,13 @@ static fg_status prefill_layer(fg_context *ctx, fg_seq *s, int32_t layer, const 
     w->rec = malloc((size_t)Hkv * cp->n_policies * sizeof(double));
     w->cost = malloc((size_t)Hkv * cp->n_policies * sizeof(int32_t));
     w->choice = malloc((size_t)Hkv * sizeof(int32_t));
+    const int pool = cp->score_pool > 1, share = cp->allocation == FG_ALLOC_ADAKV;
+    w->pooled = pool ? malloc(nk * sizeof(float)) : NULL;
+    w->shares = share ? malloc(nk * sizeof(fg_rank_entry)) : NULL;
+    w->pols = share ? malloc((size_t)Hkv * sizeof(fg_policy)) : NULL;
     CHECK((stats || (w->row_max && w->row_sum)) && w->col && w->col_local && w->pos && w->flags && w->score && w->rank &&
-              w->compact && w->views && w->rec && w->cost && w->choice,
+              w->compact && w->views && w->rec && w->cost && w->choice && (w->pooled || !pool) &&
+              ((w->shares && w->pols) || !share),
           ctx, FG_ERR_OUT_OF_MEMORY, "out of host memory for profiling a prompt of %d tokens", (int)n);
 
     const fg_backend_ops *ops = ctx->be.ops;
@@ -544,15 +560,26 @@ static fg_status prefill_layer(fg_context *ctx, fg_seq *s, int32_t layer, const 
             .n = n, .row_begin = req.row_begin, .length = n, .cls = s->cls, .col = w->col + (size_t)g * n};
         for (int32_t e = 0; e < cp->n_policies; e++)
             pv.col_local[e] = window_of[e] >= 0 ? w->col_local + ((size_t)window_of[e] * Hkv + g) * n : NULL;
+        if (cp->score_pool > 1) {
+            fg_policy_pool_ranks(cp, &pv, w->pooled + (size_t)g * n);
+            pv.rank = w->pooled + (size_t)g * n;
+        }
         views[g] = pv;
         heads[g].policy_index = fg_policy_choose(cp, &pv, 0, heads[g].recovery, w->rank);
     }
     if (cp->budget > 0.0f || cp->budget_tokens > 0)
         allocate_budget(cp, views, heads, Hkv, n, w);
+    for (int32_t g = 0; g < Hkv; g++)
+        heads[g].pol = cp->shortlist[heads[g].policy_index];
+    if (cp->allocation == FG_ALLOC_ADAKV) {
+        fg_policy_share_rows(cp, views, Hkv, w->rank, w->shares, w->choice, w->pols);
+        for (int32_t g = 0; g < Hkv; g++)
+            heads[g].pol = w->pols[g];
+    }
     for (int32_t g = 0; g < Hkv; g++) {
         const fg_profile_view pv = views[g];
         fg_head *h = &heads[g];
-        const fg_policy *pol = &cp->shortlist[h->policy_index];
+        const fg_policy *pol = &h->pol;
         h->components = fg_effective_components(pol->components);
         int32_t n_freq;
         int32_t kept = fg_policy_keep(cp, pol, &pv, w->rank, w->pos + (size_t)g * n, NULL, w->flags + (size_t)g * n,
@@ -807,8 +834,7 @@ fg_status fg_decode(fg_context *ctx, int32_t layer, int32_t n_seqs, const int32_
         for (int32_t g = 0; g < Hkv; g++) {
             int32_t hi = i * Hkv + g;
             fg_head *h = &s->heads[(size_t)layer * Hkv + g];
-            const fg_policy *pol = &s->cp.shortlist[h->policy_index];
-            fg_step_plan pl = fg_plan_step(pol, p + 1, s->cls, ctx->new_cls[i], h->n_slots, h->n_freq);
+            fg_step_plan pl = fg_plan_step(&h->pol, p + 1, s->cls, ctx->new_cls[i], h->n_slots, h->n_freq);
             ctx->plans[hi] = pl;
             /* pages shared with a fork are copied before the step writes them: every
                page where scores, the window or evictions may change a slot, else only
@@ -1042,7 +1068,8 @@ static fg_status reprofile_head(fg_context *ctx, fg_seq *s, int32_t layer, int32
         pv.col_local[e] = window_of[e] >= 0 ? w->col_local + (size_t)window_of[e] * N : NULL;
     fg_head *f = &w->fresh[g];
     f->policy_index = fg_policy_choose(cp, &pv, unreachable_windows(cp, &pv, w->cls), f->recovery, w->rank);
-    const fg_policy *pol = &cp->shortlist[f->policy_index];
+    f->pol = cp->shortlist[f->policy_index];
+    const fg_policy *pol = &f->pol;
     f->components = fg_effective_components(pol->components);
     const int32_t kept = fg_policy_keep(cp, pol, &pv, w->rank, w->keep_pos, w->keep_src, w->keep_flags, w->keep_score,
                                         &f->n_freq);
@@ -1205,6 +1232,7 @@ fg_status fg_head_inspect(const fg_context *ctx, int32_t seq, int32_t layer, int
     memset(info, 0, sizeof *info);
     info->policy_index = h->policy_index;
     info->components = h->components;
+    info->policy = h->pol;
     info->n_policies = s->cp.n_policies;
     memcpy(info->recovery, h->recovery, sizeof info->recovery);
     info->length = s->length[layer];

@@ -23,6 +23,8 @@ fg_status fg_error_sink(void *ctx, fg_status status, const char *fmt, ...);
 
 /* ---- budgets (core/params.c) */
 
+#define FG_KEEP_ALL (FG_KEEP_SPECIAL | FG_KEEP_PUNCT | FG_KEEP_FREQUENT | FG_KEEP_LOCAL | FG_KEEP_FULL | FG_KEEP_SNAPSHOT)
+
 /* w(t) = max(1, ceil(r_l t)), capped by local_tokens. */
 int32_t fg_policy_window(const fg_policy *policy, int32_t t);
 /* k(t) = ceil(r_f t), capped by frequent_tokens. */
@@ -58,6 +60,7 @@ typedef struct fg_profile_view {
     const uint8_t *cls;        /* [n] token classes */
     const float *col;          /* [n] pooled attention each key received */
     const float *score;        /* [n] cumulative score to rank by; NULL: col */
+    const float *rank;         /* [n] the ranks themselves (pooled, fg_policy_pool_ranks); NULL: from score */
     const float *col_local[FG_MAX_SHORTLIST]; /* per shortlist entry with local: [n] */
 } fg_profile_view;
 
@@ -67,9 +70,12 @@ typedef struct fg_rank_entry {
     int32_t pos;
 } fg_rank_entry;
 
-/* Recovery of one policy (§2.3). */
-double fg_policy_recovery(const fg_compression_params *cp, const fg_policy *policy, const fg_profile_view *pv,
+/* Recovery of shortlist entry `entry` (§2.3). */
+double fg_policy_recovery(const fg_compression_params *cp, int32_t entry, const fg_profile_view *pv,
                           fg_rank_entry *scratch);
+/* rank[j]: the best rank within score_pool / 2 keys of j (the view's own
+ * ranks: score or col, by score mode). */
+void fg_policy_pool_ranks(const fg_compression_params *cp, const fg_profile_view *pv, float *rank);
 /* Recoveries of every entry and the chosen index: the first >= T, else the
  * last; entries whose bit is set in `skip` are never chosen (the last entry
  * that is not, as the fallback). */
@@ -84,6 +90,15 @@ int32_t fg_policy_window_start(const fg_policy *policy, const fg_profile_view *p
  * recovery gained per row added that still fits is taken, until none fits. */
 void fg_policy_allocate(const double *rec, const int32_t *cost, int32_t n_heads, int32_t n_entries,
                         int64_t budget_rows, int32_t *choice);
+/* FG_ALLOC_ADAKV: the layer's n_heads heads share n_heads x k(n) rows of
+ * their one entry's frequent or snapshot part: each keeps its best
+ * alloc_floor x k(n) candidates (all it has, if fewer), and the rest go to
+ * the best-ranked remaining candidates of all heads together (ties: the
+ * later position, then the higher head). share[g] receives head g's rows and
+ * policies[g] its entry with that share (snapshot: a token cap; frequent:
+ * the ratio scaled). Scratch: cand [n], rest [n_heads][n]. */
+void fg_policy_share_rows(const fg_compression_params *cp, const fg_profile_view *views, int32_t n_heads,
+                          fg_rank_entry *cand, fg_rank_entry *rest, int32_t *share, fg_policy *policies);
 /* Frequent set: sorts the candidates (unpinned positions below
  * exclude_from, i.e. outside the window) into scratch by rank and returns
  * k = min(k(n), candidates); the set is scratch[0..k). */
@@ -148,6 +163,7 @@ int64_t fg_pool_pages_total(const fg_pool *pool);
 
 typedef struct fg_head {
     int32_t policy_index;
+    fg_policy pol;                       /* the head's own: its entry, with what an allocation changed */
     uint32_t components;                 /* effective components */
     float recovery[FG_MAX_SHORTLIST];
     int32_t n_slots;                     /* host mirror of the kept rows */

@@ -23,20 +23,35 @@ void fg_compression_params_default(fg_compression_params *p) {
     p->n_sink = 0;
     p->score_mode = FG_SCORE_SUM;
     p->observation_window = 0;
+    p->allocation = FG_ALLOC_SHORTLIST;
+    p->alloc_floor = 0.2f;
 }
 
+/* The one-entry presets: fixed policies and peer methods. */
 typedef struct fg_preset {
     const char *name;
     uint32_t components;
     int32_t n_sink;
+    fg_score_mode score_mode;
+    int32_t observation_window; /* rows whose attention ranks the keys; 0 = all */
+    int32_t score_pool;
+    fg_allocation allocation;
 } fg_preset;
 
 static const fg_preset k_presets[] = {
-    {"full", FG_KEEP_FULL, 0},
-    {"streamingllm", FG_KEEP_SPECIAL | FG_KEEP_LOCAL, 4},
-    {"h2o", FG_KEEP_FREQUENT | FG_KEEP_LOCAL, 0},
-    {"local", FG_KEEP_LOCAL, 0},
-    {"frequent", FG_KEEP_FREQUENT, 0},
+    {"full", FG_KEEP_FULL, 0, FG_SCORE_SUM, 0, 0, FG_ALLOC_SHORTLIST},
+    {"streamingllm", FG_KEEP_SPECIAL | FG_KEEP_LOCAL, 4, FG_SCORE_SUM, 0, 0, FG_ALLOC_SHORTLIST},
+    {"h2o", FG_KEEP_FREQUENT | FG_KEEP_LOCAL, 0, FG_SCORE_SUM, 0, 0, FG_ALLOC_SHORTLIST},
+    {"local", FG_KEEP_LOCAL, 0, FG_SCORE_SUM, 0, 0, FG_ALLOC_SHORTLIST},
+    {"frequent", FG_KEEP_FREQUENT, 0, FG_SCORE_SUM, 0, 0, FG_ALLOC_SHORTLIST},
+    /* SnapKV: the attention of the last 32 prompt rows, pooled over the group
+       and max-pooled over 7 positions, picks the prompt's keys once */
+    {"snapkv", FG_KEEP_SNAPSHOT | FG_KEEP_LOCAL, 0, FG_SCORE_SUM, 32, 7, FG_ALLOC_SHORTLIST},
+    /* AdaKV: SnapKV's ranks, the layer's rows shared by one top-k over its heads */
+    {"adakv", FG_KEEP_SNAPSHOT | FG_KEEP_LOCAL, 0, FG_SCORE_SUM, 32, 7, FG_ALLOC_ADAKV},
+    /* TOVA: every step drops the row the newest query attends least; the
+       prompt is cut by its last row's attention */
+    {"tova", FG_KEEP_FREQUENT, 0, FG_SCORE_LAST, 1, 0, FG_ALLOC_SHORTLIST},
 };
 
 /* Budget mode's shortlist: the paper's fullest compressed policy at finer
@@ -71,12 +86,16 @@ fg_status fg_compression_params_preset(const char *name, fg_compression_params *
             p->n_policies = 1;
             p->shortlist[0] = (fg_policy){k_presets[i].components, 0.3f, 0.3f, 0, 0};
             p->n_sink = k_presets[i].n_sink;
+            p->score_mode = k_presets[i].score_mode;
+            p->observation_window = k_presets[i].observation_window;
+            p->score_pool = k_presets[i].score_pool;
+            p->allocation = k_presets[i].allocation;
             return FG_OK;
         }
     }
     return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
                     "unknown policy preset \"%s\" (known: fastgen, fastgen-budget, full, streamingllm, h2o, local, "
-                    "frequent)", name);
+                    "frequent, snapkv, adakv, tova)", name);
 }
 
 static int ratio_ok(float r) { return r >= 0.0f && r <= 1.0f; } /* false for NaN */
@@ -91,8 +110,18 @@ fg_status fg_compression_params_validate(const fg_compression_params *p) {
         return fg_error(NULL, FG_ERR_INVALID_ARGUMENT, "threshold T must be in (0, 1], got %g", (double)p->threshold);
     if (p->n_sink < 0)
         return fg_error(NULL, FG_ERR_INVALID_ARGUMENT, "n_sink must be >= 0, got %d", (int)p->n_sink);
-    if (p->score_mode != FG_SCORE_SUM && p->score_mode != FG_SCORE_MEAN)
-        return fg_error(NULL, FG_ERR_INVALID_ARGUMENT, "unknown score mode %d", (int)p->score_mode);
+    if (p->score_mode != FG_SCORE_SUM && p->score_mode != FG_SCORE_MEAN && p->score_mode != FG_SCORE_LAST)
+        return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
+                        "unknown score mode %d (FG_SCORE_SUM 0, FG_SCORE_MEAN 1, FG_SCORE_LAST 2)", (int)p->score_mode);
+    if (p->score_pool < 0 || p->score_pool > 1024)
+        return fg_error(NULL, FG_ERR_INVALID_ARGUMENT, "score_pool must be in 0..1024 (0 or 1: no pooling), got %d",
+                        (int)p->score_pool);
+    if (!(p->alloc_floor >= 0.0f && p->alloc_floor <= 1.0f))
+        return fg_error(NULL, FG_ERR_INVALID_ARGUMENT, "alloc_floor must be in [0, 1], got %g",
+                        (double)p->alloc_floor);
+    if (p->allocation != FG_ALLOC_SHORTLIST && p->allocation != FG_ALLOC_ADAKV)
+        return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
+                        "unknown allocation %d (FG_ALLOC_SHORTLIST 0, FG_ALLOC_ADAKV 1)", (int)p->allocation);
     if (!(p->budget >= 0.0f && p->budget <= 1.0f) || p->budget_tokens < 0)
         return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
                         "budget must be in [0, 1] (got %g) and budget_tokens >= 0 (got %d); 0 turns budget mode off",
@@ -106,12 +135,16 @@ fg_status fg_compression_params_validate(const fg_compression_params *p) {
     if (p->observation_window < 0)
         return fg_error(NULL, FG_ERR_INVALID_ARGUMENT, "observation_window must be >= 0, got %d",
                         (int)p->observation_window);
-    const uint32_t all = FG_KEEP_SPECIAL | FG_KEEP_PUNCT | FG_KEEP_FREQUENT | FG_KEEP_LOCAL | FG_KEEP_FULL;
     for (int32_t i = 0; i < p->n_policies; i++) {
         const fg_policy *e = &p->shortlist[i];
-        if (e->components == 0 || (e->components & ~all))
+        if (e->components == 0 || (e->components & ~FG_KEEP_ALL))
             return fg_error(NULL, FG_ERR_INVALID_ARGUMENT, "shortlist entry %d: components 0x%x are not a policy",
                             (int)i, (unsigned)e->components);
+        if ((e->components & FG_KEEP_FREQUENT) && (e->components & FG_KEEP_SNAPSHOT) &&
+            !(e->components & FG_KEEP_FULL))
+            return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
+                            "shortlist entry %d: frequent and snapshot do not go together (both are the best-ranked "
+                            "others: re-ranked every step, or chosen once)", (int)i);
         if (!ratio_ok(e->ratio_local) || !ratio_ok(e->ratio_frequent))
             return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
                             "shortlist entry %d: ratios must be in [0, 1] (local %g, frequent %g)", (int)i,
@@ -121,6 +154,19 @@ fg_status fg_compression_params_validate(const fg_compression_params *p) {
                             "shortlist entry %d: token budgets must be >= 0 (local %d, frequent %d)", (int)i,
                             (int)e->local_tokens, (int)e->frequent_tokens);
     }
+    if (p->allocation == FG_ALLOC_ADAKV) {
+        const uint32_t c = fg_effective_components(p->shortlist[0].components);
+        if (p->n_policies != 1 || !(c & (FG_KEEP_FREQUENT | FG_KEEP_SNAPSHOT)))
+            return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
+                            "FG_ALLOC_ADAKV shares the frequent or snapshot rows of one policy among a layer's heads: "
+                            "it needs a one-entry shortlist with frequent or snapshot (got %d entries)",
+                            (int)p->n_policies);
+        if (p->budget > 0.0f || p->budget_tokens > 0)
+            return fg_error(NULL, FG_ERR_INVALID_ARGUMENT, "FG_ALLOC_ADAKV does not go with budget mode");
+        if (p->append_mode == FG_APPEND_REPROFILE)
+            return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
+                            "FG_APPEND_REPROFILE does not go with FG_ALLOC_ADAKV (the rows are shared at the prompt)");
+    }
     return FG_OK;
 }
 
@@ -128,8 +174,8 @@ static const struct {
     const char *name;
     uint32_t bit;
 } k_components[] = {
-    {"special", FG_KEEP_SPECIAL}, {"punct", FG_KEEP_PUNCT}, {"frequent", FG_KEEP_FREQUENT},
-    {"local", FG_KEEP_LOCAL},     {"full", FG_KEEP_FULL},
+    {"special", FG_KEEP_SPECIAL},   {"punct", FG_KEEP_PUNCT}, {"frequent", FG_KEEP_FREQUENT},
+    {"snapshot", FG_KEEP_SNAPSHOT}, {"local", FG_KEEP_LOCAL}, {"full", FG_KEEP_FULL},
 };
 
 fg_status fg_policy_parse(const char *text, uint32_t *components) {
@@ -146,7 +192,8 @@ fg_status fg_policy_parse(const char *text, uint32_t *components) {
                 bit = k_components[i].bit;
         if (!bit)
             return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
-                            "unknown policy component \"%.*s\" in \"%s\" (known: special, punct, frequent, local, full)",
+                            "unknown policy component \"%.*s\" in \"%s\" (known: special, punct, frequent, local, "
+                            "full, snapshot)",
                             (int)len, s, text);
         bits |= bit;
         if (!end)
@@ -161,7 +208,7 @@ fg_status fg_policy_name(uint32_t components, char *buf, size_t buf_size) {
     if (!buf || buf_size == 0)
         return fg_error(NULL, FG_ERR_INVALID_ARGUMENT, "fg_policy_name: buffer must not be NULL or empty");
     buf[0] = '\0';
-    if (components == 0 || (components & ~(uint32_t)0x1f))
+    if (components == 0 || (components & ~(uint32_t)FG_KEEP_ALL))
         return fg_error(NULL, FG_ERR_INVALID_ARGUMENT, "components 0x%x are not a policy", (unsigned)components);
     components = fg_effective_components(components);
     size_t used = 0;

@@ -1,14 +1,16 @@
 /* Policy choice from profiling statistics (DESIGN §2.3-2.4) and the host
  * mirror of a decode step's slot counts (§2.5). All formulas are linear in
- * the pooled attention, so they read only col and col_local. */
+ * the pooled attention, so they read only col and col_local. A snapshot is
+ * chosen as a frequent set is, and then never changes. */
 #include <math.h>
 #include <stdlib.h>
 
 #include "core/internal.h"
 
-/* Rank of key j at the end of the prompt: cumulative attention, or that
- * divided by the number of profiled rows that could see j. */
-static float profile_rank(const fg_compression_params *cp, const fg_profile_view *pv, int32_t j) {
+/* Rank of key j at the end of the prompt before pooling: cumulative
+ * attention (or the last row's, FG_SCORE_LAST), or that divided by the
+ * number of profiled rows that could see j. */
+static float base_rank(const fg_compression_params *cp, const fg_profile_view *pv, int32_t j) {
     const float score = pv->score ? pv->score[j] : pv->col[j];
     if (cp->score_mode == FG_SCORE_MEAN) {
         if (pv->pos) /* as a decode step ranks: by age */
@@ -17,6 +19,23 @@ static float profile_rank(const fg_compression_params *cp, const fg_profile_view
         return score / (float)(pv->n - first);
     }
     return score;
+}
+
+static float profile_rank(const fg_compression_params *cp, const fg_profile_view *pv, int32_t j) {
+    return pv->rank ? pv->rank[j] : base_rank(cp, pv, j);
+}
+
+void fg_policy_pool_ranks(const fg_compression_params *cp, const fg_profile_view *pv, float *rank) {
+    const int32_t half = cp->score_pool / 2, n = pv->n;
+    for (int32_t j = 0; j < n; j++) {
+        const int32_t lo = j - half < 0 ? 0 : j - half, hi = j + half >= n ? n - 1 : j + half;
+        float best = base_rank(cp, pv, lo);
+        for (int32_t i = lo + 1; i <= hi; i++) {
+            const float r = base_rank(cp, pv, i);
+            best = r > best ? r : best;
+        }
+        rank[j] = best;
+    }
 }
 
 /* Higher rank first; ties: the later position first. */
@@ -56,22 +75,14 @@ int32_t fg_policy_window_start(const fg_policy *policy, const fg_profile_view *p
     return lo;
 }
 
-/* The window statistics of a policy with `local`, and where L_{n-1} starts. */
-static const float *local_view(const fg_compression_params *cp, const fg_policy *policy, const fg_profile_view *pv,
-                               int32_t *window_start) {
-    *window_start = fg_policy_window_start(policy, pv);
-    if (!(fg_effective_components(policy->components) & FG_KEEP_LOCAL))
-        return NULL;
-    return pv->col_local[policy - cp->shortlist];
-}
-
-double fg_policy_recovery(const fg_compression_params *cp, const fg_policy *policy, const fg_profile_view *pv,
+double fg_policy_recovery(const fg_compression_params *cp, int32_t entry, const fg_profile_view *pv,
                           fg_rank_entry *scratch) {
+    const fg_policy *policy = &cp->shortlist[entry];
     uint32_t c = fg_effective_components(policy->components);
     if (c & FG_KEEP_FULL)
         return 1.0;
-    int32_t window_start;
-    const float *col_local = local_view(cp, policy, pv, &window_start);
+    const int32_t window_start = fg_policy_window_start(policy, pv);
+    const float *col_local = (c & FG_KEEP_LOCAL) ? pv->col_local[entry] : NULL;
     double mass = 0.0;
     for (int32_t j = 0; j < pv->n; j++) {
         if (fg_is_pinned(c, pv->cls[j]))
@@ -79,7 +90,7 @@ double fg_policy_recovery(const fg_compression_params *cp, const fg_policy *poli
         else if (col_local)
             mass += col_local[j]; /* the rows whose window L_i holds j */
     }
-    if (c & FG_KEEP_FREQUENT) {
+    if (c & (FG_KEEP_FREQUENT | FG_KEEP_SNAPSHOT)) {
         int32_t k = fg_policy_select_frequent(cp, policy, pv, window_start, scratch);
         for (int32_t i = 0; i < k; i++) {
             int32_t j = scratch[i].pos;
@@ -93,7 +104,7 @@ int32_t fg_policy_choose(const fg_compression_params *cp, const fg_profile_view 
                          fg_rank_entry *scratch) {
     int32_t chosen = -1, fallback = cp->n_policies - 1;
     for (int32_t e = 0; e < cp->n_policies; e++) {
-        double r = fg_policy_recovery(cp, &cp->shortlist[e], pv, scratch);
+        double r = fg_policy_recovery(cp, e, pv, scratch);
         recovery[e] = (float)r;
         if (skip & (1u << e))
             continue;
@@ -145,6 +156,37 @@ void fg_policy_allocate(const double *rec, const int32_t *cost, int32_t n_heads,
     }
 }
 
+void fg_policy_share_rows(const fg_compression_params *cp, const fg_profile_view *views, int32_t n_heads,
+                          fg_rank_entry *cand, fg_rank_entry *rest, int32_t *share, fg_policy *policies) {
+    const fg_policy *entry = &cp->shortlist[0];
+    const int32_t k_uniform = fg_policy_frequent_budget(entry, views[0].length);
+    const int32_t floor_k = (int32_t)ceil((double)cp->alloc_floor * k_uniform);
+    const fg_policy every = {entry->components, 1.0f, 1.0f, 0, 0}; /* all candidates, sorted */
+    int64_t left = (int64_t)n_heads * k_uniform;
+    int32_t n_rest = 0;
+    for (int32_t g = 0; g < n_heads; g++) {
+        const fg_profile_view *pv = &views[g];
+        const int32_t n_cand = fg_policy_select_frequent(cp, &every, pv, fg_policy_window_start(entry, pv), cand);
+        share[g] = floor_k < n_cand ? floor_k : n_cand;
+        left -= share[g];
+        for (int32_t i = share[g]; i < n_cand; i++) /* the position and the head in one key: later, then higher first */
+            rest[n_rest++] = (fg_rank_entry){cand[i].rank, cand[i].pos * n_heads + g};
+    }
+    qsort(rest, (size_t)n_rest, sizeof *rest, by_rank_desc);
+    for (int32_t i = 0; i < n_rest && left > 0; i++, left--)
+        share[rest[i].pos % n_heads]++;
+    for (int32_t g = 0; g < n_heads; g++) {
+        fg_policy p = *entry;
+        if (fg_effective_components(p.components) & FG_KEEP_SNAPSHOT) {
+            p.ratio_frequent = share[g] > 0 ? 1.0f : 0.0f;
+            p.frequent_tokens = share[g];
+        } else {
+            p.ratio_frequent = k_uniform > 0 ? p.ratio_frequent * (float)share[g] / (float)k_uniform : 0.0f;
+        }
+        policies[g] = p;
+    }
+}
+
 int32_t fg_policy_keep(const fg_compression_params *cp, const fg_policy *policy, const fg_profile_view *pv,
                        fg_rank_entry *scratch, int32_t *pos, int32_t *src, uint8_t *flags, float *score,
                        int32_t *n_freq) {
@@ -159,19 +201,19 @@ int32_t fg_policy_keep(const fg_compression_params *cp, const fg_policy *policy,
         for (int32_t j = 0; j < n; j++)
             flags[j] = FG_SLOT_FULL;
     } else {
-        int32_t window_start;
-        local_view(cp, policy, pv, &window_start);
+        const int32_t window_start = fg_policy_window_start(policy, pv);
         for (int32_t j = 0; j < n; j++) {
             if (fg_is_pinned(c, pv->cls[j]))
                 flags[j] = pv->cls[j] == FG_TOKEN_SPECIAL ? FG_SLOT_SPECIAL : FG_SLOT_PUNCT;
             else if (j >= window_start)
                 flags[j] = FG_SLOT_LOCAL;
         }
-        if (c & FG_KEEP_FREQUENT) {
+        if (c & (FG_KEEP_FREQUENT | FG_KEEP_SNAPSHOT)) {
+            const uint8_t flag = (c & FG_KEEP_FREQUENT) ? FG_SLOT_FREQUENT : FG_SLOT_SNAPSHOT;
             int32_t k = fg_policy_select_frequent(cp, policy, pv, window_start, scratch);
             for (int32_t i = 0; i < k; i++)
-                flags[scratch[i].pos] = FG_SLOT_FREQUENT;
-            *n_freq = k;
+                flags[scratch[i].pos] = flag;
+            *n_freq = flag == FG_SLOT_FREQUENT ? k : 0;
         }
     }
     int32_t kept = 0;

@@ -102,9 +102,12 @@ FG_API fg_status fg_token_classes_classify(const fg_token_classes *classes, cons
 enum {
     FG_KEEP_SPECIAL = 1u << 0,
     FG_KEEP_PUNCT = 1u << 1,
-    FG_KEEP_FREQUENT = 1u << 2,
+    FG_KEEP_FREQUENT = 1u << 2, /* the k(t) best-ranked others, re-ranked and evicted every step (H2O, TOVA) */
     FG_KEEP_LOCAL = 1u << 3,
-    FG_KEEP_FULL = 1u << 4
+    FG_KEEP_FULL = 1u << 4,
+    /* the k(n) best-ranked others of the prompt (n its length), chosen once at
+     * prefill and kept for good: never re-ranked, never evicted (SnapKV, AdaKV) */
+    FG_KEEP_SNAPSHOT = 1u << 5
 };
 
 #define FG_MAX_SHORTLIST 8
@@ -118,9 +121,21 @@ typedef struct fg_policy {
 } fg_policy;
 
 typedef enum fg_score_mode {
-    FG_SCORE_SUM = 0, /* cumulative attention (H2O, the paper) */
-    FG_SCORE_MEAN = 1 /* cumulative attention / number of rows that saw the key */
+    FG_SCORE_SUM = 0,  /* cumulative attention (H2O, the paper) */
+    FG_SCORE_MEAN = 1, /* cumulative attention / number of rows that saw the key */
+    FG_SCORE_LAST = 2  /* the attention of the latest row only: each decode step replaces the score (TOVA) */
 } fg_score_mode;
+
+/* How the rows of a sequence are shared among its heads. */
+typedef enum fg_allocation {
+    /* each head takes its own shortlist entry: the first that recovers T, or
+     * within the layer's budget in budget mode */
+    FG_ALLOC_SHORTLIST = 0,
+    /* AdaKV: one shortlist entry for every head, and the layer's frequent or
+     * snapshot rows (Hkv x k(n)) go to the best-ranked keys over all its
+     * heads together, each head keeping at least alloc_floor x k(n) */
+    FG_ALLOC_ADAKV = 1
+} fg_allocation;
 
 /* What fg_seq_append does with the heads' policies (the paper profiles once,
  * at the prompt; re-profiling every turn is beyond it). */
@@ -154,17 +169,29 @@ typedef struct fg_compression_params {
     float budget;                         /* KV rows kept / full, in [0, 1]; 0 = off */
     int32_t budget_tokens;                /* > 0: at most this many rows per KV head on average (the smaller wins) */
     fg_append_mode append_mode;           /* fg_seq_append: FG_APPEND_KEEP (default) or FG_APPEND_REPROFILE */
+    /* > 1: a key's rank at prefill is the best profile score within
+     * score_pool / 2 positions of it (max pooling, SnapKV: 7); 0 or 1: its own */
+    int32_t score_pool;
+    fg_allocation allocation;             /* FG_ALLOC_SHORTLIST (default) or FG_ALLOC_ADAKV */
+    float alloc_floor;                    /* FG_ALLOC_ADAKV: the share of k(n) every head keeps, in [0, 1] */
 } fg_compression_params;
 
 /* The paper: special, +punct, +frequent, +local, full; r = 0.3, T = 0.95. */
 FG_API void fg_compression_params_default(fg_compression_params *params);
 /* Named presets: "fastgen", "full", "streamingllm" (special+local, 4 sinks),
- * "h2o" (frequent+local), "local", "frequent", and "fastgen-budget" (budget
- * mode at 0.5 over special+punct+frequent+local at ratios 0.025, 0.05, 0.1,
- * 0.15, 0.2, 0.3 and 0.4, and full). */
+ * "h2o" (frequent+local), "local", "frequent", "fastgen-budget" (budget mode
+ * at 0.5 over special+punct+frequent+local at ratios 0.025, 0.05, 0.1, 0.15,
+ * 0.2, 0.3 and 0.4, and full), and the peer methods:
+ *   "snapkv": snapshot+local; keys ranked by the attention of the last 32
+ *             prompt rows (observation_window), max-pooled over 7 positions;
+ *   "adakv":  snapkv with FG_ALLOC_ADAKV, floor 0.2;
+ *   "tova":   frequent, FG_SCORE_LAST: each step evicts the row the newest
+ *             query attends least (observation_window 1 at prefill).
+ * The one-entry presets keep ratio 0.3 in each of their components. */
 FG_API fg_status fg_compression_params_preset(const char *name, fg_compression_params *params);
 FG_API fg_status fg_compression_params_validate(const fg_compression_params *params);
-/* "special+punct+frequent" -> FG_KEEP_* bits. */
+/* "special+punct+frequent" -> FG_KEEP_* bits (names: special, punct,
+ * frequent, local, full, snapshot). */
 FG_API fg_status fg_policy_parse(const char *text, uint32_t *components);
 /* FG_KEEP_* bits -> "special+punct" (written to buf, always NUL-terminated). */
 FG_API fg_status fg_policy_name(uint32_t components, char *buf, size_t buf_size);
@@ -294,6 +321,8 @@ FG_API fg_status fg_seq_append(fg_context *ctx, int32_t seq, int32_t layer, cons
 typedef struct fg_head_info {
     int32_t policy_index;    /* index in the sequence's shortlist */
     uint32_t components;     /* FG_KEEP_* of the chosen policy */
+    fg_policy policy;        /* the head's own policy: its shortlist entry, with the ratios and token
+                                caps an allocation (FG_ALLOC_ADAKV) gave this head */
     int32_t n_policies;
     float recovery[FG_MAX_SHORTLIST]; /* profiled recovery of every entry */
     int32_t length;          /* t: tokens seen by this layer */

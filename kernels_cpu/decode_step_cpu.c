@@ -576,11 +576,12 @@ fg_status fg_cpu_decode_step(fg_backend *be, const fg_page_layout *layout, const
                 float *score = (float *)(void *)((unsigned char *)hd->pages[s0 / P] + layout->score_offset);
                 const int32_t j0 = s0 % P, rows = a->end - s0 < P - j0 ? a->end - s0 : P - j0;
                 const float *r = a->raw + (s0 - a->begin);
+                const float keep = hd->score_mode == FG_SCORE_LAST ? 0.0f : 1.0f; /* LAST: this step's only */
                 for (int32_t j = 0; j < rows; j++) {
                     float gained = 0.0f;
                     for (int32_t h = 0; h < G; h++)
                         gained += r[(size_t)h * a->raw_stride + j] * f[h];
-                    score[j0 + j] += gained;
+                    score[j0 + j] = keep * score[j0 + j] + gained;
                 }
                 s0 += rows;
             }

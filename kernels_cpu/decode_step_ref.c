@@ -1,7 +1,8 @@
 /* One decoding step of one head (DESIGN §2.5, steps 1-4):
  *   1. every query head of the group attends over the kept slots plus the
  *      new token's own key/value;
- *   2. heads with `frequent` add the pooled attention to each slot's score;
+ *   2. heads with `frequent` add the pooled attention to each slot's score
+ *      (FG_SCORE_LAST: the score becomes it);
  *   3. the new token is cached with the flag the host chose (or not at all);
  *   4. window rows that fell out of the window become frequent candidates or
  *      are dropped, then the lowest-ranked candidates go until k(t) remain.
@@ -136,7 +137,11 @@ fg_status fg_ref_decode_step_head(const fg_page_layout *L, const fg_shape *shape
     void *const *pages = hd->pages;
     int32_t n = hd->n_slots;
 
-    /* 1-2. attention and score update, one query head at a time */
+    /* 1-2. attention and score update, one query head at a time (FG_SCORE_LAST:
+     * the scores become this step's attention) */
+    if (track && hd->score_mode == FG_SCORE_LAST)
+        for (int32_t s = 0; s < n; s++)
+            *fg_slot_score(L, fg_slot(L, pages, s)) = 0.0f;
     float new_score = 0.0f;
     for (int32_t h = 0; h < G; h++) {
         const float *q = hd->q + (size_t)h * d;

@@ -366,7 +366,7 @@ __global__ static void update_rows(fg_gpu_layout L, int32_t G, const decode_desc
             float gained = 0.0f;
             for (int32_t g = 0; g < G; g++)
                 gained += expf(praw[h.praw + (size_t)g * n + s] - M[g]) * Linv[g];
-            *score += gained;
+            *score = (h.score_mode == FG_SCORE_LAST ? 0.0f : *score) + gained; /* LAST: this step's only */
         }
         uint8_t flag = page[L.flags_offset + j];
         if (flip && flag == FG_SLOT_LOCAL && pos < h.window_start) {

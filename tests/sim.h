@@ -69,13 +69,15 @@ static double rank_of(const sim_seq *s, const sim_head *h, int32_t j, int32_t t)
     return s->cp.score_mode == FG_SCORE_MEAN ? h->score[j] / (t - j) : h->score[j];
 }
 
-/* Pooled attention of head g's group for row i over keys j <= i (prompt). */
+/* Pooled attention of head g's group, summed over the profiled prompt rows
+ * i (the last observation_window of them, or all) for keys j <= i. */
 static void prompt_col(const sim_seq *s, const run_cfg *rc, int32_t g, double *col) {
-    const int32_t Hq = rc->G * rc->Hkv, d = rc->d;
+    const int32_t Hq = rc->G * rc->Hkv, d = rc->d, ow = s->cp.observation_window;
+    const int32_t first = ow > 0 && ow < s->n ? s->n - ow : 0;
     for (int32_t j = 0; j < s->n; j++)
         col[j] = 0.0;
     for (int32_t h = g * rc->G; h < (g + 1) * rc->G; h++)
-        for (int32_t i = 0; i < s->n; i++) {
+        for (int32_t i = first; i < s->n; i++) {
             double sc[MAXT], m = -INFINITY, sum = 0.0;
             for (int32_t j = 0; j <= i; j++) {
                 sc[j] = 0.0;
@@ -109,6 +111,7 @@ static void sim_init(fg_context *ctx, sim_seq *s, const run_cfg *rc) {
             h->flag[j] = (h->comp & FG_KEEP_FULL)                               ? FG_KEEP_FULL
                          : pinned(h->comp, s->cls[j])                           ? (s->cls[j] == FG_TOKEN_SPECIAL ? FG_KEEP_SPECIAL : FG_KEEP_PUNCT)
                          : ((h->comp & FG_KEEP_LOCAL) && j >= wstart)           ? FG_KEEP_LOCAL
+                         : (h->comp & FG_KEEP_SNAPSHOT)                         ? FG_KEEP_SNAPSHOT
                                                                                 : FG_KEEP_FREQUENT;
         }
     }
@@ -151,10 +154,10 @@ static void sim_step(sim_seq *s, const run_cfg *rc, int32_t g, int32_t p, double
             gained[j] += a / rc->G;
         }
     }
-    if (track)
+    if (track) /* FG_SCORE_LAST: this step's attention only */
         for (int32_t j = 0; j <= p; j++)
             if (j == p || h->flag[j])
-                h->score[j] = (j == p ? 0.0 : h->score[j]) + gained[j];
+                h->score[j] = (j == p || s->cp.score_mode == FG_SCORE_LAST ? 0.0 : h->score[j]) + gained[j];
 
     /* insert */
     uint32_t c = h->comp;

@@ -189,7 +189,7 @@ static void check_decode(backend_pair *bp, int32_t d, int32_t G, fg_dtype dt, in
         h->t = lengths[i];
         h->pol = (fg_policy){comps[i], 0.25f, 0.125f, 0, 0};
         h->comp = fg_effective_components(comps[i]);
-        h->mode = (i % 2) ? FG_SCORE_MEAN : FG_SCORE_SUM;
+        h->mode = (fg_score_mode)(i % 3); /* sum, mean, last */
         h->cls = malloc((size_t)cap);
         for (int32_t p = 0; p < cap; p++) {
             int32_t r = rng_int(0, 99);
@@ -397,6 +397,12 @@ int main(int argc, char **argv) {
         /* a long run: kept sets identical for 500 steps */
         check_decode(&bp, 64, 4, FG_DTYPE_F32, 16, 4, (const int32_t[]){50, 300, 7, 120},
                      (const uint32_t[]){S | P | F | L, F | L, F, S | P | F}, 500, 0);
+        /* snapshots (SnapKV, AdaKV) beside TOVA's last-row scores (every third head) */
+        const uint32_t N = FG_KEEP_SNAPSHOT;
+        check_decode(&bp, 64, 4, FG_DTYPE_F16, 16, 6, (const int32_t[]){200, 3000, 40, 9000, 120, 5},
+                     (const uint32_t[]){N | L, S | N, F, N, S | N | L, F}, 40, 0);
+        check_decode(&bp, 128, 8, FG_DTYPE_BF16, 5, 3, (const int32_t[]){700, 64, 2500},
+                     (const uint32_t[]){F, F | L, N | L}, 30, 1);
 
         fg_backend_close(&bp.ref);
         fg_backend_close(&bp.one);

@@ -39,6 +39,9 @@ static uint32_t rand_components(void) {
         FG_KEEP_SPECIAL | FG_KEEP_LOCAL,
         FG_KEEP_PUNCT | FG_KEEP_FREQUENT,
         FG_KEEP_FULL,
+        FG_KEEP_SNAPSHOT | FG_KEEP_LOCAL,
+        FG_KEEP_SNAPSHOT,
+        FG_KEEP_SPECIAL | FG_KEEP_SNAPSHOT | FG_KEEP_LOCAL,
     };
     return choices[rng_int(0, (int32_t)(sizeof choices / sizeof choices[0]) - 1)];
 }
@@ -64,8 +67,9 @@ static void random_case(bf_case *c) {
     }
     c->cp.threshold = (float)(0.3 + 0.7 * rng_uniform());
     c->cp.n_sink = rng_int(0, 3) == 0 ? rng_int(1, 4) : 0;
-    c->cp.score_mode = rng_int(0, 1) ? FG_SCORE_MEAN : FG_SCORE_SUM;
+    c->cp.score_mode = (fg_score_mode)rng_int(0, 2); /* at prefill LAST ranks as SUM: by the profiled rows */
     c->cp.observation_window = rng_int(0, 2) == 0 ? rng_int(1, c->n) : 0;
+    c->cp.score_pool = rng_int(0, 2) == 0 ? rng_int(2, 9) : 0;
     for (int32_t p = 0; p < c->n; p++)
         c->tokens[p] = rng_int(0, VOCAB - 1);
     const int32_t Hq = c->G * c->Hkv;
@@ -150,19 +154,26 @@ static expected expect_policy(const bf_case *c, const fg_policy *pol, double A[M
         for (int32_t j = 0; j <= i; j++)
             col[j] += A[i][j];
     int inF[MAXN] = {0};
-    if (comp & FG_KEEP_FREQUENT) {
+    if (comp & (FG_KEEP_FREQUENT | FG_KEEP_SNAPSHOT)) {
         int32_t k = ceil16(pol->ratio_frequent, n);
         if (pol->frequent_tokens > 0 && k > pol->frequent_tokens)
             k = pol->frequent_tokens;
         /* candidates by selection sort: rank desc, then the later position */
-        double rank[MAXN];
+        double base[MAXN], rank[MAXN];
         int cand[MAXN];
         int32_t nc = 0;
         for (int32_t j = 0; j < n; j++) {
             cand[j] = !pinned[j] && !((comp & FG_KEEP_LOCAL) && j >= n - w);
             int32_t first = j > rb ? j : rb;
-            rank[j] = c->cp.score_mode == FG_SCORE_MEAN ? col[j] / (n - first) : col[j];
+            base[j] = c->cp.score_mode == FG_SCORE_MEAN ? col[j] / (n - first) : col[j];
             nc += cand[j];
+        }
+        for (int32_t j = 0; j < n; j++) { /* max pooling over score_pool / 2 keys either side */
+            const int32_t half = c->cp.score_pool > 1 ? c->cp.score_pool / 2 : 0;
+            rank[j] = base[j];
+            for (int32_t i = j - half; i <= j + half; i++)
+                if (i >= 0 && i < n && base[i] > rank[j])
+                    rank[j] = base[i];
         }
         if (k > nc)
             k = nc;
@@ -175,8 +186,11 @@ static expected expect_policy(const bf_case *c, const fg_policy *pol, double A[M
             if (r < k) {
                 inF[best] = 1;
                 last_taken = rank[best];
-            } else if (k > 0 && fabs(rank[best] - last_taken) <= 1e-5 * fabs(last_taken) + 1e-9) {
-                ex.near_tie = 1; /* the first one left out ties the last one taken */
+            } else if (k > 0 && rank[best] != last_taken &&
+                       fabs(rank[best] - last_taken) <= 1e-5 * fabs(last_taken) + 1e-9) {
+                /* the first one left out nearly ties the last one taken (an exact tie is one pooled
+                   key's rank, equal in every precision: the later position wins) */
+                ex.near_tie = 1;
             }
         }
     }
@@ -289,11 +303,156 @@ static void run_case(int case_no) {
     fg_token_classes_destroy(&tc);
 }
 
+/* FG_ALLOC_ADAKV from A alone: each head's candidates ranked as in
+ * expect_policy, its floor first, then one top-k over every head's rest. */
+static void run_adakv_case(int case_no) {
+    bf_case c;
+    random_case(&c);
+    c.Hkv = rng_int(2, 4);
+    free(c.q);
+    free(c.k);
+    free(c.v);
+    const int32_t Hq = c.G * c.Hkv;
+    c.q = malloc((size_t)c.n * Hq * c.d * sizeof(float));
+    c.k = malloc((size_t)c.n * c.Hkv * c.d * sizeof(float));
+    c.v = malloc((size_t)c.n * c.Hkv * c.d * sizeof(float));
+    for (size_t i = 0; i < (size_t)c.n * Hq * c.d; i++)
+        c.q[i] = 2.0f * rng_gauss();
+    for (size_t i = 0; i < (size_t)c.n * c.Hkv * c.d; i++) {
+        c.k[i] = 2.0f * rng_gauss();
+        c.v[i] = rng_gauss();
+    }
+    c.cp.n_policies = 1;
+    static const uint32_t comps[] = {FG_KEEP_SNAPSHOT | FG_KEEP_LOCAL, FG_KEEP_SNAPSHOT,
+                                     FG_KEEP_SPECIAL | FG_KEEP_SNAPSHOT | FG_KEEP_LOCAL};
+    fg_policy *pol = &c.cp.shortlist[0];
+    pol->components = comps[rng_int(0, 2)];
+    c.cp.allocation = FG_ALLOC_ADAKV;
+    static const float floors[] = {0.0f, 0.2f, 0.5f, 1.0f};
+    c.cp.alloc_floor = floors[rng_int(0, 3)];
+    classify(&c);
+    fg_token_classes *tc = NULL;
+    EXPECT_OK(NULL, fg_token_classes_create(VOCAB, NULL, &tc));
+    fg_token_classes_set(tc, 5, FG_TOKEN_PUNCT);
+    fg_token_classes_set(tc, 7, FG_TOKEN_PUNCT);
+    fg_token_classes_set(tc, 6, FG_TOKEN_SPECIAL);
+    fg_context_params p;
+    fg_context_params_default(&p);
+    p.backend = "ref";
+    p.n_layers = 1;
+    p.n_q_heads = Hq;
+    p.n_kv_heads = c.Hkv;
+    p.head_dim = c.d;
+    p.max_seq_len = MAXN;
+    p.page_tokens = c.page_tokens;
+    p.classes = tc;
+    p.compression = c.cp;
+    fg_context *ctx = NULL;
+    int32_t seq = -1;
+    float *out = malloc((size_t)c.n * Hq * c.d * sizeof(float));
+    EXPECT_OK(NULL, fg_context_create(&p, &ctx));
+    EXPECT_OK(ctx, fg_seq_create(ctx, NULL, c.tokens, c.n, &seq));
+    EXPECT_OK(ctx, fg_prefill(ctx, seq, 0, c.q, c.k, c.v, out));
+
+    /* the uniform share and every head's candidates, as expect_policy ranks them */
+    fg_policy all = *pol;
+    all.ratio_frequent = 1.0f;
+    all.frequent_tokens = 0;
+    int32_t k_u = ceil16(pol->ratio_frequent, c.n);
+    if (pol->frequent_tokens > 0 && k_u > pol->frequent_tokens)
+        k_u = pol->frequent_tokens;
+    const int32_t floor_k = (int32_t)ceil((double)c.cp.alloc_floor * k_u);
+    static double A[MAXN][MAXN];
+    double rank[4][MAXN];
+    int keep[4][MAXN], cand[4][MAXN], share[4];
+    int64_t left = (int64_t)c.Hkv * k_u;
+    for (int32_t g = 0; g < c.Hkv; g++) {
+        attention_map(&c, g, A);
+        expected every = expect_policy(&c, &all, A); /* every candidate taken: the kept set minus the rest */
+        fg_policy none = *pol;
+        none.ratio_frequent = 0.0f;
+        none.frequent_tokens = 0;
+        expected base = expect_policy(&c, &none, A); /* pinned and window only */
+        /* ranks: the pooled column sums, recomputed here as expect_policy does */
+        const int32_t rb = c.cp.observation_window > 0 && c.cp.observation_window < c.n ? c.n - c.cp.observation_window : 0;
+        double col[MAXN] = {0}, b[MAXN];
+        for (int32_t i = rb; i < c.n; i++)
+            for (int32_t j = 0; j <= i; j++)
+                col[j] += A[i][j];
+        for (int32_t j = 0; j < c.n; j++) {
+            const int32_t first = j > rb ? j : rb;
+            b[j] = c.cp.score_mode == FG_SCORE_MEAN ? col[j] / (c.n - first) : col[j];
+        }
+        for (int32_t j = 0; j < c.n; j++) {
+            const int32_t half = c.cp.score_pool > 1 ? c.cp.score_pool / 2 : 0;
+            rank[g][j] = b[j];
+            for (int32_t i = j - half; i <= j + half; i++)
+                if (i >= 0 && i < c.n && b[i] > rank[g][j])
+                    rank[g][j] = b[i];
+            keep[g][j] = base.keep_final[j];
+            cand[g][j] = every.keep_final[j] && !base.keep_final[j];
+        }
+        share[g] = 0;
+        for (int32_t t = 0; t < floor_k; t++) { /* the head's floor: its best, the later position on ties */
+            int32_t best = -1;
+            for (int32_t j = 0; j < c.n; j++)
+                if (cand[g][j] && (best < 0 || rank[g][j] > rank[g][best] || (rank[g][j] == rank[g][best] && j > best)))
+                    best = j;
+            if (best < 0)
+                break;
+            keep[g][best] = 1;
+            cand[g][best] = 0;
+            share[g]++;
+        }
+        left -= share[g];
+    }
+    int near_tie = 0;
+    double last = 0.0;
+    for (; left >= 0; left--) { /* the rest: the best over every head, later position then higher head on ties */
+        int32_t bg = -1, bj = -1;
+        for (int32_t g = 0; g < c.Hkv; g++)
+            for (int32_t j = 0; j < c.n; j++)
+                if (cand[g][j] && (bg < 0 || rank[g][j] > rank[bg][bj] ||
+                                   (rank[g][j] == rank[bg][bj] && (j > bj || (j == bj && g > bg))))) {
+                    bg = g;
+                    bj = j;
+                }
+        if (bg < 0)
+            break;
+        if (left == 0) { /* the first one left out */
+            near_tie = rank[bg][bj] != last && fabs(rank[bg][bj] - last) <= 1e-5 * fabs(last) + 1e-9;
+            break;
+        }
+        keep[bg][bj] = 1;
+        cand[bg][bj] = 0;
+        last = rank[bg][bj];
+    }
+    if (near_tie) {
+        g_skipped_ties++;
+    } else {
+        for (int32_t g = 0; g < c.Hkv; g++) {
+            expected ex = {0};
+            for (int32_t j = 0; j < c.n; j++)
+                ex.keep_final[j] = keep[g][j];
+            check_kept(ctx, seq, g, &c, &ex, case_no);
+        }
+    }
+    free(out);
+    free(c.q);
+    free(c.k);
+    free(c.v);
+    fg_context_destroy(&ctx);
+    fg_token_classes_destroy(&tc);
+}
+
 int main(void) {
     test_seed("test_bruteforce");
     const int cases = 400;
     for (int i = 0; i < cases; i++)
         run_case(i);
-    printf("%d random cases, %d comparisons skipped at fp32 near-ties\n", cases, g_skipped_ties);
+    for (int i = 0; i < cases / 2; i++)
+        run_adakv_case(cases + i);
+    printf("%d random cases and %d FG_ALLOC_ADAKV cases, %d comparisons skipped at fp32 near-ties\n", cases,
+           cases / 2, g_skipped_ties);
     return test_finish();
 }

@@ -103,8 +103,55 @@ static void test_params_and_classes(void) {
     fg_compression_params cp;
     EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_compression_params_preset(NULL, &cp));
     EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_compression_params_preset("h2o", NULL));
-    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_compression_params_preset("snapkv", &cp));
-    EXPECT(strstr(fg_last_error(NULL), "snapkv") != NULL, "message names the bad preset: %s", fg_last_error(NULL));
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_compression_params_preset("quest", &cp));
+    EXPECT(strstr(fg_last_error(NULL), "quest") != NULL, "message names the bad preset: %s", fg_last_error(NULL));
+    const char *peers[] = {"snapkv", "adakv", "tova"};
+    for (int i = 0; i < 3; i++) {
+        EXPECT_OK(NULL, fg_compression_params_preset(peers[i], &cp));
+        EXPECT_OK(NULL, fg_compression_params_validate(&cp));
+    }
+    /* the peer methods' fields */
+    fg_compression_params_default(&cp);
+    cp.score_mode = (fg_score_mode)3;
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_compression_params_validate(&cp));
+    fg_compression_params_default(&cp);
+    cp.score_pool = -1;
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_compression_params_validate(&cp));
+    cp.score_pool = 1025;
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_compression_params_validate(&cp));
+    fg_compression_params_preset("adakv", &cp);
+    cp.alloc_floor = NAN;
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_compression_params_validate(&cp));
+    cp.alloc_floor = 1.5f;
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_compression_params_validate(&cp));
+    fg_compression_params_preset("adakv", &cp);
+    cp.allocation = (fg_allocation)7;
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_compression_params_validate(&cp));
+    fg_compression_params_default(&cp); /* AdaKV needs one entry with frequent or snapshot */
+    cp.allocation = FG_ALLOC_ADAKV;
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_compression_params_validate(&cp));
+    EXPECT(strstr(fg_last_error(NULL), "one-entry") != NULL, "says what AdaKV needs: %s", fg_last_error(NULL));
+    fg_compression_params_preset("streamingllm", &cp);
+    cp.allocation = FG_ALLOC_ADAKV;
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_compression_params_validate(&cp));
+    fg_compression_params_preset("adakv", &cp);
+    cp.budget = 0.5f;
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_compression_params_validate(&cp));
+    fg_compression_params_preset("adakv", &cp);
+    cp.append_mode = FG_APPEND_REPROFILE;
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_compression_params_validate(&cp));
+    fg_compression_params_default(&cp);
+    cp.shortlist[2].components = FG_KEEP_FREQUENT | FG_KEEP_SNAPSHOT;
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_compression_params_validate(&cp));
+    EXPECT(strstr(fg_last_error(NULL), "snapshot") != NULL, "says why: %s", fg_last_error(NULL));
+    {
+        uint32_t bits = 0;
+        char name[64];
+        EXPECT_OK(NULL, fg_policy_parse("snapshot+local", &bits));
+        EXPECT(bits == (FG_KEEP_SNAPSHOT | FG_KEEP_LOCAL), "snapshot+local parses to 0x%x", (unsigned)bits);
+        EXPECT_OK(NULL, fg_policy_name(bits, name, sizeof name));
+        EXPECT(!strcmp(name, "snapshot+local"), "0x%x is named %s", (unsigned)bits, name);
+    }
     EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_compression_params_validate(NULL));
     const float bad_T[] = {0.0f, -0.5f, 1.5f, NAN};
     for (int i = 0; i < 4; i++) {

@@ -185,6 +185,21 @@ static fg_compression_params one_entry(uint32_t comp, float rl, float rf, int32_
     return cp;
 }
 
+/* A peer method's preset with its ratios (or a token cap on its frequent part). */
+static fg_compression_params preset(const char *name, float rl, float rf) {
+    fg_compression_params cp;
+    fg_compression_params_preset(name, &cp);
+    cp.shortlist[0].ratio_local = rl;
+    cp.shortlist[0].ratio_frequent = rf;
+    return cp;
+}
+
+static fg_compression_params preset_tokens(const char *name, int32_t frequent_tokens) {
+    fg_compression_params cp = preset(name, 0.0f, 1.0f);
+    cp.shortlist[0].frequent_tokens = frequent_tokens;
+    return cp;
+}
+
 int main(int argc, char **argv) {
     test_seed("test_lockstep");
     const char *dflt[] = {"ref", "cpu"};
@@ -208,6 +223,11 @@ int main(int argc, char **argv) {
         {"s+p+f+l mean", one_entry(S | P | F | L, 0.125f, 0.25f, 0, 0, FG_SCORE_MEAN, 0)},
         {"frequent mean tokens 10", one_entry(F, 0.0f, 1.0f, 0, 10, FG_SCORE_MEAN, 0)},
         {"local tokens 5 + frequent 0.0625", one_entry(L | F, 1.0f, 0.0625f, 5, 0, FG_SCORE_SUM, 2)},
+        {"snapkv", preset("snapkv", 0.125f, 0.25f)},
+        {"adakv", preset("adakv", 0.25f, 0.125f)},
+        {"tova", preset("tova", 0.0f, 0.25f)},
+        {"tova tokens 12", preset_tokens("tova", 12)},
+        {"special+snapshot+local last", one_entry(S | FG_KEEP_SNAPSHOT | L, 0.125f, 0.125f, 0, 0, FG_SCORE_LAST, 1)},
     };
     const int n_cfg = (int)(sizeof cfg / sizeof cfg[0]);
     int ran = 0;

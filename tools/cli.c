@@ -202,7 +202,8 @@ int cli_compression(const char *cmd, const cli_opts *o, fg_compression_params *c
     /* --budget: FastGen's budget mode (its finer shortlist) unless another policy is named */
     const char *policy = o->budget > 0.0f && !strcmp(o->policy, "fastgen") ? "fastgen-budget" : o->policy;
     if (fg_compression_params_preset(policy, cp) != FG_OK)
-        return cli_usage(cmd, "unknown policy \"%s\" (fastgen, fastgen-budget, full, streamingllm, h2o, local, frequent)",
+        return cli_usage(cmd, "unknown policy \"%s\" (fastgen, fastgen-budget, full, streamingllm, h2o, local, frequent, "
+                              "snapkv, adakv, tova)",
                          o->policy);
     if (o->budget > 0.0f) {
         if (strcmp(policy, "fastgen-budget"))

@@ -13,6 +13,7 @@
 
 #include "tools/cli.h"
 #include "tools/eval_chat.h"
+#include "tools/eval_sweep.h"
 #include "tools/svg.h"
 
 #define N_T 3
@@ -21,32 +22,6 @@ static const float k_T[N_T] = {0.90f, 0.95f, 0.98f};
 static const char *const k_base[N_BASE] = {"streamingllm", "h2o", "local", "frequent"};
 #define N_CFG (N_T * (1 + N_BASE))
 #define BATCH (N_BASE * N_T) /* sequences teacher-forced together */
-
-/* --sweep: every method over ~10 points of memory. FastGen moves through T,
- * its budget mode through the budget, the fixed policies through their ratio. */
-#define N_METHODS 6
-#define N_POINTS 10
-#define N_SWEEP (N_METHODS * N_POINTS)
-static const char *const k_methods[N_METHODS] = {"fastgen", "fastgen-budget", "streamingllm", "h2o", "local",
-                                                  "frequent"};
-static const float k_sweep_T[N_POINTS] = {0.5f, 0.7f, 0.8f, 0.85f, 0.9f, 0.93f, 0.95f, 0.97f, 0.98f, 0.99f};
-static const float k_sweep_mem[N_POINTS] = {0.2f, 0.28f, 0.36f, 0.44f, 0.52f, 0.6f, 0.68f, 0.76f, 0.85f, 0.95f};
-
-/* The parameters of point p of method m, and the knob's value. */
-static double sweep_params(int m, int p, fg_compression_params *cp) {
-    fg_compression_params_preset(k_methods[m], cp);
-    fg_policy *e = &cp->shortlist[0];
-    const float r = k_sweep_mem[p];
-    switch (m) {
-    case 0: cp->threshold = k_sweep_T[p]; return k_sweep_T[p];
-    case 1: cp->budget = r; break;
-    case 2: e->ratio_local = r; break; /* the sinks come on top */
-    case 3: e->ratio_local = e->ratio_frequent = r / 2; break;
-    case 4: e->ratio_local = r; break;
-    default: e->ratio_frequent = r; break;
-    }
-    return r;
-}
 
 typedef struct eval_acc {
     double kl_sum, kl_max, nll_sum, nll_full_sum, rec_sum, kept_sum;
@@ -57,11 +32,10 @@ typedef struct eval_acc {
 typedef struct eval_state {
     cli_session s;
     int32_t n_steps, vocab;
-    int sweep;          /* --sweep: N_SWEEP configurations, else N_CFG */
     float *ref_logits;  /* [N][vocab] full-cache logits before each reference token */
     int32_t *ref;       /* [N] reference tokens */
     float *logits;      /* [BATCH][vocab] */
-    eval_acc acc[N_SWEEP > N_CFG ? N_SWEEP : N_CFG];
+    eval_acc acc[N_CFG];
 } eval_state;
 
 static const char *cfg_family(int i) { return i < N_T ? "fastgen" : k_base[(i - N_T) / N_T]; }
@@ -232,23 +206,8 @@ static fg_status eval_prompt(eval_state *e, const char *text) {
     }
     if (seq >= 0)
         fg_runner_release(e->s.runner, seq);
-    int cfg[N_SWEEP];
-    double kept[N_SWEEP];
-    if (e->sweep) { /* every point of every method, a batch at a time */
-        fg_compression_params sp[BATCH];
-        for (int i0 = 0; st == FG_OK && i0 < N_SWEEP; i0 += BATCH) {
-            const int n = N_SWEEP - i0 < BATCH ? N_SWEEP - i0 : BATCH;
-            for (int i = 0; i < n; i++) {
-                cfg[i] = i0 + i;
-                sweep_params(cfg[i] / N_POINTS, cfg[i] % N_POINTS, &sp[i]);
-            }
-            st = run_phase(e, prompt, n_prompt, n, cfg, sp, kept);
-        }
-        if (st)
-            fprintf(stderr, "fastgen eval: %s\n", fg_runner_error(e->s.runner));
-        free(prompt);
-        return st;
-    }
+    int cfg[N_CFG];
+    double kept[N_CFG];
     /* phase 1: FastGen at each T */
     for (int i = 0; i < N_T; i++) {
         fg_compression_params_default(&cp[i]);
@@ -275,119 +234,6 @@ static fg_status eval_prompt(eval_state *e, const char *text) {
     return st;
 }
 
-/* Area under y(x) over [a, b], the points joined by straight lines (x ascending). */
-static double area(const double *x, const double *y, int n, double a, double b) {
-    double s = 0.0;
-    for (int i = 0; i + 1 < n; i++) {
-        const double l = fmax(x[i], a), r = fmin(x[i + 1], b);
-        if (r <= l || x[i + 1] <= x[i])
-            continue;
-        const double yl = y[i] + (y[i + 1] - y[i]) * (l - x[i]) / (x[i + 1] - x[i]);
-        const double yr = y[i] + (y[i + 1] - y[i]) * (r - x[i]) / (x[i + 1] - x[i]);
-        s += 0.5 * (yl + yr) * (r - l);
-    }
-    return s;
-}
-
-static int by_x(const void *a, const void *b) {
-    const double *x = a, *y = b;
-    return (x[0] > y[0]) - (x[0] < y[0]);
-}
-
-/* --sweep: the table (or CSV / JSON), the two-chart SVG, and per method the
- * area under its KL curve over the memory range every method reaches. */
-static int report_sweep(const eval_state *e, const cli_opts *o, int32_t n_prompts, double seconds) {
-    double pts[N_METHODS][N_POINTS][4]; /* kept, kl, top1, knob; sorted by kept per method */
-    double kl_max[N_SWEEP], ppl[N_SWEEP];
-    for (int i = 0; i < N_SWEEP; i++) {
-        const eval_acc *a = &e->acc[i];
-        const double steps = a->steps ? (double)a->steps : 1.0, np = a->prompts ? a->prompts : 1;
-        fg_compression_params cp;
-        double *pt = pts[i / N_POINTS][i % N_POINTS];
-        pt[0] = a->kept_sum / np;
-        pt[1] = a->kl_sum / steps;
-        pt[2] = (double)a->top1 / steps;
-        pt[3] = sweep_params(i / N_POINTS, i % N_POINTS, &cp);
-        kl_max[i] = a->kl_max;
-        ppl[i] = exp((a->nll_sum - a->nll_full_sum) / steps);
-    }
-    if (o->json) {
-        printf("{\"prompts\": %d, \"steps\": %d, \"results\": [", (int)n_prompts, (int)e->n_steps);
-        for (int i = 0; i < N_SWEEP; i++) {
-            const double *pt = pts[i / N_POINTS][i % N_POINTS];
-            printf("%s{\"policy\": \"%s\", \"knob\": %.4f, \"kv_kept\": %.4f, \"kl_mean\": %.6f, \"kl_max\": %.6f, "
-                   "\"top1\": %.4f, \"ppl_ratio\": %.4f}",
-                   i ? ", " : "", k_methods[i / N_POINTS], pt[3], pt[0], pt[1], kl_max[i], pt[2], ppl[i]);
-        }
-        printf("], ");
-    } else if (o->csv) {
-        printf("policy,knob,kv_kept,kl_mean,kl_max,top1,ppl_ratio\n");
-        for (int i = 0; i < N_SWEEP; i++) {
-            const double *pt = pts[i / N_POINTS][i % N_POINTS];
-            printf("%s,%.4f,%.4f,%.6f,%.6f,%.4f,%.4f\n", k_methods[i / N_POINTS], pt[3], pt[0], pt[1], kl_max[i], pt[2],
-                   ppl[i]);
-        }
-    } else {
-        printf("fastgen eval --sweep: %d prompts x %d teacher-forced tokens, %s (%.1f s)\n\n", (int)n_prompts,
-               (int)e->n_steps, o->model, seconds);
-        printf("%-16s %8s %8s %9s %9s %7s %9s\n", "policy", "knob", "KV kept", "KL mean", "KL max", "top-1", "ppl x");
-        for (int i = 0; i < N_SWEEP; i++) {
-            const double *pt = pts[i / N_POINTS][i % N_POINTS];
-            printf("%-16s %8.2f %7.1f%% %9.4f %9.4f %6.1f%% %9.4f\n", k_methods[i / N_POINTS], pt[3], 100 * pt[0], pt[1],
-                   kl_max[i], 100 * pt[2], ppl[i]);
-            if (i % N_POINTS == N_POINTS - 1)
-                printf("\n");
-        }
-    }
-    /* the shared memory range, and the area under each KL curve over it */
-    double lo = 0.0, hi = 1.0;
-    for (int m = 0; m < N_METHODS; m++) {
-        qsort(pts[m], N_POINTS, sizeof pts[m][0], by_x);
-        lo = fmax(lo, pts[m][0][0]);
-        hi = fmin(hi, pts[m][N_POINTS - 1][0]);
-    }
-    double xs[N_METHODS][N_POINTS], kls[N_METHODS][N_POINTS], tops[N_METHODS][N_POINTS], auc[N_METHODS];
-    for (int m = 0; m < N_METHODS; m++) {
-        for (int p = 0; p < N_POINTS; p++) {
-            xs[m][p] = pts[m][p][0];
-            kls[m][p] = pts[m][p][1];
-            tops[m][p] = pts[m][p][2];
-        }
-        auc[m] = hi > lo ? area(xs[m], kls[m], N_POINTS, lo, hi) : NAN;
-    }
-    if (o->json) {
-        printf("\"shared_range\": [%.4f, %.4f], \"kl_area\": {", lo, hi);
-        for (int m = 0; m < N_METHODS; m++)
-            printf("%s\"%s\": %.6f", m ? ", " : "", k_methods[m], auc[m]);
-        printf("}}\n");
-    } else if (!o->csv) {
-        for (int m = 0; m < N_METHODS; m++)
-            printf("summary: %-15s KL area over %.1f%%..%.1f%% kept = %.5f (mean KL %.4f)\n", k_methods[m], 100 * lo,
-                   100 * hi, auc[m], hi > lo ? auc[m] / (hi - lo) : NAN);
-    }
-    if (o->svg) {
-        fg_svg_series kl_series[N_METHODS], top_series[N_METHODS];
-        for (int m = 0; m < N_METHODS; m++) {
-            kl_series[m] = (fg_svg_series){k_methods[m], N_POINTS, xs[m], kls[m]};
-            top_series[m] = (fg_svg_series){k_methods[m], N_POINTS, xs[m], tops[m]};
-        }
-        const fg_svg_chart charts[2] = {
-            {"Mean KL(full || compressed) vs KV memory kept", "KV rows kept / full", "mean KL", kl_series, N_METHODS},
-            {"Top-1 agreement with the full cache vs KV memory kept", "KV rows kept / full", "top-1 agreement",
-             top_series, N_METHODS},
-        };
-        FILE *fp = fopen(o->svg, "w");
-        int bad = !fp || fg_svg_charts(fp, charts, 2) != 0;
-        if (fp)
-            bad |= fclose(fp) != 0;
-        if (bad) {
-            fprintf(stderr, "fastgen eval: cannot write %s\n", o->svg);
-            return 1;
-        }
-    }
-    return 0;
-}
-
 static const char *k_eval_help =
     "usage: fastgen eval [options]\n"
     "\n"
@@ -409,9 +255,18 @@ static const char *k_eval_help =
     "  --prefill-chunk N    prompts through the model N tokens at a time (fg_prefill_chunk)\n"
     "  --csv | --json       machine-readable results instead of the table\n"
     "  --svg FILE           quality vs memory, one line per policy\n"
-    "  --sweep              each method over 10 points of memory (FastGen through T and through its\n"
-    "                       budget mode, the others through their ratio) and, per method, the area\n"
-    "                       under its KL curve over the memory range all of them reach\n"
+    "  --sweep              the adaptive mode against the fixed policies and the peer methods at\n"
+    "                       memory matched per prompt: fastgen-adaptive at each budget, then h2o,\n"
+    "                       streamingllm, tova, snapkv and adakv at the KV memory it kept on that\n"
+    "                       prompt (their ratio bisected); per point mean and max KL, top-1, tokens\n"
+    "                       before the first top-1 difference, and the paired KL difference with a\n"
+    "                       bootstrap 95%% interval over the prompts\n"
+    "  --methods LIST       --sweep / --passkey: comma-separated presets, the driven one first\n"
+    "  --budgets LIST       --sweep / --passkey: the driven method's budgets (default\n"
+    "                       0.25,0.35,0.5,0.65,0.8,0.9)\n"
+    "  --passkey FILE       retrieval instead: each line KEY<TAB>PROMPT, the prompt hiding the number KEY;\n"
+    "                       every method as --sweep, -n greedy tokens at most (default 12), accuracy:\n"
+    "                       the runs whose answer holds KEY\n"
     "  -q, --quiet          no progress bar (none either when stderr is not a terminal)\n"
     "  --chat FILE          multi-turn instead: the conversations of FILE (user turns separated by blank\n"
     "                       lines, conversations by lines of ---) answered by the full cache (-n tokens\n"
@@ -420,9 +275,10 @@ static const char *k_eval_help =
     "                       replies of the later turns, and the KV memory held\n";
 
 typedef struct eval_extra {
-    const char *prompts, *chat;
+    const char *prompts, *chat, *passkey;
     int32_t limit;
     int sweep;
+    eval_sweep_opts sw;
 } eval_extra;
 
 static int eval_option(void *user, const char *opt, const char *val, int *used) {
@@ -439,6 +295,18 @@ static int eval_option(void *user, const char *opt, const char *val, int *used) 
     }
     if (!strcmp(opt, "--prompts")) {
         x->prompts = val;
+        return val ? 0 : 1;
+    }
+    if (!strcmp(opt, "--passkey")) {
+        x->passkey = val;
+        return val ? 0 : 1;
+    }
+    if (!strcmp(opt, "--methods")) {
+        x->sw.methods = val;
+        return val ? 0 : 1;
+    }
+    if (!strcmp(opt, "--budgets")) {
+        x->sw.budgets = val;
         return val ? 0 : 1;
     }
     if (!strcmp(opt, "--limit"))
@@ -505,7 +373,7 @@ static void progress(int done, int total) {
 int cmd_eval(int argc, char **argv) {
     cli_opts o;
     cli_defaults(&o, -1);
-    eval_extra x = {"tests/data/prompts.txt", NULL, 0, 0};
+    eval_extra x = {"tests/data/prompts.txt", NULL, NULL, 0, 0, {NULL, NULL}};
     int rc = cli_parse("eval", k_eval_help, argc, argv, &o, eval_option, &x);
     if (rc)
         return rc < 0 ? 0 : rc;
@@ -513,17 +381,41 @@ int cmd_eval(int argc, char **argv) {
     if ((rc = cli_need_model("eval", &o, model, tokp, sizeof model)))
         return rc;
     if (o.n < 0) /* not given */
-        o.n = x.chat ? 32 : 128;
+        o.n = x.chat ? 32 : x.passkey ? 12 : 128;
     if (o.n < 1)
         return cli_usage("eval", "-n must be at least 1");
+    if (!!x.chat + !!x.passkey + !!x.sweep > 1)
+        return cli_usage("eval", "--chat, --sweep and --passkey do not go together");
+    if ((x.sw.methods || x.sw.budgets) && !x.sweep && !x.passkey)
+        return cli_usage("eval", "--methods and --budgets go with --sweep or --passkey");
     if (x.chat)
-        return x.sweep ? cli_usage("eval", "--chat and --sweep do not go together") : eval_chat(&o, x.chat);
+        return eval_chat(&o, x.chat);
     int32_t n_prompts = 0;
-    char **prompts = read_prompts(x.prompts, &n_prompts);
+    char **prompts = read_prompts(x.passkey ? x.passkey : x.prompts, &n_prompts);
     if (!prompts)
         return 1;
     if (x.limit && x.limit < n_prompts)
         n_prompts = x.limit;
+    if (x.sweep || x.passkey) {
+        const char **keys = x.passkey ? calloc((size_t)n_prompts, sizeof *keys) : NULL;
+        int bad = x.passkey && !keys;
+        for (int32_t p = 0; keys && p < n_prompts; p++) { /* KEY<TAB>PROMPT */
+            char *tab = strchr(prompts[1 + p], '\t');
+            if (!tab || tab == prompts[1 + p]) {
+                fprintf(stderr, "fastgen eval: %s: prompt %d is not KEY<TAB>PROMPT\n", x.passkey, (int)p + 1);
+                bad = 1;
+                break;
+            }
+            *tab = '\0';
+            keys[p] = prompts[1 + p];
+            prompts[1 + p] = tab + 1;
+        }
+        rc = bad ? 1 : eval_sweep(&o, &x.sw, prompts + 1, keys, n_prompts);
+        free(keys);
+        free(prompts[0]);
+        free(prompts);
+        return rc;
+    }
 
     eval_state e;
     memset(&e, 0, sizeof e);
@@ -537,9 +429,8 @@ int cmd_eval(int argc, char **argv) {
         free(ids);
     }
     if (st == FG_OK) {
-        /* the sweep reports no recovery: tracking it would keep every key of every sequence */
         fg_runner_params rp = {.backend = o.backend, .kv_dtype = o.dtype, .max_seqs = BATCH, .page_tokens = 1,
-                               .track_recovery = !x.sweep, .max_len = longest + o.n,
+                               .track_recovery = 1, .max_len = longest + o.n,
                                .q8_activations = o.q8_activations, .prefill_chunk = o.prefill_chunk};
         st = fg_runner_create(&e.s.model, &e.s.tok, &rp, &e.s.runner, err, sizeof err);
     }
@@ -553,7 +444,6 @@ int cmd_eval(int argc, char **argv) {
     e.ref = malloc((size_t)o.n * sizeof *e.ref);
     e.ref_logits = malloc((size_t)o.n * e.vocab * sizeof *e.ref_logits);
     e.logits = malloc((size_t)BATCH * e.vocab * sizeof *e.logits);
-    e.sweep = x.sweep;
     if (!e.ref || !e.ref_logits || !e.logits) {
         fprintf(stderr, "fastgen eval: out of memory\n");
         goto done;
@@ -582,10 +472,6 @@ int cmd_eval(int argc, char **argv) {
         goto done;
     }
 
-    if (e.sweep) {
-        rc = report_sweep(&e, &o, n_prompts, cli_now() - t0);
-        goto done;
-    }
     /* results */
     double kept[N_CFG], kl[N_CFG], klmax[N_CFG], top1[N_CFG], ppl[N_CFG], rec[N_CFG];
     for (int i = 0; i < N_CFG; i++) {

@@ -112,6 +112,7 @@ static void seq_release(fg_context *ctx, fg_seq *s) {
         for (int32_t l = 0; l < ctx->params.n_layers; l++)
             stage_free(ctx, &s->stage[l]);
     free(s->stage);
+    fg_adaptive_destroy(ctx, &s->ad);
     free(s->heads);
     free(s->tokens);
     free(s->cls);
@@ -223,6 +224,10 @@ fg_status fg_seq_create(fg_context *ctx, const fg_compression_params *compressio
         seq_release(ctx, s);
         return fg_error(ctx, st, "%s", fg_last_error(NULL));
     }
+    if (cp->allocation == FG_ALLOC_ADAPTIVE && (st = fg_adaptive_create(ctx, cp, n_prompt, &s->ad)) != FG_OK) {
+        seq_release(ctx, s);
+        return st;
+    }
     memcpy(s->tokens, prompt, (size_t)n_prompt * sizeof *prompt);
     s->cp = *cp;
     s->n_prompt = s->n_tokens = n_prompt;
@@ -267,6 +272,11 @@ static fg_status seq_clone(fg_context *ctx, const fg_seq *s, fg_seq *c) {
     if (!ok) {
         seq_release(ctx, c);
         return fg_error(ctx, FG_ERR_OUT_OF_MEMORY, "out of host memory copying sequence state");
+    }
+    fg_status st = s->ad ? fg_adaptive_clone(ctx, s->ad, &c->ad) : FG_OK;
+    if (st) {
+        seq_release(ctx, c);
+        return st;
     }
     memcpy(c->tokens, s->tokens, (size_t)s->n_tokens * sizeof *s->tokens);
     memcpy(c->cls, s->cls, (size_t)s->n_tokens);
@@ -325,12 +335,12 @@ fg_status fg_seq_length(const fg_context *ctx, int32_t seq, int32_t layer, int32
 
 /* ------------------------------------------------------------------ pages */
 
-static int32_t pages_for(const fg_context *ctx, int32_t rows) {
+int32_t fg_pages_for(const fg_context *ctx, int32_t rows) {
     return (rows + ctx->layout.page_tokens - 1) / ctx->layout.page_tokens;
 }
 
 /* Grows a head to n_pages pages. On failure the head keeps what it had. */
-static fg_status head_reserve(fg_context *ctx, fg_head *h, int32_t n_pages) {
+fg_status fg_head_reserve(fg_context *ctx, fg_head *h, int32_t n_pages) {
     if (n_pages > h->cap_pages) {
         int32_t cap = h->cap_pages ? h->cap_pages : 4;
         while (cap < n_pages)
@@ -353,7 +363,7 @@ static fg_status head_reserve(fg_context *ctx, fg_head *h, int32_t n_pages) {
     return FG_OK;
 }
 
-static void head_shrink(fg_context *ctx, fg_head *h, int32_t n_pages) {
+void fg_head_shrink(fg_context *ctx, fg_head *h, int32_t n_pages) {
     while (h->n_pages > n_pages)
         fg_pool_free(&ctx->pool, h->page_ids[--h->n_pages]);
 }
@@ -403,7 +413,7 @@ static void unreserve(fg_context *ctx, int32_t layer, const int32_t *seqs, int32
     const int32_t Hkv = ctx->params.n_kv_heads;
     for (int32_t r = 0; r < n_heads; r++) {
         fg_head *h = &ctx->seqs[seqs[r / Hkv]].heads[(size_t)layer * Hkv + r % Hkv];
-        head_shrink(ctx, h, h->n_pages - ctx->added_pages[r]);
+        fg_head_shrink(ctx, h, h->n_pages - ctx->added_pages[r]);
     }
 }
 
@@ -484,6 +494,59 @@ static void allocate_budget(const fg_compression_params *cp, const fg_profile_vi
         heads[g].policy_index = w->choice[g];
 }
 
+/* Positions [first, last) of a pass whose rows start at position pos0 (q,
+ * out: [][Hq][d] from pos0, activation memory) join the adaptive mode's
+ * observed rows of `layer`. */
+static fg_status observe_rows(fg_context *ctx, fg_seq *s, int32_t layer, int32_t pos0, int32_t first, int32_t last,
+                              const float *q, const float *out) {
+    const size_t row = (size_t)ctx->params.n_q_heads * ctx->params.head_dim;
+    float *hq = NULL, *ho = NULL;
+    if (ctx->be.device_io) {
+        hq = malloc(row * sizeof *hq);
+        ho = malloc(row * sizeof *ho);
+        if (!hq || !ho) {
+            free(hq);
+            free(ho);
+            return fg_error(ctx, FG_ERR_OUT_OF_MEMORY, "out of host memory for an observed row");
+        }
+    }
+    fg_status st = FG_OK;
+    for (int32_t p = first < pos0 ? pos0 : first; p < last && st == FG_OK; p++) {
+        const float *qr = q + (size_t)(p - pos0) * row, *orow = out + (size_t)(p - pos0) * row;
+        if (ctx->be.device_io) {
+            if ((st = fg_backend_read(&ctx->be, hq, qr, row * sizeof *hq)) ||
+                (st = fg_backend_read(&ctx->be, ho, orow, row * sizeof *ho)))
+                break;
+            qr = hq;
+            orow = ho;
+        }
+        fg_adaptive_observe(ctx, s->ad, layer, p, qr, orow);
+    }
+    free(hq);
+    free(ho);
+    return st;
+}
+
+/* Whether every layer of a sequence has been prefilled. */
+static int all_prefilled(const fg_context *ctx, const fg_seq *s) {
+    for (int32_t l = 0; l < ctx->params.n_layers; l++)
+        if (!s->length[l])
+            return 0;
+    return 1;
+}
+
+/* The adaptive mode's compression, all or nothing. */
+static fg_status compress_now(fg_context *ctx, fg_seq *s) {
+    fg_adaptive_plan *plan = NULL;
+    fg_status st = fg_adaptive_prepare(ctx, s, &plan);
+    if (st)
+        return st;
+    fg_adaptive_swap(s, plan);
+    fg_adaptive_abort(ctx, &plan); /* the full caches go */
+    return FG_OK;
+}
+
+
 /* The prompt phase of one layer. With stats (the row max and sum of every
  * prompt row, from the chunks of a chunked prefill) the attention is done
  * and only profiling, policy choice and compaction run; out is unused. */
@@ -494,7 +557,7 @@ static fg_status prefill_layer(fg_context *ctx, fg_seq *s, int32_t layer, const 
 
     /* distinct local windows w(n) of the shortlist */
     fg_profile_request req = {.n = n, .row_begin = 0, .n_windows = 0};
-    if (cp->observation_window > 0 && cp->observation_window < n)
+    if (cp->observation_window > 0 && cp->observation_window < n && !s->ad) /* adaptive: ranks by every row */
         req.row_begin = n - cp->observation_window;
     int32_t window_of[FG_MAX_SHORTLIST];
     for (int32_t e = 0; e < cp->n_policies; e++) {
@@ -567,10 +630,41 @@ static fg_status prefill_layer(fg_context *ctx, fg_seq *s, int32_t layer, const 
         views[g] = pv;
         heads[g].policy_index = fg_policy_choose(cp, &pv, 0, heads[g].recovery, w->rank);
     }
-    if (cp->budget > 0.0f || cp->budget_tokens > 0)
+    if ((cp->budget > 0.0f || cp->budget_tokens > 0) && !s->ad)
         allocate_budget(cp, views, heads, Hkv, n, w);
+    if (s->ad) { /* adaptive: full until the whole sequence is observed; the profile is kept for then */
+        for (int32_t g = 0; g < Hkv; g++)
+            heads[g].policy_index = cp->n_policies - 1;
+        memcpy(s->ad->layers[layer].col, w->col, nk * sizeof(float));
+    }
     for (int32_t g = 0; g < Hkv; g++)
         heads[g].pol = cp->shortlist[heads[g].policy_index];
+    { /* EXPERIMENT: per-layer ratio scales */
+        const char *e = getenv("FG_EXP_LSCALE");
+        if (e) {
+            float sc = 1.0f;
+            const char *cur = e;
+            for (int32_t l = 0; l <= layer && cur; l++) {
+                sc = strtof(cur, NULL);
+                cur = strchr(cur, ',');
+                if (cur) cur++;
+            }
+            const char *hs = getenv("FG_EXP_HSCALE");
+            for (int32_t g = 0; g < Hkv; g++) {
+                float hsc = 1.0f;
+                if (hs) {
+                    const char *r = hs;
+                    for (int32_t i = 0; i <= layer * Hkv + g && r; i++) {
+                        hsc = strtof(r, NULL);
+                        r = strchr(r, ',');
+                        if (r) r++;
+                    }
+                }
+                heads[g].pol.ratio_local = fminf(1.0f, heads[g].pol.ratio_local * sc * hsc);
+                heads[g].pol.ratio_frequent = fminf(1.0f, heads[g].pol.ratio_frequent * sc * hsc);
+            }
+        }
+    }
     if (cp->allocation == FG_ALLOC_ADAKV) {
         fg_policy_share_rows(cp, views, Hkv, w->rank, w->shares, w->choice, w->pols);
         for (int32_t g = 0; g < Hkv; g++)
@@ -591,10 +685,10 @@ static fg_status prefill_layer(fg_context *ctx, fg_seq *s, int32_t layer, const 
 
     /* pages for every head, all or nothing */
     for (int32_t g = 0; g < Hkv; g++) {
-        st = head_reserve(ctx, &heads[g], pages_for(ctx, w->compact[g].n_keep));
+        st = fg_head_reserve(ctx, &heads[g], fg_pages_for(ctx, w->compact[g].n_keep));
         if (st) {
             for (int32_t i = 0; i <= g; i++)
-                head_shrink(ctx, &heads[i], 0);
+                fg_head_shrink(ctx, &heads[i], 0);
             return st;
         }
         w->compact[g].pages = heads[g].pages;
@@ -602,13 +696,24 @@ static fg_status prefill_layer(fg_context *ctx, fg_seq *s, int32_t layer, const 
     st = ops->compact(&ctx->be, &ctx->layout, &ctx->shape, n, k, v, Hkv, w->compact);
     if (st) {
         for (int32_t g = 0; g < Hkv; g++)
-            head_shrink(ctx, &heads[g], 0);
+            fg_head_shrink(ctx, &heads[g], 0);
         return st;
     }
     for (int32_t g = 0; g < Hkv; g++)
         heads[g].n_slots = w->compact[g].n_keep;
     s->length[layer] = n;
-    return FG_OK;
+    if (s->ad && !stats) { /* a chunked prefill observed its rows chunk by chunk */
+        fg_adaptive_forget(s->ad, layer);
+        st = observe_rows(ctx, s, layer, 0, n - (n < s->ad->window ? n : s->ad->window), n, q, out);
+    }
+    if (st == FG_OK && s->ad && s->ad->compress_at == n && all_prefilled(ctx, s))
+        st = compress_now(ctx, s);
+    if (st) { /* the layer as it was: not prefilled */
+        for (int32_t g = 0; g < Hkv; g++)
+            fg_head_shrink(ctx, &heads[g], 0);
+        s->length[layer] = 0;
+    }
+    return st;
 }
 
 /* What fg_prefill and fg_prefill_chunk check first: the sequence, the
@@ -642,7 +747,7 @@ fg_status fg_prefill(fg_context *ctx, int32_t seq, int32_t layer, const float *q
 }
 
 /* Memory for activations (prompt rows, a chunk): the backend's with FG_IO_DEVICE, else the host's. */
-static fg_status io_alloc(fg_context *ctx, size_t bytes, float **out) {
+fg_status fg_io_alloc(fg_context *ctx, size_t bytes, float **out) {
     *out = NULL;
     if (ctx->be.device_io)
         return ctx->be.ops->buffer_alloc(&ctx->be, bytes, (void **)out);
@@ -711,10 +816,10 @@ fg_status fg_prefill_chunk(fg_context *ctx, int32_t seq, int32_t layer, int32_t 
     fg_prefill_stage *stage = &s->stage[layer];
     if (begin == 0) { /* the prompt's rows of this layer, held until the last chunk */
         stage_free(ctx, stage); /* what a failed first chunk left */
-        if ((st = io_alloc(ctx, (size_t)N * rq, &stage->q)) || (st = io_alloc(ctx, (size_t)N * rk, &stage->k)) ||
-            (st = io_alloc(ctx, (size_t)N * rk, &stage->v)) ||
-            (st = io_alloc(ctx, (size_t)Hq * N * sizeof(float), &stage->row_max)) ||
-            (st = io_alloc(ctx, (size_t)Hq * N * sizeof(float), &stage->row_sum))) {
+        if ((st = fg_io_alloc(ctx, (size_t)N * rq, &stage->q)) || (st = fg_io_alloc(ctx, (size_t)N * rk, &stage->k)) ||
+            (st = fg_io_alloc(ctx, (size_t)N * rk, &stage->v)) ||
+            (st = fg_io_alloc(ctx, (size_t)Hq * N * sizeof(float), &stage->row_max)) ||
+            (st = fg_io_alloc(ctx, (size_t)Hq * N * sizeof(float), &stage->row_sum))) {
             stage_free(ctx, stage);
             return st;
         }
@@ -724,10 +829,15 @@ fg_status fg_prefill_chunk(fg_context *ctx, int32_t seq, int32_t layer, int32_t 
     if ((st = io_copy(ctx, stage->q + (size_t)begin * Hq * d, q, (size_t)n * rq)) == FG_OK &&
         (st = io_copy(ctx, stage->k + (size_t)begin * Hkv * d, k, (size_t)n * rk)) == FG_OK &&
         (st = io_copy(ctx, stage->v + (size_t)begin * Hkv * d, v, (size_t)n * rk)) == FG_OK &&
-        (st = io_alloc(ctx, (size_t)Hq * n * sizeof(float), &mx)) == FG_OK &&
-        (st = io_alloc(ctx, (size_t)Hq * n * sizeof(float), &sm)) == FG_OK)
+        (st = fg_io_alloc(ctx, (size_t)Hq * n * sizeof(float), &mx)) == FG_OK &&
+        (st = fg_io_alloc(ctx, (size_t)Hq * n * sizeof(float), &sm)) == FG_OK)
         st = ctx->be.ops->prefill_attention(&ctx->be, &ctx->shape, begin + n, begin, q, stage->k, stage->v, out, mx,
                                             sm);
+    if (st == FG_OK && s->ad) { /* the prompt's last rows are the adaptive mode's observed ones */
+        if (begin == 0)
+            fg_adaptive_forget(s->ad, layer);
+        st = observe_rows(ctx, s, layer, begin, N - (N < s->ad->window ? N : s->ad->window), begin + n, q, out);
+    }
     if (st == FG_OK) /* [Hq][n] into [Hq][N] at column begin */
         st = io_copy_rows(ctx, stage->row_max + begin, (size_t)N, mx, (size_t)n, (size_t)n, (size_t)Hq);
     if (st == FG_OK)
@@ -827,8 +937,34 @@ fg_status fg_decode(fg_context *ctx, int32_t layer, int32_t n_seqs, const int32_
         }
     }
 
-    /* 2. plan every head on the host and give it the pages of its peak */
+    /* 1b. adaptive sequences observed for their defer_steps: compressed before this step (all or nothing) */
+    fg_adaptive_plan **plans = NULL;
     for (int32_t i = 0; i < n_seqs; i++) {
+        fg_seq *s = &ctx->seqs[seqs[i]];
+        if (!s->ad || s->ad->compress_at == s->n_prompt || s->length[layer] != s->ad->compress_at)
+            continue;
+        int ready = 1;
+        for (int32_t l = 0; l < ctx->params.n_layers; l++)
+            ready &= s->length[l] == s->ad->compress_at;
+        if (!ready)
+            continue;
+        if (!plans && !(plans = calloc((size_t)n_seqs, sizeof *plans)))
+            return fg_error(ctx, FG_ERR_OUT_OF_MEMORY, "out of host memory for a decode batch of %d", (int)n_seqs);
+        if ((st = fg_adaptive_prepare(ctx, s, &plans[i])) != FG_OK)
+            break;
+    }
+    if (st) {
+        for (int32_t i = 0; i < n_seqs; i++)
+            fg_adaptive_abort(ctx, &plans[i]);
+        free(plans);
+        return st;
+    }
+    for (int32_t i = 0; plans && i < n_seqs; i++)
+        if (plans[i])
+            fg_adaptive_swap(&ctx->seqs[seqs[i]], plans[i]);
+
+    /* 2. plan every head on the host and give it the pages of its peak */
+    for (int32_t i = 0; i < n_seqs && st == FG_OK; i++) {
         fg_seq *s = &ctx->seqs[seqs[i]];
         const int32_t p = s->length[layer];
         for (int32_t g = 0; g < Hkv; g++) {
@@ -844,12 +980,12 @@ fg_status fg_decode(fg_context *ctx, int32_t layer, int32_t n_seqs, const int32_
             int32_t before = h->n_pages;
             st = unshare(ctx, h, first, last);
             if (st == FG_OK)
-                st = head_reserve(ctx, h, pages_for(ctx, h->n_slots + (pl.insert_flag ? 1 : 0)));
+                st = fg_head_reserve(ctx, h, fg_pages_for(ctx, h->n_slots + (pl.insert_flag ? 1 : 0)));
             ctx->added_pages[hi] = h->n_pages - before;
             if (st) {
                 unreserve(ctx, layer, seqs, hi + 1);
                 reshare(ctx);
-                return st;
+                break;
             }
             ctx->dheads[hi] = (fg_decode_head){
                 .pages = h->pages,
@@ -869,16 +1005,33 @@ fg_status fg_decode(fg_context *ctx, int32_t layer, int32_t n_seqs, const int32_
         }
     }
 
-    /* 3. the step itself */
-    st = ctx->be.ops->decode_step(&ctx->be, &ctx->layout, &ctx->shape, n_seqs * Hkv, ctx->dheads);
-    if (st) {
-        /* The step's pages go back. Backends fail before they touch a cache
-         * (workspace, staging); a device that fails in the middle of its
-         * kernels reports FG_ERR_BACKEND, and that batch's caches are undefined. */
-        unreserve(ctx, layer, seqs, n_seqs * Hkv);
-        reshare(ctx);
-        return st;
+    /* 3. the step itself, and the rows adaptive sequences still observe */
+    if (st == FG_OK) {
+        st = ctx->be.ops->decode_step(&ctx->be, &ctx->layout, &ctx->shape, n_seqs * Hkv, ctx->dheads);
+        for (int32_t i = 0; i < n_seqs && st == FG_OK; i++) {
+            fg_seq *s = &ctx->seqs[seqs[i]];
+            const int32_t p = s->length[layer];
+            if (s->ad)
+                st = observe_rows(ctx, s, layer, p, p, p + 1, q + (size_t)i * Hq * d, out + (size_t)i * Hq * d);
+        }
+        if (st) {
+            /* The step's pages go back. Backends fail before they touch a cache
+             * (workspace, staging); a device that fails in the middle of its
+             * kernels reports FG_ERR_BACKEND, and that batch's caches are undefined. */
+            unreserve(ctx, layer, seqs, n_seqs * Hkv);
+            reshare(ctx);
+        }
     }
+    if (plans) { /* the compressions stay with the step, or go with it */
+        for (int32_t i = 0; i < n_seqs; i++) {
+            if (plans[i] && st)
+                fg_adaptive_unswap(&ctx->seqs[seqs[i]], plans[i]);
+            fg_adaptive_abort(ctx, &plans[i]);
+        }
+        free(plans);
+    }
+    if (st)
+        return st;
     ctx->n_cow = 0; /* the copies stay */
 
     /* 4. commit: counts, pages beyond the new count back to the pool, history */
@@ -890,7 +1043,7 @@ fg_status fg_decode(fg_context *ctx, int32_t layer, int32_t n_seqs, const int32_
             const fg_step_plan *pl = &ctx->plans[i * Hkv + g];
             h->n_slots = pl->n_slots;
             h->n_freq = pl->n_freq;
-            head_shrink(ctx, h, (h->n_slots + P - 1) / P);
+            fg_head_shrink(ctx, h, (h->n_slots + P - 1) / P);
         }
         if (p == s->n_tokens) {
             s->tokens[p] = tokens[i];
@@ -930,7 +1083,7 @@ typedef struct reprofile_scratch {
     float *row_max, *row_sum; /* [G][N] */
 } reprofile_scratch;
 
-static void io_free(fg_context *ctx, float *p) {
+void fg_io_free(fg_context *ctx, float *p) {
     if (p && ctx->be.device_io)
         ctx->be.ops->buffer_free(&ctx->be, p);
     else
@@ -938,7 +1091,7 @@ static void io_free(fg_context *ctx, float *p) {
 }
 
 /* Host memory into activation memory. */
-static fg_status io_write(fg_context *ctx, float *dst, const float *src, size_t bytes) {
+fg_status fg_io_write(fg_context *ctx, float *dst, const float *src, size_t bytes) {
     if (ctx->be.device_io)
         return fg_backend_write(&ctx->be, dst, src, bytes);
     memcpy(dst, src, bytes);
@@ -952,7 +1105,7 @@ static void reprofile_free(fg_context *ctx, reprofile_scratch *w) {
     for (size_t i = 0; i < sizeof host / sizeof host[0]; i++)
         free(host[i]);
     for (int32_t g = 0; w->fresh && g < ctx->params.n_kv_heads; g++) {
-        head_shrink(ctx, &w->fresh[g], 0);
+        fg_head_shrink(ctx, &w->fresh[g], 0);
         free(w->fresh[g].page_ids);
         free(w->fresh[g].pages);
     }
@@ -961,7 +1114,7 @@ static void reprofile_free(fg_context *ctx, reprofile_scratch *w) {
         ctx->be.ops->synchronize(&ctx->be); /* nothing queued still reads them */
     float *act[] = {w->q, w->k, w->v, w->out, w->mx, w->sm, w->row_max, w->row_sum};
     for (size_t i = 0; i < sizeof act / sizeof act[0]; i++)
-        io_free(ctx, act[i]);
+        fg_io_free(ctx, act[i]);
 }
 
 static int by_key(const void *a, const void *b) {
@@ -1022,7 +1175,7 @@ static fg_status reprofile_head(fg_context *ctx, fg_seq *s, int32_t layer, int32
             memcpy(w->key_v + (size_t)i * d, w->slot_v + (size_t)o * d, row);
         }
     }
-    if ((st = io_write(ctx, w->k, w->key_k, (size_t)m * row)) || (st = io_write(ctx, w->v, w->key_v, (size_t)m * row)))
+    if ((st = fg_io_write(ctx, w->k, w->key_k, (size_t)m * row)) || (st = fg_io_write(ctx, w->v, w->key_v, (size_t)m * row)))
         return st;
     /* the chunk's rows of this head's group: strided in q / k / v */
     const size_t Gd = (size_t)G * d, Hqd = (size_t)Hq * d, Hkvd = (size_t)Hkv * d;
@@ -1073,7 +1226,7 @@ static fg_status reprofile_head(fg_context *ctx, fg_seq *s, int32_t layer, int32
     f->components = fg_effective_components(pol->components);
     const int32_t kept = fg_policy_keep(cp, pol, &pv, w->rank, w->keep_pos, w->keep_src, w->keep_flags, w->keep_score,
                                         &f->n_freq);
-    if ((st = head_reserve(ctx, f, pages_for(ctx, kept))))
+    if ((st = fg_head_reserve(ctx, f, fg_pages_for(ctx, kept))))
         return st;
     f->n_slots = kept;
     const fg_compact_head ch = {.kv_head = 0, .n_keep = kept, .pos = w->keep_pos, .flags = w->keep_flags,
@@ -1145,13 +1298,13 @@ static fg_status append_reprofile(fg_context *ctx, fg_seq *s, int32_t seq, int32
         st = fg_error(ctx, FG_ERR_OUT_OF_MEMORY, "out of host memory re-profiling a chunk of %d tokens", (int)n);
     if (st == FG_OK)
         st = chunk_classes(ctx, s, seq, t, tokens, n, &w);
-    if (st == FG_OK && (st = io_alloc(ctx, Nd * G * sizeof(float), &w.q)) == FG_OK &&
-        (st = io_alloc(ctx, Nd * sizeof(float), &w.k)) == FG_OK && (st = io_alloc(ctx, Nd * sizeof(float), &w.v)) == FG_OK &&
-        (st = io_alloc(ctx, (size_t)n * G * d * sizeof(float), &w.out)) == FG_OK &&
-        (st = io_alloc(ctx, (size_t)G * n * sizeof(float), &w.mx)) == FG_OK &&
-        (st = io_alloc(ctx, (size_t)G * n * sizeof(float), &w.sm)) == FG_OK &&
-        (st = io_alloc(ctx, (size_t)G * N * sizeof(float), &w.row_max)) == FG_OK)
-        st = io_alloc(ctx, (size_t)G * N * sizeof(float), &w.row_sum);
+    if (st == FG_OK && (st = fg_io_alloc(ctx, Nd * G * sizeof(float), &w.q)) == FG_OK &&
+        (st = fg_io_alloc(ctx, Nd * sizeof(float), &w.k)) == FG_OK && (st = fg_io_alloc(ctx, Nd * sizeof(float), &w.v)) == FG_OK &&
+        (st = fg_io_alloc(ctx, (size_t)n * G * d * sizeof(float), &w.out)) == FG_OK &&
+        (st = fg_io_alloc(ctx, (size_t)G * n * sizeof(float), &w.mx)) == FG_OK &&
+        (st = fg_io_alloc(ctx, (size_t)G * n * sizeof(float), &w.sm)) == FG_OK &&
+        (st = fg_io_alloc(ctx, (size_t)G * N * sizeof(float), &w.row_max)) == FG_OK)
+        st = fg_io_alloc(ctx, (size_t)G * N * sizeof(float), &w.row_sum);
     for (int32_t g = 0; g < Hkv && st == FG_OK; g++)
         st = reprofile_head(ctx, s, layer, g, n, q, k, v, out, &w);
     if (st == FG_OK && ctx->be.ops->synchronize)
@@ -1159,7 +1312,7 @@ static fg_status append_reprofile(fg_context *ctx, fg_seq *s, int32_t seq, int32
     if (st == FG_OK) { /* commit: the new caches in, the old pages out (a fork keeps its share) */
         for (int32_t g = 0; g < Hkv; g++) {
             fg_head *h = &heads[g], *f = &w.fresh[g];
-            head_shrink(ctx, h, 0);
+            fg_head_shrink(ctx, h, 0);
             const fg_head old = *h;
             *h = *f;
             f->page_ids = old.page_ids; /* freed with the scratch */
@@ -1239,7 +1392,7 @@ fg_status fg_head_inspect(const fg_context *ctx, int32_t seq, int32_t layer, int
     info->kept = h->n_slots;
     size_t page_kv = (size_t)ctx->layout.page_tokens * kv_row_bytes(ctx);
     info->kv_bytes_held = (size_t)h->n_pages * page_kv;
-    info->kv_bytes_full = (size_t)pages_for(ctx, info->length) * page_kv;
+    info->kv_bytes_full = (size_t)fg_pages_for(ctx, info->length) * page_kv;
     return FG_OK;
 }
 
@@ -1278,7 +1431,7 @@ static void add_seq_memory(const fg_context *ctx, const fg_seq *s, fg_memory_sta
             const fg_head *h = &s->heads[(size_t)l * Hkv + g];
             m->kv_bytes_held += (size_t)h->n_pages * page_kv;
             m->meta_bytes_held += (size_t)h->n_pages * page_meta;
-            m->kv_bytes_full += (size_t)pages_for(ctx, s->length[l]) * page_kv;
+            m->kv_bytes_full += (size_t)fg_pages_for(ctx, s->length[l]) * page_kv;
             m->rows_kept += h->n_slots;
             m->rows_full += s->length[l];
         }

@@ -99,6 +99,9 @@ void fg_policy_allocate(const double *rec, const int32_t *cost, int32_t n_heads,
  * the ratio scaled). Scratch: cand [n], rest [n_heads][n]. */
 void fg_policy_share_rows(const fg_compression_params *cp, const fg_profile_view *views, int32_t n_heads,
                           fg_rank_entry *cand, fg_rank_entry *rest, int32_t *share, fg_policy *policies);
+/* Sorts rank entries as every selection does: the higher rank first, ties
+ * to the later position. */
+void fg_policy_rank_sort(fg_rank_entry *entries, int32_t n);
 /* Frequent set: sorts the candidates (unpinned positions below
  * exclude_from, i.e. outside the window) into scratch by rank and returns
  * k = min(k(n), candidates); the set is scratch[0..k). */
@@ -190,6 +193,43 @@ typedef struct fg_prefill_stage {
     float *row_max, *row_sum; /* [Hq][n_prompt] */
 } fg_prefill_stage;
 
+/* ---- the adaptive mode (core/adaptive.c) */
+
+/* What one layer of a sequence keeps until its heads are compressed. */
+typedef struct fg_adaptive_layer {
+    float *col;          /* [Hkv][n_prompt] pooled attention the prompt's rows gave each key */
+    float *q, *out;      /* [W][Hq][d] the last W rows: queries, full-cache attention outputs */
+    int32_t *pos;        /* [W] their positions */
+    int32_t n_obs, next; /* rows held (at most W), the ring's next slot */
+} fg_adaptive_layer;
+
+typedef struct fg_adaptive {
+    int32_t window;            /* W: rows observed */
+    int32_t n_prompt;
+    int32_t compress_at;       /* the length at which the heads are compressed */
+    fg_adaptive_layer *layers; /* [n_layers] */
+} fg_adaptive;
+
+struct fg_seq;
+fg_status fg_adaptive_create(fg_context *ctx, const fg_compression_params *cp, int32_t n_prompt, fg_adaptive **out);
+void fg_adaptive_destroy(fg_context *ctx, fg_adaptive **ad);
+fg_status fg_adaptive_clone(fg_context *ctx, const fg_adaptive *src, fg_adaptive **out);
+/* Row `pos` of `layer` joins the observed rows (host arrays, [Hq][d] each). */
+void fg_adaptive_observe(const fg_context *ctx, fg_adaptive *ad, int32_t layer, int32_t pos, const float *q,
+                         const float *out);
+/* The observed rows of `layer` go (its prefill starts again). */
+void fg_adaptive_forget(fg_adaptive *ad, int32_t layer);
+/* Shares the sequence's budget among every head of every layer and
+ * prepares their compressed caches in new pages (nothing of the sequence
+ * changes). swap puts them in place and takes the full caches and the
+ * observed rows into the plan; unswap undoes it; abort frees what the plan
+ * holds (the new caches before a swap, the old ones after). */
+typedef struct fg_adaptive_plan fg_adaptive_plan;
+fg_status fg_adaptive_prepare(fg_context *ctx, struct fg_seq *s, fg_adaptive_plan **plan);
+void fg_adaptive_swap(struct fg_seq *s, fg_adaptive_plan *plan);
+void fg_adaptive_unswap(struct fg_seq *s, fg_adaptive_plan *plan);
+void fg_adaptive_abort(fg_context *ctx, fg_adaptive_plan **plan);
+
 typedef struct fg_seq {
     int in_use;
     fg_compression_params cp;
@@ -200,6 +240,7 @@ typedef struct fg_seq {
     int32_t *length;   /* [n_layers] t per layer, 0 = not prefilled */
     fg_head *heads;    /* [n_layers][Hkv] */
     fg_prefill_stage *stage; /* [n_layers] chunked prefills in progress, or NULL */
+    fg_adaptive *ad;   /* FG_ALLOC_ADAPTIVE until the heads are compressed, else NULL */
 } fg_seq;
 
 struct fg_context {
@@ -222,5 +263,16 @@ struct fg_context {
     int32_t scratch_heads;
     char error[512];
 };
+
+/* ---- heads' pages and activation memory (core/context.c) */
+
+int32_t fg_pages_for(const fg_context *ctx, int32_t rows);
+/* Grows a head to n_pages pages. On failure the head keeps what it had. */
+fg_status fg_head_reserve(fg_context *ctx, fg_head *h, int32_t n_pages);
+void fg_head_shrink(fg_context *ctx, fg_head *h, int32_t n_pages);
+/* Activation memory: the backend's with FG_IO_DEVICE, else the host's. */
+fg_status fg_io_alloc(fg_context *ctx, size_t bytes, float **out);
+void fg_io_free(fg_context *ctx, float *p);
+fg_status fg_io_write(fg_context *ctx, float *dst, const float *src, size_t bytes);
 
 #endif /* FG_INTERNAL_H */

@@ -68,6 +68,15 @@ static const fg_policy k_budget_shortlist[] = {
 };
 #undef SPFL
 
+/* The adaptive mode's families: H2O, StreamingLLM (with the sinks of
+ * n_sink), SnapKV, and full (each head scales its family's ratios). */
+static const fg_policy k_adaptive_families[] = {
+    {FG_KEEP_FREQUENT | FG_KEEP_LOCAL, 0.3f, 0.3f, 0, 0},
+    {FG_KEEP_SPECIAL | FG_KEEP_LOCAL, 0.3f, 0.0f, 0, 0},
+    {FG_KEEP_SNAPSHOT | FG_KEEP_LOCAL, 0.3f, 0.3f, 0, 0},
+    {FG_KEEP_FULL, 0.3f, 0.3f, 0, 0},
+};
+
 fg_status fg_compression_params_preset(const char *name, fg_compression_params *p) {
     if (!name || !p)
         return fg_error(NULL, FG_ERR_INVALID_ARGUMENT, "fg_compression_params_preset: name and params must not be NULL");
@@ -78,6 +87,16 @@ fg_status fg_compression_params_preset(const char *name, fg_compression_params *
         p->n_policies = (int32_t)(sizeof k_budget_shortlist / sizeof k_budget_shortlist[0]);
         memcpy(p->shortlist, k_budget_shortlist, sizeof k_budget_shortlist);
         p->budget = 0.5f;
+        return FG_OK;
+    }
+    if (strcmp(name, "fastgen-adaptive") == 0) {
+        p->n_policies = (int32_t)(sizeof k_adaptive_families / sizeof k_adaptive_families[0]);
+        memcpy(p->shortlist, k_adaptive_families, sizeof k_adaptive_families);
+        p->allocation = FG_ALLOC_ADAPTIVE;
+        p->budget = 0.5f;
+        p->n_sink = 4;
+        p->observation_window = 32;
+        p->score_pool = 7;
         return FG_OK;
     }
     for (size_t i = 0; i < sizeof k_presets / sizeof k_presets[0]; i++) {
@@ -95,7 +114,7 @@ fg_status fg_compression_params_preset(const char *name, fg_compression_params *
     }
     return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
                     "unknown policy preset \"%s\" (known: fastgen, fastgen-budget, full, streamingllm, h2o, local, "
-                    "frequent, snapkv, adakv, tova)", name);
+                    "frequent, snapkv, adakv, tova, fastgen-adaptive)", name);
 }
 
 static int ratio_ok(float r) { return r >= 0.0f && r <= 1.0f; } /* false for NaN */
@@ -119,9 +138,14 @@ fg_status fg_compression_params_validate(const fg_compression_params *p) {
     if (!(p->alloc_floor >= 0.0f && p->alloc_floor <= 1.0f))
         return fg_error(NULL, FG_ERR_INVALID_ARGUMENT, "alloc_floor must be in [0, 1], got %g",
                         (double)p->alloc_floor);
-    if (p->allocation != FG_ALLOC_SHORTLIST && p->allocation != FG_ALLOC_ADAKV)
+    if (p->allocation != FG_ALLOC_SHORTLIST && p->allocation != FG_ALLOC_ADAKV && p->allocation != FG_ALLOC_ADAPTIVE)
         return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
-                        "unknown allocation %d (FG_ALLOC_SHORTLIST 0, FG_ALLOC_ADAKV 1)", (int)p->allocation);
+                        "unknown allocation %d (FG_ALLOC_SHORTLIST 0, FG_ALLOC_ADAKV 1, FG_ALLOC_ADAPTIVE 2)",
+                        (int)p->allocation);
+    if (p->defer_steps < 0 || (p->defer_steps > 0 && p->allocation != FG_ALLOC_ADAPTIVE))
+        return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
+                        "defer_steps (%d) must be >= 0, and only FG_ALLOC_ADAPTIVE defers its compression",
+                        (int)p->defer_steps);
     if (!(p->budget >= 0.0f && p->budget <= 1.0f) || p->budget_tokens < 0)
         return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
                         "budget must be in [0, 1] (got %g) and budget_tokens >= 0 (got %d); 0 turns budget mode off",
@@ -153,6 +177,26 @@ fg_status fg_compression_params_validate(const fg_compression_params *p) {
             return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
                             "shortlist entry %d: token budgets must be >= 0 (local %d, frequent %d)", (int)i,
                             (int)e->local_tokens, (int)e->frequent_tokens);
+    }
+    if (p->allocation == FG_ALLOC_ADAPTIVE) {
+        if (!(p->budget > 0.0f || p->budget_tokens > 0))
+            return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
+                            "FG_ALLOC_ADAPTIVE shares a budget: set budget (a fraction) or budget_tokens");
+        if (!(p->shortlist[p->n_policies - 1].components & FG_KEEP_FULL))
+            return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
+                            "FG_ALLOC_ADAPTIVE: the last shortlist entry must be full (every head holds everything "
+                            "until the compression)");
+        if (p->observation_window < 1 || p->defer_steps > p->observation_window)
+            return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
+                            "FG_ALLOC_ADAPTIVE observes the last observation_window rows (got %d): it must be >= 1 "
+                            "and hold the defer_steps decode rows (%d)", (int)p->observation_window,
+                            (int)p->defer_steps);
+        if (p->score_mode != FG_SCORE_SUM)
+            return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
+                            "FG_ALLOC_ADAPTIVE ranks by cumulative attention: score_mode must be FG_SCORE_SUM");
+        if (p->append_mode == FG_APPEND_REPROFILE)
+            return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
+                            "FG_APPEND_REPROFILE does not go with FG_ALLOC_ADAPTIVE (its budget is shared once)");
     }
     if (p->allocation == FG_ALLOC_ADAKV) {
         const uint32_t c = fg_effective_components(p->shortlist[0].components);

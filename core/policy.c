@@ -46,6 +46,10 @@ static int by_rank_desc(const void *a, const void *b) {
     return (x->pos < y->pos) - (x->pos > y->pos);
 }
 
+void fg_policy_rank_sort(fg_rank_entry *entries, int32_t n) {
+    qsort(entries, (size_t)n, sizeof *entries, by_rank_desc);
+}
+
 int32_t fg_policy_select_frequent(const fg_compression_params *cp, const fg_policy *policy, const fg_profile_view *pv,
                                   int32_t exclude_from, fg_rank_entry *scratch) {
     uint32_t c = fg_effective_components(policy->components);

@@ -134,7 +134,20 @@ typedef enum fg_allocation {
     /* AdaKV: one shortlist entry for every head, and the layer's frequent or
      * snapshot rows (Hkv x k(n)) go to the best-ranked keys over all its
      * heads together, each head keeping at least alloc_floor x k(n) */
-    FG_ALLOC_ADAKV = 1
+    FG_ALLOC_ADAKV = 1,
+    /* fastgen-adaptive: the sequence's budget shared among all its heads of
+     * every layer by the error they are predicted to make. Every head holds
+     * its full cache until the sequence has been observed: at the end of the
+     * last layer's prefill, or after defer_steps decode steps. Then, for
+     * every (layer, KV head) and every shortlist entry (a family: its
+     * components, the split of its ratios) at 41 levels of memory, the
+     * attention output of the last observation_window rows over the rows that
+     * entry would keep is compared with the full cache's (squared error,
+     * values included); the heads start from the uniform allocation of the
+     * family predicted best, and rows move between heads and layers only
+     * where the predicted error falls, each head keeping at least alloc_floor
+     * of the uniform share. The last entry must be full. */
+    FG_ALLOC_ADAPTIVE = 2
 } fg_allocation;
 
 /* What fg_seq_append does with the heads' policies (the paper profiles once,
@@ -172,8 +185,10 @@ typedef struct fg_compression_params {
     /* > 1: a key's rank at prefill is the best profile score within
      * score_pool / 2 positions of it (max pooling, SnapKV: 7); 0 or 1: its own */
     int32_t score_pool;
-    fg_allocation allocation;             /* FG_ALLOC_SHORTLIST (default) or FG_ALLOC_ADAKV */
-    float alloc_floor;                    /* FG_ALLOC_ADAKV: the share of k(n) every head keeps, in [0, 1] */
+    fg_allocation allocation;             /* FG_ALLOC_SHORTLIST (default), FG_ALLOC_ADAKV, FG_ALLOC_ADAPTIVE */
+    float alloc_floor;                    /* AdaKV, adaptive: the share of the uniform one every head keeps, in [0, 1] */
+    int32_t defer_steps;                  /* FG_ALLOC_ADAPTIVE: decode steps with full caches before the heads are
+                                             compressed, at most observation_window (their rows join the observed) */
 } fg_compression_params;
 
 /* The paper: special, +punct, +frequent, +local, full; r = 0.3, T = 0.95. */
@@ -187,7 +202,11 @@ FG_API void fg_compression_params_default(fg_compression_params *params);
  *   "adakv":  snapkv with FG_ALLOC_ADAKV, floor 0.2;
  *   "tova":   frequent, FG_SCORE_LAST: each step evicts the row the newest
  *             query attends least (observation_window 1 at prefill).
- * The one-entry presets keep ratio 0.3 in each of their components. */
+ * The one-entry presets keep ratio 0.3 in each of their components.
+ * "fastgen-adaptive": FG_ALLOC_ADAPTIVE at budget 0.5 over the families
+ * frequent+local (H2O), special+local (StreamingLLM, 4 sinks),
+ * snapshot+local (SnapKV: the observed rows' attention, max-pooled over 7)
+ * and full; 32 observed rows, floor 0.2, no deferral. */
 FG_API fg_status fg_compression_params_preset(const char *name, fg_compression_params *params);
 FG_API fg_status fg_compression_params_validate(const fg_compression_params *params);
 /* "special+punct+frequent" -> FG_KEEP_* bits (names: special, punct,

@@ -74,6 +74,22 @@ static int method_params(const char *method, double r, fg_compression_params *cp
         return 0;
     if (takes_budget(method)) {
         cp->budget = (float)r;
+        if (cp->allocation == FG_ALLOC_ADAPTIVE) { /* EXPERIMENT knobs */
+            const char *e;
+            if ((e = getenv("FG_EXP_DEFER")))
+                cp->defer_steps = atoi(e);
+            if ((e = getenv("FG_EXP_WINDOW")))
+                cp->observation_window = atoi(e);
+            if ((e = getenv("FG_EXP_FLOOR")))
+                cp->alloc_floor = (float)atof(e);
+            if ((e = getenv("FG_EXP_FAMILIES"))) { /* a subset of the families, by index, full last */
+                fg_compression_params all = *cp;
+                cp->n_policies = 0;
+                for (const char *c = e; *c; c++)
+                    if (*c >= '0' && *c <= '9')
+                        cp->shortlist[cp->n_policies++] = all.shortlist[*c - '0'];
+            }
+        }
         return cp->budget > 0.0f;
     }
     if (cp->n_policies != 1)

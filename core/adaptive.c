@@ -1,43 +1,55 @@
 /* The adaptive mode (FG_ALLOC_ADAPTIVE, preset "fastgen-adaptive").
  *
  * Every head of a sequence holds its full cache until the sequence has been
- * observed: at the end of the last layer's prefill, or after defer_steps
- * decode steps. Meanwhile each layer keeps its last W rows (queries and the
- * full-cache attention outputs) and the pooled attention the prompt gave
- * every key. Then, per (layer, KV head) unit:
+ * observed: at the end of the last layer's prefill, or, for a prompt
+ * shorter than defer_until tokens, at the decode step that reaches it.
+ * Meanwhile each layer keeps the queries of its last W rows
+ * (observation_window) and the pooled attention the prompt gave every key.
+ * Then, per (layer, KV head) unit, from the cached keys and values:
  *
- *   1. p[h][i][j]: the attention of each observed row i of each query head h
- *      of the group over the keys j <= pos(i), from the cached keys;
+ *   1. p[h][i][j]: the attention of each observed row i (at position p_i)
+ *      of each query head h of the group over the keys j <= p_i, and the
+ *      full cache's output o[h][i] = sum_j p[h][i][j] v_j;
  *   2. for every family of the shortlist (its components and the split of
  *      its ratios) and every level l = 0..FG_AD_LEVELS (the family scaled to
- *      keep about l / FG_AD_LEVELS of the rows), the rows S it would keep now
- *      and the predicted error
- *          err = sum over h, i of || sum_{j in S + i} p[h][i][j] v_j / sum_{j in S + i} p[h][i][j] - out[h][i] ||^2,
- *      the squared error of the attention output the observed rows would get
- *      from those rows (values included, so rows that take attention but add
- *      little to the output count for little). The kept sets of one family
- *      grow with the level, so each family is one pass over its rows in the
- *      order it takes them.
+ *      keep about l / FG_AD_LEVELS of the rows), the error it would give the
+ *      observed rows as the decode queries they were:
+ *          err = sum over h, i of || sum_{j in S_i} p[h][i][j] v_j / sum_{j in S_i} p[h][i][j] - o[h][i] ||^2
+ *      where S_i is what the family keeps for a query at p_i: the pinned
+ *      keys before it and its own key, the window ending at p_i, and the
+ *      best-ranked k(p_i + 1) of the others before that window. Values are
+ *      part of it, so rows that take attention but move the output little
+ *      count for little; windows are anchored where each row was, so a
+ *      family's locality is judged as decoding will see it.
  *
- * The budget (budget x the full cache's rows, over every unit) is then
+ * The budget (budget x the full cache's rows now, over every unit) is then
  * shared: the start is the uniform allocation of the family whose uniform
- * error is lowest (so every uniform fixed policy of the shortlist is a point
- * of the search), and the units move to other levels and families only
- * where the summed predicted error falls: a Lagrangian choice per unit, then
- * the leftover rows to the upgrades that gain most per row; it is kept only
- * when its predicted error is below the start's. Every unit keeps at least
- * alloc_floor of the uniform share. Each head then keeps the rows of its
- * (family, level), in new pages; the full caches go once every head has
- * its new one. */
+ * error is lowest, so every uniform policy of the shortlist is a point of
+ * the search; a Lagrangian choice per unit, topped up with the leftover rows
+ * where they lower the error most per row, replaces it only when its
+ * predicted error is lower. Each unit keeps at least alloc_floor of the
+ * uniform share. The heads then keep what their (family, level) keeps now,
+ * in new pages, and decode on with that policy; the full caches go once
+ * every head has its new one. All of it runs on the host from rows read
+ * back, so every backend makes the same choice. */
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/internal.h"
 
-#define FG_AD_LEVELS 40
-#define FG_AD_CHOICES (FG_MAX_SHORTLIST * (FG_AD_LEVELS + 1))
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+
+/* Attention below this moves no predicted error measurably (the errors of
+ * the levels that matter are many orders above); skipping it makes a pass
+ * cost the keys the observed rows attend, not all of them. */
+#define FG_AD_NEGLIGIBLE 1e-6f
+#define FG_AD_CHOICE(f, l) ((f) * (FG_AD_LEVELS + 1) + (l))
+#define FG_AD_FAMILY(c) ((c) / (FG_AD_LEVELS + 1))
+#define FG_AD_LEVEL(c) ((c) % (FG_AD_LEVELS + 1))
 
 /* ---------------------------------------------------------------- state */
 
@@ -48,7 +60,6 @@ void fg_adaptive_destroy(fg_context *ctx, fg_adaptive **pad) {
     for (int32_t l = 0; ad->layers && l < ctx->params.n_layers; l++) {
         free(ad->layers[l].col);
         free(ad->layers[l].q);
-        free(ad->layers[l].out);
         free(ad->layers[l].pos);
     }
     free(ad->layers);
@@ -60,6 +71,11 @@ fg_status fg_adaptive_create(fg_context *ctx, const fg_compression_params *cp, i
     const int32_t L = ctx->params.n_layers, Hq = ctx->params.n_q_heads, Hkv = ctx->params.n_kv_heads;
     const int32_t d = ctx->params.head_dim, W = cp->observation_window;
     *out = NULL;
+    if (cp->defer_until - n_prompt > W)
+        return fg_error(ctx, FG_ERR_INVALID_ARGUMENT,
+                        "FG_ALLOC_ADAPTIVE: defer_until %d is %d decode steps after this prompt of %d tokens, more "
+                        "than the %d observed rows (observation_window) would hold", (int)cp->defer_until,
+                        (int)(cp->defer_until - n_prompt), (int)n_prompt, (int)W);
     fg_adaptive *ad = calloc(1, sizeof *ad);
     if (ad)
         ad->layers = calloc((size_t)L, sizeof *ad->layers);
@@ -68,9 +84,8 @@ fg_status fg_adaptive_create(fg_context *ctx, const fg_compression_params *cp, i
         fg_adaptive_layer *a = &ad->layers[l];
         a->col = malloc((size_t)Hkv * n_prompt * sizeof *a->col);
         a->q = malloc((size_t)W * Hq * d * sizeof *a->q);
-        a->out = malloc((size_t)W * Hq * d * sizeof *a->out);
         a->pos = malloc((size_t)W * sizeof *a->pos);
-        ok = a->col && a->q && a->out && a->pos;
+        ok = a->col && a->q && a->pos;
     }
     if (!ok) {
         fg_adaptive_destroy(ctx, &ad);
@@ -78,7 +93,7 @@ fg_status fg_adaptive_create(fg_context *ctx, const fg_compression_params *cp, i
     }
     ad->window = W;
     ad->n_prompt = n_prompt;
-    ad->compress_at = n_prompt + cp->defer_steps;
+    ad->compress_at = cp->defer_until > n_prompt ? cp->defer_until : n_prompt;
     *out = ad;
     return FG_OK;
 }
@@ -88,17 +103,15 @@ fg_status fg_adaptive_clone(fg_context *ctx, const fg_adaptive *src, fg_adaptive
     fg_compression_params cp;
     memset(&cp, 0, sizeof cp);
     cp.observation_window = src->window;
-    cp.defer_steps = src->compress_at - src->n_prompt;
+    cp.defer_until = src->compress_at;
     fg_status st = fg_adaptive_create(ctx, &cp, src->n_prompt, out);
     if (st)
         return st;
-    const size_t rows = (size_t)src->window * Hq * d;
     for (int32_t l = 0; l < ctx->params.n_layers; l++) {
         const fg_adaptive_layer *a = &src->layers[l];
         fg_adaptive_layer *b = &(*out)->layers[l];
         memcpy(b->col, a->col, (size_t)Hkv * src->n_prompt * sizeof *a->col);
-        memcpy(b->q, a->q, rows * sizeof *a->q);
-        memcpy(b->out, a->out, rows * sizeof *a->out);
+        memcpy(b->q, a->q, (size_t)src->window * Hq * d * sizeof *a->q);
         memcpy(b->pos, a->pos, (size_t)src->window * sizeof *a->pos);
         b->n_obs = a->n_obs;
         b->next = a->next;
@@ -106,22 +119,19 @@ fg_status fg_adaptive_clone(fg_context *ctx, const fg_adaptive *src, fg_adaptive
     return FG_OK;
 }
 
-void fg_adaptive_observe(const fg_context *ctx, fg_adaptive *ad, int32_t layer, int32_t pos, const float *q,
-                         const float *out) {
+void fg_adaptive_observe(const fg_context *ctx, fg_adaptive *ad, int32_t layer, int32_t pos, const float *q) {
     const size_t row = (size_t)ctx->params.n_q_heads * ctx->params.head_dim;
     fg_adaptive_layer *a = &ad->layers[layer];
+    int32_t at = a->next;
     for (int32_t i = 0; i < a->n_obs; i++) /* a row seen again (a chunk sent again) takes its own place */
-        if (a->pos[i] == pos) {
-            memcpy(a->q + (size_t)i * row, q, row * sizeof *q);
-            memcpy(a->out + (size_t)i * row, out, row * sizeof *out);
-            return;
-        }
-    memcpy(a->q + (size_t)a->next * row, q, row * sizeof *q);
-    memcpy(a->out + (size_t)a->next * row, out, row * sizeof *out);
-    a->pos[a->next] = pos;
-    a->next = (a->next + 1) % ad->window;
-    if (a->n_obs < ad->window)
-        a->n_obs++;
+        if (a->pos[i] == pos)
+            at = i;
+    memcpy(a->q + (size_t)at * row, q, row * sizeof *q);
+    a->pos[at] = pos;
+    if (at == a->next) {
+        a->next = (a->next + 1) % ad->window;
+        a->n_obs += a->n_obs < ad->window;
+    }
 }
 
 void fg_adaptive_forget(fg_adaptive *ad, int32_t layer) {
@@ -131,8 +141,8 @@ void fg_adaptive_forget(fg_adaptive *ad, int32_t layer) {
 
 /* ---------------------------------------------------------------- families */
 
-/* The family `f` scaled to level l: its window and its frequent or snapshot
- * ratios keep their proportion and add up to l / FG_AD_LEVELS. */
+/* The family `f` at level l: its window and its frequent or snapshot ratios
+ * keep their proportion and add up to l / FG_AD_LEVELS. */
 static fg_policy family_at(const fg_policy *f, int32_t level) {
     fg_policy p = *f;
     const uint32_t c = fg_effective_components(f->components);
@@ -142,32 +152,80 @@ static fg_policy family_at(const fg_policy *f, int32_t level) {
     const double rl = (c & FG_KEEP_LOCAL) ? f->ratio_local : 0.0;
     const double rf = (c & (FG_KEEP_FREQUENT | FG_KEEP_SNAPSHOT)) ? f->ratio_frequent : 0.0;
     const double sum = rl + rf;
-    p.ratio_local = sum > 0.0 ? (float)(b * rl / sum) : 0.0f;
+    p.ratio_local = sum > 0.0 ? (float)(b * rl / sum) : (c & FG_KEEP_LOCAL) ? (float)b : 0.0f;
     p.ratio_frequent = sum > 0.0 ? (float)(b * rf / sum) : 0.0f;
-    if (sum <= 0.0 && (c & FG_KEEP_LOCAL)) /* a family with no ratio: its window scales */
-        p.ratio_local = (float)b;
     return p;
+}
+
+/* Rows family `fam` keeps at every level at length tc >= t, the tokens from
+ * t on taken as ordinary (§2.4: the pinned rows, the window's others, k of
+ * the rest; a snapshot's k is the one taken at t). */
+static void family_rows(const fg_policy *fam, int32_t t, int32_t tc, const uint8_t *cls, int32_t *rows) {
+    const uint32_t c = fg_effective_components(fam->components);
+    int32_t pinned = 0;
+    for (int32_t j = 0; j < t; j++)
+        pinned += fg_is_pinned(c, cls[j]);
+    for (int32_t l = 0; l <= FG_AD_LEVELS; l++) {
+        if (c & FG_KEEP_FULL) {
+            rows[l] = tc;
+            continue;
+        }
+        const fg_policy pol = family_at(fam, l);
+        const int32_t ws = (c & FG_KEEP_LOCAL) ? tc - fg_policy_window(&pol, tc) : tc;
+        int32_t before = 0; /* pinned rows before the window */
+        for (int32_t j = 0; j < ws && j < t; j++)
+            before += fg_is_pinned(c, cls[j]);
+        int32_t r = pinned + (tc - ws) - (pinned - before);
+        if (c & FG_KEEP_FREQUENT) {
+            const int32_t cand = ws - before, k = fg_policy_frequent_budget(&pol, tc);
+            r += k < cand ? k : cand;
+        } else if (c & FG_KEEP_SNAPSHOT) { /* chosen at t among the others before its window then */
+            const int32_t wt = (c & FG_KEEP_LOCAL) ? t - fg_policy_window(&pol, t) : t;
+            int32_t pin_t = 0;
+            for (int32_t j = 0; j < wt; j++)
+                pin_t += fg_is_pinned(c, cls[j]);
+            const int32_t cand = wt - pin_t, k = fg_policy_frequent_budget(&pol, t);
+            r += k < cand ? k : cand;
+        }
+        rows[l] = r;
+    }
 }
 
 /* ---------------------------------------------------------------- one unit */
 
 /* Host scratch of one unit: t keys, W observed rows of G query heads. */
 typedef struct unit_scratch {
-    float *k, *v;           /* [t][d] the head's rows, in position order */
-    int32_t *slot_pos;      /* [t] */
-    float *p;               /* [G][W][t] observed attention */
-    double *base, *win, *oth; /* [G][d + 1]: sums of p v (d) and of p (the last) over pinned keys and the row's
-                                own, over the window's others, over the frequent or snapshot part */
-    uint8_t *taken;         /* [t] keys the frequent or snapshot part holds for the row */
-    fg_rank_entry *order;   /* [n_fam][t] each family's candidates, best first */
+    float *k, *v;             /* [t][d] the head's rows, in position order */
+    int32_t *slot_pos;        /* [t] */
+    float *p;                 /* [G][W][t] observed attention */
+    double *full;             /* [G][W][d] the full cache's output of every observed row */
+    fg_rank_entry *order;     /* [n_fam][t] each family's candidates, best first */
+    double *row_err;          /* [W][n_fam][FG_AD_LEVELS + 1] each row's errors, summed in row order */
 } unit_scratch;
 
-/* The observed rows of one unit: positions (ascending) and their outputs. */
-typedef struct obs_rows {
-    int32_t n;           /* W */
-    const int32_t *pos;  /* [W] */
-    const float *const *out; /* [W] each row's output of the group's first query head: [G][d] */
-} obs_rows;
+/* What one thread needs for a row's curve. */
+typedef struct row_scratch {
+    double *base, *win, *oth; /* [G][d + 1]: sums of p v (d) and of p (the last) over the pinned keys and
+                                 the row's own, the window's others, the frequent or snapshot part */
+    uint8_t *taken;           /* [t] keys the frequent or snapshot part holds for the row */
+} row_scratch;
+
+static int ad_threads(const fg_context *ctx) {
+#ifdef _OPENMP
+    return ctx->params.n_threads > 0 ? ctx->params.n_threads : omp_get_max_threads();
+#else
+    (void)ctx;
+    return 1;
+#endif
+}
+
+static int ad_thread_id(void) {
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
 
 /* Adds (sign +1) or takes away (-1) key j's share of row i to sums [G][d + 1]. */
 static void row_add(const unit_scratch *u, double *sums, int32_t i, int32_t j, int32_t t, int32_t G, int32_t W,
@@ -175,6 +233,8 @@ static void row_add(const unit_scratch *u, double *sums, int32_t i, int32_t j, i
     const float *vj = u->v + (size_t)j * d;
     for (int32_t h = 0; h < G; h++) {
         const double a = sign * u->p[((size_t)h * W + i) * t + j];
+        if (a == 0.0)
+            continue;
         double *acc = sums + (size_t)h * (d + 1);
         for (int32_t x = 0; x < d; x++)
             acc[x] += a * vj[x];
@@ -182,92 +242,132 @@ static void row_add(const unit_scratch *u, double *sums, int32_t i, int32_t j, i
     }
 }
 
-/* err[l] += the squared error of row i's output over the rows family `fam`
- * at level l would give it as a decode query at its own position p: the
- * pinned keys before it and its own, the window ending at p (w(p + 1)),
- * and the best-ranked k(p + 1) of the others before the window. rows[l]:
- * the rows the family keeps now, at length t. */
-static void row_curve(const fg_policy *fam, const fg_profile_view *pv, const fg_rank_entry *order, int32_t n_order,
-                      unit_scratch *u, const obs_rows *ob, int32_t i, int32_t G, int32_t d, double *err) {
-    const int32_t t = pv->n, W = ob->n, p = ob->pos[i], tr = p + 1;
+/* err[l] = the squared error of observed row i (position p) at every level
+ * of family `fam`, as a decode query at p: its own key and the pinned keys
+ * before it, the window ending at p (w(p + 1)), and the best-ranked
+ * k(p + 1) of the others before the window (order: the family's
+ * candidates, best first). */
+static void row_curve(const fg_policy *fam, const uint8_t *cls, const fg_rank_entry *order, int32_t n_order,
+                      const unit_scratch *u, row_scratch *rs, int32_t t, int32_t W, int32_t i, int32_t p, int32_t G,
+                      int32_t d, double *err) {
+    const int32_t tr = p + 1;
     const uint32_t c = fg_effective_components(fam->components);
     const size_t sz = (size_t)G * (d + 1) * sizeof(double);
-    memset(u->base, 0, sz);
-    memset(u->win, 0, sz);
-    memset(u->oth, 0, sz);
-    row_add(u, u->base, i, p, t, G, W, d, 1.0);
+    memset(rs->base, 0, sz);
+    memset(rs->win, 0, sz);
+    memset(rs->oth, 0, sz);
+    row_add(u, rs->base, i, p, t, G, W, d, 1.0);
     if (c & (FG_KEEP_SPECIAL | FG_KEEP_PUNCT))
         for (int32_t j = 0; j < p; j++)
-            if (fg_is_pinned(c, pv->cls[j]))
-                row_add(u, u->base, i, j, t, G, W, d, 1.0);
+            if (fg_is_pinned(c, cls[j]))
+                row_add(u, rs->base, i, j, t, G, W, d, 1.0);
     const int other = (c & (FG_KEEP_FREQUENT | FG_KEEP_SNAPSHOT)) != 0;
     int32_t lo = p, next = 0, taken = 0; /* the window is [lo, p]; the order's next; keys the other part holds */
     for (int32_t l = 0; l <= FG_AD_LEVELS; l++) {
         const fg_policy pol = family_at(fam, l);
         const int32_t nlo = (c & FG_KEEP_LOCAL) ? tr - fg_policy_window(&pol, tr) : p;
         for (int32_t j = lo - 1; j >= nlo; j--) { /* the window grows back */
-            if (fg_is_pinned(c, pv->cls[j]))
+            if (fg_is_pinned(c, cls[j]))
                 continue;
-            if (u->taken[j]) { /* held by the other part until now */
-                u->taken[j] = 0;
+            if (rs->taken[j]) { /* the other part's until now */
+                rs->taken[j] = 0;
                 taken--;
-                row_add(u, u->oth, i, j, t, G, W, d, -1.0);
+                row_add(u, rs->oth, i, j, t, G, W, d, -1.0);
             }
-            row_add(u, u->win, i, j, t, G, W, d, 1.0);
+            row_add(u, rs->win, i, j, t, G, W, d, 1.0);
         }
         lo = nlo < lo ? nlo : lo;
         if (other) {
             const int32_t k = fg_policy_frequent_budget(&pol, tr);
             while (taken < k && next < n_order) {
                 const int32_t j = order[next++].pos;
-                if (j >= lo) /* in the window (or after the row): for good, as the window only grows */
+                if (j >= lo) /* in the window, or after the row: for good, as the window only grows */
                     continue;
-                u->taken[j] = 1;
+                rs->taken[j] = 1;
                 taken++;
-                row_add(u, u->oth, i, j, t, G, W, d, 1.0);
+                row_add(u, rs->oth, i, j, t, G, W, d, 1.0);
             }
         }
         double e = 0.0;
         for (int32_t h = 0; h < G; h++) {
-            const double *b = u->base + (size_t)h * (d + 1), *w = u->win + (size_t)h * (d + 1);
-            const double *o = u->oth + (size_t)h * (d + 1);
+            const double *b = rs->base + (size_t)h * (d + 1), *w = rs->win + (size_t)h * (d + 1);
+            const double *o = rs->oth + (size_t)h * (d + 1), *full = u->full + ((size_t)h * W + i) * d;
             const double den = b[d] + w[d] + o[d];
-            const float *full = ob->out[i] + (size_t)h * d;
             for (int32_t x = 0; x < d; x++) {
                 const double diff = (b[x] + w[x] + o[x]) / den - full[x];
                 e += diff * diff;
             }
         }
-        err[l] += e;
+        err[l] = e;
     }
     for (int32_t n = 0; n < next; n++) /* the row's marks go */
-        u->taken[order[n].pos] = 0;
+        rs->taken[order[n].pos] = 0;
 }
 
-/* Rows family `fam` keeps at every level now, at length t (§2.4: pinned, the
- * window's others, k(t) of the rest). */
-static void family_rows(const fg_policy *fam, const fg_profile_view *pv, int32_t *rows) {
-    const int32_t t = pv->n;
-    const uint32_t c = fg_effective_components(fam->components);
-    int32_t pinned = 0;
-    for (int32_t j = 0; j < t; j++)
-        pinned += fg_is_pinned(c, pv->cls[j]);
-    for (int32_t l = 0; l <= FG_AD_LEVELS; l++) {
-        if (c & FG_KEEP_FULL) {
-            rows[l] = t;
-            continue;
+/* The observed attention p and full outputs of unit (layer, g) from the
+ * keys and values in u, and its ranks: the frequent part's is the
+ * cumulative attention of every row so far (the prompt's profile, then the
+ * observed decode rows), the snapshot's the observed rows' (max-pooled). */
+static void observe_unit(const fg_context *ctx, const fg_seq *s, const fg_adaptive_layer *a, int32_t g,
+                         const int32_t *obs_pos, const float *const *obs_q, int32_t W, unit_scratch *u, float *score,
+                         float *snap, float *pooled) {
+    const int32_t Hq = ctx->params.n_q_heads, Hkv = ctx->params.n_kv_heads, d = ctx->params.head_dim, G = Hq / Hkv;
+    const int32_t t = s->length[0], n_prompt = s->ad->n_prompt;
+    const float scale = 1.0f / sqrtf((float)d);
+    for (int32_t j = 0; j < t; j++) {
+        score[j] = j < n_prompt ? a->col[(size_t)g * n_prompt + j] : 0.0f;
+        snap[j] = 0.0f;
+    }
+#ifdef _OPENMP
+#pragma omp parallel for schedule(dynamic, 1) num_threads(ad_threads(ctx)) if (ad_threads(ctx) > 1)
+#endif
+    for (int32_t hi = 0; hi < G * W; hi++) {
+        {
+            const int32_t h = hi / W, i = hi % W;
+            const float *q = obs_q[i] + (size_t)(g * G + h) * d;
+            float *p = u->p + ((size_t)h * W + i) * t;
+            double *full = u->full + ((size_t)h * W + i) * d;
+            const int32_t pi = obs_pos[i];
+            float m = -INFINITY;
+            for (int32_t j = 0; j <= pi; j++) {
+                float x = 0.0f;
+                for (int32_t c = 0; c < d; c++)
+                    x += q[c] * u->k[(size_t)j * d + c];
+                p[j] = x * scale;
+                m = p[j] > m ? p[j] : m;
+            }
+            double sum = 0.0;
+            for (int32_t j = 0; j <= pi; j++) {
+                p[j] = expf(p[j] - m);
+                sum += p[j];
+            }
+            memset(full, 0, (size_t)d * sizeof *full);
+            for (int32_t j = 0; j <= pi; j++) {
+                p[j] = (float)(p[j] / sum);
+                if (p[j] < FG_AD_NEGLIGIBLE && j < pi) /* no weight in any error, the full output's included */
+                    continue;
+                for (int32_t x = 0; x < d; x++)
+                    full[x] += (double)p[j] * u->v[(size_t)j * d + x];
+            }
+            for (int32_t j = pi + 1; j < t; j++)
+                p[j] = 0.0f;
         }
-        const fg_policy pol = family_at(fam, l);
-        const int32_t ws = (c & FG_KEEP_LOCAL) ? t - fg_policy_window(&pol, t) : t;
-        int32_t pinned_before = 0;
-        for (int32_t j = 0; j < ws; j++)
-            pinned_before += fg_is_pinned(c, pv->cls[j]);
-        int32_t r = pinned + (t - ws) - (pinned - pinned_before); /* pinned, and the window's others */
-        if (c & (FG_KEEP_FREQUENT | FG_KEEP_SNAPSHOT)) {
-            const int32_t cand = ws - pinned_before, k = fg_policy_frequent_budget(&pol, t);
-            r += k < cand ? k : cand;
+    }
+    for (int32_t h = 0; h < G; h++) /* the ranks, in a fixed order */
+        for (int32_t i = 0; i < W; i++) {
+            float *p = u->p + ((size_t)h * W + i) * t;
+            for (int32_t j = 0; j <= obs_pos[i]; j++) {
+                snap[j] += p[j] / (float)G;
+                if (obs_pos[i] >= n_prompt)
+                    score[j] += p[j] / (float)G;
+                if (p[j] < FG_AD_NEGLIGIBLE && j < obs_pos[i]) /* the row's own key stays: every set holds it */
+                    p[j] = 0.0f;
+            }
         }
-        rows[l] = r;
+    if (s->cp.score_pool > 1) {
+        const fg_profile_view raw = {.n = t, .row_begin = 0, .length = t, .cls = s->cls, .col = snap};
+        fg_policy_pool_ranks(&s->cp, &raw, pooled);
+        memcpy(snap, pooled, (size_t)t * sizeof *snap);
     }
 }
 
@@ -278,39 +378,40 @@ typedef struct unit_curves {
     int32_t rows[FG_MAX_SHORTLIST][FG_AD_LEVELS + 1];
 } unit_curves;
 
-/* The summed error and rows of a choice per unit (choice = family * (L + 1) + level). */
+/* The summed error and rows of one choice per unit. */
 static double total(const unit_curves *uc, const int32_t *choice, int32_t n_units, int64_t *rows) {
     double e = 0.0;
     int64_t r = 0;
     for (int32_t u = 0; u < n_units; u++) {
-        const int32_t f = choice[u] / (FG_AD_LEVELS + 1), l = choice[u] % (FG_AD_LEVELS + 1);
-        e += uc[u].err[f][l];
-        r += uc[u].rows[f][l];
+        e += uc[u].err[FG_AD_FAMILY(choice[u])][FG_AD_LEVEL(choice[u])];
+        r += uc[u].rows[FG_AD_FAMILY(choice[u])][FG_AD_LEVEL(choice[u])];
     }
     *rows = r;
     return e;
 }
 
-/* Each unit's choice minimising err + lambda rows among those of at least
- * floor_rows rows (ties: fewer rows). */
+/* Whether a choice of rows r keeps the floor (the full cache always does). */
+static int above_floor(int32_t r, int32_t level, int64_t floor_rows) { return r >= floor_rows || level == FG_AD_LEVELS; }
+
+/* Each unit's choice minimising err + lambda rows (ties: fewer rows). */
 static void lagrange(const unit_curves *uc, int32_t n_units, int32_t n_fam, int64_t floor_rows, double lambda,
                      int32_t *choice) {
     for (int32_t u = 0; u < n_units; u++) {
         double best = INFINITY;
-        int32_t best_rows = 0, pick = -1;
+        int32_t best_rows = 0;
+        choice[u] = FG_AD_CHOICE(n_fam - 1, FG_AD_LEVELS); /* full: every unit has it */
         for (int32_t f = 0; f < n_fam; f++)
             for (int32_t l = 0; l <= FG_AD_LEVELS; l++) {
                 const int32_t r = uc[u].rows[f][l];
-                if (r < floor_rows && l < FG_AD_LEVELS)
+                if (!above_floor(r, l, floor_rows))
                     continue;
                 const double v = uc[u].err[f][l] + lambda * r;
                 if (v < best || (v == best && r < best_rows)) {
                     best = v;
                     best_rows = r;
-                    pick = f * (FG_AD_LEVELS + 1) + l;
+                    choice[u] = FG_AD_CHOICE(f, l);
                 }
             }
-        choice[u] = pick;
     }
 }
 
@@ -323,40 +424,38 @@ static void fill(const unit_curves *uc, int32_t n_units, int32_t n_fam, int64_t 
         int32_t bu = -1, bc = -1;
         double best = 0.0;
         for (int32_t u = 0; u < n_units; u++) {
-            const int32_t f0 = choice[u] / (FG_AD_LEVELS + 1), l0 = choice[u] % (FG_AD_LEVELS + 1);
-            const double e0 = uc[u].err[f0][l0];
-            const int32_t r0 = uc[u].rows[f0][l0];
+            const double e0 = uc[u].err[FG_AD_FAMILY(choice[u])][FG_AD_LEVEL(choice[u])];
+            const int32_t r0 = uc[u].rows[FG_AD_FAMILY(choice[u])][FG_AD_LEVEL(choice[u])];
             for (int32_t f = 0; f < n_fam; f++)
                 for (int32_t l = 0; l <= FG_AD_LEVELS; l++) {
                     const int64_t dr = (int64_t)uc[u].rows[f][l] - r0;
                     const double de = e0 - uc[u].err[f][l];
-                    if (de <= 0.0 || used + dr > budget || (uc[u].rows[f][l] < floor_rows && l < FG_AD_LEVELS))
+                    if (de <= 0.0 || used + dr > budget || !above_floor(uc[u].rows[f][l], l, floor_rows))
                         continue;
                     const double gain = dr <= 0 ? INFINITY : de / (double)dr;
                     if (gain > best) {
                         best = gain;
                         bu = u;
-                        bc = f * (FG_AD_LEVELS + 1) + l;
+                        bc = FG_AD_CHOICE(f, l);
                     }
                 }
         }
         if (bu < 0)
             return;
-        const int32_t f0 = choice[bu] / (FG_AD_LEVELS + 1), l0 = choice[bu] % (FG_AD_LEVELS + 1);
-        used += (int64_t)uc[bu].rows[bc / (FG_AD_LEVELS + 1)][bc % (FG_AD_LEVELS + 1)] - uc[bu].rows[f0][l0];
+        used += (int64_t)uc[bu].rows[FG_AD_FAMILY(bc)][FG_AD_LEVEL(bc)] -
+                uc[bu].rows[FG_AD_FAMILY(choice[bu])][FG_AD_LEVEL(choice[bu])];
         choice[bu] = bc;
     }
 }
 
-/* The choice of every unit within `budget` rows (see the file's comment). */
+/* The choice of n_units units within `budget` rows (see the file's comment). */
 static void allocate(const unit_curves *uc, int32_t n_units, int32_t n_fam, int64_t budget, float floor_share,
                      int32_t *choice, int32_t *scratch) {
-    /* the uniform start: every unit on one family at the highest level that fits */
     double best = INFINITY;
-    for (int32_t f = 0; f < n_fam; f++) {
+    for (int32_t f = 0; f < n_fam; f++) /* the uniform starts: one family at the highest level that fits */
         for (int32_t l = FG_AD_LEVELS; l >= 0; l--) {
             for (int32_t u = 0; u < n_units; u++)
-                scratch[u] = f * (FG_AD_LEVELS + 1) + l;
+                scratch[u] = FG_AD_CHOICE(f, l);
             int64_t rows;
             const double e = total(uc, scratch, n_units, &rows);
             if (rows > budget)
@@ -367,28 +466,25 @@ static void allocate(const unit_curves *uc, int32_t n_units, int32_t n_fam, int6
             }
             break;
         }
-    }
-    if (best == INFINITY) { /* nothing fits: every unit at its family's least */
+    if (best == INFINITY) { /* nothing fits: every unit at the first family's least */
         for (int32_t u = 0; u < n_units; u++)
-            choice[u] = 0;
+            choice[u] = FG_AD_CHOICE(0, 0);
         return;
     }
-    /* the Lagrangian choice under the budget, topped up */
     const int64_t floor_rows = (int64_t)floor((double)floor_share * (double)budget / n_units);
     double lo = 0.0, hi = 1.0;
-    for (int it = 0; it < 200; it++) { /* an upper bound: a lambda whose choice fits */
+    int64_t rows;
+    for (int it = 0; it < 200; it++) { /* a lambda whose choice fits */
         lagrange(uc, n_units, n_fam, floor_rows, hi, scratch);
-        int64_t rows;
         total(uc, scratch, n_units, &rows);
         if (rows <= budget)
             break;
         lo = hi;
         hi *= 4.0;
     }
-    for (int it = 0; it < 60; it++) {
+    for (int it = 0; it < 60; it++) { /* the least such lambda */
         const double mid = 0.5 * (lo + hi);
         lagrange(uc, n_units, n_fam, floor_rows, mid, scratch);
-        int64_t rows;
         total(uc, scratch, n_units, &rows);
         if (rows <= budget)
             hi = mid;
@@ -396,7 +492,6 @@ static void allocate(const unit_curves *uc, int32_t n_units, int32_t n_fam, int6
             lo = mid;
     }
     lagrange(uc, n_units, n_fam, floor_rows, hi, scratch);
-    int64_t rows;
     total(uc, scratch, n_units, &rows);
     if (rows > budget)
         return;
@@ -417,27 +512,35 @@ struct fg_adaptive_plan {
 
 typedef struct compress_scratch {
     unit_scratch u;
+    row_scratch *rows;            /* [threads] */
+    int32_t n_threads;
     unit_curves *curves;          /* [units] */
-    float *score, *snap;          /* [units][t] the frequent part's ranks (cumulative attention), the snapshot's */
+    float *score, *snap;          /* [units][t] the frequent part's ranks and the snapshot's */
     float *pooled;                /* [t] */
     int32_t *choice, *tmp;        /* [units] */
     int32_t *obs_pos;             /* [W] observed rows in position order */
-    const float **obs_out;        /* [W] */
-    const float **obs_q;          /* [W] */
+    const float **obs_q;          /* [W] their queries, [Hq][d] each */
     int32_t *keep_pos, *keep_src; /* [t] */
     uint8_t *keep_flags;          /* [t] */
     float *keep_score;            /* [t] */
     fg_rank_entry *rank;          /* [t] */
-    float *dk, *dv;               /* a head's rows for compact: activation memory (the device's with FG_IO_DEVICE) */
+    float *dk, *dv;               /* a head's rows for compact, in activation memory (FG_IO_DEVICE) */
 } compress_scratch;
 
 static void scratch_free(fg_context *ctx, compress_scratch *w) {
-    void *host[] = {w->u.k,      w->u.v,       w->u.slot_pos, w->u.p,      w->u.base,     w->u.win,
-                    w->u.oth,    w->u.taken,   w->u.order,    w->curves,   w->score,      w->snap,
-                    w->pooled,   w->choice,    w->tmp,        w->obs_pos,  (void *)w->obs_out, (void *)w->obs_q,
-                    w->keep_pos, w->keep_src,  w->keep_flags, w->keep_score, w->rank};
+    void *host[] = {w->u.k,    w->u.v,      w->u.slot_pos, w->u.p,        w->u.full,     w->u.order,
+                    w->u.row_err, w->curves, w->score,     w->snap,       w->pooled,     w->choice,
+                    w->tmp,    w->obs_pos,  (void *)w->obs_q, w->keep_pos, w->keep_src,   w->keep_flags,
+                    w->keep_score, w->rank};
     for (size_t i = 0; i < sizeof host / sizeof host[0]; i++)
         free(host[i]);
+    for (int32_t i = 0; w->rows && i < w->n_threads; i++) {
+        free(w->rows[i].base);
+        free(w->rows[i].win);
+        free(w->rows[i].oth);
+        free(w->rows[i].taken);
+    }
+    free(w->rows);
     if (ctx->be.device_io && ctx->be.ops->synchronize)
         ctx->be.ops->synchronize(&ctx->be); /* nothing queued still reads them */
     fg_io_free(ctx, w->dk);
@@ -459,7 +562,8 @@ void fg_adaptive_abort(fg_context *ctx, fg_adaptive_plan **pplan) {
     *pplan = NULL;
 }
 
-static void swap_heads(fg_seq *s, fg_adaptive_plan *plan) {
+/* Heads and observed rows trade places between the sequence and the plan. */
+static void trade(fg_seq *s, fg_adaptive_plan *plan) {
     for (int32_t unit = 0; unit < plan->n_units; unit++) {
         const fg_head h = s->heads[unit];
         s->heads[unit] = plan->fresh[unit];
@@ -470,225 +574,184 @@ static void swap_heads(fg_seq *s, fg_adaptive_plan *plan) {
     plan->ad = ad;
 }
 
-void fg_adaptive_swap(fg_seq *s, fg_adaptive_plan *plan) { swap_heads(s, plan); }
-void fg_adaptive_unswap(fg_seq *s, fg_adaptive_plan *plan) { swap_heads(s, plan); }
+void fg_adaptive_swap(fg_seq *s, fg_adaptive_plan *plan) { trade(s, plan); }
+void fg_adaptive_unswap(fg_seq *s, fg_adaptive_plan *plan) { trade(s, plan); }
 
-/* The observed attention of unit (layer, g) into u->p, and its ranks. */
-static void observe_unit(const fg_context *ctx, const fg_seq *s, const fg_adaptive_layer *a, int32_t g,
-                         const obs_rows *ob, const float *const *obs_q, unit_scratch *u, float *score, float *snap,
-                         float *pooled) {
-    const int32_t Hq = ctx->params.n_q_heads, Hkv = ctx->params.n_kv_heads, d = ctx->params.head_dim, G = Hq / Hkv;
-    const int32_t t = s->length[0], W = ob->n, n_prompt = s->ad->n_prompt;
-    const float scale = 1.0f / sqrtf((float)d);
-    for (int32_t hh = 0; hh < G; hh++)
-        for (int32_t i = 0; i < W; i++) {
-            const float *q = obs_q[i] + (size_t)(g * G + hh) * d;
-            float *p = u->p + ((size_t)hh * W + i) * t;
-            const int32_t pi = ob->pos[i];
-            float m = -INFINITY;
-            for (int32_t j = 0; j <= pi; j++) {
-                float x = 0.0f;
-                for (int32_t c = 0; c < d; c++)
-                    x += q[c] * u->k[(size_t)j * d + c];
-                p[j] = x * scale;
-                m = p[j] > m ? p[j] : m;
-            }
-            double sum = 0.0;
-            for (int32_t j = 0; j <= pi; j++) {
-                p[j] = expf(p[j] - m);
-                sum += p[j];
-            }
-            for (int32_t j = 0; j <= pi; j++)
-                p[j] = (float)(p[j] / sum);
-            for (int32_t j = pi + 1; j < t; j++)
-                p[j] = 0.0f;
+/* The curves of every unit: rows read back, observed, every family's pass. */
+static fg_status unit_curves_all(fg_context *ctx, const fg_seq *s, compress_scratch *w) {
+    const int32_t L = ctx->params.n_layers, Hq = ctx->params.n_q_heads, Hkv = ctx->params.n_kv_heads;
+    const int32_t d = ctx->params.head_dim, G = Hq / Hkv, t = s->length[0], n_fam = s->cp.n_policies;
+    const fg_adaptive *ad = s->ad;
+    unit_scratch *u = &w->u;
+    for (int32_t l = 0; l < L; l++) {
+        const fg_adaptive_layer *a = &ad->layers[l];
+        const int32_t W = a->n_obs;
+        for (int32_t i = 0; i < W; i++) { /* the ring's oldest first: positions ascend */
+            const int32_t slot = (a->next - W + i + ad->window) % ad->window;
+            w->obs_pos[i] = a->pos[slot];
+            w->obs_q[i] = a->q + (size_t)slot * Hq * d;
         }
-    /* the frequent part ranks by the cumulative attention of every row so far (the prompt's profile
-       and the observed decode rows), the snapshot by the observed rows', max-pooled */
-    for (int32_t j = 0; j < t; j++) {
-        score[j] = j < n_prompt ? a->col[(size_t)g * n_prompt + j] : 0.0f;
-        snap[j] = 0.0f;
-    }
-    for (int32_t i = 0; i < W; i++)
-        for (int32_t hh = 0; hh < G; hh++)
-            for (int32_t j = 0; j <= ob->pos[i]; j++) {
-                const float pa = u->p[((size_t)hh * W + i) * t + j] / (float)G;
-                snap[j] += pa;
-                if (ob->pos[i] >= n_prompt)
-                    score[j] += pa;
+        for (int32_t g = 0; g < Hkv; g++) {
+            const int32_t unit = l * Hkv + g;
+            fg_status st = fg_backend_read_rows(&ctx->be, &ctx->layout, s->heads[unit].pages, t, u->k, u->v,
+                                                u->slot_pos, NULL, NULL);
+            if (st)
+                return st;
+            for (int32_t j = 0; j < t; j++) /* a full head holds every position once, in order */
+                if (u->slot_pos[j] != j)
+                    return fg_error(ctx, FG_ERR_INTERNAL, "adaptive compression: layer %d head %d slot %d holds "
+                                    "position %d", (int)l, (int)g, (int)j, (int)u->slot_pos[j]);
+            float *score = w->score + (size_t)unit * t, *snap = w->snap + (size_t)unit * t;
+            observe_unit(ctx, s, a, g, w->obs_pos, w->obs_q, W, u, score, snap, w->pooled);
+            unit_curves *uc = &w->curves[unit];
+            int32_t n_order[FG_MAX_SHORTLIST];
+            for (int32_t f = 0; f < n_fam; f++) { /* each family's candidates, ranked as fg_policy_keep does */
+                const uint32_t c = fg_effective_components(s->cp.shortlist[f].components);
+                fg_rank_entry *order = u->order + (size_t)f * t;
+                n_order[f] = 0;
+                if ((c & (FG_KEEP_FREQUENT | FG_KEEP_SNAPSHOT)) && !(c & FG_KEEP_FULL))
+                    for (int32_t j = 0; j < t; j++)
+                        if (!fg_is_pinned(c, s->cls[j]))
+                            order[n_order[f]++] = (fg_rank_entry){(c & FG_KEEP_SNAPSHOT) ? snap[j] : score[j], j};
+                fg_policy_rank_sort(order, n_order[f]);
+                family_rows(&s->cp.shortlist[f], t, t + s->cp.horizon / 2, s->cls, uc->rows[f]);
+                for (int32_t lv = 0; lv <= FG_AD_LEVELS; lv++)
+                    uc->err[f][lv] = 0.0;
             }
-    if (s->cp.score_pool > 1) {
-        const fg_profile_view raw = {.n = t, .row_begin = 0, .length = t, .cls = s->cls, .col = snap};
-        fg_policy_pool_ranks(&s->cp, &raw, pooled);
-        memcpy(snap, pooled, (size_t)t * sizeof *snap);
+            const size_t per_row = (size_t)n_fam * (FG_AD_LEVELS + 1);
+#ifdef _OPENMP
+#pragma omp parallel for schedule(dynamic, 1) num_threads(ad_threads(ctx)) if (ad_threads(ctx) > 1)
+#endif
+            for (int32_t i = 0; i < W; i++) {
+                row_scratch *rs = &w->rows[ad_thread_id()];
+                for (int32_t f = 0; f < n_fam; f++)
+                    if (!(s->cp.shortlist[f].components & FG_KEEP_FULL))
+                        row_curve(&s->cp.shortlist[f], s->cls, u->order + (size_t)f * t, n_order[f], u, rs, t, W, i,
+                                  w->obs_pos[i], G, d, u->row_err + (size_t)i * per_row + (size_t)f * (FG_AD_LEVELS + 1));
+            }
+            for (int32_t i = 0; i < W; i++) /* in row order, whatever the threads */
+                for (int32_t f = 0; f < n_fam; f++)
+                    if (!(s->cp.shortlist[f].components & FG_KEEP_FULL))
+                        for (int32_t lv = 0; lv <= FG_AD_LEVELS; lv++)
+                            uc->err[f][lv] += u->row_err[(size_t)i * per_row + (size_t)f * (FG_AD_LEVELS + 1) + lv];
+        }
     }
+    return FG_OK;
+}
+
+/* The new cache of one unit in fr: what its (family, level) keeps now, in new pages. */
+static fg_status unit_compact(fg_context *ctx, const fg_seq *s, int32_t unit, int32_t choice, compress_scratch *w,
+                              fg_head *fr) {
+    const int32_t d = ctx->params.head_dim, G = ctx->params.n_q_heads / ctx->params.n_kv_heads, t = s->length[0];
+    const fg_head *h = &s->heads[unit];
+    unit_scratch *u = &w->u;
+    fg_status st = fg_backend_read_rows(&ctx->be, &ctx->layout, h->pages, t, u->k, u->v, NULL, NULL, NULL);
+    if (st)
+        return st;
+    fr->policy_index = FG_AD_FAMILY(choice);
+    fr->pol = family_at(&s->cp.shortlist[fr->policy_index], FG_AD_LEVEL(choice));
+    fr->components = fg_effective_components(fr->pol.components);
+    memcpy(fr->recovery, h->recovery, sizeof fr->recovery);
+    const fg_profile_view pv = {.n = t, .row_begin = 0, .length = t, .cls = s->cls, .col = w->score + (size_t)unit * t,
+                                .rank = (fr->components & FG_KEEP_SNAPSHOT) ? w->snap + (size_t)unit * t : NULL};
+    const int32_t kept = fg_policy_keep(&s->cp, &fr->pol, &pv, w->rank, w->keep_pos, w->keep_src, w->keep_flags,
+                                        w->keep_score, &fr->n_freq);
+    if ((st = fg_head_reserve(ctx, fr, fg_pages_for(ctx, kept))))
+        return st;
+    fr->n_slots = kept;
+    const float *k = u->k, *v = u->v;
+    if (ctx->be.device_io) {
+        if ((st = fg_io_write(ctx, w->dk, u->k, (size_t)t * d * sizeof(float))) ||
+            (st = fg_io_write(ctx, w->dv, u->v, (size_t)t * d * sizeof(float))))
+            return st;
+        k = w->dk;
+        v = w->dv;
+    }
+    const fg_shape shape = {G, 1, d};
+    const fg_compact_head ch = {.kv_head = 0, .n_keep = kept, .pos = w->keep_pos, .flags = w->keep_flags,
+                                .score = w->keep_score, .pages = fr->pages, .src = w->keep_src};
+    st = ctx->be.ops->compact(&ctx->be, &ctx->layout, &shape, t, k, v, 1, &ch);
+    if (st == FG_OK && ctx->be.device_io && ctx->be.ops->synchronize)
+        st = ctx->be.ops->synchronize(&ctx->be); /* written before the buffers take the next head's rows */
+    return st;
+}
+
+/* The budget in rows of every unit, halfway through the horizon. */
+static int64_t budget_of(const fg_compression_params *cp, int32_t n_units, int32_t t) {
+    int64_t budget = INT64_MAX;
+    const int64_t tc = t + cp->horizon / 2;
+    if (cp->budget > 0.0f)
+        budget = (int64_t)ceil((double)cp->budget * n_units * tc);
+    if (cp->budget_tokens > 0 && (int64_t)cp->budget_tokens * n_units < budget)
+        budget = (int64_t)cp->budget_tokens * n_units;
+    return budget;
+}
+
+static fg_status scratch_alloc(fg_context *ctx, compress_scratch *w, int32_t t, int32_t W, int32_t G, int32_t d,
+                               int32_t n_fam, int32_t n_units) {
+    unit_scratch *u = &w->u;
+    u->k = malloc((size_t)t * d * sizeof *u->k);
+    u->v = malloc((size_t)t * d * sizeof *u->v);
+    u->slot_pos = malloc((size_t)t * sizeof *u->slot_pos);
+    u->p = malloc((size_t)G * W * t * sizeof *u->p);
+    u->full = malloc((size_t)G * W * d * sizeof *u->full);
+    u->order = malloc((size_t)n_fam * t * sizeof *u->order);
+    u->row_err = malloc((size_t)W * n_fam * (FG_AD_LEVELS + 1) * sizeof *u->row_err);
+    w->n_threads = ad_threads(ctx);
+    w->rows = calloc((size_t)w->n_threads, sizeof *w->rows);
+    int rows_ok = w->rows != NULL;
+    for (int32_t i = 0; rows_ok && i < w->n_threads; i++) {
+        row_scratch *rs = &w->rows[i];
+        rs->base = malloc((size_t)G * (d + 1) * sizeof *rs->base);
+        rs->win = malloc((size_t)G * (d + 1) * sizeof *rs->win);
+        rs->oth = malloc((size_t)G * (d + 1) * sizeof *rs->oth);
+        rs->taken = calloc((size_t)t, 1);
+        rows_ok = rs->base && rs->win && rs->oth && rs->taken;
+    }
+    w->curves = malloc((size_t)n_units * sizeof *w->curves);
+    w->score = malloc((size_t)n_units * t * sizeof *w->score);
+    w->snap = malloc((size_t)n_units * t * sizeof *w->snap);
+    w->pooled = malloc((size_t)t * sizeof *w->pooled);
+    w->choice = malloc((size_t)n_units * sizeof *w->choice);
+    w->tmp = malloc((size_t)n_units * sizeof *w->tmp);
+    w->obs_pos = malloc((size_t)W * sizeof *w->obs_pos);
+    w->obs_q = malloc((size_t)W * sizeof *w->obs_q);
+    w->keep_pos = malloc((size_t)t * sizeof *w->keep_pos);
+    w->keep_src = malloc((size_t)t * sizeof *w->keep_src);
+    w->keep_flags = malloc((size_t)t);
+    w->keep_score = malloc((size_t)t * sizeof *w->keep_score);
+    w->rank = malloc((size_t)t * sizeof *w->rank);
+    if (!(u->k && u->v && u->slot_pos && u->p && u->full && u->order && u->row_err && rows_ok && w->curves &&
+          w->score && w->snap && w->pooled && w->choice && w->tmp && w->obs_pos && w->obs_q && w->keep_pos &&
+          w->keep_src && w->keep_flags && w->keep_score && w->rank))
+        return fg_error(ctx, FG_ERR_OUT_OF_MEMORY, "out of host memory compressing a sequence of %d tokens", (int)t);
+    return FG_OK;
 }
 
 fg_status fg_adaptive_prepare(fg_context *ctx, fg_seq *s, fg_adaptive_plan **out) {
     const int32_t L = ctx->params.n_layers, Hq = ctx->params.n_q_heads, Hkv = ctx->params.n_kv_heads;
     const int32_t d = ctx->params.head_dim, G = Hq / Hkv, n_units = L * Hkv;
     const fg_compression_params *cp = &s->cp;
-    const fg_adaptive *ad = s->ad;
-    const int32_t t = s->length[0], W = ad->layers[0].n_obs, n_fam = cp->n_policies;
+    const int32_t t = s->length[0], W = s->ad->window, n_fam = cp->n_policies;
     *out = NULL;
     compress_scratch w;
     memset(&w, 0, sizeof w);
-    unit_scratch *u = &w.u;
-    u->k = malloc((size_t)t * d * sizeof *u->k);
-    u->v = malloc((size_t)t * d * sizeof *u->v);
-    u->slot_pos = malloc((size_t)t * sizeof *u->slot_pos);
-    u->p = malloc((size_t)G * W * t * sizeof *u->p);
-    u->base = malloc((size_t)G * (d + 1) * sizeof *u->base);
-    u->win = malloc((size_t)G * (d + 1) * sizeof *u->win);
-    u->oth = malloc((size_t)G * (d + 1) * sizeof *u->oth);
-    u->taken = calloc((size_t)t, 1);
-    u->order = malloc((size_t)n_fam * t * sizeof *u->order);
-    w.curves = malloc((size_t)n_units * sizeof *w.curves);
-    w.score = malloc((size_t)n_units * t * sizeof *w.score);
-    w.snap = malloc((size_t)n_units * t * sizeof *w.snap);
-    w.pooled = malloc((size_t)t * sizeof *w.pooled);
-    w.choice = malloc((size_t)n_units * sizeof *w.choice);
-    w.tmp = malloc((size_t)n_units * sizeof *w.tmp);
-    w.obs_pos = malloc((size_t)W * sizeof *w.obs_pos);
-    w.obs_out = malloc((size_t)W * sizeof *w.obs_out);
-    w.obs_q = malloc((size_t)W * sizeof *w.obs_q);
-    w.keep_pos = malloc((size_t)t * sizeof *w.keep_pos);
-    w.keep_src = malloc((size_t)t * sizeof *w.keep_src);
-    w.keep_flags = malloc((size_t)t);
-    w.keep_score = malloc((size_t)t * sizeof *w.keep_score);
-    w.rank = malloc((size_t)t * sizeof *w.rank);
-    fg_adaptive_plan *plan = calloc(1, sizeof *plan);
+    fg_status st = scratch_alloc(ctx, &w, t, W, G, d, n_fam, n_units);
+    fg_adaptive_plan *plan = st == FG_OK ? calloc(1, sizeof *plan) : NULL;
     if (plan) {
         plan->n_units = n_units;
         plan->fresh = calloc((size_t)n_units, sizeof *plan->fresh);
     }
-    fg_status st = FG_OK;
-    if (!(u->k && u->v && u->slot_pos && u->p && u->base && u->win && u->oth && u->taken && u->order && w.curves &&
-          w.score && w.snap && w.pooled && w.choice && w.tmp && w.obs_pos && w.obs_out && w.obs_q && w.keep_pos &&
-          w.keep_src && w.keep_flags && w.keep_score && w.rank && plan && plan->fresh))
+    if (st == FG_OK && !(plan && plan->fresh))
         st = fg_error(ctx, FG_ERR_OUT_OF_MEMORY, "out of host memory compressing a sequence of %d tokens", (int)t);
     if (st == FG_OK && ctx->be.device_io && (st = fg_io_alloc(ctx, (size_t)t * d * sizeof(float), &w.dk)) == FG_OK)
         st = fg_io_alloc(ctx, (size_t)t * d * sizeof(float), &w.dv);
-
-    /* 1. the curves of every unit */
-    for (int32_t l = 0; l < L && st == FG_OK; l++) {
-        const fg_adaptive_layer *a = &ad->layers[l];
-        for (int32_t i = 0; i < W; i++) { /* the ring's oldest first: positions ascend */
-            const int32_t slot = (a->next - W + i + ad->window) % ad->window;
-            w.obs_pos[i] = a->pos[slot];
-            w.obs_q[i] = a->q + (size_t)slot * Hq * d;
-        }
-        for (int32_t g = 0; g < Hkv && st == FG_OK; g++) {
-            const int32_t unit = l * Hkv + g;
-            const fg_head *h = &s->heads[unit];
-            st = fg_backend_read_rows(&ctx->be, &ctx->layout, h->pages, t, u->k, u->v, u->slot_pos, NULL, NULL);
-            for (int32_t j = 0; st == FG_OK && j < t; j++)
-                if (u->slot_pos[j] != j)
-                    st = fg_error(ctx, FG_ERR_INTERNAL, "adaptive compression: layer %d head %d slot %d holds "
-                                  "position %d", (int)l, (int)g, (int)j, (int)u->slot_pos[j]);
-            if (st)
-                break;
-            for (int32_t i = 0; i < W; i++) /* each row holds [Hq][d]: this unit's group starts at g G d */
-                w.obs_out[i] = w.obs_q[i] - a->q + a->out + (size_t)g * G * d;
-            const obs_rows ob = {W, w.obs_pos, w.obs_out};
-            float *score = w.score + (size_t)unit * t, *snap = w.snap + (size_t)unit * t;
-            observe_unit(ctx, s, a, g, &ob, w.obs_q, u, score, snap, w.pooled);
-            unit_curves *uc = &w.curves[unit];
-            int32_t n_order[FG_MAX_SHORTLIST];
-            for (int32_t f = 0; f < n_fam; f++) { /* each family's candidates, ranked as fg_policy_keep does */
-                const uint32_t c = fg_effective_components(cp->shortlist[f].components);
-                fg_rank_entry *order = u->order + (size_t)f * t;
-                n_order[f] = 0;
-                if (c & (FG_KEEP_FREQUENT | FG_KEEP_SNAPSHOT) && !(c & FG_KEEP_FULL))
-                    for (int32_t j = 0; j < t; j++)
-                        if (!fg_is_pinned(c, s->cls[j]))
-                            order[n_order[f]++] = (fg_rank_entry){(c & FG_KEEP_SNAPSHOT) ? snap[j] : score[j], j};
-                fg_policy_rank_sort(order, n_order[f]);
-                const fg_profile_view pv = {.n = t, .row_begin = 0, .length = t, .cls = s->cls, .col = score};
-                family_rows(&cp->shortlist[f], &pv, uc->rows[f]);
-                for (int32_t lv = 0; lv <= FG_AD_LEVELS; lv++)
-                    uc->err[f][lv] = 0.0;
-            }
-            const fg_profile_view pv = {.n = t, .row_begin = 0, .length = t, .cls = s->cls, .col = score};
-            for (int32_t i = 0; i < W; i++)
-                for (int32_t f = 0; f < n_fam; f++)
-                    if (!(cp->shortlist[f].components & FG_KEEP_FULL))
-                        row_curve(&cp->shortlist[f], &pv, u->order + (size_t)f * t, n_order[f], u, &ob, i, G, d,
-                                  uc->err[f]);
-        }
-    }
-    /* EXPERIMENT: per-layer weights of the errors */
-    if (st == FG_OK && getenv("FG_EXP_LWEIGHT")) {
-        const char *cur = getenv("FG_EXP_LWEIGHT");
-        for (int32_t l = 0; l < L; l++) {
-            const double wl = cur && *cur ? atof(cur) : 1.0;
-            if (cur && (cur = strchr(cur, ',')))
-                cur++;
-            for (int32_t g = 0; g < Hkv; g++)
-                for (int32_t f = 0; f < n_fam; f++)
-                    for (int32_t lv = 0; lv <= FG_AD_LEVELS; lv++)
-                        w.curves[l * Hkv + g].err[f][lv] *= wl;
-        }
-    }
-    /* 2. the allocation */
-    if (st == FG_OK) {
-        int64_t budget = INT64_MAX;
-        if (cp->budget > 0.0f)
-            budget = (int64_t)ceil((double)cp->budget * n_units * t);
-        if (cp->budget_tokens > 0 && (int64_t)cp->budget_tokens * n_units < budget)
-            budget = (int64_t)cp->budget_tokens * n_units;
-        allocate(w.curves, n_units, n_fam, budget, cp->alloc_floor, w.choice, w.tmp);
-        if (getenv("FG_EXP_DEBUG")) { /* EXPERIMENT */
-            int64_t rows;
-            const double e = total(w.curves, w.choice, n_units, &rows);
-            fprintf(stderr, "adaptive t=%d budget=%lld rows=%lld err=%.4g:", (int)t, (long long)budget, (long long)rows, e);
-            for (int32_t f = 0; f < n_fam; f++) {
-                for (int32_t l = FG_AD_LEVELS; l >= 0; l--) {
-                    int64_t r = 0; double ee = 0;
-                    for (int32_t u2 = 0; u2 < n_units; u2++) { r += w.curves[u2].rows[f][l]; ee += w.curves[u2].err[f][l]; }
-                    if (r <= budget) { fprintf(stderr, " uni%d=%.4g@%d", (int)f, ee, (int)l); break; }
-                }
-            }
-            fprintf(stderr, "\n   ");
-            for (int32_t u2 = 0; u2 < n_units; u2++)
-                fprintf(stderr, " %d:%d", (int)(w.choice[u2] / (FG_AD_LEVELS + 1)), (int)(w.choice[u2] % (FG_AD_LEVELS + 1)));
-            fprintf(stderr, "\n");
-        }
-    }
-    /* 3. the new caches, in new pages */
-    for (int32_t unit = 0; unit < n_units && st == FG_OK; unit++) {
-        const int32_t f = w.choice[unit] / (FG_AD_LEVELS + 1), lv = w.choice[unit] % (FG_AD_LEVELS + 1);
-        const fg_head *h = &s->heads[unit];
-        fg_head *fr = &plan->fresh[unit];
-        if ((st = fg_backend_read_rows(&ctx->be, &ctx->layout, h->pages, t, u->k, u->v, NULL, NULL, NULL)))
-            break;
-        fr->policy_index = f;
-        fr->pol = family_at(&cp->shortlist[f], lv);
-        fr->components = fg_effective_components(fr->pol.components);
-        memcpy(fr->recovery, h->recovery, sizeof fr->recovery);
-        const fg_profile_view pv = {.n = t, .row_begin = 0, .length = t, .cls = s->cls,
-                                    .col = w.score + (size_t)unit * t,
-                                    .rank = (fr->components & FG_KEEP_SNAPSHOT) ? w.snap + (size_t)unit * t : NULL};
-        const int32_t kept = fg_policy_keep(cp, &fr->pol, &pv, w.rank, w.keep_pos, w.keep_src, w.keep_flags,
-                                            w.keep_score, &fr->n_freq);
-        if ((st = fg_head_reserve(ctx, fr, fg_pages_for(ctx, kept))))
-            break;
-        fr->n_slots = kept;
-        const float *k = u->k, *v = u->v;
-        if (ctx->be.device_io) {
-            if ((st = fg_io_write(ctx, w.dk, u->k, (size_t)t * d * sizeof(float))) ||
-                (st = fg_io_write(ctx, w.dv, u->v, (size_t)t * d * sizeof(float))))
-                break;
-            k = w.dk;
-            v = w.dv;
-        }
-        const fg_shape shape = {G, 1, d};
-        const fg_compact_head ch = {.kv_head = 0, .n_keep = kept, .pos = w.keep_pos, .flags = w.keep_flags,
-                                    .score = w.keep_score, .pages = fr->pages, .src = w.keep_src};
-        st = ctx->be.ops->compact(&ctx->be, &ctx->layout, &shape, t, k, v, 1, &ch);
-        if (st == FG_OK && ctx->be.device_io && ctx->be.ops->synchronize)
-            st = ctx->be.ops->synchronize(&ctx->be); /* the rows are written before the buffers take the next head's */
-    }
+    if (st == FG_OK)
+        st = unit_curves_all(ctx, s, &w);
+    if (st == FG_OK)
+        allocate(w.curves, n_units, n_fam, budget_of(cp, n_units, t), cp->alloc_floor, w.choice, w.tmp);
+    for (int32_t unit = 0; unit < n_units && st == FG_OK; unit++)
+        st = unit_compact(ctx, s, unit, w.choice[unit], &w, &plan->fresh[unit]);
     if (st == FG_OK && ctx->be.ops->synchronize)
         st = ctx->be.ops->synchronize(&ctx->be);
     scratch_free(ctx, &w);
@@ -698,4 +761,28 @@ fg_status fg_adaptive_prepare(fg_context *ctx, fg_seq *s, fg_adaptive_plan **out
     }
     *out = plan;
     return FG_OK;
+}
+
+fg_status fg_adaptive_curves(fg_context *ctx, const fg_seq *s, double *err, int32_t *rows, int64_t *budget_rows) {
+    const int32_t n_units = ctx->params.n_layers * ctx->params.n_kv_heads, n_fam = s->cp.n_policies;
+    const int32_t d = ctx->params.head_dim, G = ctx->params.n_q_heads / ctx->params.n_kv_heads, t = s->length[0];
+    const int32_t W = s->ad->window;
+    compress_scratch w;
+    memset(&w, 0, sizeof w);
+    unit_scratch *u = &w.u;
+    fg_status st = scratch_alloc(ctx, &w, t, W, G, d, n_fam, n_units);
+    if (st == FG_OK)
+        st = unit_curves_all(ctx, s, &w);
+    for (int32_t unit = 0; st == FG_OK && unit < n_units; unit++)
+        for (int32_t f = 0; f < n_fam; f++)
+            for (int32_t l = 0; l <= FG_AD_LEVELS; l++) {
+                const size_t at = ((size_t)unit * n_fam + f) * (FG_AD_LEVELS + 1) + l;
+                err[at] = w.curves[unit].err[f][l];
+                rows[at] = w.curves[unit].rows[f][l];
+            }
+    if (st == FG_OK)
+        *budget_rows = budget_of(&s->cp, n_units, t);
+    (void)u;
+    scratch_free(ctx, &w);
+    return st;
 }

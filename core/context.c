@@ -494,36 +494,26 @@ static void allocate_budget(const fg_compression_params *cp, const fg_profile_vi
         heads[g].policy_index = w->choice[g];
 }
 
-/* Positions [first, last) of a pass whose rows start at position pos0 (q,
- * out: [][Hq][d] from pos0, activation memory) join the adaptive mode's
- * observed rows of `layer`. */
+/* Positions [first, last) of a pass whose rows start at position pos0 (q:
+ * [][Hq][d] from pos0, activation memory) join the adaptive mode's observed
+ * rows of `layer`. */
 static fg_status observe_rows(fg_context *ctx, fg_seq *s, int32_t layer, int32_t pos0, int32_t first, int32_t last,
-                              const float *q, const float *out) {
+                              const float *q) {
     const size_t row = (size_t)ctx->params.n_q_heads * ctx->params.head_dim;
-    float *hq = NULL, *ho = NULL;
-    if (ctx->be.device_io) {
-        hq = malloc(row * sizeof *hq);
-        ho = malloc(row * sizeof *ho);
-        if (!hq || !ho) {
-            free(hq);
-            free(ho);
-            return fg_error(ctx, FG_ERR_OUT_OF_MEMORY, "out of host memory for an observed row");
-        }
-    }
+    float *hq = NULL;
+    if (ctx->be.device_io && !(hq = malloc(row * sizeof *hq)))
+        return fg_error(ctx, FG_ERR_OUT_OF_MEMORY, "out of host memory for an observed row");
     fg_status st = FG_OK;
     for (int32_t p = first < pos0 ? pos0 : first; p < last && st == FG_OK; p++) {
-        const float *qr = q + (size_t)(p - pos0) * row, *orow = out + (size_t)(p - pos0) * row;
+        const float *qr = q + (size_t)(p - pos0) * row;
         if (ctx->be.device_io) {
-            if ((st = fg_backend_read(&ctx->be, hq, qr, row * sizeof *hq)) ||
-                (st = fg_backend_read(&ctx->be, ho, orow, row * sizeof *ho)))
+            if ((st = fg_backend_read(&ctx->be, hq, qr, row * sizeof *hq)))
                 break;
             qr = hq;
-            orow = ho;
         }
-        fg_adaptive_observe(ctx, s->ad, layer, p, qr, orow);
+        fg_adaptive_observe(ctx, s->ad, layer, p, qr);
     }
     free(hq);
-    free(ho);
     return st;
 }
 
@@ -704,7 +694,7 @@ static fg_status prefill_layer(fg_context *ctx, fg_seq *s, int32_t layer, const 
     s->length[layer] = n;
     if (s->ad && !stats) { /* a chunked prefill observed its rows chunk by chunk */
         fg_adaptive_forget(s->ad, layer);
-        st = observe_rows(ctx, s, layer, 0, n - (n < s->ad->window ? n : s->ad->window), n, q, out);
+        st = observe_rows(ctx, s, layer, 0, n - (n < s->ad->window ? n : s->ad->window), n, q);
     }
     if (st == FG_OK && s->ad && s->ad->compress_at == n && all_prefilled(ctx, s))
         st = compress_now(ctx, s);
@@ -836,7 +826,7 @@ fg_status fg_prefill_chunk(fg_context *ctx, int32_t seq, int32_t layer, int32_t 
     if (st == FG_OK && s->ad) { /* the prompt's last rows are the adaptive mode's observed ones */
         if (begin == 0)
             fg_adaptive_forget(s->ad, layer);
-        st = observe_rows(ctx, s, layer, begin, N - (N < s->ad->window ? N : s->ad->window), begin + n, q, out);
+        st = observe_rows(ctx, s, layer, begin, N - (N < s->ad->window ? N : s->ad->window), begin + n, q);
     }
     if (st == FG_OK) /* [Hq][n] into [Hq][N] at column begin */
         st = io_copy_rows(ctx, stage->row_max + begin, (size_t)N, mx, (size_t)n, (size_t)n, (size_t)Hq);
@@ -1012,7 +1002,7 @@ fg_status fg_decode(fg_context *ctx, int32_t layer, int32_t n_seqs, const int32_
             fg_seq *s = &ctx->seqs[seqs[i]];
             const int32_t p = s->length[layer];
             if (s->ad)
-                st = observe_rows(ctx, s, layer, p, p, p + 1, q + (size_t)i * Hq * d, out + (size_t)i * Hq * d);
+                st = observe_rows(ctx, s, layer, p, p, p + 1, q + (size_t)i * Hq * d);
         }
         if (st) {
             /* The step's pages go back. Backends fail before they touch a cache

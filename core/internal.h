@@ -198,7 +198,7 @@ typedef struct fg_prefill_stage {
 /* What one layer of a sequence keeps until its heads are compressed. */
 typedef struct fg_adaptive_layer {
     float *col;          /* [Hkv][n_prompt] pooled attention the prompt's rows gave each key */
-    float *q, *out;      /* [W][Hq][d] the last W rows: queries, full-cache attention outputs */
+    float *q;            /* [W][Hq][d] the queries of the last W rows */
     int32_t *pos;        /* [W] their positions */
     int32_t n_obs, next; /* rows held (at most W), the ring's next slot */
 } fg_adaptive_layer;
@@ -214,9 +214,8 @@ struct fg_seq;
 fg_status fg_adaptive_create(fg_context *ctx, const fg_compression_params *cp, int32_t n_prompt, fg_adaptive **out);
 void fg_adaptive_destroy(fg_context *ctx, fg_adaptive **ad);
 fg_status fg_adaptive_clone(fg_context *ctx, const fg_adaptive *src, fg_adaptive **out);
-/* Row `pos` of `layer` joins the observed rows (host arrays, [Hq][d] each). */
-void fg_adaptive_observe(const fg_context *ctx, fg_adaptive *ad, int32_t layer, int32_t pos, const float *q,
-                         const float *out);
+/* Row `pos` of `layer` joins the observed rows (its query, a host array [Hq][d]). */
+void fg_adaptive_observe(const fg_context *ctx, fg_adaptive *ad, int32_t layer, int32_t pos, const float *q);
 /* The observed rows of `layer` go (its prefill starts again). */
 void fg_adaptive_forget(fg_adaptive *ad, int32_t layer);
 /* Shares the sequence's budget among every head of every layer and
@@ -229,6 +228,13 @@ fg_status fg_adaptive_prepare(fg_context *ctx, struct fg_seq *s, fg_adaptive_pla
 void fg_adaptive_swap(struct fg_seq *s, fg_adaptive_plan *plan);
 void fg_adaptive_unswap(struct fg_seq *s, fg_adaptive_plan *plan);
 void fg_adaptive_abort(fg_context *ctx, fg_adaptive_plan **plan);
+/* Levels of memory each family is tried at: level l keeps about l / FG_AD_LEVELS of the rows. */
+#define FG_AD_LEVELS 40
+/* For tests: the predicted error and the rows of every unit (layer x KV
+ * head), family and level, [units][n_policies][FG_AD_LEVELS + 1], of a
+ * sequence still observed (every layer at one length), and the budget they
+ * share, in rows. */
+fg_status fg_adaptive_curves(fg_context *ctx, const struct fg_seq *s, double *err, int32_t *rows, int64_t *budget_rows);
 
 typedef struct fg_seq {
     int in_use;

@@ -96,6 +96,8 @@ fg_status fg_compression_params_preset(const char *name, fg_compression_params *
         p->budget = 0.5f;
         p->n_sink = 4;
         p->observation_window = 32;
+        p->defer_until = 32;
+        p->horizon = 128;
         p->score_pool = 7;
         return FG_OK;
     }
@@ -142,10 +144,13 @@ fg_status fg_compression_params_validate(const fg_compression_params *p) {
         return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
                         "unknown allocation %d (FG_ALLOC_SHORTLIST 0, FG_ALLOC_ADAKV 1, FG_ALLOC_ADAPTIVE 2)",
                         (int)p->allocation);
-    if (p->defer_steps < 0 || (p->defer_steps > 0 && p->allocation != FG_ALLOC_ADAPTIVE))
+    if (p->horizon < 0 || p->horizon > (1 << 24) || (p->horizon > 0 && p->allocation != FG_ALLOC_ADAPTIVE))
         return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
-                        "defer_steps (%d) must be >= 0, and only FG_ALLOC_ADAPTIVE defers its compression",
-                        (int)p->defer_steps);
+                        "horizon (%d) must be in 0..2^24, and only FG_ALLOC_ADAPTIVE uses it", (int)p->horizon);
+    if (p->defer_until < 0 || (p->defer_until > 0 && p->allocation != FG_ALLOC_ADAPTIVE))
+        return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
+                        "defer_until (%d) must be >= 0, and only FG_ALLOC_ADAPTIVE defers its compression",
+                        (int)p->defer_until);
     if (!(p->budget >= 0.0f && p->budget <= 1.0f) || p->budget_tokens < 0)
         return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
                         "budget must be in [0, 1] (got %g) and budget_tokens >= 0 (got %d); 0 turns budget mode off",
@@ -186,11 +191,10 @@ fg_status fg_compression_params_validate(const fg_compression_params *p) {
             return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
                             "FG_ALLOC_ADAPTIVE: the last shortlist entry must be full (every head holds everything "
                             "until the compression)");
-        if (p->observation_window < 1 || p->defer_steps > p->observation_window)
+        if (p->observation_window < 1 || p->observation_window > 4096)
             return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
-                            "FG_ALLOC_ADAPTIVE observes the last observation_window rows (got %d): it must be >= 1 "
-                            "and hold the defer_steps decode rows (%d)", (int)p->observation_window,
-                            (int)p->defer_steps);
+                            "FG_ALLOC_ADAPTIVE observes the last observation_window rows: 1..4096, got %d",
+                            (int)p->observation_window);
         if (p->score_mode != FG_SCORE_SUM)
             return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
                             "FG_ALLOC_ADAPTIVE ranks by cumulative attention: score_mode must be FG_SCORE_SUM");

@@ -138,15 +138,19 @@ typedef enum fg_allocation {
     /* fastgen-adaptive: the sequence's budget shared among all its heads of
      * every layer by the error they are predicted to make. Every head holds
      * its full cache until the sequence has been observed: at the end of the
-     * last layer's prefill, or after defer_steps decode steps. Then, for
-     * every (layer, KV head) and every shortlist entry (a family: its
-     * components, the split of its ratios) at 41 levels of memory, the
-     * attention output of the last observation_window rows over the rows that
-     * entry would keep is compared with the full cache's (squared error,
-     * values included); the heads start from the uniform allocation of the
-     * family predicted best, and rows move between heads and layers only
-     * where the predicted error falls, each head keeping at least alloc_floor
-     * of the uniform share. The last entry must be full. */
+     * last layer's prefill, or at the decode step that reaches defer_until
+     * tokens when the prompt is shorter. Then, for every (layer, KV head) and
+     * every shortlist entry (a family: its components and the split of its
+     * ratios) at 41 levels of memory, the attention output each of the last
+     * observation_window rows would get, as a decode query at its own
+     * position, from the rows that entry keeps is compared with the full
+     * cache's (squared error, values included). The heads start from the
+     * uniform allocation of the family predicted best; rows move between
+     * heads and layers only where the predicted error falls, each head
+     * keeping at least alloc_floor of the uniform share. Each head then keeps
+     * its family's policy at its own ratios (fg_head_info.policy). Until then
+     * the sequence holds its full cache; during the compression, the full
+     * cache and the compressed one. The last entry must be full. */
     FG_ALLOC_ADAPTIVE = 2
 } fg_allocation;
 
@@ -187,8 +191,12 @@ typedef struct fg_compression_params {
     int32_t score_pool;
     fg_allocation allocation;             /* FG_ALLOC_SHORTLIST (default), FG_ALLOC_ADAKV, FG_ALLOC_ADAPTIVE */
     float alloc_floor;                    /* AdaKV, adaptive: the share of the uniform one every head keeps, in [0, 1] */
-    int32_t defer_steps;                  /* FG_ALLOC_ADAPTIVE: decode steps with full caches before the heads are
-                                             compressed, at most observation_window (their rows join the observed) */
+    int32_t defer_until;                  /* FG_ALLOC_ADAPTIVE: the heads keep their full caches until the sequence
+                                             holds this many tokens (its prompt, when longer); the decode rows
+                                             join the observed ones, so at most observation_window of them */
+    int32_t horizon;                      /* FG_ALLOC_ADAPTIVE: the budget holds on average from the compression
+                                             over this many more tokens (rows that stay, as sinks, weigh less
+                                             the longer a sequence goes on); 0: at the compression */
 } fg_compression_params;
 
 /* The paper: special, +punct, +frequent, +local, full; r = 0.3, T = 0.95. */
@@ -206,7 +214,8 @@ FG_API void fg_compression_params_default(fg_compression_params *params);
  * "fastgen-adaptive": FG_ALLOC_ADAPTIVE at budget 0.5 over the families
  * frequent+local (H2O), special+local (StreamingLLM, 4 sinks),
  * snapshot+local (SnapKV: the observed rows' attention, max-pooled over 7)
- * and full; 32 observed rows, floor 0.2, no deferral. */
+ * and full; 32 observed rows, compressed at 32 tokens at the earliest,
+ * floor 0.2. */
 FG_API fg_status fg_compression_params_preset(const char *name, fg_compression_params *params);
 FG_API fg_status fg_compression_params_validate(const fg_compression_params *params);
 /* "special+punct+frequent" -> FG_KEEP_* bits (names: special, punct,

@@ -77,9 +77,11 @@ static int method_params(const char *method, double r, fg_compression_params *cp
         if (cp->allocation == FG_ALLOC_ADAPTIVE) { /* EXPERIMENT knobs */
             const char *e;
             if ((e = getenv("FG_EXP_DEFER")))
-                cp->defer_steps = atoi(e);
+                cp->defer_until = atoi(e);
             if ((e = getenv("FG_EXP_WINDOW")))
                 cp->observation_window = atoi(e);
+            if ((e = getenv("FG_EXP_HORIZON")))
+                cp->horizon = atoi(e);
             if ((e = getenv("FG_EXP_FLOOR")))
                 cp->alloc_floor = (float)atof(e);
             if ((e = getenv("FG_EXP_FAMILIES"))) { /* a subset of the families, by index, full last */

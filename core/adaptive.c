@@ -157,34 +157,26 @@ static fg_policy family_at(const fg_policy *f, int32_t level) {
     return p;
 }
 
-/* Rows family `fam` keeps at every level at length tc >= t, the tokens from
- * t on taken as ordinary (§2.4: the pinned rows, the window's others, k of
- * the rest; a snapshot's k is the one taken at t). */
-static void family_rows(const fg_policy *fam, int32_t t, int32_t tc, const uint8_t *cls, int32_t *rows) {
+/* Rows family `fam` keeps at every level at length t (§2.4: the pinned
+ * rows, the window's others, k(t) of the rest). */
+static void family_rows(const fg_policy *fam, int32_t t, const uint8_t *cls, int32_t *rows) {
     const uint32_t c = fg_effective_components(fam->components);
     int32_t pinned = 0;
     for (int32_t j = 0; j < t; j++)
         pinned += fg_is_pinned(c, cls[j]);
     for (int32_t l = 0; l <= FG_AD_LEVELS; l++) {
         if (c & FG_KEEP_FULL) {
-            rows[l] = tc;
+            rows[l] = t;
             continue;
         }
         const fg_policy pol = family_at(fam, l);
-        const int32_t ws = (c & FG_KEEP_LOCAL) ? tc - fg_policy_window(&pol, tc) : tc;
+        const int32_t ws = (c & FG_KEEP_LOCAL) ? t - fg_policy_window(&pol, t) : t;
         int32_t before = 0; /* pinned rows before the window */
-        for (int32_t j = 0; j < ws && j < t; j++)
+        for (int32_t j = 0; j < ws; j++)
             before += fg_is_pinned(c, cls[j]);
-        int32_t r = pinned + (tc - ws) - (pinned - before);
-        if (c & FG_KEEP_FREQUENT) {
-            const int32_t cand = ws - before, k = fg_policy_frequent_budget(&pol, tc);
-            r += k < cand ? k : cand;
-        } else if (c & FG_KEEP_SNAPSHOT) { /* chosen at t among the others before its window then */
-            const int32_t wt = (c & FG_KEEP_LOCAL) ? t - fg_policy_window(&pol, t) : t;
-            int32_t pin_t = 0;
-            for (int32_t j = 0; j < wt; j++)
-                pin_t += fg_is_pinned(c, cls[j]);
-            const int32_t cand = wt - pin_t, k = fg_policy_frequent_budget(&pol, t);
+        int32_t r = pinned + (t - ws) - (pinned - before);
+        if (c & (FG_KEEP_FREQUENT | FG_KEEP_SNAPSHOT)) {
+            const int32_t cand = ws - before, k = fg_policy_frequent_budget(&pol, t);
             r += k < cand ? k : cand;
         }
         rows[l] = r;
@@ -614,7 +606,7 @@ static fg_status unit_curves_all(fg_context *ctx, const fg_seq *s, compress_scra
                         if (!fg_is_pinned(c, s->cls[j]))
                             order[n_order[f]++] = (fg_rank_entry){(c & FG_KEEP_SNAPSHOT) ? snap[j] : score[j], j};
                 fg_policy_rank_sort(order, n_order[f]);
-                family_rows(&s->cp.shortlist[f], t, t + s->cp.horizon / 2, s->cls, uc->rows[f]);
+                family_rows(&s->cp.shortlist[f], t, s->cls, uc->rows[f]);
                 for (int32_t lv = 0; lv <= FG_AD_LEVELS; lv++)
                     uc->err[f][lv] = 0.0;
             }
@@ -676,12 +668,11 @@ static fg_status unit_compact(fg_context *ctx, const fg_seq *s, int32_t unit, in
     return st;
 }
 
-/* The budget in rows of every unit, halfway through the horizon. */
+/* The budget in rows of every unit at length t. */
 static int64_t budget_of(const fg_compression_params *cp, int32_t n_units, int32_t t) {
     int64_t budget = INT64_MAX;
-    const int64_t tc = t + cp->horizon / 2;
     if (cp->budget > 0.0f)
-        budget = (int64_t)ceil((double)cp->budget * n_units * tc);
+        budget = (int64_t)ceil((double)cp->budget * n_units * t);
     if (cp->budget_tokens > 0 && (int64_t)cp->budget_tokens * n_units < budget)
         budget = (int64_t)cp->budget_tokens * n_units;
     return budget;

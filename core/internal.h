@@ -145,7 +145,10 @@ typedef struct fg_pool {
     int32_t chunk_pages;
     size_t max_bytes;
     fg_pool_chunk *chunks;
-    int32_t n_chunks;
+    int32_t n_chunks, cap_chunks;
+    int32_t n_live;      /* chunks holding memory */
+    int32_t free_hint;   /* no chunk below it has a free page */
+    int32_t slot_hint;   /* no released slot below it */
     int64_t in_use;
 } fg_pool;
 

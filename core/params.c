@@ -97,7 +97,6 @@ fg_status fg_compression_params_preset(const char *name, fg_compression_params *
         p->n_sink = 4;
         p->observation_window = 32;
         p->defer_until = 32;
-        p->horizon = 128;
         p->score_pool = 7;
         return FG_OK;
     }
@@ -144,9 +143,6 @@ fg_status fg_compression_params_validate(const fg_compression_params *p) {
         return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
                         "unknown allocation %d (FG_ALLOC_SHORTLIST 0, FG_ALLOC_ADAKV 1, FG_ALLOC_ADAPTIVE 2)",
                         (int)p->allocation);
-    if (p->horizon < 0 || p->horizon > (1 << 24) || (p->horizon > 0 && p->allocation != FG_ALLOC_ADAPTIVE))
-        return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
-                        "horizon (%d) must be in 0..2^24, and only FG_ALLOC_ADAPTIVE uses it", (int)p->horizon);
     if (p->defer_until < 0 || (p->defer_until > 0 && p->allocation != FG_ALLOC_ADAPTIVE))
         return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
                         "defer_until (%d) must be >= 0, and only FG_ALLOC_ADAPTIVE defers its compression",

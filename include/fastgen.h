@@ -194,9 +194,6 @@ typedef struct fg_compression_params {
     int32_t defer_until;                  /* FG_ALLOC_ADAPTIVE: the heads keep their full caches until the sequence
                                              holds this many tokens (its prompt, when longer); the decode rows
                                              join the observed ones, so at most observation_window of them */
-    int32_t horizon;                      /* FG_ALLOC_ADAPTIVE: the budget holds on average from the compression
-                                             over this many more tokens (rows that stay, as sinks, weigh less
-                                             the longer a sequence goes on); 0: at the compression */
 } fg_compression_params;
 
 /* The paper: special, +punct, +frequent, +local, full; r = 0.3, T = 0.95. */

@@ -65,7 +65,6 @@ static fg_compression_params adaptive_params(float budget) {
     cp.budget = budget;
     cp.observation_window = W;
     cp.defer_until = T;
-    cp.horizon = 0; /* the budget at the compression: row counts are the kept rows then */
     return cp;
 }
 

@@ -80,8 +80,6 @@ static int method_params(const char *method, double r, fg_compression_params *cp
                 cp->defer_until = atoi(e);
             if ((e = getenv("FG_EXP_WINDOW")))
                 cp->observation_window = atoi(e);
-            if ((e = getenv("FG_EXP_HORIZON")))
-                cp->horizon = atoi(e);
             if ((e = getenv("FG_EXP_FLOOR")))
                 cp->alloc_floor = (float)atof(e);
             if ((e = getenv("FG_EXP_FAMILIES"))) { /* a subset of the families, by index, full last */
@@ -621,7 +619,7 @@ int eval_sweep(const cli_opts *o, const eval_sweep_opts *x, char **prompts, cons
         free(ids);
     }
     if (st == FG_OK) {
-        fg_runner_params rp = {.backend = o->backend, .kv_dtype = o->dtype, .max_seqs = w.n_cfg, .page_tokens = 1,
+        fg_runner_params rp = {.backend = o->backend, .kv_dtype = o->dtype, .max_seqs = w.n_cfg,
                                .max_len = longest + o->n, .q8_activations = o->q8_activations,
                                .prefill_chunk = o->prefill_chunk};
         st = fg_runner_create(&w.s.model, &w.s.tok, &rp, &w.s.runner, err, sizeof err);

@@ -23,7 +23,7 @@
 #include "tools/synth.h"
 #include "tools/tokenizer.h"
 
-enum { L = 2, HKV = 4, G = 2, HQ = G * HKV, D = 16, MAXLEN = 64, SEQS = 3 };
+enum { L = 2, HKV = 4, G = 2, HQ = G * HKV, D = 16, MAXLEN = 64, SEQS = 5 };
 
 typedef enum op_kind {
     OP_CREATE, OP_SEQ, OP_PREFILL, OP_CHUNK, OP_DECODE, OP_INSPECT, OP_DESTROY_SEQ, OP_TRIM, OP_FORK, OP_APPEND
@@ -52,8 +52,10 @@ typedef struct world {
     int32_t len[SEQS][L]; /* tokens each sequence has seen at each layer (twin side) */
 } world;
 
-static const char *k_presets[SEQS] = {"fastgen", "h2o", "full"};
-static const int32_t k_prompt[SEQS] = {24, 30, 16}; /* 16: the full cache takes a new page at its first decode */
+/* 16: the full cache takes a new page at its first decode; the adaptive ones compress at the 6th decode
+   step of their batch (3) and at their prefill (4) */
+static const char *k_presets[SEQS] = {"fastgen", "h2o", "full", "fastgen-adaptive", "fastgen-adaptive"};
+static const int32_t k_prompt[SEQS] = {24, 30, 16, 20, 28};
 
 static fg_status run_op(world *w, side *s, const op *o, const int32_t *len) {
     switch (o->kind) {
@@ -77,6 +79,10 @@ static fg_status run_op(world *w, side *s, const op *o, const int32_t *len) {
         fg_compression_params cp;
         fg_status st = fg_compression_params_preset(k_presets[o->a], &cp);
         cp.append_mode = o->a == 0 ? FG_APPEND_REPROFILE : FG_APPEND_KEEP; /* and so its fork */
+        if (o->a >= 3) { /* observed over 8 rows; compressed at 26 tokens, or at once */
+            cp.observation_window = 8;
+            cp.defer_until = o->a == 3 ? 26 : 0;
+        }
         return st ? st : fg_seq_create(s->ctx, &cp, w->tokens[o->a], k_prompt[o->a], &s->seq[o->a]);
     }
     case OP_PREFILL: {
@@ -193,25 +199,24 @@ static int32_t make_script(op *ops) {
     }
     for (int32_t step = 0; step < 5; step++)
         for (int32_t l = 0; l < L; l++)
-            ops[n++] = (op){OP_DECODE, l, 0, 7};
+            ops[n++] = (op){OP_DECODE, l, 0, 31};
     for (int32_t i = 0; i < SEQS; i++)
         ops[n++] = (op){OP_INSPECT, i, 0, 0};
     ops[n++] = (op){OP_DESTROY_SEQ, 1, 0, 0};
     ops[n++] = (op){OP_TRIM, 0, 0, 0};
     for (int32_t step = 0; step < 3; step++)
         for (int32_t l = 0; l < L; l++)
-            ops[n++] = (op){OP_DECODE, l, 0, 5};
+            ops[n++] = (op){OP_DECODE, l, 0, 29};
     ops[n++] = (op){OP_FORK, 1, 0, 0}; /* slot 1 continues from sequence 0, sharing its pages */
     for (int32_t step = 0; step < 3; step++)
         for (int32_t l = 0; l < L; l++)
-            ops[n++] = (op){OP_DECODE, l, 0, 7};
+            ops[n++] = (op){OP_DECODE, l, 0, 31};
     for (int32_t l = 0; l < L; l++)
         ops[n++] = (op){OP_APPEND, 2, l, 0};
     for (int32_t l = 0; l < L; l++) /* re-profiled: new pages for every head, the fork's shared ones left to it */
         ops[n++] = (op){OP_APPEND, 0, l, 0};
-    ops[n++] = (op){OP_INSPECT, 0, 0, 0};
-    ops[n++] = (op){OP_INSPECT, 1, 0, 0};
-    ops[n++] = (op){OP_INSPECT, 2, 0, 0};
+    for (int32_t i = 0; i < SEQS; i++)
+        ops[n++] = (op){OP_INSPECT, i, 0, 0};
     return n;
 }
 

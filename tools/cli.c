@@ -202,12 +202,13 @@ int cli_compression(const char *cmd, const cli_opts *o, fg_compression_params *c
     /* --budget: FastGen's budget mode (its finer shortlist) unless another policy is named */
     const char *policy = o->budget > 0.0f && !strcmp(o->policy, "fastgen") ? "fastgen-budget" : o->policy;
     if (fg_compression_params_preset(policy, cp) != FG_OK)
-        return cli_usage(cmd, "unknown policy \"%s\" (fastgen, fastgen-budget, full, streamingllm, h2o, local, frequent, "
-                              "snapkv, adakv, tova)",
+        return cli_usage(cmd, "unknown policy \"%s\" (fastgen, fastgen-budget, fastgen-adaptive, full, streamingllm, h2o, "
+                              "local, frequent, snapkv, adakv, tova)",
                          o->policy);
     if (o->budget > 0.0f) {
-        if (strcmp(policy, "fastgen-budget"))
-            return cli_usage(cmd, "--budget applies to FastGen (--policy fastgen or fastgen-budget), not %s", policy);
+        if (strcmp(policy, "fastgen-budget") && strcmp(policy, "fastgen-adaptive"))
+            return cli_usage(cmd, "--budget applies to FastGen's budget modes (--policy fastgen-adaptive, fastgen or "
+                                  "fastgen-budget), not %s", policy);
         cp->budget = o->budget;
     }
     if (o->has_threshold)

@@ -11,8 +11,8 @@ static const char *k_model_help =
     "                          $FASTGEN_MODEL, ../shared/models/ or ./models/)\n"
     "  -z, --tokenizer FILE    llama2.c tokenizer (default: tok512.bin beside the model; GGUF files carry theirs)\n"
     "  -p, --prompt TEXT       prompt (default \"Once upon a time\")\n"
-    "  --policy NAME           fastgen | fastgen-budget | full | streamingllm | h2o | local | frequent |\n"
-    "                          snapkv | adakv | tova\n"
+    "  --policy NAME           fastgen | fastgen-budget | fastgen-adaptive | full | streamingllm | h2o |\n"
+    "                          local | frequent | snapkv | adakv | tova\n"
     "                          (default fastgen)\n"
     "  -T X                    recovery threshold in (0, 1] (default 0.95)\n"
     "  --budget B              FastGen's budget mode: keep at most B of the full cache's rows, in (0, 1]\n"
@@ -368,7 +368,8 @@ int cmd_profile(int argc, char **argv) {
                 const fg_head_info *hi = &info[l * c->n_kv_heads + g];
                 printf("%s{\"kv_head\": %d, \"policy\": ", g ? ", " : "", (int)g);
                 cli_json_string(stdout, names[hi->policy_index]);
-                printf(", \"recovery\": [");
+                printf(", \"ratio_local\": %.6f, \"ratio_frequent\": %.6f, \"recovery\": [",
+                       (double)hi->policy.ratio_local, (double)hi->policy.ratio_frequent);
                 for (int32_t e = 0; e < hi->n_policies; e++)
                     printf("%s%.6f", e ? ", " : "", (double)hi->recovery[e]);
                 printf("], \"kept\": %d, \"length\": %d}", (int)hi->kept, (int)hi->length);
@@ -378,14 +379,15 @@ int cmd_profile(int argc, char **argv) {
         printf("], \"kv_bytes_held\": %zu, \"kv_bytes_full\": %zu}\n", mem.kv_bytes_held, mem.kv_bytes_full);
     } else {
         printf("profile of %d tokens, policy %s, T = %.2f\n\n", (int)n, o.policy, (double)cp.threshold);
-        printf("layer head  %-30s", "policy");
+        printf("layer head  %-30s %6s %6s", "policy", "r_l", "r_f");
         for (int32_t e = 0; e < cp.n_policies; e++)
             printf("  rec[%d]", (int)e);
         printf("   kept\n");
         for (int32_t l = 0; l < c->n_layers; l++)
             for (int32_t g = 0; g < c->n_kv_heads; g++) {
                 const fg_head_info *hi = &info[l * c->n_kv_heads + g];
-                printf("%5d %4d  %-30s", (int)l, (int)g, names[hi->policy_index]);
+                printf("%5d %4d  %-30s %6.3f %6.3f", (int)l, (int)g, names[hi->policy_index],
+                       (double)hi->policy.ratio_local, (double)hi->policy.ratio_frequent);
                 for (int32_t e = 0; e < hi->n_policies; e++)
                     printf("  %6.3f", (double)hi->recovery[e]);
                 printf("  %3d/%d\n", (int)hi->kept, (int)hi->length);
@@ -413,7 +415,13 @@ int cmd_profile(int argc, char **argv) {
     }
     if (o.svg) {
         FILE *f = fopen(o.svg, "w");
-        if (!f || fg_svg_profile(f, c->n_layers, c->n_kv_heads, policy, name_ptr, cp.n_policies) != 0) {
+        double *kept_share = malloc((size_t)c->n_layers * c->n_kv_heads * sizeof *kept_share);
+        for (int32_t i = 0; kept_share && i < c->n_layers * c->n_kv_heads; i++)
+            kept_share[i] = info[i].length ? (double)info[i].kept / info[i].length : 0.0;
+        const int bad = !f || !kept_share ||
+                        fg_svg_profile(f, c->n_layers, c->n_kv_heads, policy, kept_share, name_ptr, cp.n_policies) != 0;
+        free(kept_share);
+        if (bad) {
             fprintf(stderr, "fastgen profile: cannot write %s\n", o.svg);
             if (f)
                 fclose(f);

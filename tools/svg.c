@@ -21,7 +21,8 @@ static void text_escaped(FILE *f, const char *s) {
     }
 }
 
-int fg_svg_profile(FILE *f, int32_t L, int32_t H, const int32_t *policy, const char *const *names, int32_t n_names) {
+int fg_svg_profile(FILE *f, int32_t L, int32_t H, const int32_t *policy, const double *kept, const char *const *names,
+                   int32_t n_names) {
     const int cell = 28, left = 70, top = 72, bar_w = 200, gap = 40;
     const int map_w = H * cell, map_h = L * cell;
     const int legend_y = top + map_h + 40;
@@ -31,6 +32,8 @@ int fg_svg_profile(FILE *f, int32_t L, int32_t H, const int32_t *policy, const c
             width, height);
     fprintf(f, "<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n");
     fprintf(f, "<text x=\"%d\" y=\"22\" font-size=\"15\">FastGen policy per KV head</text>\n", left);
+    fprintf(f, "<text x=\"%d\" y=\"40\" fill=\"#555\">in each cell: the %% of its rows the head keeps</text>\n",
+            left);
     fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">KV head</text>\n", left + map_w / 2, top - 18);
     fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">policies per layer</text>\n",
             left + map_w + gap + bar_w / 2, top - 18);
@@ -47,8 +50,13 @@ int fg_svg_profile(FILE *f, int32_t L, int32_t H, const int32_t *policy, const c
             if (p >= 0 && p < 64)
                 counts[p]++;
             fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"%s\" stroke=\"white\">"
-                       "<title>layer %d head %d: %s</title></rect>\n",
-                    left + g * cell, y, cell, cell, color(p), (int)l, (int)g, p >= 0 && p < n_names ? names[p] : "?");
+                       "<title>layer %d head %d: ",
+                    left + g * cell, y, cell, cell, color(p), (int)l, (int)g);
+            text_escaped(f, p >= 0 && p < n_names ? names[p] : "?");
+            fprintf(f, ", %.0f%% of its rows kept</title></rect>\n", 100.0 * kept[l * H + g]);
+            fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" font-size=\"9\" fill=\"white\" "
+                       "pointer-events=\"none\">%.0f</text>\n",
+                    left + g * cell + cell / 2, y + cell / 2 + 3, 100.0 * kept[l * H + g]);
         }
         double x = left + map_w + gap;
         for (int32_t e = 0; e < n_names && e < 64; e++) {

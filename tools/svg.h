@@ -5,10 +5,11 @@
 #include <stdint.h>
 #include <stdio.h>
 
-/* Heat map: rows = layers, columns = KV heads, colour = policy index; beside
- * it, per layer, the policy counts as a stacked bar; a legend. Returns 0. */
+/* Heat map: rows = layers, columns = KV heads, colour = policy index, and
+ * in each cell the share of its rows the head keeps; beside it, per layer,
+ * the policy counts as a stacked bar; a legend. Returns 0. */
 int fg_svg_profile(FILE *f, int32_t n_layers, int32_t n_heads, const int32_t *policy /* [L][H] */,
-                   const char *const *names, int32_t n_names);
+                   const double *kept /* [L][H] rows kept / length */, const char *const *names, int32_t n_names);
 
 typedef struct fg_svg_series {
     const char *name;

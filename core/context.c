@@ -909,6 +909,9 @@ fg_status fg_decode(fg_context *ctx, int32_t layer, int32_t n_seqs, const int32_
         const int32_t p = s->length[layer];
         CHECK(p > 0, ctx, FG_ERR_BAD_STATE, "sequence %d: decode before prefill at layer %d", (int)seqs[i],
               (int)layer);
+        CHECK(!s->ad || all_prefilled(ctx, s), ctx, FG_ERR_BAD_STATE,
+              "sequence %d: an adaptive sequence shares its budget over every layer, so every layer is prefilled "
+              "before its first decode step", (int)seqs[i]);
         CHECK(p < ctx->params.max_seq_len, ctx, FG_ERR_CAPACITY,
               "sequence %d is full: %d tokens, max_seq_len %d", (int)seqs[i], (int)p, (int)ctx->params.max_seq_len);
         CHECK(tokens[i] >= 0 && tokens[i] < fg_token_classes_vocab_size(ctx->classes), ctx,

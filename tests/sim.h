@@ -21,13 +21,14 @@
 
 typedef struct sim_head {
     uint32_t comp;
+    fg_policy pol;      /* the head's own (per-head ratios under FG_ALLOC_ADAKV and FG_ALLOC_ADAPTIVE) */
     uint8_t flag[MAXT]; /* 0 = not kept, else FG_KEEP_* bit that keeps it */
     double score[MAXT];
 } sim_head;
 
 typedef struct sim_seq {
     fg_compression_params cp;
-    const fg_policy *pol;  /* chosen per head, but one-entry shortlists here */
+    const fg_policy *pol;  /* the shortlist's first entry (each head's own is in its sim_head) */
     int32_t n, id;
     int32_t tokens[MAXT];
     uint8_t cls[MAXT];
@@ -72,7 +73,9 @@ static double rank_of(const sim_seq *s, const sim_head *h, int32_t j, int32_t t)
 /* Pooled attention of head g's group, summed over the profiled prompt rows
  * i (the last observation_window of them, or all) for keys j <= i. */
 static void prompt_col(const sim_seq *s, const run_cfg *rc, int32_t g, double *col) {
-    const int32_t Hq = rc->G * rc->Hkv, d = rc->d, ow = s->cp.observation_window;
+    const int32_t Hq = rc->G * rc->Hkv, d = rc->d;
+    /* the adaptive mode ranks by every row (its observation_window rows are for its choice) */
+    const int32_t ow = s->cp.allocation == FG_ALLOC_ADAPTIVE ? 0 : s->cp.observation_window;
     const int32_t first = ow > 0 && ow < s->n ? s->n - ow : 0;
     for (int32_t j = 0; j < s->n; j++)
         col[j] = 0.0;
@@ -102,10 +105,11 @@ static void sim_init(fg_context *ctx, sim_seq *s, const run_cfg *rc) {
         fg_head_info info;
         EXPECT_OK(ctx, fg_head_inspect(ctx, s->id, 0, g, &info));
         h->comp = info.components;
+        h->pol = info.policy;
         int32_t pos[MAXT], n_kept = 0;
         EXPECT_OK(ctx, fg_head_positions(ctx, s->id, 0, g, pos, MAXT, &n_kept));
         prompt_col(s, rc, g, h->score);
-        const int32_t wstart = s->n - window_at(s->pol, s->n);
+        const int32_t wstart = s->n - window_at(&h->pol, s->n);
         for (int32_t i = 0; i < n_kept; i++) {
             int32_t j = pos[i];
             h->flag[j] = (h->comp & FG_KEEP_FULL)                               ? FG_KEEP_FULL
@@ -169,7 +173,7 @@ static void sim_step(sim_seq *s, const run_cfg *rc, int32_t g, int32_t p, double
                                                                             : 0;
     /* window */
     if (c & FG_KEEP_LOCAL) {
-        int32_t start = t - window_at(s->pol, t);
+        int32_t start = t - window_at(&h->pol, t);
         for (int32_t j = 0; j < start; j++)
             if (h->flag[j] == FG_KEEP_LOCAL)
                 h->flag[j] = (c & FG_KEEP_FREQUENT) ? FG_KEEP_FREQUENT : 0;
@@ -179,7 +183,7 @@ static void sim_step(sim_seq *s, const run_cfg *rc, int32_t g, int32_t p, double
         int32_t nf = 0;
         for (int32_t j = 0; j <= p; j++)
             nf += h->flag[j] == FG_KEEP_FREQUENT;
-        while (nf > budget_at(s->pol, t)) {
+        while (nf > budget_at(&h->pol, t)) {
             int32_t worst = -1;
             for (int32_t j = 0; j <= p; j++)
                 if (h->flag[j] == FG_KEEP_FREQUENT &&

@@ -430,8 +430,30 @@ static void run_backend(const char *backend) {
     }
 }
 
+/* What the adaptive mode refuses, and that a refusal changes nothing. */
+static void refusals(void) {
+    fg_context *ctx = make_context("ref", 4);
+    fg_compression_params cp = adaptive_params(0.5f);
+    int32_t seq = -1;
+    cp.defer_until = N + W + 1; /* more decode rows than the ring holds */
+    EXPECT_STATUS(ctx, FG_ERR_INVALID_ARGUMENT, fg_seq_create(ctx, &cp, g_w.tokens, N, &seq));
+    EXPECT(strstr(fg_last_error(ctx), "observation_window") != NULL, "says why: %s", fg_last_error(ctx));
+    cp.defer_until = T;
+    EXPECT_OK(ctx, fg_seq_create(ctx, &cp, g_w.tokens, N, &seq));
+    static float out[MAXT][HQ][D];
+    EXPECT_OK(ctx, fg_prefill(ctx, seq, 0, &g_w.q[0][0][0][0], &g_w.k[0][0][0][0], &g_w.v[0][0][0][0], &out[0][0][0]));
+    EXPECT_STATUS(ctx, FG_ERR_BAD_STATE, fg_decode(ctx, 0, 1, &seq, &g_w.tokens[N], &g_w.q[0][N][0][0],
+                                                   &g_w.k[0][N][0][0], &g_w.v[0][N][0][0], &out[0][0][0]));
+    EXPECT(strstr(fg_last_error(ctx), "every layer") != NULL, "says why: %s", fg_last_error(ctx));
+    int32_t len = -1;
+    EXPECT_OK(ctx, fg_seq_length(ctx, seq, 0, &len));
+    EXPECT(len == N, "the refused decode changed the length to %d", (int)len);
+    fg_context_destroy(&ctx);
+}
+
 int main(int argc, char **argv) {
     test_seed("test_adaptive");
     make_world();
+    refusals();
     return test_each_backend(argc, argv, run_backend);
 }

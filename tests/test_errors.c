@@ -105,8 +105,8 @@ static void test_params_and_classes(void) {
     EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_compression_params_preset("h2o", NULL));
     EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_compression_params_preset("quest", &cp));
     EXPECT(strstr(fg_last_error(NULL), "quest") != NULL, "message names the bad preset: %s", fg_last_error(NULL));
-    const char *peers[] = {"snapkv", "adakv", "tova"};
-    for (int i = 0; i < 3; i++) {
+    const char *peers[] = {"snapkv", "adakv", "tova", "fastgen-adaptive"};
+    for (int i = 0; i < 4; i++) {
         EXPECT_OK(NULL, fg_compression_params_preset(peers[i], &cp));
         EXPECT_OK(NULL, fg_compression_params_validate(&cp));
     }
@@ -144,6 +144,29 @@ static void test_params_and_classes(void) {
     cp.shortlist[2].components = FG_KEEP_FREQUENT | FG_KEEP_SNAPSHOT;
     EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_compression_params_validate(&cp));
     EXPECT(strstr(fg_last_error(NULL), "snapshot") != NULL, "says why: %s", fg_last_error(NULL));
+    /* the adaptive mode's fields */
+    fg_compression_params_preset("fastgen-adaptive", &cp);
+    cp.budget = 0.0f;
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_compression_params_validate(&cp));
+    EXPECT(strstr(fg_last_error(NULL), "budget") != NULL, "says it needs a budget: %s", fg_last_error(NULL));
+    fg_compression_params_preset("fastgen-adaptive", &cp);
+    cp.n_policies = 3; /* the last entry is not full */
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_compression_params_validate(&cp));
+    fg_compression_params_preset("fastgen-adaptive", &cp);
+    cp.observation_window = 0;
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_compression_params_validate(&cp));
+    fg_compression_params_preset("fastgen-adaptive", &cp);
+    cp.score_mode = FG_SCORE_MEAN;
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_compression_params_validate(&cp));
+    fg_compression_params_preset("fastgen-adaptive", &cp);
+    cp.append_mode = FG_APPEND_REPROFILE;
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_compression_params_validate(&cp));
+    fg_compression_params_preset("fastgen-adaptive", &cp);
+    cp.defer_until = -1;
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_compression_params_validate(&cp));
+    fg_compression_params_preset("h2o", &cp);
+    cp.defer_until = 10; /* only the adaptive mode defers */
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_compression_params_validate(&cp));
     {
         uint32_t bits = 0;
         char name[64];

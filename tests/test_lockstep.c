@@ -200,6 +200,17 @@ static fg_compression_params preset_tokens(const char *name, int32_t frequent_to
     return cp;
 }
 
+/* The adaptive mode, compressed at the prefill (over its last 8 rows): then each head decodes on at its own
+ * family and ratios. */
+static fg_compression_params adaptive(float budget) {
+    fg_compression_params cp;
+    fg_compression_params_preset("fastgen-adaptive", &cp);
+    cp.budget = budget;
+    cp.observation_window = 8;
+    cp.defer_until = 0;
+    return cp;
+}
+
 int main(int argc, char **argv) {
     test_seed("test_lockstep");
     const char *dflt[] = {"ref", "cpu"};
@@ -228,6 +239,8 @@ int main(int argc, char **argv) {
         {"tova", preset("tova", 0.0f, 0.25f)},
         {"tova tokens 12", preset_tokens("tova", 12)},
         {"special+snapshot+local last", one_entry(S | FG_KEEP_SNAPSHOT | L, 0.125f, 0.125f, 0, 0, FG_SCORE_LAST, 1)},
+        {"fastgen-adaptive 0.3", adaptive(0.3f)},
+        {"fastgen-adaptive 0.6", adaptive(0.6f)},
     };
     const int n_cfg = (int)(sizeof cfg / sizeof cfg[0]);
     int ran = 0;

@@ -241,8 +241,10 @@ static void row_add(const unit_scratch *u, double *sums, int32_t i, int32_t j, i
  * candidates, best first). */
 static void row_curve(const fg_policy *fam, const uint8_t *cls, const fg_rank_entry *order, int32_t n_order,
                       const unit_scratch *u, row_scratch *rs, int32_t t, int32_t W, int32_t i, int32_t p, int32_t G,
-                      int32_t d, double *err) {
-    const int32_t tr = p + 1;
+                      int32_t d, uint32_t flags, double *err) {
+    /* FG_ADAPTIVE_ANCHOR_END: the window and k of the compression's length for every row */
+    const int anchor_end = (flags & FG_ADAPTIVE_ANCHOR_END) != 0;
+    const int32_t tr = anchor_end ? t : p + 1;
     const uint32_t c = fg_effective_components(fam->components);
     const size_t sz = (size_t)G * (d + 1) * sizeof(double);
     memset(rs->base, 0, sz);
@@ -254,12 +256,14 @@ static void row_curve(const fg_policy *fam, const uint8_t *cls, const fg_rank_en
             if (fg_is_pinned(c, cls[j]))
                 row_add(u, rs->base, i, j, t, G, W, d, 1.0);
     const int other = (c & (FG_KEEP_FREQUENT | FG_KEEP_SNAPSHOT)) != 0;
-    int32_t lo = p, next = 0, taken = 0; /* the window is [lo, p]; the order's next; keys the other part holds */
+    /* keys from lo on are counted (the row's own in base); the order's next; keys the other part holds */
+    const int32_t top = anchor_end ? t : p;
+    int32_t lo = top, next = 0, taken = 0;
     for (int32_t l = 0; l <= FG_AD_LEVELS; l++) {
         const fg_policy pol = family_at(fam, l);
-        const int32_t nlo = (c & FG_KEEP_LOCAL) ? tr - fg_policy_window(&pol, tr) : p;
-        for (int32_t j = lo - 1; j >= nlo; j--) { /* the window grows back */
-            if (fg_is_pinned(c, cls[j]))
+        const int32_t nlo = (c & FG_KEEP_LOCAL) ? tr - fg_policy_window(&pol, tr) : top;
+        for (int32_t j = lo - 1; j >= nlo; j--) { /* the window grows back (keys after the row add nothing) */
+            if (j == p || fg_is_pinned(c, cls[j]))
                 continue;
             if (rs->taken[j]) { /* the other part's until now */
                 rs->taken[j] = 0;
@@ -285,6 +289,10 @@ static void row_curve(const fg_policy *fam, const uint8_t *cls, const fg_rank_en
             const double *b = rs->base + (size_t)h * (d + 1), *w = rs->win + (size_t)h * (d + 1);
             const double *o = rs->oth + (size_t)h * (d + 1), *full = u->full + ((size_t)h * W + i) * d;
             const double den = b[d] + w[d] + o[d];
+            if (flags & FG_ADAPTIVE_MASS) { /* the attention the kept rows miss, values aside */
+                e += 1.0 - den;
+                continue;
+            }
             for (int32_t x = 0; x < d; x++) {
                 const double diff = (b[x] + w[x] + o[x]) / den - full[x];
                 e += diff * diff;
@@ -619,7 +627,8 @@ static fg_status unit_curves_all(fg_context *ctx, const fg_seq *s, compress_scra
                 for (int32_t f = 0; f < n_fam; f++)
                     if (!(s->cp.shortlist[f].components & FG_KEEP_FULL))
                         row_curve(&s->cp.shortlist[f], s->cls, u->order + (size_t)f * t, n_order[f], u, rs, t, W, i,
-                                  w->obs_pos[i], G, d, u->row_err + (size_t)i * per_row + (size_t)f * (FG_AD_LEVELS + 1));
+                                  w->obs_pos[i], G, d, s->cp.adaptive_flags,
+                                  u->row_err + (size_t)i * per_row + (size_t)f * (FG_AD_LEVELS + 1));
             }
             for (int32_t i = 0; i < W; i++) /* in row order, whatever the threads */
                 for (int32_t f = 0; f < n_fam; f++)
@@ -739,7 +748,11 @@ fg_status fg_adaptive_prepare(fg_context *ctx, fg_seq *s, fg_adaptive_plan **out
         st = fg_io_alloc(ctx, (size_t)t * d * sizeof(float), &w.dv);
     if (st == FG_OK)
         st = unit_curves_all(ctx, s, &w);
-    if (st == FG_OK)
+    if (st == FG_OK && (cp->adaptive_flags & FG_ADAPTIVE_PER_LAYER)) /* each layer its share, among its heads */
+        for (int32_t l = 0; l < L; l++)
+            allocate(w.curves + (size_t)l * Hkv, Hkv, n_fam, budget_of(cp, Hkv, t), cp->alloc_floor,
+                     w.choice + (size_t)l * Hkv, w.tmp);
+    else if (st == FG_OK)
         allocate(w.curves, n_units, n_fam, budget_of(cp, n_units, t), cp->alloc_floor, w.choice, w.tmp);
     for (int32_t unit = 0; unit < n_units && st == FG_OK; unit++)
         st = unit_compact(ctx, s, unit, w.choice[unit], &w, &plan->fresh[unit]);

@@ -143,6 +143,8 @@ fg_status fg_compression_params_validate(const fg_compression_params *p) {
         return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
                         "unknown allocation %d (FG_ALLOC_SHORTLIST 0, FG_ALLOC_ADAKV 1, FG_ALLOC_ADAPTIVE 2)",
                         (int)p->allocation);
+    if (p->adaptive_flags && p->allocation != FG_ALLOC_ADAPTIVE)
+        return fg_error(NULL, FG_ERR_INVALID_ARGUMENT, "adaptive_flags are for FG_ALLOC_ADAPTIVE");
     if (p->defer_until < 0 || (p->defer_until > 0 && p->allocation != FG_ALLOC_ADAPTIVE))
         return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
                         "defer_until (%d) must be >= 0, and only FG_ALLOC_ADAPTIVE defers its compression",
@@ -191,6 +193,9 @@ fg_status fg_compression_params_validate(const fg_compression_params *p) {
             return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
                             "FG_ALLOC_ADAPTIVE observes the last observation_window rows: 1..4096, got %d",
                             (int)p->observation_window);
+        if (p->adaptive_flags & ~(uint32_t)(FG_ADAPTIVE_PER_LAYER | FG_ADAPTIVE_MASS | FG_ADAPTIVE_ANCHOR_END))
+            return fg_error(NULL, FG_ERR_INVALID_ARGUMENT, "unknown adaptive_flags 0x%x",
+                            (unsigned)p->adaptive_flags);
         if (p->score_mode != FG_SCORE_SUM)
             return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
                             "FG_ALLOC_ADAPTIVE ranks by cumulative attention: score_mode must be FG_SCORE_SUM");

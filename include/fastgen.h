@@ -154,6 +154,15 @@ typedef enum fg_allocation {
     FG_ALLOC_ADAPTIVE = 2
 } fg_allocation;
 
+/* Variants of the adaptive mode (fg_compression_params.adaptive_flags), to
+ * measure what each of its parts brings; none is better than the mode. */
+enum {
+    FG_ADAPTIVE_PER_LAYER = 1u << 0,   /* the budget shared within each layer, not across layers */
+    FG_ADAPTIVE_MASS = 1u << 1,        /* predicted error = the attention the kept rows miss (no values) */
+    FG_ADAPTIVE_ANCHOR_END = 1u << 2   /* every observed row judged by what is kept at the compression,
+                                          not by what a query at its own position keeps */
+};
+
 /* What fg_seq_append does with the heads' policies (the paper profiles once,
  * at the prompt; re-profiling every turn is beyond it). */
 typedef enum fg_append_mode {
@@ -191,6 +200,7 @@ typedef struct fg_compression_params {
     int32_t score_pool;
     fg_allocation allocation;             /* FG_ALLOC_SHORTLIST (default), FG_ALLOC_ADAKV, FG_ALLOC_ADAPTIVE */
     float alloc_floor;                    /* AdaKV, adaptive: the share of the uniform one every head keeps, in [0, 1] */
+    uint32_t adaptive_flags;              /* FG_ALLOC_ADAPTIVE: FG_ADAPTIVE_* variants, for comparisons; 0 = the mode */
     int32_t defer_until;                  /* FG_ALLOC_ADAPTIVE: the heads keep their full caches until the sequence
                                              holds this many tokens (its prompt, when longer); the decode rows
                                              join the observed ones, so at most observation_window of them */

@@ -62,47 +62,88 @@ static sw_result *result(sweep *w, int32_t p, int32_t m, int32_t b) {
 /* ---------------------------------------------------------------- methods */
 
 /* Methods whose budget is a parameter of their own: they run at the point's budget. */
-static int takes_budget(const char *m) { return !strncmp(m, "fastgen-", 8); }
+static int takes_budget(const char *m) { return !strncmp(m, "fastgen-budget", 14) || !strncmp(m, "fastgen-adaptive", 16); }
 
-/* The parameters of `method` with knob r: the budget, or the ratio of a
- * one-entry preset (split evenly between a window and a frequent part when
- * it has both; a snapshot part takes r of the prompt beside a window of r,
- * which is the even split while r <= 0.5 of a long prompt and reaches the
- * full cache when the prompt is short). */
-static int method_params(const char *method, double r, fg_compression_params *cp) {
-    if (fg_compression_params_preset(method, cp) != FG_OK)
-        return 0;
-    if (takes_budget(method)) {
-        cp->budget = (float)r;
-        if (cp->allocation == FG_ALLOC_ADAPTIVE) { /* EXPERIMENT knobs */
-            const char *e;
-            if ((e = getenv("FG_EXP_DEFER")))
-                cp->defer_until = atoi(e);
-            if ((e = getenv("FG_EXP_WINDOW")))
-                cp->observation_window = atoi(e);
-            if ((e = getenv("FG_EXP_FLOOR")))
-                cp->alloc_floor = (float)atof(e);
-            if ((e = getenv("FG_EXP_FAMILIES"))) { /* a subset of the families, by index, full last */
-                fg_compression_params all = *cp;
-                cp->n_policies = 0;
-                for (const char *c = e; *c; c++)
-                    if (*c >= '0' && *c <= '9')
-                        cp->shortlist[cp->n_policies++] = all.shortlist[*c - '0'];
+/* Options after a method's name ("fastgen-adaptive:window=64,defer=64"):
+ * window (observation_window), defer (defer_until), floor (alloc_floor),
+ * pool (score_pool), sink (n_sink), families (the shortlist entries to keep,
+ * as their digits: "023"), flags (adaptive_flags: per-layer, mass, end,
+ * joined by +). Returns 0 on a bad option. */
+static int method_options(const char *opts, fg_compression_params *cp) {
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", opts);
+    for (char *kv = strtok(buf, ","); kv; kv = strtok(NULL, ",")) {
+        char *eq = strchr(kv, '=');
+        if (!eq)
+            return 0;
+        *eq = '\0';
+        const char *key = kv, *val = eq + 1;
+        if (!strcmp(key, "window"))
+            cp->observation_window = atoi(val);
+        else if (!strcmp(key, "defer"))
+            cp->defer_until = atoi(val);
+        else if (!strcmp(key, "floor"))
+            cp->alloc_floor = (float)atof(val);
+        else if (!strcmp(key, "pool"))
+            cp->score_pool = atoi(val);
+        else if (!strcmp(key, "sink"))
+            cp->n_sink = atoi(val);
+        else if (!strcmp(key, "families")) {
+            const fg_compression_params all = *cp;
+            cp->n_policies = 0;
+            for (const char *c = val; *c; c++) {
+                if (*c < '0' || *c - '0' >= all.n_policies)
+                    return 0;
+                cp->shortlist[cp->n_policies++] = all.shortlist[*c - '0'];
             }
+        } else if (!strcmp(key, "flags")) {
+            cp->adaptive_flags = 0;
+            char fb[64];
+            snprintf(fb, sizeof fb, "%s", val);
+            for (char *f = fb, *next; f && *f; f = next) {
+                next = strchr(f, '+');
+                if (next)
+                    *next++ = '\0';
+                if (!strcmp(f, "per-layer"))
+                    cp->adaptive_flags |= FG_ADAPTIVE_PER_LAYER;
+                else if (!strcmp(f, "mass"))
+                    cp->adaptive_flags |= FG_ADAPTIVE_MASS;
+                else if (!strcmp(f, "end"))
+                    cp->adaptive_flags |= FG_ADAPTIVE_ANCHOR_END;
+                else
+                    return 0;
+            }
+        } else {
+            return 0;
         }
-        return cp->budget > 0.0f;
     }
-    if (cp->n_policies != 1)
+    return fg_compression_params_validate(cp) == FG_OK;
+}
+
+/* The parameters of `method` (a preset, options after a colon) with knob r:
+ * the budget, or the ratio of a one-entry preset (split evenly between a
+ * window and a frequent part when it has both; a snapshot part takes r of
+ * the prompt beside a window of r, which is the even split while r <= 0.5
+ * of a long prompt and reaches the full cache when the prompt is short). */
+static int method_params(const char *method, double r, fg_compression_params *cp) {
+    char name[64];
+    const char *colon = strchr(method, ':');
+    snprintf(name, sizeof name, "%.*s", colon ? (int)(colon - method) : (int)strlen(method), method);
+    if (fg_compression_params_preset(name, cp) != FG_OK)
+        return 0;
+    if (takes_budget(name))
+        cp->budget = (float)r;
+    else if (cp->n_policies != 1)
         return 0;
     fg_policy *e = &cp->shortlist[0];
     const uint32_t c = e->components;
-    const int local = (c & FG_KEEP_LOCAL) != 0, other = (c & (FG_KEEP_FREQUENT | FG_KEEP_SNAPSHOT)) != 0;
-    if (c & FG_KEEP_FULL)
-        return 1;
-    const int split = local && (c & FG_KEEP_FREQUENT);
-    e->ratio_local = local ? (float)(split ? r / 2 : r) : 0.0f;
-    e->ratio_frequent = other ? (float)(split ? r / 2 : r) : 0.0f;
-    return 1;
+    if (!takes_budget(name) && !(c & FG_KEEP_FULL)) {
+        const int local = (c & FG_KEEP_LOCAL) != 0, other = (c & (FG_KEEP_FREQUENT | FG_KEEP_SNAPSHOT)) != 0;
+        const int split = local && (c & FG_KEEP_FREQUENT);
+        e->ratio_local = local ? (float)(split ? r / 2 : r) : 0.0f;
+        e->ratio_frequent = other ? (float)(split ? r / 2 : r) : 0.0f;
+    }
+    return colon ? method_options(colon + 1, cp) : fg_compression_params_validate(cp) == FG_OK;
 }
 
 /* ceil(r t) as the library computes it (ratios in parts per million). */
@@ -153,8 +194,8 @@ static int64_t method_rows(const fg_compression_params *cp, int64_t t, int64_t n
  * no row count (it is then run at the budget, if it takes one). */
 static int matched_params(const char *method, double kept, int64_t t0, int64_t t1, int64_t n, const int32_t *spec,
                           fg_compression_params *cp) {
-    if (!method_params(method, 0.5, cp) || method_rows(cp, t0, n, spec) < 0)
-        return 0;
+    if (!method_params(method, 0.5, cp) || cp->budget > 0.0f || method_rows(cp, t0, n, spec) < 0)
+        return 0; /* a budget mode runs at the budget */
     double full = 0.0;
     for (int64_t t = t0; t < t1; t++)
         full += (double)t;
@@ -479,22 +520,25 @@ static int report(sweep *w, const cli_opts *o, double seconds, int passkey) {
         printf("every method at the KV memory %s kept on each prompt (its ratio bisected; budget modes at the "
                "budget);\n%s = method - %s, paired, with a bootstrap 95%% interval over the prompts (wins: the interval is above 0)\n",
                drv, passkey ? "d(acc)" : "dKL", drv);
+        int nw = 18; /* the method column */
+        for (int32_t m = 0; m < w->n_methods; m++)
+            nw = (int)strlen(w->methods[m]) > nw ? (int)strlen(w->methods[m]) : nw;
         for (int32_t b = 0; b < w->n_points; b++) {
             const sw_agg *a0 = &agg[0][b];
             printf("\nbudget %.2f: %s kept %.1f%% (%.1f-%.1f%% over %d prompts)\n", (double)w->budgets[b], drv,
                    100 * a0->kept, 100 * (a0->n ? a0->kept_lo : 0.0), 100 * (a0->n ? a0->kept_hi : 0.0), (int)a0->n);
             if (passkey)
-                printf("  %-18s %7s %9s %26s\n", "method", "KV kept", "accuracy", "d(acc) [95% interval]");
+                printf("  %-*s %7s %9s %26s\n", nw, "method", "KV kept", "accuracy", "d(acc) [95% interval]");
             else
-                printf("  %-18s %7s %9s %9s %7s %6s %30s\n", "method", "KV kept", "KL mean", "KL max", "top-1", "agree",
-                       "dKL [95% interval]");
+                printf("  %-*s %7s %9s %9s %7s %6s %30s\n", nw, "method", "KV kept", "KL mean", "KL max", "top-1",
+                       "agree", "dKL [95% interval]");
             for (int32_t m = 0; m < w->n_methods; m++) {
                 const sw_agg *a = &agg[m][b];
                 if (passkey)
-                    printf("  %-18s %6.1f%% %8.1f%%", w->methods[m], 100 * a->kept, 100 * a->acc);
+                    printf("  %-*s %6.1f%% %8.1f%%", nw, w->methods[m], 100 * a->kept, 100 * a->acc);
                 else
-                    printf("  %-18s %6.1f%% %9.4f %9.4f %6.1f%% %6.1f", w->methods[m], 100 * a->kept, a->kl, a->kl_max,
-                           100 * a->top1, a->agree);
+                    printf("  %-*s %6.1f%% %9.4f %9.4f %6.1f%% %6.1f", nw, w->methods[m], 100 * a->kept, a->kl,
+                           a->kl_max, 100 * a->top1, a->agree);
                 if (m > 0)
                     printf(passkey ? " %+7.3f [%+7.3f, %+7.3f] %s %s" : " %+9.4f [%+9.4f, %+9.4f] %s %s", a->d, a->d_lo,
                            a->d_hi, drv, verdict(a, passkey));
@@ -601,7 +645,8 @@ int eval_sweep(const cli_opts *o, const eval_sweep_opts *x, char **prompts, cons
         fg_compression_params cp;
         if (!method_params(w.methods[m], 0.5, &cp))
             return cli_usage("eval", "--methods: \"%s\" is not a policy a sweep can drive (a preset that takes a "
-                                     "budget, or a one-entry preset)", w.methods[m]);
+                                     "budget, or a one-entry preset, options after a colon: window=, defer=, "
+                                     "floor=, pool=, sink=, families=, flags=)", w.methods[m]);
     }
     w.n_cfg = (w.n_methods > 1 ? w.n_methods - 1 : 1) * w.n_points;
     if (w.n_points > w.n_cfg)

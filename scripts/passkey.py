@@ -26,8 +26,7 @@ def main():
         depth = 0.1 + 0.8 * rng.random()
         key = str(rng.randint(10000, 99999))
         before = int(repeats * depth)
-        body = (FILLER * before + f"The pass key is {key}. Remember it. {key} is the pass key. " +
-                FILLER * (repeats - before)).strip()
+        body = (FILLER * before + f"The pass key is {key}. " + FILLER * (repeats - before)).strip()
         intro = "There is an important number hidden inside a lot of irrelevant text. Find it and remember it.\n\n"
         question = "\n\nWhat is the pass key?"
         if args.plain:

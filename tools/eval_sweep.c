@@ -64,7 +64,7 @@ static sw_result *result(sweep *w, int32_t p, int32_t m, int32_t b) {
 /* Methods whose budget is a parameter of their own: they run at the point's budget. */
 static int takes_budget(const char *m) { return !strncmp(m, "fastgen-budget", 14) || !strncmp(m, "fastgen-adaptive", 16); }
 
-/* Options after a method's name ("fastgen-adaptive:window=64,defer=64"):
+/* Options after a method's name, each after a colon ("fastgen-adaptive:window=64:defer=64"):
  * window (observation_window), defer (defer_until), floor (alloc_floor),
  * pool (score_pool), sink (n_sink), families (the shortlist entries to keep,
  * as their digits: "023"), flags (adaptive_flags: per-layer, mass, end,
@@ -72,7 +72,7 @@ static int takes_budget(const char *m) { return !strncmp(m, "fastgen-budget", 14
 static int method_options(const char *opts, fg_compression_params *cp) {
     char buf[256];
     snprintf(buf, sizeof buf, "%s", opts);
-    for (char *kv = strtok(buf, ","); kv; kv = strtok(NULL, ",")) {
+    for (char *kv = strtok(buf, ":"); kv; kv = strtok(NULL, ":")) {
         char *eq = strchr(kv, '=');
         if (!eq)
             return 0;
@@ -645,8 +645,8 @@ int eval_sweep(const cli_opts *o, const eval_sweep_opts *x, char **prompts, cons
         fg_compression_params cp;
         if (!method_params(w.methods[m], 0.5, &cp))
             return cli_usage("eval", "--methods: \"%s\" is not a policy a sweep can drive (a preset that takes a "
-                                     "budget, or a one-entry preset, options after a colon: window=, defer=, "
-                                     "floor=, pool=, sink=, families=, flags=)", w.methods[m]);
+                                     "budget, or a one-entry preset, with options each after a colon: window=, "
+                                     "defer=, floor=, pool=, sink=, families=, flags=)", w.methods[m]);
     }
     w.n_cfg = (w.n_methods > 1 ? w.n_methods - 1 : 1) * w.n_points;
     if (w.n_points > w.n_cfg)

@@ -629,32 +629,6 @@ static fg_status prefill_layer(fg_context *ctx, fg_seq *s, int32_t layer, const 
     }
     for (int32_t g = 0; g < Hkv; g++)
         heads[g].pol = cp->shortlist[heads[g].policy_index];
-    { /* EXPERIMENT: per-layer ratio scales */
-        const char *e = getenv("FG_EXP_LSCALE");
-        if (e) {
-            float sc = 1.0f;
-            const char *cur = e;
-            for (int32_t l = 0; l <= layer && cur; l++) {
-                sc = strtof(cur, NULL);
-                cur = strchr(cur, ',');
-                if (cur) cur++;
-            }
-            const char *hs = getenv("FG_EXP_HSCALE");
-            for (int32_t g = 0; g < Hkv; g++) {
-                float hsc = 1.0f;
-                if (hs) {
-                    const char *r = hs;
-                    for (int32_t i = 0; i <= layer * Hkv + g && r; i++) {
-                        hsc = strtof(r, NULL);
-                        r = strchr(r, ',');
-                        if (r) r++;
-                    }
-                }
-                heads[g].pol.ratio_local = fminf(1.0f, heads[g].pol.ratio_local * sc * hsc);
-                heads[g].pol.ratio_frequent = fminf(1.0f, heads[g].pol.ratio_frequent * sc * hsc);
-            }
-        }
-    }
     if (cp->allocation == FG_ALLOC_ADAKV) {
         fg_policy_share_rows(cp, views, Hkv, w->rank, w->shares, w->choice, w->pols);
         for (int32_t g = 0; g < Hkv; g++)

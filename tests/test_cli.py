@@ -159,16 +159,25 @@ with tempfile.TemporaryDirectory() as tmp:
             os.path.join(tmp, "eval.svg"))
     check(r.stdout.splitlines()[0].startswith("policy,") and len(r.stdout.splitlines()) == 16, "eval --csv")
     check(ET.parse(os.path.join(tmp, "eval.svg")).getroot().tag.endswith("svg"), "eval SVG parses")
-    # --sweep: 6 methods x 10 points, the budget mode among them, two charts
-    r = run("eval", *model_args(), "--prompts", prompts, "--limit", "1", "-n", "8", "--sweep", "--json", "--svg",
-            os.path.join(tmp, "sweep.svg"))
-    sw = json.loads(r.stdout) if r.returncode == 0 else {"results": []}
-    check(len(sw["results"]) == 60 and sum(x["policy"] == "fastgen-budget" for x in sw["results"]) == 10,
-          "eval --sweep: 60 points, 10 of the budget mode: %r" % r.stderr)
-    check(all(set(["policy", "kv_kept", "kl_mean", "top1"]) <= set(x) for x in sw["results"]), "sweep fields")
-    check(len(sw.get("kl_area", {})) == 6, "an area per method")
+    # --sweep: the driven method at 6 budgets, the others at its memory on each prompt, one chart per axis
+    r = run("eval", *model_args(), "--prompts", prompts, "--limit", "2", "-n", "8", "--sweep", "--methods",
+            "fastgen-adaptive:window=8:defer=8,h2o,tova", "--json", "--svg", os.path.join(tmp, "sweep.svg"))
+    sw = json.loads(r.stdout) if r.returncode == 0 else {"points": []}
+    pts = sw["points"]
+    check(len(pts) == 6 and all([m["method"] for m in p["methods"]] == ["fastgen-adaptive:window=8:defer=8", "h2o",
+                                                                          "tova"] for p in pts),
+          "eval --sweep: 6 budgets x 3 methods: %r" % r.stderr)
+    check(all(0 < m["kv_kept"] <= 1 and m["kl_mean"] >= -1e-9 and 0 <= m["top1"] <= 1 and len(m["per_prompt"]) == 2
+              for p in pts for m in p["methods"]), "sweep fields in range")
+    check(pts and pts[0]["methods"][0]["kv_kept"] < 0.6 and pts[-1]["methods"][0]["kv_kept"] > 0.8,
+          "the driven method follows its budget")
+    # (a fixed policy's rows move in steps of one per head and decode step: coarse on these short prompts)
+    check(all(abs(m["per_prompt"][i][0] - p["methods"][0]["per_prompt"][i][0]) < 0.08
+              for p in pts for m in p["methods"][1:2] for i in range(2)), "h2o at the driven method's memory per prompt")
     svg_root = ET.parse(os.path.join(tmp, "sweep.svg")).getroot()
     check(len(svg_root.findall("{http://www.w3.org/2000/svg}g")) == 2, "sweep SVG: two charts")
+    r = run("eval", *model_args(), "--prompts", prompts, "--sweep", "--methods", "fastgen-adaptive:window=8:bogus=1")
+    check(r.returncode == 2 and "bogus" in r.stderr, "a method option it does not know is refused: %r" % r.stderr)
     r = run("generate", *model_args(), "--budget", "0.4", "-n", "60", "--json")
     bj = json.loads(r.stdout) if r.returncode == 0 else {}
     check(0 < bj.get("rows_kept", 0) <= 0.45 * bj.get("rows_full", 0), "--budget 0.4 keeps at most ~40%% of the rows: %r" % bj)

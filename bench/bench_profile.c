@@ -9,12 +9,111 @@
  *   profile summary: profile_over_prefill=R gemm_fraction=G
  * R: median over prompts of time(profile) / time(prefill attention);
  * G: median of profiling GFLOP/s / sgemm GFLOP/s.
+ *
+ * Then the adaptive mode's whole cost (the observation ring,
+ * every family's error curve, the allocation and the compression), through
+ * the public API: four layers of the same shape prefilled with the preset
+ * "fastgen-adaptive" (budget 0.5) against "full" (attention and the cache
+ * write only), interleaved, same prompt. Last line:
+ *   adaptive summary: adaptive_over_prefill=R
+ * R: median over prompts of (time(adaptive) - time(full)) / time(full).
  * Options: --csv, --quick (1k and 4k), --backend NAME.
  */
 #include <math.h>
 
 #include "backends/backend.h"
 #include "bench_util.h"
+
+/* Seconds to prefill `layers` layers of one sequence of n tokens under `preset`. */
+static double prefill_seconds(const char *backend, const char *preset, int32_t layers, int32_t n, const float *q,
+                              const float *k, const float *v, float *out, const fg_token_classes *classes) {
+    fg_context_params p;
+    fg_context_params_default(&p);
+    p.backend = backend;
+    p.n_layers = layers;
+    p.n_q_heads = 32;
+    p.n_kv_heads = 8;
+    p.head_dim = 128;
+    p.kv_dtype = FG_DTYPE_F16;
+    p.max_seqs = 1;
+    p.max_seq_len = n + 16;
+    p.classes = classes;
+    fg_compression_params cp;
+    fg_context *ctx = NULL;
+    int32_t *prompt = malloc((size_t)n * sizeof *prompt), seq = -1;
+    if (!prompt || fg_compression_params_preset(preset, &cp) || fg_context_create(&p, &ctx)) {
+        fprintf(stderr, "bench_profile: %s\n", fg_last_error(ctx));
+        free(prompt);
+        return -1.0;
+    }
+    for (int32_t i = 0; i < n; i++)
+        prompt[i] = i == 0 ? 1 : (i % 11 == 0 ? 2 : 3 + (int32_t)((i * 7919u) % 90u));
+    fg_status st = fg_seq_create(ctx, &cp, prompt, n, &seq);
+    const double t0 = bench_now();
+    for (int32_t l = 0; l < layers && st == FG_OK; l++)
+        st = fg_prefill(ctx, seq, l, q, k, v, out);
+    if (st == FG_OK)
+        st = fg_synchronize(ctx);
+    const double t = bench_now() - t0;
+    if (st != FG_OK)
+        fprintf(stderr, "bench_profile: %s: %s\n", fg_status_string(st), fg_last_error(ctx));
+    fg_context_destroy(&ctx);
+    free(prompt);
+    return st == FG_OK ? t : -1.0;
+}
+
+/* The adaptive mode's cost over a full prefill, printed per prompt length; the median ratio. */
+static int adaptive_cost(const char *backend, int csv, int quick, double *median) {
+    enum { LAYERS = 4, HQ = 32, HKV = 8, D = 128 };
+    fg_token_classes *classes = NULL;
+    if (fg_token_classes_create(100, NULL, &classes))
+        return 1;
+    fg_token_classes_set(classes, 1, FG_TOKEN_SPECIAL);
+    fg_token_classes_set(classes, 2, FG_TOKEN_PUNCT);
+    if (csv)
+        printf("n,full_s,adaptive_s,adaptive_over_prefill\n");
+    else
+        printf("%6s %11s %11s %9s   (%d layers, fastgen-adaptive at budget 0.5 against full)\n", "n", "full s",
+               "adaptive s", "ratio", LAYERS);
+    const int32_t lengths[] = {1024, 4096, 8192};
+    double ratios[3];
+    int count = 0;
+    for (int li = 0; li < (quick ? 2 : 3); li++) {
+        const int32_t n = lengths[li];
+        const size_t nq = (size_t)n * HQ * D, nk = (size_t)n * HKV * D;
+        float *q = malloc(nq * sizeof *q), *k = malloc(nk * sizeof *k), *v = malloc(nk * sizeof *v);
+        float *out = malloc(nq * sizeof *out);
+        if (!q || !k || !v || !out)
+            return 1;
+        for (size_t i = 0; i < nq; i++)
+            q[i] = (float)((i * 7919) % 1000) / 500.0f - 1.0f;
+        for (size_t i = 0; i < nk; i++) {
+            k[i] = (float)((i * 104729) % 1000) / 500.0f - 1.0f;
+            v[i] = (float)((i * 15485863) % 1000) / 500.0f - 1.0f;
+        }
+        double tf[3], ta[3];
+        const int reps = n <= 1024 ? 3 : 2;
+        for (int r = 0; r < reps; r++) { /* interleaved */
+            tf[r] = prefill_seconds(backend, "full", LAYERS, n, q, k, v, out, classes);
+            ta[r] = prefill_seconds(backend, "fastgen-adaptive", LAYERS, n, q, k, v, out, classes);
+            if (tf[r] < 0 || ta[r] < 0)
+                return 1;
+        }
+        const double t_full = bench_median(tf, reps), t_ad = bench_median(ta, reps);
+        ratios[count++] = (t_ad - t_full) / t_full;
+        if (csv)
+            printf("%d,%.4f,%.4f,%.3f\n", (int)n, t_full, t_ad, (t_ad - t_full) / t_full);
+        else
+            printf("%6d %11.4f %11.4f %9.3f\n", (int)n, t_full, t_ad, (t_ad - t_full) / t_full);
+        free(q);
+        free(k);
+        free(v);
+        free(out);
+    }
+    fg_token_classes_destroy(&classes);
+    *median = bench_median(ratios, count);
+    return 0;
+}
 
 int main(int argc, char **argv) {
     const int csv = bench_has_flag(argc, argv, "--csv"), quick = bench_has_flag(argc, argv, "--quick");
@@ -109,5 +208,9 @@ int main(int argc, char **argv) {
     fg_backend_close(&be);
     printf("profile summary: profile_over_prefill=%.3f gemm_fraction=%.3f\n", bench_median(ratios, count),
            bench_median(fracs, count));
+    double ad = 0.0;
+    if (adaptive_cost(backend, csv, quick, &ad))
+        return 1;
+    printf("adaptive summary: adaptive_over_prefill=%.3f\n", ad);
     return 0;
 }

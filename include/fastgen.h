@@ -219,10 +219,9 @@ FG_API void fg_compression_params_default(fg_compression_params *params);
  *             query attends least (observation_window 1 at prefill).
  * The one-entry presets keep ratio 0.3 in each of their components.
  * "fastgen-adaptive": FG_ALLOC_ADAPTIVE at budget 0.5 over the families
- * frequent+local (H2O), special+local (StreamingLLM, 4 sinks),
- * snapshot+local (SnapKV: the observed rows' attention, max-pooled over 7)
- * and full; 32 observed rows, compressed at 32 tokens at the earliest,
- * floor 0.2. */
+ * frequent+local (H2O), special+local (StreamingLLM, 4 sinks) and full;
+ * the last 64 rows observed, compressed at 32 tokens at the earliest,
+ * every head keeping at least 0.8 of the uniform share (alloc_floor). */
 FG_API fg_status fg_compression_params_preset(const char *name, fg_compression_params *params);
 FG_API fg_status fg_compression_params_validate(const fg_compression_params *params);
 /* "special+punct+frequent" -> FG_KEEP_* bits (names: special, punct,

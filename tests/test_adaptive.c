@@ -59,9 +59,16 @@ static void make_world(void) {
         }
 }
 
+/* The preset, with a SnapKV family (snapshot+local, max-pooled ranks) before
+ * full so the snapshot path is checked too, and a floor that lets rows move. */
 static fg_compression_params adaptive_params(float budget) {
     fg_compression_params cp;
     fg_compression_params_preset("fastgen-adaptive", &cp);
+    cp.shortlist[cp.n_policies] = cp.shortlist[cp.n_policies - 1];
+    cp.shortlist[cp.n_policies - 1] = (fg_policy){FG_KEEP_SNAPSHOT | FG_KEEP_LOCAL, 0.3f, 0.3f, 0, 0};
+    cp.n_policies++;
+    cp.score_pool = 7;
+    cp.alloc_floor = 0.2f;
     cp.budget = budget;
     cp.observation_window = W;
     cp.defer_until = T;

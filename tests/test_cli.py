@@ -197,6 +197,31 @@ with tempfile.TemporaryDirectory() as tmp:
     for bad in (["--append", "sometimes"], ["--append", "reprofile", "--budget", "0.5"]):
         r = run("generate", *model_args(), "--chat", chat, *bad)
         check(r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, "bad usage %s: %r" % (bad, r.stderr))
+    # --chat edge cases: no turn but blanks, a turn longer than the context (refused at once, with a reason),
+    # more turns than fit (the ones that fit printed, "stopped" says why, exit 1)
+    blank = os.path.join(tmp, "blank.txt")
+    open(blank, "w").write("   \t \n\n  \n")
+    r = run("generate", *model_args(), "--chat", blank)
+    check(r.returncode == 1 and "holds no turn" in r.stderr, "--chat: spaces and tabs are no turn: %r" % r.stderr)
+    huge = os.path.join(tmp, "huge.txt")
+    open(huge, "w").write("word " * 200000)
+    r = run("generate", *model_args(), "--chat", huge)
+    check(r.returncode == 1 and "turn 1 does not fit" in r.stderr, "--chat: a 1 MB turn: %r" % r.stderr)
+    many = os.path.join(tmp, "many.txt")
+    open(many, "w").write("\n\n".join("The dog ran to the big tree in the park." for _ in range(70)))
+    r = run("generate", *model_args(), "--chat", many, "-n", "4", "--json")
+    mj = json.loads(r.stdout) if r.stdout.strip() else {}
+    check(r.returncode == 1 and 0 < len(mj.get("turns", [])) < 70 and "does not fit" in (mj.get("stopped") or "") and
+          "stopped after" in r.stderr, "--chat: 70 turns stop where the context ends: %r" % r.stderr)
+    check(cj.get("stopped", 1) is None, "--chat: stopped is null when every turn was answered")
+    # --json is JSON for any bytes: ill-formed UTF-8 becomes U+FFFD
+    r = run("generate", *model_args(), "-p", os.fsdecode(b"Hi \xff\xfe there \xc3"), "-n", "4", "--json")
+    try:
+        bj = json.loads(r.stdout)
+    except ValueError:
+        bj = {}
+    check(r.returncode == 0 and bj.get("text", "").startswith("Hi \ufffd\ufffd there"),
+          "--json with ill-formed UTF-8 in the prompt: %r" % r.stdout[:80])
     # eval --chat: keep against re-profile, teacher-forced on the full cache's replies
     convs = os.path.join(tmp, "convs.txt")
     open(convs, "w").write("Once upon a time, there was a little girl named Lily. She liked to play in the park."

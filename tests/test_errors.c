@@ -150,7 +150,7 @@ static void test_params_and_classes(void) {
     EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_compression_params_validate(&cp));
     EXPECT(strstr(fg_last_error(NULL), "budget") != NULL, "says it needs a budget: %s", fg_last_error(NULL));
     fg_compression_params_preset("fastgen-adaptive", &cp);
-    cp.n_policies = 3; /* the last entry is not full */
+    cp.n_policies--; /* the last entry is not full */
     EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_compression_params_validate(&cp));
     fg_compression_params_preset("fastgen-adaptive", &cp);
     cp.observation_window = 0;

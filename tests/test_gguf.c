@@ -194,7 +194,7 @@ static void test_crafted(void) {
     MUTATE(24 + 8 + 20, &huge32, 4, "unknown value type", "value type 2^32-1");
     MUTATE(t1, &off_unaligned, 8, "aligned", "an unaligned tensor");
     MUTATE(t1, &off_overlap, 8, "overlap", "overlapping tensors");
-    MUTATE(t1, &off_past, 8, "data section", "a tensor past the end");
+    MUTATE(t1, &off_past, 8, "runs past the end of the file", "a tensor past the end");
     /* an array of arrays: the third key's element type */
     const size_t third = 24 + 8 + 20 + 4 + 8 + 4 + 8 + 10 + 4 + 4 + 8 + 10 + 4;
     MUTATE(third, &t_array, 4, "array of array", "an array of arrays");
@@ -437,8 +437,10 @@ static void expect_split(fg_pretok pre, const char *text, const char *const *wan
     EXPECT(same, "pre-tokens of \"%s\": %d pieces, first \"%s\"", text, p.n, p.n ? p.text[0] : "");
 }
 
-/* A GGUF holding only a gpt2 vocabulary: the 256 byte stand-ins, then merged tokens. */
-static builder bpe_vocab(const char *const *merges, int n_merges, const char *pre) {
+/* A GGUF holding only a gpt2 vocabulary: the 256 byte stand-ins, then the
+ * tokens the first n_tokens merges make (all of them when n_tokens < 0). */
+static builder bpe_vocab(const char *const *merges, int n_merges, int n_tokens, const char *pre) {
+    n_tokens = n_tokens < 0 ? n_merges : n_tokens;
     static char stand_in[256][4];
     int n_bytes = 0;
     for (unsigned b = 0, extra = 0; b < 256; b++) {
@@ -464,10 +466,10 @@ static builder bpe_vocab(const char *const *merges, int n_merges, const char *pr
     put_str(&w, "tokenizer.ggml.tokens");
     put_u32(&w, FG_GGUF_ARRAY);
     put_u32(&w, FG_GGUF_STRING);
-    put_u64(&w, (uint64_t)(n_bytes + n_merges));
+    put_u64(&w, (uint64_t)(n_bytes + n_tokens));
     for (int b = 0; b < n_bytes; b++)
         put_str(&w, stand_in[b]);
-    for (int m = 0; m < n_merges; m++) { /* the token a merge makes: its two sides joined */
+    for (int m = 0; m < n_tokens; m++) { /* the token a merge makes: its two sides joined */
         char joined[64];
         const char *sp = strchr(merges[m], ' ');
         snprintf(joined, sizeof joined, "%.*s%s", (int)(sp - merges[m]), merges[m], sp + 1);
@@ -482,14 +484,17 @@ static builder bpe_vocab(const char *const *merges, int n_merges, const char *pr
     return w;
 }
 
-static void expect_ids(const char *const *merges, int n_merges, const char *text, const int32_t *want, int n_want,
-                       const char *what) {
-    builder w = bpe_vocab(merges, n_merges, "gpt2");
+/* text's ids under the merges (tokens for the first n_tokens; all when < 0), and their decoding, which is
+ * `back` (text when NULL). */
+static void expect_ids_as(const char *const *merges, int n_merges, int n_tokens, const char *text, const int32_t *want,
+                          int n_want, const char *back_want, const char *what) {
+    builder w = bpe_vocab(merges, n_merges, n_tokens, "gpt2");
     fg_gguf g;
     fg_tokenizer t;
     char err[400] = "";
     EXPECT(fg_gguf_parse(w.b, w.n, &g, err, sizeof err) == FG_OK, "%s", err);
-    EXPECT(fg_tokenizer_from_gguf(&g, 256 + n_merges, &t, err, sizeof err) == FG_OK, "%s: %s", what, err);
+    EXPECT(fg_tokenizer_from_gguf(&g, 256 + (n_tokens < 0 ? n_merges : n_tokens), &t, err, sizeof err) == FG_OK,
+           "%s: %s", what, err);
     int32_t ids[64], n = 0;
     EXPECT(fg_tokenizer_encode(&t, text, 0, ids, 64, &n) == FG_OK && n == n_want &&
                !memcmp(ids, want, (size_t)n * sizeof *ids),
@@ -497,10 +502,15 @@ static void expect_ids(const char *const *merges, int n_merges, const char *text
     char back[256] = "";
     for (int32_t i = 0; i < n; i++)
         strncat(back, fg_tokenizer_decode(&t, i ? ids[i - 1] : -1, ids[i]), sizeof back - strlen(back) - 1);
-    EXPECT(!strcmp(back, text), "%s: decodes back to \"%s\"", what, back);
+    EXPECT(!strcmp(back, back_want ? back_want : text), "%s: decodes back to \"%s\"", what, back);
     fg_tokenizer_free(&t);
     fg_gguf_free(&g);
     free(w.b);
+}
+
+static void expect_ids(const char *const *merges, int n_merges, const char *text, const int32_t *want, int n_want,
+                       const char *what) {
+    expect_ids_as(merges, n_merges, -1, text, want, n_want, NULL, what);
 }
 
 static void test_bpe(void) {
@@ -520,11 +530,19 @@ static void test_bpe(void) {
     expect_ids(ll_first, 3, "hell", (const int32_t[]){258, 256}, 2, "l l before e l");
     const char *el_first[] = {"e l", "l l", "h el"};
     expect_ids(el_first, 3, "hell", (const int32_t[]){258, 'l'}, 2, "e l before l l");
+    /* a merge listed again later keeps its first rank */
+    const char *twice[43] = {"e l", "l l", "h el"};
+    for (int i = 3; i < 43; i++)
+        twice[i] = "e l";
+    expect_ids_as(twice, 43, 3, "hell", (const int32_t[]){258, 'l'}, 2, NULL, "a merge listed 41 times");
+    /* bytes that are not well-formed UTF-8 (0xFF never occurs; 0xC3 is cut short) are U+FFFD, EF BF BD */
+    expect_ids_as(el_first, 3, -1, "a\xff" "b\xc3", (const int32_t[]){'a', 0xEF, 0xBF, 0xBD, 'b', 0xEF, 0xBF, 0xBD}, 8,
+                  "a\xEF\xBF\xBD" "b\xEF\xBF\xBD", "ill-formed UTF-8");
     /* the space stand-in (U+0120) joins the word after it; bytes with no merge stay bytes */
     const char *space[] = {"\xc4\xa0 w", "\xc4\xa0w o"};
     expect_ids(space, 2, "a wok\x01", (const int32_t[]){'a', 257, 'k', 1}, 4, "space stand-in");
     /* an unknown pre-tokenizer is refused by name */
-    builder w = bpe_vocab(space, 2, "llama3-something");
+    builder w = bpe_vocab(space, 2, -1, "llama3-something");
     fg_gguf g;
     fg_tokenizer t;
     char err[400] = "";

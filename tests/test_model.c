@@ -129,6 +129,78 @@ int main(int argc, char **argv) {
     EXPECT(env.n_prompt == 5 && memcmp(env.prompt, want, sizeof want) == 0, "\"Once upon a time\" -> %d tokens",
            (int)env.n_prompt);
 
+    /* the merges against a plain quadratic SentencePiece (the best pair, leftmost on a tie, until none is a
+     * piece) on random ASCII strings, and a megabyte in one call (quadratic, it would not finish) */
+    {
+        static const char alphabet[] = "aeiou tnsrhldmw.,!?'\n";
+        char str[161], pair[256];
+        int32_t got[200], ref[200];
+        uint64_t rs = 7;
+        int same = 1;
+        for (int ci = 0; ci < 300 && same; ci++) {
+            rs = rs * 6364136223846793005ull + 1442695040888963407ull;
+            const int len = 1 + (int)((rs >> 33) % 160);
+            for (int i = 0; i < len; i++) {
+                rs = rs * 6364136223846793005ull + 1442695040888963407ull;
+                str[i] = alphabet[(rs >> 33) % (sizeof alphabet - 1)];
+            }
+            str[len] = '\0';
+            int32_t n = 0, ng = 0;
+            ref[n++] = fg_tokenizer_piece_id(&env.tok, " ");
+            for (int i = 0; i < len; i++) {
+                char one[2] = {str[i], 0}, byte[8];
+                snprintf(byte, sizeof byte, "<0x%02X>", (unsigned char)str[i]);
+                const int32_t id = fg_tokenizer_piece_id(&env.tok, one);
+                ref[n++] = id >= 0 ? id : fg_tokenizer_piece_id(&env.tok, byte);
+            }
+            for (;;) {
+                int32_t best_at = -1, best_id = -1;
+                for (int32_t i = 0; i + 1 < n; i++) {
+                    snprintf(pair, sizeof pair, "%s%s", env.tok.pieces[ref[i]], env.tok.pieces[ref[i + 1]]);
+                    const int32_t id = fg_tokenizer_piece_id(&env.tok, pair);
+                    if (id >= 0 && (best_at < 0 || env.tok.scores[id] > env.tok.scores[best_id])) {
+                        best_at = i;
+                        best_id = id;
+                    }
+                }
+                if (best_at < 0)
+                    break;
+                ref[best_at] = best_id;
+                memmove(ref + best_at + 1, ref + best_at + 2, (size_t)(n - best_at - 2) * sizeof *ref);
+                n--;
+            }
+            same = fg_tokenizer_encode(&env.tok, str, 0, got, 200, &ng) == FG_OK && ng == n &&
+                   !memcmp(got, ref, (size_t)n * sizeof *got);
+            EXPECT(same, "encode(\"%s\"): %d tokens, the quadratic merge %d", str, (int)ng, (int)n);
+        }
+        enum { MB = 1 << 20 };
+        char *big = malloc(MB + 1), *back = malloc(MB + 2);
+        int32_t *ids = malloc((MB + 2) * sizeof *ids), n_ids = 0;
+        EXPECT(big && back && ids, "alloc");
+        if (big && back && ids) {
+            for (int i = 0; i < MB; i++) {
+                rs = rs * 6364136223846793005ull + 1442695040888963407ull;
+                big[i] = alphabet[(rs >> 33) % (sizeof alphabet - 1)];
+            }
+            big[MB] = '\0';
+            EXPECT(fg_tokenizer_encode(&env.tok, big, FG_ENCODE_BOS, ids, MB + 2, &n_ids) == FG_OK && n_ids > 1,
+                   "a megabyte of text encodes");
+            size_t at = 0;
+            for (int32_t i = 1; i < n_ids; i++) {
+                const char *piece = fg_tokenizer_decode(&env.tok, ids[i - 1], ids[i]);
+                const size_t l = strlen(piece);
+                if (at + l > MB)
+                    break;
+                memcpy(back + at, piece, l);
+                at += l;
+            }
+            EXPECT(at == MB && !memcmp(back, big, MB), "a megabyte decodes back to itself");
+        }
+        free(big);
+        free(back);
+        free(ids);
+    }
+
     /* llama2.c's 64 steps = the 5-token prompt and 60 generated tokens */
     static char text[8192], text_ref[8192];
     int32_t tokens[600], tokens_ref[600];

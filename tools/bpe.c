@@ -165,6 +165,13 @@ static int by_pair(const void *a, const void *b) {
     return strcmp(((const fg_bpe_merge *)a)->pair, ((const fg_bpe_merge *)b)->pair);
 }
 
+/* By pair, then by rank: the first of a pair listed twice comes first. */
+static int by_pair_rank(const void *a, const void *b) {
+    const int c = by_pair(a, b);
+    const int32_t ra = ((const fg_bpe_merge *)a)->rank, rb = ((const fg_bpe_merge *)b)->rank;
+    return c ? c : (ra > rb) - (ra < rb);
+}
+
 static int by_piece(const void *a, const void *b) {
     return strcmp(((const fg_tokenizer_entry *)a)->piece, ((const fg_tokenizer_entry *)b)->piece);
 }
@@ -242,21 +249,58 @@ static void encode_word(void *user, const char *s, size_t n) {
     }
 }
 
+/* text with every byte that is not part of well-formed UTF-8 replaced by
+ * U+FFFD (as llama.cpp reads text): such bytes have no piece of their own
+ * in a byte-level vocabulary, and the unknown token may be a control token.
+ * NULL when text is well formed (or out of memory: *st). */
+static char *well_formed(const char *text, size_t n, fg_status *st) {
+    size_t i = 0;
+    int len;
+    while (i < n && (len = fg_utf8_length(text + i)) > 0)
+        i += (size_t)len;
+    if (i == n)
+        return NULL;
+    char *out = malloc(3 * n + 1), *o = out;
+    if (!out) {
+        *st = FG_ERR_OUT_OF_MEMORY;
+        return NULL;
+    }
+    for (i = 0; i < n;) {
+        len = fg_utf8_length(text + i);
+        if (len == 0) {
+            memcpy(o, "\xEF\xBF\xBD", 3);
+            o += 3;
+            i++;
+        } else {
+            memcpy(o, text + i, (size_t)len);
+            o += len;
+            i += (size_t)len;
+        }
+    }
+    *o = '\0';
+    return out;
+}
+
 fg_status fg_bpe_encode(const fg_tokenizer *t, const char *text, int32_t *tokens, int32_t cap, int32_t *n_out) {
+    fg_status st = FG_OK;
+    char *fixed = well_formed(text, strlen(text), &st);
+    if (st)
+        return st;
+    if (fixed)
+        text = fixed;
     const size_t n = strlen(text);
     encoder e = {t, tokens, cap, *n_out, malloc(3 * n + 1), malloc((n + 2) * sizeof(size_t)), malloc(6 * n + 2)};
-    if (!e.sym || !e.at || !e.buf) {
-        free(e.sym);
-        free(e.at);
-        free(e.buf);
-        return FG_ERR_OUT_OF_MEMORY;
-    }
-    fg_bpe_pretokenize(t->pre, text, encode_word, &e);
+    if (e.sym && e.at && e.buf)
+        fg_bpe_pretokenize(t->pre, text, encode_word, &e);
+    else
+        st = FG_ERR_OUT_OF_MEMORY;
     free(e.sym);
     free(e.at);
     free(e.buf);
-    *n_out = e.n;
-    return FG_OK;
+    free(fixed);
+    if (st == FG_OK)
+        *n_out = e.n;
+    return st;
 }
 
 /* ------------------------------------------------------------------ loading */
@@ -315,7 +359,16 @@ fg_status fg_bpe_from_gguf(const fg_gguf *g, int32_t vocab_size, fg_tokenizer *o
         memcpy(copy, merges->strs[i], len + 1);
         out->merges[i] = (fg_bpe_merge){copy, i};
     }
-    qsort(out->merges, (size_t)out->n_merges, sizeof *out->merges, by_pair);
+    /* a pair listed twice keeps its first rank (a lookup must not find the later copy) */
+    qsort(out->merges, (size_t)out->n_merges, sizeof *out->merges, by_pair_rank);
+    int32_t kept = 0;
+    for (int32_t i = 0; i < out->n_merges; i++) {
+        if (kept > 0 && !strcmp(out->merges[kept - 1].pair, out->merges[i].pair))
+            free((char *)out->merges[i].pair);
+        else
+            out->merges[kept++] = out->merges[i];
+    }
+    out->n_merges = kept;
     int16_t byte_of[512];
     for (int c = 0; c < 512; c++)
         byte_of[c] = -1;

@@ -65,6 +65,9 @@ fg_status cli_encode(const cli_session *s, const char *prompt, int32_t **tokens,
 /* JSON string (quoted, escaped). */
 void cli_json_string(FILE *f, const char *s);
 void cli_human_bytes(double b, char *buf, size_t n);
+
+/* Why a runner call failed with st: the runner's message, else the status's name (never ""). */
+const char *cli_reason(const fg_runner *r, fg_status st);
 double cli_now(void);
 
 /* Subcommands. */

@@ -375,7 +375,7 @@ static int demo_model(const char *model, const char *tokenizer) {
     rc = 0;
     goto done;
 fail:
-    fprintf(stderr, "fastgen demo: %s\n", fg_runner_error(s.runner));
+    fprintf(stderr, "fastgen demo: %s\n", cli_reason(s.runner, st));
 done:
     free(prompt);
     free(toks[0]);

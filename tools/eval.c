@@ -229,7 +229,7 @@ static fg_status eval_prompt(eval_state *e, const char *text) {
     if (st == FG_OK)
         st = run_phase(e, prompt, n_prompt, N_BASE * N_T, cfg, cp, kept);
     if (st)
-        fprintf(stderr, "fastgen eval: %s\n", fg_runner_error(e->s.runner));
+        fprintf(stderr, "fastgen eval: %s\n", cli_reason(e->s.runner, st));
     free(prompt);
     return st;
 }

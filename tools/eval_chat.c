@@ -266,7 +266,7 @@ int eval_chat(const cli_opts *o, const char *path) {
         if (n_turns > 0 && (st = reference(&c, turns, n_turns, &fitted)) == FG_OK && fitted > 0)
             st = replay(&c, fitted);
         if (st) {
-            fprintf(stderr, "fastgen eval: %s\n", fg_runner_error(c.s.runner));
+            fprintf(stderr, "fastgen eval: %s\n", cli_reason(c.s.runner, st));
             goto done;
         }
         if (fitted < n_turns)

@@ -700,7 +700,7 @@ int eval_sweep(const cli_opts *o, const eval_sweep_opts *x, char **prompts, cons
             continue;
         }
         if (st) {
-            fprintf(stderr, "fastgen eval: %s\n", fg_runner_error(w.s.runner));
+            fprintf(stderr, "fastgen eval: %s\n", cli_reason(w.s.runner, st));
             goto done;
         }
         n_done++;

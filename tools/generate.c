@@ -87,7 +87,10 @@ static const char *k_generate_help_tail =
     "  --json                  one JSON object: text, tokens, kv_bytes_held, kv_bytes_full, ...\n"
     "  --chat FILE             a conversation: the user turns of FILE (separated by blank lines) are\n"
     "                          appended to one sequence in turn, and the model answers each (-n tokens\n"
-    "                          at most); --json: turns[{user, reply}], kv_bytes_held, kv_bytes_full\n"
+    "                          at most); --json: turns[{user, reply}], stopped, kv_bytes_held, kv_bytes_full.\n"
+    "                          A turn that does not fit the rest of the context ends the run: the turns\n"
+    "                          before it are printed, \"stopped\" says why (null when all were answered)\n"
+    "                          and the exit status is 1\n"
     "  --prompt-ids FILE       the prompt as token ids (whitespace-separated) instead of -p's text\n"
     "  --ignore-eos            generate all N tokens, past the end of text (for timing)\n"
     "  --prefill-chunk N       the prompt through the model N tokens at a time (fg_prefill_chunk), profiled\n"
@@ -209,7 +212,7 @@ int cmd_generate(int argc, char **argv) {
     double t0 = cli_now();
     fg_status st = fg_runner_prefill(s.runner, &cp, tokens, n_prompt, &seq, logits);
     if (st) {
-        fprintf(stderr, "fastgen generate: prefill: %s\n", fg_runner_error(s.runner));
+        fprintf(stderr, "fastgen generate: prefill: %s\n", cli_reason(s.runner, st));
         goto done;
     }
     double t_prefill = cli_now() - t0;
@@ -234,7 +237,7 @@ int cmd_generate(int argc, char **argv) {
         }
         tokens[n_total++] = next;
         if (step + 1 < o.n && (st = fg_runner_decode(s.runner, 1, &seq, &next, logits))) {
-            fprintf(stderr, "\nfastgen generate: decode: %s\n", fg_runner_error(s.runner));
+            fprintf(stderr, "\nfastgen generate: decode: %s\n", cli_reason(s.runner, st));
             goto done;
         }
     }
@@ -335,7 +338,7 @@ int cmd_profile(int argc, char **argv) {
     if (st == FG_OK)
         st = fg_runner_prefill(s.runner, &cp, tokens, n, &seq, NULL);
     if (st) {
-        fprintf(stderr, "fastgen profile: %s\n", fg_runner_error(s.runner));
+        fprintf(stderr, "fastgen profile: %s\n", cli_reason(s.runner, st));
         goto done;
     }
     for (int32_t l = 0; l < c->n_layers; l++)

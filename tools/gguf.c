@@ -293,13 +293,18 @@ fg_status fg_gguf_parse(const void *buf, size_t size, fg_gguf *g, char *err, siz
     for (uint64_t i = 0; i < n_tensors; i++) {
         fg_gguf_tensor *t = &g->tensors[i];
         order[i] = t;
-        if (t->offset % g->alignment || t->offset > data_size || t->bytes > data_size - t->offset) {
+        const int unaligned = t->offset % g->alignment != 0;
+        if (unaligned || t->offset > data_size || t->bytes > data_size - t->offset) {
             char where[160];
             snprintf(where, sizeof where, "tensor \"%s\"", t->name);
             c.where = where;
-            st = bad(&c, "data at offset %llu (%llu bytes) is not %llu-aligned inside the %llu-byte data section",
-                     (unsigned long long)t->offset, (unsigned long long)t->bytes,
-                     (unsigned long long)g->alignment, (unsigned long long)data_size);
+            if (unaligned)
+                st = bad(&c, "data at offset %llu is not %llu-aligned", (unsigned long long)t->offset,
+                         (unsigned long long)g->alignment);
+            else
+                st = bad(&c, "data at offset %llu (%llu bytes) runs past the end of the file: the data section "
+                             "holds %llu bytes (a truncated file?)",
+                         (unsigned long long)t->offset, (unsigned long long)t->bytes, (unsigned long long)data_size);
             break;
         }
         t->data = (const unsigned char *)buf + data_at + t->offset;

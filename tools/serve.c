@@ -95,7 +95,8 @@ int32_t serve_split_turns(char *text, char **turns) {
                 *q = ' ';
         for (size_t len = strlen(p); len && (p[len - 1] == ' ' || p[len - 1] == '\t'); len--)
             p[len - 1] = '\0';
-        turns[n++] = p;
+        if (*p) /* a paragraph of spaces and tabs is no turn */
+            turns[n++] = p;
         p = end ? end + 2 : p + strlen(p);
     }
     return n;
@@ -144,33 +145,43 @@ int serve_chat(const cli_opts *o, const fg_compression_params *cp, const char *p
     }
     const int32_t V = s.model.config.vocab_size, ctx_len = s.model.config.seq_len;
     const int chatml = serve_chatml(&s);
+    enum { REPLY = 4096 };
     float *logits = malloc((size_t)V * sizeof *logits);
     int32_t *toks = malloc((size_t)(ctx_len + 2) * sizeof *toks), seq = -1;
-    static char replies[64][4096];
+    char *replies = malloc((size_t)n_turns * REPLY);
     fg_sampler sampler = {o->temperature, o->top_p, o->seed * 0x9e3779b97f4a7c15ull + 1};
-    fg_status st = logits && toks ? FG_OK : FG_ERR_OUT_OF_MEMORY;
-    int32_t done = 0;
-    for (int32_t t = 0; t < n_turns && t < 64 && st == FG_OK; t++, done++) {
+    fg_status st = logits && toks && replies ? FG_OK : FG_ERR_OUT_OF_MEMORY;
+    int32_t done = 0, stopped = 0; /* stopped: the turn that did not fit, from 1 */
+    char why[160] = "";
+    for (int32_t t = 0; t < n_turns && st == FG_OK; t++, done++) {
         int32_t n = 0, len = 0;
         if (seq >= 0)
             fg_seq_length(fg_runner_context(s.runner), seq, 0, &len);
-        st = serve_turn_tokens(&s, chatml, seq < 0, turns[1 + t], toks, ctx_len + 2, &n);
-        if (st == FG_OK && len + n >= ctx_len) {
-            fprintf(stderr, "fastgen generate: turn %d does not fit the rest of the context (%d of %d used)\n",
-                    (int)t + 1, (int)len, (int)ctx_len);
+        /* no token holds more than the longest piece's bytes: a turn longer than that many tokens' worth does
+         * not fit without encoding it */
+        const int too_long = strlen(turns[1 + t]) > s.tok.max_piece_len * (size_t)(ctx_len - len);
+        st = too_long ? FG_ERR_CAPACITY : serve_turn_tokens(&s, chatml, seq < 0, turns[1 + t], toks, ctx_len + 2, &n);
+        if (st == FG_ERR_CAPACITY || (st == FG_OK && len + n >= ctx_len)) {
+            stopped = t + 1;
+            snprintf(why, sizeof why, "turn %d does not fit the rest of the context (%d of %d tokens used)",
+                     (int)t + 1, (int)len, (int)ctx_len);
+            st = FG_OK;
             break;
         }
+        char *rep = replies + (size_t)t * REPLY;
         if (st == FG_OK)
             st = seq < 0 ? fg_runner_prefill(s.runner, cp, toks, n, &seq, logits)
                          : fg_runner_append(s.runner, seq, toks, n, logits);
         if (st == FG_OK)
-            reply(&s, seq, &sampler, logits, o->n, toks[n - 1], replies[t], sizeof replies[t], &st);
+            reply(&s, seq, &sampler, logits, o->n, toks[n - 1], rep, REPLY, &st);
         if (!o->json && st == FG_OK)
-            printf("user:  %s\nmodel: %s\n\n", turns[1 + t], replies[t]);
+            printf("user:  %s\nmodel: %s\n\n", turns[1 + t], rep);
     }
     int rc = 1;
     if (st) {
-        fprintf(stderr, "fastgen generate: %s\n", fg_runner_error(s.runner));
+        fprintf(stderr, "fastgen generate: %s\n", cli_reason(s.runner, st));
+    } else if (seq < 0) {
+        fprintf(stderr, "fastgen generate: %s\n", why);
     } else {
         fg_memory_stats m;
         fg_memory(fg_runner_context(s.runner), seq, &m);
@@ -180,10 +191,15 @@ int serve_chat(const cli_opts *o, const fg_compression_params *cp, const char *p
                 printf("%s{\"user\": ", t ? ", " : "");
                 cli_json_string(stdout, turns[1 + t]);
                 printf(", \"reply\": ");
-                cli_json_string(stdout, replies[t]);
+                cli_json_string(stdout, replies + (size_t)t * REPLY);
                 printf("}");
             }
-            printf("], \"policy\": ");
+            printf("], \"stopped\": ");
+            if (stopped)
+                cli_json_string(stdout, why);
+            else
+                printf("null");
+            printf(", \"policy\": ");
             cli_json_string(stdout, o->policy);
             printf(", \"kv_bytes_held\": %zu, \"kv_bytes_full\": %zu, \"rows_kept\": %lld, \"rows_full\": %lld}\n",
                    m.kv_bytes_held, m.kv_bytes_full, (long long)m.rows_kept, (long long)m.rows_full);
@@ -191,8 +207,11 @@ int serve_chat(const cli_opts *o, const fg_compression_params *cp, const char *p
             printf("%d turns; KV cache %zu bytes held vs %zu full (%lld of %lld rows kept)\n", (int)done,
                    m.kv_bytes_held, m.kv_bytes_full, (long long)m.rows_kept, (long long)m.rows_full);
         }
-        rc = 0;
+        if (stopped) /* what was asked was not all done */
+            fprintf(stderr, "fastgen generate: stopped after %d of %d turns: %s\n", (int)done, (int)n_turns, why);
+        rc = stopped ? 1 : 0;
     }
+    free(replies);
     free(logits);
     free(toks);
     cli_close(&s);
@@ -260,7 +279,7 @@ int serve_samples(const cli_opts *o, const fg_compression_params *cp, int32_t k)
     int rc = 1;
     if (st) {
         fprintf(stderr, "fastgen generate: %s\n", st == FG_ERR_CAPACITY ? "the prompt fills the context"
-                                                                        : fg_runner_error(s.runner));
+                                                                        : cli_reason(s.runner, st));
     } else {
         fg_memory_stats all, one;
         fg_memory(fg_runner_context(s.runner), -1, &all);

@@ -173,69 +173,159 @@ static int32_t lookup(const fg_tokenizer *t, const char *s) {
 
 int32_t fg_tokenizer_piece_id(const fg_tokenizer *t, const char *piece) { return lookup(t, piece); }
 
+/* Bytes in the well-formed UTF-8 sequence at p (1 to 4), 0 if none starts
+ * there: overlong forms, surrogates, code points past U+10FFFF and cut
+ * sequences are not well formed (Unicode's table 3-7). */
+int fg_utf8_length(const char *s) {
+    const unsigned char *p = (const unsigned char *)s;
+    if (p[0] < 0x80)
+        return 1;
+    int n;
+    unsigned char lo = 0x80, hi = 0xbf; /* the second byte's range */
+    if (p[0] >= 0xc2 && p[0] <= 0xdf)
+        n = 2;
+    else if (p[0] >= 0xe0 && p[0] <= 0xef) {
+        n = 3;
+        lo = p[0] == 0xe0 ? 0xa0 : 0x80;
+        hi = p[0] == 0xed ? 0x9f : 0xbf;
+    } else if (p[0] >= 0xf0 && p[0] <= 0xf4) {
+        n = 4;
+        lo = p[0] == 0xf0 ? 0x90 : 0x80;
+        hi = p[0] == 0xf4 ? 0x8f : 0xbf;
+    } else
+        return 0;
+    if (p[1] < lo || p[1] > hi)
+        return 0;
+    for (int i = 2; i < n; i++)
+        if ((p[i] & 0xc0) != 0x80)
+            return 0;
+    return n;
+}
+
+/* A candidate merge of symbol l with its right neighbour r into piece id
+ * (score score), as it was when queued: stale once either symbol changed. */
+typedef struct {
+    float score;
+    int32_t l, r, lid, rid, id;
+} spm_pair;
+
+/* Pops before: the higher score, then the leftmost (the order the merges
+ * are taken in: SentencePiece's and llama.cpp's). */
+static int spm_before(const spm_pair *a, const spm_pair *b) {
+    return a->score > b->score || (a->score == b->score && a->l < b->l);
+}
+
+static void spm_push(spm_pair *heap, int32_t *n, spm_pair e) {
+    int32_t i = (*n)++;
+    for (; i > 0 && spm_before(&e, &heap[(i - 1) / 2]); i = (i - 1) / 2)
+        heap[i] = heap[(i - 1) / 2];
+    heap[i] = e;
+}
+
+static spm_pair spm_pop(spm_pair *heap, int32_t *n) {
+    const spm_pair top = heap[0], last = heap[--(*n)];
+    int32_t i = 0;
+    for (;;) {
+        int32_t c = 2 * i + 1;
+        if (c >= *n)
+            break;
+        if (c + 1 < *n && spm_before(&heap[c + 1], &heap[c]))
+            c++;
+        if (!spm_before(&heap[c], &last))
+            break;
+        heap[i] = heap[c];
+        i = c;
+    }
+    if (*n > 0)
+        heap[i] = last;
+    return top;
+}
+
+/* Queues the merge of symbols l and r when their concatenation is a piece. */
+static void spm_queue(const fg_tokenizer *t, const int32_t *id, int32_t l, int32_t r, char *pair, spm_pair *heap,
+                      int32_t *n_heap) {
+    if (l < 0 || r < 0)
+        return;
+    const size_t a = strlen(t->pieces[id[l]]), b = strlen(t->pieces[id[r]]);
+    if (a + b > t->max_piece_len)
+        return;
+    memcpy(pair, t->pieces[id[l]], a);
+    memcpy(pair + a, t->pieces[id[r]], b + 1);
+    const int32_t m = lookup(t, pair);
+    if (m >= 0)
+        spm_push(heap, n_heap, (spm_pair){t->scores[m], l, r, id[l], id[r], m});
+}
+
 /* SentencePiece: the dummy-prefix space (when prefix), code points whole or
- * as bytes, then merges; appended at tokens[*n_out] (counted past cap). */
+ * as bytes, then merges, the best-scoring adjacent pair first, until no pair
+ * is a piece; appended at tokens[*n_out] (counted past cap). The symbols
+ * form a linked list and the candidate pairs a heap, so n bytes take
+ * O(n log n): each merge queues at most two new pairs. */
 static fg_status spm_encode(const fg_tokenizer *t, const char *text, int prefix, int32_t *tokens, int32_t cap,
                             int32_t *n_out) {
     /* before merging: at most the dummy prefix and one token per byte */
     const size_t len_text = strlen(text);
-    int32_t *work = malloc((len_text + 2) * sizeof *work);
+    if (len_text > (size_t)INT32_MAX / 4)
+        return FG_ERR_CAPACITY;
+    const size_t n_max = len_text + 2;
+    int32_t *id = malloc(n_max * sizeof *id), *next = malloc(n_max * sizeof *next);
+    int32_t *prev = malloc(n_max * sizeof *prev);
+    spm_pair *heap = malloc(3 * n_max * sizeof *heap); /* n - 1 pairs, then two per merge */
     char *pair = malloc(2 * t->max_piece_len + 1);
-    if (!work || !pair) {
-        free(work);
-        free(pair);
-        return FG_ERR_OUT_OF_MEMORY;
-    }
+    fg_status st = FG_OK;
+    if (!id || !next || !prev || !heap || !pair)
+        st = FG_ERR_OUT_OF_MEMORY;
     int32_t n = 0;
-    if (prefix && text[0]) {
+    if (st == FG_OK && prefix && text[0]) {
         int32_t space = lookup(t, " ");
         if (space >= 0)
-            work[n++] = space;
+            id[n++] = space;
     }
     /* code points whole, else their bytes */
     char cp[5];
-    for (const unsigned char *s = (const unsigned char *)text; *s;) {
+    for (const unsigned char *s = (const unsigned char *)text; st == FG_OK && *s;) {
         size_t len = 1;
         while (len < 4 && (s[len] & 0xc0) == 0x80)
             len++;
         memcpy(cp, s, len);
         cp[len] = '\0';
-        int32_t id = lookup(t, cp);
-        if (id >= 0) {
-            work[n++] = id;
+        int32_t cid = lookup(t, cp);
+        if (cid >= 0) {
+            id[n++] = cid;
         } else {
             for (size_t i = 0; i < len; i++) /* byte fallback, else the unknown token */
-                work[n++] = t->byte_id[s[i]] >= 0 ? t->byte_id[s[i]] : t->unk >= 0 ? t->unk : 0;
+                id[n++] = t->byte_id[s[i]] >= 0 ? t->byte_id[s[i]] : t->unk >= 0 ? t->unk : 0;
         }
         s += len;
     }
-    /* merges: the best-scoring adjacent pair, until none is in the vocabulary */
-    for (;;) {
-        float best = -INFINITY;
-        int32_t best_id = -1, best_at = -1;
-        for (int32_t i = 0; i + 1 < n; i++) {
-            size_t a = strlen(t->pieces[work[i]]), b = strlen(t->pieces[work[i + 1]]);
-            memcpy(pair, t->pieces[work[i]], a);
-            memcpy(pair + a, t->pieces[work[i + 1]], b + 1);
-            int32_t id = lookup(t, pair);
-            if (id >= 0 && t->scores[id] > best) {
-                best = t->scores[id];
-                best_id = id;
-                best_at = i;
-            }
-        }
-        if (best_at < 0)
-            break;
-        work[best_at] = best_id;
-        memmove(work + best_at + 1, work + best_at + 2, (size_t)(n - best_at - 2) * sizeof *work);
-        n--;
+    int32_t n_heap = 0;
+    for (int32_t i = 0; st == FG_OK && i < n; i++) {
+        prev[i] = i - 1;
+        next[i] = i + 1 < n ? i + 1 : -1;
+        if (i > 0)
+            spm_queue(t, id, i - 1, i, pair, heap, &n_heap);
     }
-    for (int32_t i = 0; i < n; i++, (*n_out)++)
+    while (n_heap > 0) {
+        const spm_pair e = spm_pop(heap, &n_heap);
+        if (id[e.l] < 0 || next[e.l] != e.r || id[e.l] != e.lid || id[e.r] != e.rid)
+            continue; /* stale: a symbol of it merged since */
+        id[e.l] = e.id; /* r joins l and leaves the list */
+        id[e.r] = -1;
+        next[e.l] = next[e.r];
+        if (next[e.r] >= 0)
+            prev[next[e.r]] = e.l;
+        spm_queue(t, id, prev[e.l], e.l, pair, heap, &n_heap);
+        spm_queue(t, id, e.l, next[e.l], pair, heap, &n_heap);
+    }
+    for (int32_t i = st == FG_OK && n > 0 ? 0 : -1; i >= 0; i = next[i], (*n_out)++)
         if (*n_out < cap)
-            tokens[*n_out] = work[i];
-    free(work);
+            tokens[*n_out] = id[i];
+    free(id);
+    free(next);
+    free(prev);
+    free(heap);
     free(pair);
-    return FG_OK;
+    return st;
 }
 
 /* The control token whose text starts s, the longest of them; -1 if none. */

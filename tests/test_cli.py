@@ -5,6 +5,7 @@ usage: test_cli.py FASTGEN MODEL_DIR DATA_DIR
 import json
 import os
 import struct
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -289,8 +290,21 @@ check(r.returncode == 0 and "KV cache" in r.stdout and "babyllama105" in r.stdou
 # --- demo: the real model when found, else the synthetic workload
 r = run("demo", env={"FASTGEN_MODEL": MODEL_DIR})
 check(r.returncode == 0 and "stories260K" in r.stdout and "KV cache" in r.stdout, "demo with the model")
+tmp_root = tempfile.mkdtemp()
+cache = os.path.join(tmp_root, "cache")
+os.mkdir(cache)
+os.symlink(os.path.abspath(os.path.join(GGUF, "babyllama105-q8_0.gguf")),
+           os.path.join(cache, "SmolLM2-135M-Instruct.Q4_1.gguf"))
+r = run("demo", "--svg", os.path.join(tmp_root, "demo.svg"), env={"FASTGEN_CACHE": cache})
+check(r.returncode == 0 and "SmolLM2-135M-Instruct.Q4_1.gguf" in r.stdout and "FastGen adaptive" in r.stdout and
+      "policy of every KV head" in r.stdout, "demo finds the model in the cache: %r" % r.stderr)
+check(ET.parse(os.path.join(tmp_root, "demo.svg")).getroot().tag.endswith("svg"), "demo --svg: the policy map")
+r = run("demo", "-m", MODEL, "--layers", "2")
+check(r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, "demo -m with a synthetic option: %r" % r.stderr)
 r = run("demo", "--synthetic", "--prompt", "128", "--steps", "8", "--layers", "1")
 check(r.returncode == 0 and "agreement" in r.stdout, "synthetic demo")
+
+shutil.rmtree(tmp_root)
 
 print("%d passed, %d failed" % (passed, failed))
 sys.exit(1 if failed else 0)

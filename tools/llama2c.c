@@ -23,36 +23,79 @@ fg_status fg_failf(char *err, size_t n, fg_status st, const char *fmt, ...) {
     return st;
 }
 
+/* The whole stream f (a pipe, a FIFO, standard input) into a buffer, at
+ * most FG_MAX_FILE_BYTES. */
+static fg_status read_stream(FILE *f, const char *path, unsigned char **out, size_t *len, char *err, size_t err_size) {
+    size_t cap = 1 << 16, n = 0;
+    unsigned char *buf = malloc(cap);
+    if (!buf)
+        return fg_failf(err, err_size, FG_ERR_OUT_OF_MEMORY, "out of memory reading %s", path);
+    for (;;) {
+        if (n == cap) {
+            if (cap >= (size_t)FG_MAX_FILE_BYTES) {
+                free(buf);
+                return fg_failf(err, err_size, FG_ERR_IO, "%s holds more than the %lld bytes this tool reads", path,
+                                (long long)FG_MAX_FILE_BYTES);
+            }
+            const size_t grown = 2 * cap < (size_t)FG_MAX_FILE_BYTES ? 2 * cap : (size_t)FG_MAX_FILE_BYTES;
+            unsigned char *nb = realloc(buf, grown);
+            if (!nb) {
+                free(buf);
+                return fg_failf(err, err_size, FG_ERR_OUT_OF_MEMORY, "out of memory reading %s", path);
+            }
+            buf = nb;
+            cap = grown;
+        }
+        const size_t got = fread(buf + n, 1, cap - n, f);
+        n += got;
+        if (got == 0)
+            break;
+    }
+    if (ferror(f)) {
+        free(buf);
+        return fg_failf(err, err_size, FG_ERR_IO, "cannot read %s", path);
+    }
+    *out = buf;
+    *len = n;
+    return FG_OK;
+}
+
 fg_status fg_read_file(const char *path, void **data, size_t *size, char *err, size_t err_size) {
     *data = NULL;
     *size = 0;
-    FILE *f = fopen(path, "rb");
+    const int std_in = !strcmp(path, "-"); /* standard input */
+    FILE *f = std_in ? stdin : fopen(path, "rb");
     if (!f)
         return fg_failf(err, err_size, FG_ERR_IO, "cannot open %s: %s", path, strerror(errno));
-    /* The size comes from the open file itself, and only a regular file has
-     * one: a directory opens, but its "size" from ftell is LONG_MAX. */
+    /* A regular file's size comes from the open file itself; a pipe or FIFO
+     * is read to its end; a directory opens, but its "size" from ftell is
+     * LONG_MAX, and a device may never end: both are refused. */
     struct stat sb;
     fg_status st = FG_OK;
-    if (fstat(fileno(f), &sb) != 0)
+    unsigned char *buf = NULL;
+    size_t len = 0;
+    if (fstat(fileno(f), &sb) != 0) {
         st = fg_failf(err, err_size, FG_ERR_IO, "cannot stat %s: %s", path, strerror(errno));
-    else if (!S_ISREG(sb.st_mode))
-        st = fg_failf(err, err_size, FG_ERR_IO, "%s is not a regular file (a %s)", path,
-                      S_ISDIR(sb.st_mode) ? "directory" : "device, pipe or socket");
-    else if ((uint64_t)sb.st_size > (uint64_t)FG_MAX_FILE_BYTES)
+    } else if (S_ISFIFO(sb.st_mode) || S_ISSOCK(sb.st_mode) || (std_in && !S_ISREG(sb.st_mode) && !S_ISDIR(sb.st_mode))) {
+        st = read_stream(f, path, &buf, &len, err, err_size);
+    } else if (!S_ISREG(sb.st_mode)) {
+        st = fg_failf(err, err_size, FG_ERR_IO, "%s is not a file or a pipe (a %s)", path,
+                      S_ISDIR(sb.st_mode) ? "directory" : "device");
+    } else if ((uint64_t)sb.st_size > (uint64_t)FG_MAX_FILE_BYTES) {
         st = fg_failf(err, err_size, FG_ERR_IO, "%s is %lld bytes, more than the %lld this tool reads", path,
                       (long long)sb.st_size, (long long)FG_MAX_FILE_BYTES);
-    const size_t len = st == FG_OK ? (size_t)sb.st_size : 0;
-    unsigned char *buf = NULL;
-    if (st == FG_OK) {
+    } else {
+        len = (size_t)sb.st_size;
         buf = malloc(len > 0 ? len : 1);
         if (!buf)
             st = fg_failf(err, err_size, FG_ERR_OUT_OF_MEMORY, "out of memory reading %s (%zu bytes)", path, len);
+        if (st == FG_OK && fread(buf, 1, len, f) != len)
+            st = fg_failf(err, err_size, FG_ERR_IO, "cannot read %s (%zu bytes expected)", path, len);
+        if (st == FG_OK && fgetc(f) != EOF) /* the file grew while it was read */
+            st = fg_failf(err, err_size, FG_ERR_IO, "%s changed while it was read", path);
     }
-    if (st == FG_OK && fread(buf, 1, len, f) != len)
-        st = fg_failf(err, err_size, FG_ERR_IO, "cannot read %s (%zu bytes expected)", path, len);
-    if (st == FG_OK && fgetc(f) != EOF) /* the file grew while it was read */
-        st = fg_failf(err, err_size, FG_ERR_IO, "%s changed while it was read", path);
-    fclose(f);
+    if (!std_in)
+        fclose(f);
     if (st) {
         free(buf);
         return st;

@@ -213,8 +213,10 @@ with tempfile.TemporaryDirectory() as tmp:
     check(r.returncode == 1 and "holds no turn" in r.stderr, "--chat: spaces and tabs are no turn: %r" % r.stderr)
     huge = os.path.join(tmp, "huge.txt")
     open(huge, "w").write("word " * 200000)
-    r = run("generate", *model_args(), "--chat", huge)
-    check(r.returncode == 1 and "turn 1 does not fit" in r.stderr, "--chat: a 1 MB turn: %r" % r.stderr)
+    r = run("generate", *model_args(), "--chat", huge, "--json")
+    hj = json.loads(r.stdout) if r.stdout.strip() else {}
+    check(r.returncode == 1 and "turn 1 does not fit" in r.stderr and hj.get("turns") == [] and
+          "turn 1" in (hj.get("stopped") or ""), "--chat: a 1 MB turn: %r %r" % (r.stdout, r.stderr))
     many = os.path.join(tmp, "many.txt")
     open(many, "w").write("\n\n".join("The dog ran to the big tree in the park." for _ in range(70)))
     r = run("generate", *model_args(), "--chat", many, "-n", "4", "--json")
@@ -302,7 +304,7 @@ cache = os.path.join(tmp_root, "cache")
 os.mkdir(cache)
 os.symlink(os.path.abspath(os.path.join(GGUF, "babyllama105-q8_0.gguf")),
            os.path.join(cache, "SmolLM2-135M-Instruct.Q4_1.gguf"))
-r = run("demo", "--svg", os.path.join(tmp_root, "demo.svg"), env={"FASTGEN_CACHE": cache})
+r = run("demo", "--svg", os.path.join(tmp_root, "demo.svg"), env={"FASTGEN_CACHE": cache, "FASTGEN_MODEL": ""})
 check(r.returncode == 0 and "SmolLM2-135M-Instruct.Q4_1.gguf" in r.stdout and "FastGen adaptive" in r.stdout and
       "policy of every KV head" in r.stdout, "demo finds the model in the cache: %r" % r.stderr)
 check(ET.parse(os.path.join(tmp_root, "demo.svg")).getroot().tag.endswith("svg"), "demo --svg: the policy map")

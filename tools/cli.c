@@ -50,25 +50,27 @@ static int file_exists(const char *p) {
     return stat(p, &st) == 0 && S_ISREG(st.st_mode);
 }
 
-int cli_find_model(char *model, char *tokenizer, size_t size) {
-    const char *env = getenv("FASTGEN_MODEL");
-    const char *dirs[] = {env, "../shared/models", "models", "../../shared/models"};
-    for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
-        if (!dirs[i] || !*dirs[i])
-            continue;
-        size_t len = strlen(dirs[i]);
-        if (len > 4 && strcmp(dirs[i] + len - 4, ".bin") == 0 && file_exists(dirs[i])) {
-            /* a model file: the tokenizer sits beside it */
-            snprintf(model, size, "%s", dirs[i]);
-            const char *slash = strrchr(dirs[i], '/');
-            snprintf(tokenizer, size, "%.*stok512.bin", slash ? (int)(slash - dirs[i] + 1) : 0, dirs[i]);
-        } else {
-            snprintf(model, size, "%s/stories260K.bin", dirs[i]);
-            snprintf(tokenizer, size, "%s/tok512.bin", dirs[i]);
-        }
-        if (file_exists(model) && file_exists(tokenizer))
-            return 1;
+int cli_find_model_in(const char *dir, char *model, char *tokenizer, size_t size) {
+    if (!dir || !*dir)
+        return 0;
+    size_t len = strlen(dir);
+    if (len > 4 && strcmp(dir + len - 4, ".bin") == 0 && file_exists(dir)) {
+        /* a model file: the tokenizer sits beside it */
+        snprintf(model, size, "%s", dir);
+        const char *slash = strrchr(dir, '/');
+        snprintf(tokenizer, size, "%.*stok512.bin", slash ? (int)(slash - dir + 1) : 0, dir);
+    } else {
+        snprintf(model, size, "%s/stories260K.bin", dir);
+        snprintf(tokenizer, size, "%s/tok512.bin", dir);
     }
+    return file_exists(model) && file_exists(tokenizer);
+}
+
+int cli_find_model(char *model, char *tokenizer, size_t size) {
+    const char *dirs[] = {getenv("FASTGEN_MODEL"), "../shared/models", "models", "../../shared/models"};
+    for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++)
+        if (cli_find_model_in(dirs[i], model, tokenizer, size))
+            return 1;
     return 0;
 }
 

@@ -46,6 +46,8 @@ void cli_defaults(cli_opts *o, int32_t n);
 /* $FASTGEN_MODEL, ../shared/models/, ./models/: the first directory (or .bin
  * file) holding stories260K.bin and tok512.bin. Returns 0 when none. */
 int cli_find_model(char *model, char *tokenizer, size_t size);
+/* stories260K.bin + tok512.bin in dir (or dir a .bin with tok512.bin beside it). Returns 1 if found. */
+int cli_find_model_in(const char *dir, char *model, char *tokenizer, size_t size);
 /* Fills o->model / o->tokenizer from cli_find_model when not given (the
  * tokenizer defaults to tok512.bin beside the model); bad usage (2) when no
  * model is found, else 0. */

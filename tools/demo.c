@@ -28,9 +28,9 @@ typedef struct demo_opts {
 static const char *k_demo_help =
     "usage: fastgen demo [options]\n"
     "\n"
-    "With no options and a model found (SmolLM2-135M-Instruct in the cache that\n"
-    "scripts/get-models.sh fills, else stories260K.bin + tok512.bin at $FASTGEN_MODEL,\n"
-    "../shared/models/ or ./models/), answers the same prompt with the full cache and\n"
+    "With no options and a model found (stories260K.bin + tok512.bin at $FASTGEN_MODEL\n"
+    "when it is set, else SmolLM2-135M-Instruct in the cache scripts/get-models.sh fills,\n"
+    "else stories260K at ../shared/models/ or ./models/), answers the same prompt with the full cache and\n"
     "with FastGen's adaptive mode (budget 50%) in one batch and compares text, memory\n"
     "and the policy of every head (a chat model: a question about a licence text Debian\n"
     "ships, /usr/share/common-licenses/Apache-2.0). -m MODEL [-z TOKENIZER] [--svg FILE]\n"
@@ -301,7 +301,9 @@ static void family_code(uint32_t components, char *buf, size_t size) {
 
 /* The prompt: for a chat model the document and the question as a ChatML
  * turn, else o->prompt. */
-static fg_status demo_prompt(cli_session *s, const cli_opts *o, int chat, int32_t **prompt, int32_t *n) {
+static fg_status demo_prompt(cli_session *s, const cli_opts *o, int chat, int32_t **prompt, int32_t *n,
+                             int *used_doc) {
+    *used_doc = 0;
     if (!chat)
         return cli_encode(s, o->prompt, prompt, n);
     void *doc = NULL;
@@ -321,6 +323,7 @@ static fg_status demo_prompt(cli_session *s, const cli_opts *o, int chat, int32_
             snprintf(user, sizeof k_demo_question + 4, "%s", "What is the capital of France?");
         }
         st = serve_turn_tokens(s, 1, 1, user, *prompt, cap, n);
+        *used_doc = have_doc;
     }
     free(doc);
     free(user);
@@ -357,8 +360,9 @@ static int demo_model(const char *model, const char *tokenizer, const char *svg_
     int32_t *prompt = NULL, n_prompt = 0, seqs[2] = {-1, -1};
     int32_t *toks[2] = {malloc((size_t)c->seq_len * sizeof(int32_t)), malloc((size_t)c->seq_len * sizeof(int32_t))};
     float *logits = malloc(2 * (size_t)c->vocab_size * sizeof(float));
-    int rc = 1, n_done = 0;
-    if (!toks[0] || !toks[1] || !logits || (st = demo_prompt(&s, &o, chat, &prompt, &n_prompt)) != FG_OK) {
+    int rc = 1, n_done = 0, used_doc = 0;
+    if (!toks[0] || !toks[1] || !logits ||
+        (st = demo_prompt(&s, &o, chat, &prompt, &n_prompt, &used_doc)) != FG_OK) {
         fprintf(stderr, "fastgen demo: %s\n", st == FG_ERR_CAPACITY ? "the prompt does not fit the model's context"
                                                                     : fg_status_string(st ? st : FG_ERR_OUT_OF_MEMORY));
         goto done;
@@ -369,9 +373,12 @@ static int demo_model(const char *model, const char *tokenizer, const char *svg_
                 (int)n_prompt, (int)c->seq_len);
         goto done;
     }
-    if (chat)
+    if (chat && used_doc)
         printf("prompt: %s (%d tokens as a ChatML turn) and the question \"%s\"\n", k_demo_doc, (int)n_prompt,
                k_demo_question);
+    else if (chat)
+        printf("prompt: %s is not here; the question \"What is the capital of France?\" (%d tokens)\n", k_demo_doc,
+               (int)n_prompt);
     printf("\n");
     const int32_t want = chat ? 48 : o.n;
     const int32_t steps = c->seq_len - n_prompt < want ? c->seq_len - n_prompt : want;
@@ -483,9 +490,9 @@ static int demo_model(const char *model, const char *tokenizer, const char *svg_
         name_ptr[e] = names[e];
     }
     FILE *f = fopen(svg_path, "w");
-    const int wrote = f && fg_svg_profile(f, L, H, policy, kept, name_ptr, cp[1].n_policies) == 0;
+    int wrote = f && fg_svg_profile(f, L, H, policy, kept, name_ptr, cp[1].n_policies) == 0 && !ferror(f);
     if (f)
-        fclose(f);
+        wrote = fclose(f) == 0 && wrote;
     free(policy);
     free(kept);
     if (wrote)
@@ -545,7 +552,8 @@ int cmd_demo(int argc, char **argv) {
         model_opts += 2;
     }
     if (model_opts > 0 && model_opts != argc)
-        return cli_usage("demo", "-m MODEL takes only -z TOKENIZER and --svg FILE beside it");
+        return cli_usage("demo", "the model demo's options (-m MODEL, -z TOKENIZER, --svg FILE) do not go with the "
+                                 "synthetic workload's");
     if (tok_arg && !model_arg)
         return cli_usage("demo", "-z TOKENIZER needs -m MODEL");
     char model[1024], tokenizer[1024];
@@ -558,8 +566,8 @@ int cmd_demo(int argc, char **argv) {
         return rc ? rc : demo_model(o.model, o.tokenizer, svg ? svg : svg_default);
     }
     const int synthetic = argc > 0 && model_opts == 0;
-    const char *env = getenv("FASTGEN_MODEL"); /* the user's choice comes first */
-    if (!synthetic && env && env[0] && cli_find_model(model, tokenizer, sizeof model))
+    /* the user's choice ($FASTGEN_MODEL) first, then the cache, then the usual directories */
+    if (!synthetic && cli_find_model_in(getenv("FASTGEN_MODEL"), model, tokenizer, sizeof model))
         return demo_model(model, tokenizer, svg ? svg : svg_default);
     if (!synthetic && cached_smollm2(model, sizeof model))
         return demo_model(model, NULL, svg ? svg : svg_default);

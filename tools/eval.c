@@ -263,7 +263,7 @@ static const char *k_eval_help =
     "                       bootstrap 95%% interval over the prompts\n"
     "  --methods LIST       --sweep / --passkey: comma-separated presets, the driven one first, each with\n"
     "                       options after colons (fastgen-adaptive:window=64:defer=64; window, defer,\n"
-    "                       floor, pool, sink, families=DIGITS, flags=per-layer+mass+end)\n"
+    "                       floor, pool (snapkv, adakv), sink, families=DIGITS, flags=per-layer+mass+end)\n"
     "  --budgets LIST       --sweep / --passkey: the driven method's budgets (default\n"
     "                       0.25,0.35,0.5,0.65,0.8,0.9)\n"
     "  --passkey FILE       retrieval instead: each line KEY<TAB>PROMPT, the prompt hiding the number KEY;\n"

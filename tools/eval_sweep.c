@@ -66,8 +66,8 @@ static int takes_budget(const char *m) { return !strncmp(m, "fastgen-budget", 14
 
 /* Options after a method's name, each after a colon ("fastgen-adaptive:window=64:defer=64"):
  * window (observation_window), defer (defer_until), floor (alloc_floor),
- * pool (score_pool), sink (n_sink), families (the shortlist entries to keep,
- * as their digits: "023"), flags (adaptive_flags: per-layer, mass, end,
+ * pool (score_pool, for a snapshot part), sink (n_sink), families (the shortlist entries to keep,
+ * as their digits: "02", H2O and full of fastgen-adaptive), flags (adaptive_flags: per-layer, mass, end,
  * joined by +). Returns 0 on a bad option. */
 static int method_options(const char *opts, fg_compression_params *cp) {
     char buf[256];
@@ -117,6 +117,12 @@ static int method_options(const char *opts, fg_compression_params *cp) {
             return 0;
         }
     }
+    /* pool ranks only a snapshot part's keys: refused where there is none */
+    int snapshot = 0;
+    for (int32_t e = 0; e < cp->n_policies; e++)
+        snapshot |= (cp->shortlist[e].components & FG_KEEP_SNAPSHOT) != 0;
+    if (strstr(opts, "pool=") && !snapshot)
+        return 0;
     return fg_compression_params_validate(cp) == FG_OK;
 }
 

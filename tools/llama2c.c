@@ -8,7 +8,9 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdint.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/stat.h>
 
 #include "tools/dequant.h"
@@ -32,12 +34,15 @@ static fg_status read_stream(FILE *f, const char *path, unsigned char **out, siz
         return fg_failf(err, err_size, FG_ERR_OUT_OF_MEMORY, "out of memory reading %s", path);
     for (;;) {
         if (n == cap) {
-            if (cap >= (size_t)FG_MAX_FILE_BYTES) {
+            if ((uint64_t)cap >= (uint64_t)FG_MAX_FILE_BYTES || cap > SIZE_MAX / 2) {
+                if (fgetc(f) == EOF) /* exactly the limit */
+                    break;
                 free(buf);
                 return fg_failf(err, err_size, FG_ERR_IO, "%s holds more than the %lld bytes this tool reads", path,
                                 (long long)FG_MAX_FILE_BYTES);
             }
-            const size_t grown = 2 * cap < (size_t)FG_MAX_FILE_BYTES ? 2 * cap : (size_t)FG_MAX_FILE_BYTES;
+            const size_t grown =
+                (uint64_t)(2 * cap) < (uint64_t)FG_MAX_FILE_BYTES ? 2 * cap : (size_t)FG_MAX_FILE_BYTES;
             unsigned char *nb = realloc(buf, grown);
             if (!nb) {
                 free(buf);
@@ -67,16 +72,17 @@ fg_status fg_read_file(const char *path, void **data, size_t *size, char *err, s
     FILE *f = std_in ? stdin : fopen(path, "rb");
     if (!f)
         return fg_failf(err, err_size, FG_ERR_IO, "cannot open %s: %s", path, strerror(errno));
-    /* A regular file's size comes from the open file itself; a pipe or FIFO
-     * is read to its end; a directory opens, but its "size" from ftell is
-     * LONG_MAX, and a device may never end: both are refused. */
+    /* A regular file's size comes from the open file itself; a pipe, FIFO,
+     * socket or terminal on standard input is read to its end; a directory
+     * opens, but its "size" from ftell is LONG_MAX, and a device may never
+     * end: both are refused. */
     struct stat sb;
     fg_status st = FG_OK;
     unsigned char *buf = NULL;
     size_t len = 0;
     if (fstat(fileno(f), &sb) != 0) {
         st = fg_failf(err, err_size, FG_ERR_IO, "cannot stat %s: %s", path, strerror(errno));
-    } else if (S_ISFIFO(sb.st_mode) || S_ISSOCK(sb.st_mode) || (std_in && !S_ISREG(sb.st_mode) && !S_ISDIR(sb.st_mode))) {
+    } else if (S_ISFIFO(sb.st_mode) || S_ISSOCK(sb.st_mode) || (std_in && isatty(fileno(f)))) {
         st = read_stream(f, path, &buf, &len, err, err_size);
     } else if (!S_ISREG(sb.st_mode)) {
         st = fg_failf(err, err_size, FG_ERR_IO, "%s is not a file or a pipe (a %s)", path,

@@ -24,8 +24,9 @@ fg_status fg_failf(char *err, size_t err_size, fg_status st, const char *fmt, ..
     ;
 
 /* Whole file into memory (the caller frees *data): the one reader for every
- * file the tools read. Refuses what is not a regular file and files larger
- * than FG_MAX_FILE_BYTES. */
+ * file the tools read. A regular file, or a pipe, FIFO or socket read to its
+ * end; "-" is standard input (a terminal too). Refuses directories, devices
+ * and more than FG_MAX_FILE_BYTES. */
 #define FG_MAX_FILE_BYTES ((int64_t)1 << 36)
 fg_status fg_read_file(const char *path, void **data, size_t *size, char *err, size_t err_size);
 

@@ -148,12 +148,14 @@ int serve_chat(const cli_opts *o, const fg_compression_params *cp, const char *p
     enum { REPLY = 4096 };
     float *logits = malloc((size_t)V * sizeof *logits);
     int32_t *toks = malloc((size_t)(ctx_len + 2) * sizeof *toks), seq = -1;
-    char *replies = malloc((size_t)n_turns * REPLY);
+    /* every answered turn takes a token of the context at least */
+    const int32_t n_slots = n_turns < ctx_len ? n_turns : ctx_len;
+    char *replies = malloc((size_t)n_slots * REPLY);
     fg_sampler sampler = {o->temperature, o->top_p, o->seed * 0x9e3779b97f4a7c15ull + 1};
     fg_status st = logits && toks && replies ? FG_OK : FG_ERR_OUT_OF_MEMORY;
     int32_t done = 0, stopped = 0; /* stopped: the turn that did not fit, from 1 */
     char why[160] = "";
-    for (int32_t t = 0; t < n_turns && st == FG_OK; t++, done++) {
+    for (int32_t t = 0; t < n_turns && t < n_slots && st == FG_OK; t++, done++) {
         int32_t n = 0, len = 0;
         if (seq >= 0)
             fg_seq_length(fg_runner_context(s.runner), seq, 0, &len);
@@ -180,7 +182,14 @@ int serve_chat(const cli_opts *o, const fg_compression_params *cp, const char *p
     int rc = 1;
     if (st) {
         fprintf(stderr, "fastgen generate: %s\n", cli_reason(s.runner, st));
-    } else if (seq < 0) {
+    } else if (seq < 0) { /* the first turn did not fit */
+        if (o->json) {
+            printf("{\"turns\": [], \"stopped\": ");
+            cli_json_string(stdout, why);
+            printf(", \"policy\": ");
+            cli_json_string(stdout, o->policy);
+            printf("}\n");
+        }
         fprintf(stderr, "fastgen generate: %s\n", why);
     } else {
         fg_memory_stats m;

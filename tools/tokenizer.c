@@ -252,7 +252,7 @@ static void spm_queue(const fg_tokenizer *t, const int32_t *id, int32_t l, int32
     memcpy(pair, t->pieces[id[l]], a);
     memcpy(pair + a, t->pieces[id[r]], b + 1);
     const int32_t m = lookup(t, pair);
-    if (m >= 0)
+    if (m >= 0 && isfinite(t->scores[m])) /* a NaN would break the heap's order */
         spm_push(heap, n_heap, (spm_pair){t->scores[m], l, r, id[l], id[r], m});
 }
 

@@ -60,11 +60,12 @@ typedef struct fg_tokenizer {
 /* Byte-level BPE (tools/bpe.c): GPT-2's byte-to-unicode mapping, the
  * pre-tokenizer the metadata names, merges by rank. */
 fg_status fg_bpe_from_gguf(const struct fg_gguf *g, int32_t vocab_size, fg_tokenizer *out, char *err, size_t err_size);
-/* Text without control tokens, appended at tokens[*n] (*n counts past cap). */
+
 /* Bytes in the well-formed UTF-8 sequence at s (1 to 4), 0 when none starts there (an overlong form, a
  * surrogate, past U+10FFFF, a byte that never occurs in UTF-8, a cut sequence). */
 int fg_utf8_length(const char *s);
 
+/* Text without control tokens, appended at tokens[*n] (*n counts past cap). */
 fg_status fg_bpe_encode(const fg_tokenizer *t, const char *text, int32_t *tokens, int32_t cap, int32_t *n);
 /* Splits text into pre-tokens; calls emit for each (start, length). */
 void fg_bpe_pretokenize(fg_pretok pre, const char *text, void (*emit)(void *user, const char *s, size_t n),

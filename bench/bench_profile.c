@@ -70,8 +70,8 @@ static int adaptive_cost(const char *backend, int csv, int quick, double *median
         return 1;
     fg_token_classes_set(classes, 1, FG_TOKEN_SPECIAL);
     fg_token_classes_set(classes, 2, FG_TOKEN_PUNCT);
-    if (csv)
-        printf("n,full_s,adaptive_s,adaptive_over_prefill\n");
+    if (csv) /* a second table: a comment line before its header */
+        printf("# adaptive mode against full, %d layers\nn,full_s,adaptive_s,adaptive_over_prefill\n", LAYERS);
     else
         printf("%6s %11s %11s %9s   (%d layers, fastgen-adaptive at budget 0.5 against full)\n", "n", "full s",
                "adaptive s", "ratio", LAYERS);

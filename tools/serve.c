@@ -179,6 +179,10 @@ int serve_chat(const cli_opts *o, const fg_compression_params *cp, const char *p
         if (!o->json && st == FG_OK)
             printf("user:  %s\nmodel: %s\n\n", turns[1 + t], rep);
     }
+    if (st == FG_OK && !stopped && done < n_turns) { /* more turns than the context has tokens */
+        stopped = done + 1;
+        snprintf(why, sizeof why, "turn %d does not fit the rest of the context", (int)done + 1);
+    }
     int rc = 1;
     if (st) {
         fprintf(stderr, "fastgen generate: %s\n", cli_reason(s.runner, st));

@@ -250,7 +250,8 @@ static void encode_word(void *user, const char *s, size_t n) {
 }
 
 /* text with every byte that is not part of well-formed UTF-8 replaced by
- * U+FFFD (as llama.cpp reads text): such bytes have no piece of their own
+ * U+FFFD (as llama.cpp reads text, and stricter: overlong forms and
+ * surrogates too): such bytes have no piece of their own
  * in a byte-level vocabulary, and the unknown token may be a control token.
  * NULL when text is well formed (or out of memory: *st). */
 static char *well_formed(const char *text, size_t n, fg_status *st) {

@@ -11,7 +11,22 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "fastgen.h"
+
 static int g_pass, g_fail;
+
+/* A context of the tests' shape: the defaults, the backend, layers and heads. */
+static inline fg_context_params test_context_params(const char *backend, int32_t layers, int32_t q_heads,
+                                                    int32_t kv_heads, int32_t head_dim) {
+    fg_context_params p;
+    fg_context_params_default(&p);
+    p.backend = backend;
+    p.n_layers = layers;
+    p.n_q_heads = q_heads;
+    p.n_kv_heads = kv_heads;
+    p.head_dim = head_dim;
+    return p;
+}
 
 #define EXPECT(cond, ...)                                                                                              \
     do {                                                                                                               \

@@ -80,13 +80,7 @@ static fg_context *make_context(const char *backend, int32_t page_tokens) {
     fg_token_classes_create(VOCAB, NULL, &tc);
     fg_token_classes_set(tc, 5, FG_TOKEN_PUNCT);
     fg_token_classes_set(tc, 6, FG_TOKEN_SPECIAL);
-    fg_context_params p;
-    fg_context_params_default(&p);
-    p.backend = backend;
-    p.n_layers = L;
-    p.n_q_heads = HQ;
-    p.n_kv_heads = HKV;
-    p.head_dim = D;
+    fg_context_params p = test_context_params(backend, L, HQ, HKV, D);
     p.max_seqs = 4;
     p.max_seq_len = MAXT;
     p.page_tokens = page_tokens;

@@ -233,13 +233,7 @@ static void run_case(int case_no) {
     fg_token_classes_set(tc, 7, FG_TOKEN_PUNCT);
     fg_token_classes_set(tc, 6, FG_TOKEN_SPECIAL);
 
-    fg_context_params p;
-    fg_context_params_default(&p);
-    p.backend = "ref";
-    p.n_layers = 1;
-    p.n_q_heads = c.G * c.Hkv;
-    p.n_kv_heads = c.Hkv;
-    p.head_dim = c.d;
+    fg_context_params p = test_context_params("ref", 1, c.G * c.Hkv, c.Hkv, c.d);
     p.max_seqs = 2;
     p.max_seq_len = MAXN;
     p.page_tokens = c.page_tokens;
@@ -336,13 +330,7 @@ static void run_adakv_case(int case_no) {
     fg_token_classes_set(tc, 5, FG_TOKEN_PUNCT);
     fg_token_classes_set(tc, 7, FG_TOKEN_PUNCT);
     fg_token_classes_set(tc, 6, FG_TOKEN_SPECIAL);
-    fg_context_params p;
-    fg_context_params_default(&p);
-    p.backend = "ref";
-    p.n_layers = 1;
-    p.n_q_heads = Hq;
-    p.n_kv_heads = c.Hkv;
-    p.head_dim = c.d;
+    fg_context_params p = test_context_params("ref", 1, Hq, c.Hkv, c.d);
     p.max_seq_len = MAXN;
     p.page_tokens = c.page_tokens;
     p.classes = tc;

@@ -101,13 +101,7 @@ static void test_context(void) {
     enum { L = 2, HQ = 16, HKV = 8, D = 64, N = 512, STEPS = 200 };
     fg_synth syn;
     EXPECT_OK(NULL, fg_synth_create(L, HQ, HKV, D, 5, &syn));
-    fg_context_params p;
-    fg_context_params_default(&p);
-    p.backend = "cpu";
-    p.n_layers = L;
-    p.n_q_heads = HQ;
-    p.n_kv_heads = HKV;
-    p.head_dim = D;
+    fg_context_params p = test_context_params("cpu", L, HQ, HKV, D);
     p.max_seqs = 4;
     p.max_seq_len = N + STEPS;
     p.classes = syn.classes;

@@ -22,13 +22,7 @@ typedef struct twin {
 } twin;
 
 static fg_context_params base_params(const fg_synth *syn) {
-    fg_context_params p;
-    fg_context_params_default(&p);
-    p.backend = "ref";
-    p.n_layers = L;
-    p.n_q_heads = HQ;
-    p.n_kv_heads = HKV;
-    p.head_dim = D;
+    fg_context_params p = test_context_params("ref", L, HQ, HKV, D);
     p.kv_dtype = FG_DTYPE_BF16;
     p.max_seqs = 2;
     p.max_seq_len = MAXLEN;
@@ -131,42 +125,28 @@ static void test_params_and_classes(void) {
     cp.allocation = FG_ALLOC_ADAKV;
     EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_compression_params_validate(&cp));
     EXPECT(strstr(fg_last_error(NULL), "one-entry") != NULL, "says what AdaKV needs: %s", fg_last_error(NULL));
-    fg_compression_params_preset("streamingllm", &cp);
-    cp.allocation = FG_ALLOC_ADAKV;
-    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_compression_params_validate(&cp));
-    fg_compression_params_preset("adakv", &cp);
-    cp.budget = 0.5f;
-    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_compression_params_validate(&cp));
-    fg_compression_params_preset("adakv", &cp);
-    cp.append_mode = FG_APPEND_REPROFILE;
-    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_compression_params_validate(&cp));
-    fg_compression_params_default(&cp);
-    cp.shortlist[2].components = FG_KEEP_FREQUENT | FG_KEEP_SNAPSHOT;
-    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_compression_params_validate(&cp));
+/* A preset with one field changed is refused. */
+#define REFUSED(preset, change)                                                                                       \
+    do {                                                                                                               \
+        fg_compression_params_preset(preset, &cp);                                                                     \
+        change;                                                                                                        \
+        EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_compression_params_validate(&cp));                             \
+    } while (0)
+    REFUSED("streamingllm", cp.allocation = FG_ALLOC_ADAKV);
+    REFUSED("adakv", cp.budget = 0.5f);
+    REFUSED("adakv", cp.append_mode = FG_APPEND_REPROFILE);
+    REFUSED("fastgen", cp.shortlist[2].components = FG_KEEP_FREQUENT | FG_KEEP_SNAPSHOT);
     EXPECT(strstr(fg_last_error(NULL), "snapshot") != NULL, "says why: %s", fg_last_error(NULL));
     /* the adaptive mode's fields */
-    fg_compression_params_preset("fastgen-adaptive", &cp);
-    cp.budget = 0.0f;
-    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_compression_params_validate(&cp));
+    REFUSED("fastgen-adaptive", cp.budget = 0.0f);
     EXPECT(strstr(fg_last_error(NULL), "budget") != NULL, "says it needs a budget: %s", fg_last_error(NULL));
-    fg_compression_params_preset("fastgen-adaptive", &cp);
-    cp.n_policies--; /* the last entry is not full */
-    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_compression_params_validate(&cp));
-    fg_compression_params_preset("fastgen-adaptive", &cp);
-    cp.observation_window = 0;
-    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_compression_params_validate(&cp));
-    fg_compression_params_preset("fastgen-adaptive", &cp);
-    cp.score_mode = FG_SCORE_MEAN;
-    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_compression_params_validate(&cp));
-    fg_compression_params_preset("fastgen-adaptive", &cp);
-    cp.append_mode = FG_APPEND_REPROFILE;
-    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_compression_params_validate(&cp));
-    fg_compression_params_preset("fastgen-adaptive", &cp);
-    cp.defer_until = -1;
-    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_compression_params_validate(&cp));
-    fg_compression_params_preset("h2o", &cp);
-    cp.defer_until = 10; /* only the adaptive mode defers */
-    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_compression_params_validate(&cp));
+    REFUSED("fastgen-adaptive", cp.n_policies--); /* the last entry is not full */
+    REFUSED("fastgen-adaptive", cp.observation_window = 0);
+    REFUSED("fastgen-adaptive", cp.score_mode = FG_SCORE_MEAN);
+    REFUSED("fastgen-adaptive", cp.append_mode = FG_APPEND_REPROFILE);
+    REFUSED("fastgen-adaptive", cp.defer_until = -1);
+    REFUSED("h2o", cp.defer_until = 10); /* only the adaptive mode defers */
+#undef REFUSED
     {
         uint32_t bits = 0;
         char name[64];

@@ -60,13 +60,7 @@ static const int32_t k_prompt[SEQS] = {24, 30, 16, 20, 28};
 static fg_status run_op(world *w, side *s, const op *o, const int32_t *len) {
     switch (o->kind) {
     case OP_CREATE: {
-        fg_context_params p;
-        fg_context_params_default(&p);
-        p.backend = w->backend;
-        p.n_layers = L;
-        p.n_q_heads = HQ;
-        p.n_kv_heads = HKV;
-        p.head_dim = D;
+        fg_context_params p = test_context_params(w->backend, L, HQ, HKV, D);
         p.kv_dtype = FG_DTYPE_F16;
         p.max_seqs = SEQS;
         p.max_seq_len = MAXLEN;

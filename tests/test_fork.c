@@ -55,13 +55,7 @@ static void step(world *w, int32_t n, const int32_t *seqs, const int *conts, int
 /* The world's context: L layers of HQ / HKV heads of D, on `backend`. */
 static void open_context(world *w, const char *backend, fg_dtype dtype, int32_t max_seqs, int32_t max_len,
                          int32_t page_tokens) {
-    fg_context_params p;
-    fg_context_params_default(&p);
-    p.backend = backend;
-    p.n_layers = L;
-    p.n_q_heads = HQ;
-    p.n_kv_heads = HKV;
-    p.head_dim = D;
+    fg_context_params p = test_context_params(backend, L, HQ, HKV, D);
     p.kv_dtype = dtype;
     p.max_seqs = max_seqs;
     p.max_seq_len = max_len;

@@ -41,13 +41,7 @@ int main(void) {
     test_seed("test_memory");
     fg_synth syn;
     EXPECT(fg_synth_create(LAYERS, G * HKV, HKV, D, 3, &syn) == FG_OK, "synth");
-    fg_context_params p;
-    fg_context_params_default(&p);
-    p.backend = "ref";
-    p.n_layers = LAYERS;
-    p.n_q_heads = G * HKV;
-    p.n_kv_heads = HKV;
-    p.head_dim = D;
+    fg_context_params p = test_context_params("ref", LAYERS, G * HKV, HKV, D);
     p.kv_dtype = FG_DTYPE_F16;
     p.max_seqs = 3;
     p.max_seq_len = N + STEPS;

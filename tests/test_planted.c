@@ -14,13 +14,7 @@ static void run(int32_t d, int32_t G, int32_t observation_window) {
     const int32_t Hkv = FG_SYNTH_N_TYPES, Hq = G * Hkv, n = 512, layers = 2;
     fg_synth syn;
     EXPECT(fg_synth_create(layers, Hq, Hkv, d, 7, &syn) == FG_OK, "synth");
-    fg_context_params p;
-    fg_context_params_default(&p);
-    p.backend = "cpu";
-    p.n_layers = layers;
-    p.n_q_heads = Hq;
-    p.n_kv_heads = Hkv;
-    p.head_dim = d;
+    fg_context_params p = test_context_params("cpu", layers, Hq, Hkv, d);
     p.kv_dtype = FG_DTYPE_F16;
     p.max_seq_len = n;
     p.classes = syn.classes;

@@ -63,13 +63,7 @@ static void world_init(world *w, uint64_t seed, fg_dtype dtype, int32_t swap_fro
 }
 
 static fg_context *open_context(const world *w, const char *backend, int32_t max_seqs) {
-    fg_context_params p;
-    fg_context_params_default(&p);
-    p.backend = backend;
-    p.n_layers = L;
-    p.n_q_heads = HQ;
-    p.n_kv_heads = HKV;
-    p.head_dim = D;
+    fg_context_params p = test_context_params(backend, L, HQ, HKV, D);
     p.kv_dtype = w->dtype;
     p.max_seqs = max_seqs;
     p.max_seq_len = MAXLEN;

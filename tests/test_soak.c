@@ -60,13 +60,7 @@ int main(int argc, char **argv) {
     EXPECT_OK(NULL, fg_token_classes_create(VOCAB, NULL, &tc));
     fg_token_classes_set(tc, 1, FG_TOKEN_SPECIAL);
     fg_token_classes_set(tc, 2, FG_TOKEN_PUNCT);
-    fg_context_params p;
-    fg_context_params_default(&p);
-    p.backend = backend;
-    p.n_layers = 1;
-    p.n_q_heads = HQ;
-    p.n_kv_heads = HKV;
-    p.head_dim = D;
+    fg_context_params p = test_context_params(backend, 1, HQ, HKV, D);
     p.kv_dtype = FG_DTYPE_F16;
     p.max_seqs = SEQS;
     p.max_seq_len = MAXLEN;

@@ -36,13 +36,7 @@ static void *run_job(void *arg) {
     fg_status st = fg_synth_create(L, HQ, HKV, D, 100 + (uint64_t)j->index, &syn);
     fg_context *ctx = NULL;
     if (st == FG_OK) {
-        fg_context_params p;
-        fg_context_params_default(&p);
-        p.backend = j->backend;
-        p.n_layers = L;
-        p.n_q_heads = HQ;
-        p.n_kv_heads = HKV;
-        p.head_dim = D;
+        fg_context_params p = test_context_params(j->backend, L, HQ, HKV, D);
         p.kv_dtype = j->dtype;
         p.max_seqs = SEQS;
         p.max_seq_len = N + STEPS;

@@ -191,7 +191,7 @@ typedef fg_status fg_error_fn(void *sink, fg_status status, const char *fmt, ...
 
 struct fg_backend {
     const fg_backend_ops *ops;
-    int32_t n_threads;   /* 0 = default */
+    fg_threadpool *threads; /* where the host loops run (NULL: serially); not owned */
     int32_t device_io;   /* activations (q, k, v, out and the row statistics) are backend addresses */
     void *impl;          /* backend private state */
     void *err_sink;      /* passed to err */
@@ -211,7 +211,7 @@ fg_backend_init_fn fg_backend_hip_init;
 fg_error_fn fg_error_to_stderr;
 
 /* Registry (backends/registry.c). */
-fg_status fg_backend_open(const char *name, int32_t n_threads, fg_backend *be);
+fg_status fg_backend_open(const char *name, fg_threadpool *threads, fg_backend *be);
 void fg_backend_close(fg_backend *be);
 /* Host <-> backend copies (memcpy for host-memory backends). */
 fg_status fg_backend_write(fg_backend *be, void *dst, const void *src, size_t bytes);

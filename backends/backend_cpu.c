@@ -1,4 +1,4 @@
-/* The `cpu` backend: host memory and the OpenMP + SIMD kernels of
+/* The `cpu` backend: host memory and the thread-pool + SIMD kernels of
  * kernels_cpu.h (AVX2 / AVX-512 chosen at run time, a portable fallback). */
 #include <stdlib.h>
 

@@ -20,8 +20,8 @@ static const fg_backend_entry k_backends[] = {
     {"hip", fg_backend_hip_init},
 };
 
-fg_status fg_backend_open(const char *name, int32_t n_threads, fg_backend *be) {
-    be->n_threads = n_threads;
+fg_status fg_backend_open(const char *name, fg_threadpool *threads, fg_backend *be) {
+    be->threads = threads;
     be->impl = NULL;
     be->ops = NULL;
     for (size_t i = 0; i < sizeof k_backends / sizeof k_backends[0]; i++)

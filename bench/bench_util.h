@@ -12,14 +12,12 @@
 #include <string.h>
 #include <time.h>
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 #ifdef FG_HAVE_BLAS
 #include <cblas.h>
 #endif
 
 #include "backends/backend.h"
+#include "fastgen.h"
 
 static inline double bench_now(void) {
     struct timespec ts;
@@ -37,13 +35,20 @@ static inline double bench_median(double *v, int n) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-static inline int bench_threads(void) {
-#ifdef _OPENMP
-    return omp_get_max_threads();
-#else
-    return 1;
-#endif
+/* The benchmark's thread pool: the backend's and the bandwidth probes'
+ * (-t N / --threads N picks its size, default fg_default_threads()). */
+static fg_threadpool *bench_pool_;
+static int32_t bench_pool_threads_;
+
+static inline fg_threadpool *bench_pool(void) {
+    if (!bench_pool_ && fg_threadpool_create(bench_pool_threads_, &bench_pool_) != FG_OK) {
+        fprintf(stderr, "bench: %s\n", fg_last_error(NULL));
+        exit(1);
+    }
+    return bench_pool_;
 }
+
+static inline int bench_threads(void) { return fg_threadpool_size(bench_pool()); }
 
 /* Size of the last-level cache from sysfs (32 MiB if unknown). */
 static inline size_t bench_llc_bytes(void) {
@@ -104,15 +109,27 @@ static inline float bench_sum(const float *p, size_t n) {
 
 /* One streaming read of n floats (a multiple of 64 per thread's share), all
  * threads, each over its contiguous part: the bandwidth probe. */
+typedef struct bench_read_job {
+    const float *buf;
+    size_t per;
+    float part[FG_MAX_THREADS];
+} bench_read_job;
+
+static void bench_read_task(void *arg, int32_t t, int32_t thread) {
+    (void)thread;
+    bench_read_job *j = arg;
+    j->part[t] = bench_sum(j->buf + (size_t)t * j->per, j->per);
+}
+
 static inline float bench_stream_read(const float *buf, size_t n) {
-    float total = 0.0f;
     const int T = bench_threads();
-    const size_t per = n / 64 / (size_t)T * 64;
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) reduction(+ : total) num_threads(T)
-#endif
+    static bench_read_job j;
+    j.buf = buf;
+    j.per = n / 64 / (size_t)T * 64;
+    fg_threadpool_run(bench_pool(), T, bench_read_task, &j);
+    float total = 0.0f;
     for (int t = 0; t < T; t++)
-        total += bench_sum(buf + (size_t)t * per, per);
+        total += j.part[t];
     return total;
 }
 
@@ -123,13 +140,9 @@ static inline float *bench_stream_buffer(size_t *n_floats) {
         bytes = (size_t)128 << 20;
     *n_floats = bytes / sizeof(float);
     float *buf = aligned_alloc(64, bytes);
-    if (buf) {
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static)
-#endif
+    if (buf)
         for (size_t i = 0; i < *n_floats; i++)
             buf[i] = (float)(i & 1023);
-    }
     return buf;
 }
 
@@ -153,15 +166,23 @@ static inline double bench_read_bandwidth(void) {
 }
 
 /* One memcpy of `bytes` from a to b split over all threads: the copy probe. */
+typedef struct bench_copy_job {
+    unsigned char *b;
+    const unsigned char *a;
+    size_t bytes;
+    int T;
+} bench_copy_job;
+
+static void bench_copy_task(void *arg, int32_t i, int32_t thread) {
+    (void)thread;
+    const bench_copy_job *j = arg;
+    const size_t lo = j->bytes / j->T * i, hi = i == j->T - 1 ? j->bytes : j->bytes / j->T * (i + 1);
+    memcpy(j->b + lo, j->a + lo, hi - lo);
+}
+
 static inline void bench_copy_once(unsigned char *b, const unsigned char *a, size_t bytes) {
-    const int T = bench_threads();
-#ifdef _OPENMP
-#pragma omp parallel for schedule(static) num_threads(T)
-#endif
-    for (int i = 0; i < T; i++) {
-        size_t lo = bytes / T * i, hi = i == T - 1 ? bytes : bytes / T * (i + 1);
-        memcpy(b + lo, a + lo, hi - lo);
-    }
+    const bench_copy_job j = {b, a, bytes, bench_threads()};
+    fg_threadpool_run(bench_pool(), j.T, bench_copy_task, (void *)&j);
 }
 
 /* Copy bandwidth (bytes read + written per second) over >= 4x the LLC, all
@@ -191,6 +212,24 @@ static inline double bench_copy_bandwidth(void) {
 
 /* sgemm rate (flop/s, all threads, one single-threaded sgemm per thread) on
  * C[M][N] = A[M][K] B[N][K]^T, the profiling tile. */
+typedef struct bench_sgemm_job {
+    float *bufs;
+    int M, N, K, reps;
+} bench_sgemm_job;
+
+static void bench_sgemm_task(void *arg, int32_t me, int32_t thread) {
+    (void)thread;
+    const bench_sgemm_job *j = arg;
+    const int M = j->M, N = j->N, K = j->K;
+    float *A = j->bufs + (size_t)me * (M * K + N * K + M * N), *B = A + M * K, *C = B + N * K;
+#ifdef FG_HAVE_BLAS
+    for (int i = 0; i < j->reps; i++)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, A, K, B, K, 0.0f, C, N);
+#else
+    (void)A, (void)B, (void)C;
+#endif
+}
+
 static inline double bench_sgemm_rate(int M, int N, int K) {
 #ifdef FG_HAVE_BLAS
     const int T = bench_threads(), reps = 300;
@@ -200,22 +239,11 @@ static inline double bench_sgemm_rate(int M, int N, int K) {
         return 0.0;
     for (size_t i = 0; i < (size_t)T * (M * K + N * K + M * N); i++)
         bufs[i] = 0.001f * (float)(i % 97);
+    const bench_sgemm_job j = {bufs, M, N, K, reps};
     double t[7];
     for (int r = 0; r < 7; r++) {
         double t0 = bench_now();
-#ifdef _OPENMP
-#pragma omp parallel num_threads(T)
-#endif
-        {
-#ifdef _OPENMP
-            const int me = omp_get_thread_num();
-#else
-            const int me = 0;
-#endif
-            float *A = bufs + (size_t)me * (M * K + N * K + M * N), *B = A + M * K, *C = B + N * K;
-            for (int i = 0; i < reps; i++)
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, M, N, K, 1.0f, A, K, B, K, 0.0f, C, N);
-        }
+        fg_threadpool_run(bench_pool(), T, bench_sgemm_task, (void *)&j);
         t[r] = bench_now() - t0;
     }
     free(bufs);
@@ -224,6 +252,7 @@ static inline double bench_sgemm_rate(int M, int N, int K) {
     (void)M;
     (void)N;
     (void)K;
+    (void)bench_sgemm_task;
     return 0.0;
 #endif
 }
@@ -231,11 +260,14 @@ static inline double bench_sgemm_rate(int M, int N, int K) {
 /* Opens the backend named by --backend NAME (default cpu); *name gets it. */
 static inline fg_status bench_open_backend(int argc, char **argv, fg_backend *be, const char **name) {
     *name = "cpu";
-    for (int i = 1; i + 1 < argc; i++)
+    for (int i = 1; i + 1 < argc; i++) {
         if (!strcmp(argv[i], "--backend"))
             *name = argv[i + 1];
+        if (!strcmp(argv[i], "-t") || !strcmp(argv[i], "--threads"))
+            bench_pool_threads_ = atoi(argv[i + 1]);
+    }
     *be = (fg_backend){.err = fg_error_to_stderr};
-    return fg_backend_open(*name, 0, be);
+    return fg_backend_open(*name, bench_pool(), be);
 }
 
 /* A GPU backend: device memory, device-event timing, a bandwidth probe. */

@@ -38,10 +38,6 @@
 
 #include "core/internal.h"
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
 
 /* Attention below this moves no predicted error measurably (the errors of
  * the levels that matter are many orders above); skipping it makes a pass
@@ -202,22 +198,7 @@ typedef struct row_scratch {
     uint8_t *taken;           /* [t] keys the frequent or snapshot part holds for the row */
 } row_scratch;
 
-static int ad_threads(const fg_context *ctx) {
-#ifdef _OPENMP
-    return ctx->params.n_threads > 0 ? ctx->params.n_threads : omp_get_max_threads();
-#else
-    (void)ctx;
-    return 1;
-#endif
-}
-
-static int ad_thread_id(void) {
-#ifdef _OPENMP
-    return omp_get_thread_num();
-#else
-    return 0;
-#endif
-}
+static int32_t ad_threads(const fg_context *ctx) { return fg_threadpool_size(ctx->threads); }
 
 /* Adds (sign +1) or takes away (-1) key j's share of row i to sums [G][d + 1]. */
 static void row_add(const unit_scratch *u, double *sums, int32_t i, int32_t j, int32_t t, int32_t G, int32_t W,
@@ -304,6 +285,51 @@ static void row_curve(const fg_policy *fam, const uint8_t *cls, const fg_rank_en
         rs->taken[order[n].pos] = 0;
 }
 
+/* One observed row of one query head: its attention over the t keys (p)
+ * and the full cache's output (full). */
+typedef struct observe_job {
+    const unit_scratch *u;
+    const float *const *obs_q;
+    const int32_t *obs_pos;
+    int32_t W, t, G, d, g;
+    float scale;
+} observe_job;
+
+static void observe_row(void *arg, int32_t hi, int32_t thread) {
+    (void)thread;
+    const observe_job *jb = arg;
+    const unit_scratch *u = jb->u;
+    const int32_t W = jb->W, t = jb->t, G = jb->G, d = jb->d;
+    const int32_t h = hi / W, i = hi % W;
+    const float *q = jb->obs_q[i] + (size_t)(jb->g * G + h) * d;
+    float *p = u->p + ((size_t)h * W + i) * t;
+    double *full = u->full + ((size_t)h * W + i) * d;
+    const int32_t pi = jb->obs_pos[i];
+    float m = -INFINITY;
+    for (int32_t j = 0; j <= pi; j++) {
+        float x = 0.0f;
+        for (int32_t c = 0; c < d; c++)
+            x += q[c] * u->k[(size_t)j * d + c];
+        p[j] = x * jb->scale;
+        m = p[j] > m ? p[j] : m;
+    }
+    double sum = 0.0;
+    for (int32_t j = 0; j <= pi; j++) {
+        p[j] = expf(p[j] - m);
+        sum += p[j];
+    }
+    memset(full, 0, (size_t)d * sizeof *full);
+    for (int32_t j = 0; j <= pi; j++) {
+        p[j] = (float)(p[j] / sum);
+        if (p[j] < FG_AD_NEGLIGIBLE && j < pi) /* no weight in any error, the full output's included */
+            continue;
+        for (int32_t x = 0; x < d; x++)
+            full[x] += (double)p[j] * u->v[(size_t)j * d + x];
+    }
+    for (int32_t j = pi + 1; j < t; j++)
+        p[j] = 0.0f;
+}
+
 /* The observed attention p and full outputs of unit (layer, g) from the
  * keys and values in u, and its ranks: the frequent part's is the
  * cumulative attention of every row so far (the prompt's profile, then the
@@ -318,41 +344,8 @@ static void observe_unit(const fg_context *ctx, const fg_seq *s, const fg_adapti
         score[j] = j < n_prompt ? a->col[(size_t)g * n_prompt + j] : 0.0f;
         snap[j] = 0.0f;
     }
-#ifdef _OPENMP
-#pragma omp parallel for schedule(dynamic, 1) num_threads(ad_threads(ctx)) if (ad_threads(ctx) > 1)
-#endif
-    for (int32_t hi = 0; hi < G * W; hi++) {
-        {
-            const int32_t h = hi / W, i = hi % W;
-            const float *q = obs_q[i] + (size_t)(g * G + h) * d;
-            float *p = u->p + ((size_t)h * W + i) * t;
-            double *full = u->full + ((size_t)h * W + i) * d;
-            const int32_t pi = obs_pos[i];
-            float m = -INFINITY;
-            for (int32_t j = 0; j <= pi; j++) {
-                float x = 0.0f;
-                for (int32_t c = 0; c < d; c++)
-                    x += q[c] * u->k[(size_t)j * d + c];
-                p[j] = x * scale;
-                m = p[j] > m ? p[j] : m;
-            }
-            double sum = 0.0;
-            for (int32_t j = 0; j <= pi; j++) {
-                p[j] = expf(p[j] - m);
-                sum += p[j];
-            }
-            memset(full, 0, (size_t)d * sizeof *full);
-            for (int32_t j = 0; j <= pi; j++) {
-                p[j] = (float)(p[j] / sum);
-                if (p[j] < FG_AD_NEGLIGIBLE && j < pi) /* no weight in any error, the full output's included */
-                    continue;
-                for (int32_t x = 0; x < d; x++)
-                    full[x] += (double)p[j] * u->v[(size_t)j * d + x];
-            }
-            for (int32_t j = pi + 1; j < t; j++)
-                p[j] = 0.0f;
-        }
-    }
+    const observe_job job = {u, obs_q, obs_pos, W, t, G, d, g, scale};
+    fg_threadpool_run(ctx->threads, G * W, observe_row, (void *)&job);
     for (int32_t h = 0; h < G; h++) /* the ranks, in a fixed order */
         for (int32_t i = 0; i < W; i++) {
             float *p = u->p + ((size_t)h * W + i) * t;
@@ -577,6 +570,27 @@ static void trade(fg_seq *s, fg_adaptive_plan *plan) {
 void fg_adaptive_swap(fg_seq *s, fg_adaptive_plan *plan) { trade(s, plan); }
 void fg_adaptive_unswap(fg_seq *s, fg_adaptive_plan *plan) { trade(s, plan); }
 
+/* The error curves of observed row i, every family. */
+typedef struct curve_job {
+    const fg_seq *s;
+    const unit_scratch *u;
+    compress_scratch *w;
+    const int32_t *n_order;
+    int32_t t, W, G, d, n_fam;
+    size_t per_row;
+} curve_job;
+
+static void curve_row(void *arg, int32_t i, int32_t thread) {
+    const curve_job *j = arg;
+    const fg_seq *s = j->s;
+    row_scratch *rs = &j->w->rows[thread];
+    for (int32_t f = 0; f < j->n_fam; f++)
+        if (!(s->cp.shortlist[f].components & FG_KEEP_FULL))
+            row_curve(&s->cp.shortlist[f], s->cls, j->u->order + (size_t)f * j->t, j->n_order[f], j->u, rs, j->t, j->W,
+                      i, j->w->obs_pos[i], j->G, j->d, s->cp.adaptive_flags,
+                      j->u->row_err + (size_t)i * j->per_row + (size_t)f * (FG_AD_LEVELS + 1));
+}
+
 /* The curves of every unit: rows read back, observed, every family's pass. */
 static fg_status unit_curves_all(fg_context *ctx, const fg_seq *s, compress_scratch *w) {
     const int32_t L = ctx->params.n_layers, Hq = ctx->params.n_q_heads, Hkv = ctx->params.n_kv_heads;
@@ -619,17 +633,8 @@ static fg_status unit_curves_all(fg_context *ctx, const fg_seq *s, compress_scra
                     uc->err[f][lv] = 0.0;
             }
             const size_t per_row = (size_t)n_fam * (FG_AD_LEVELS + 1);
-#ifdef _OPENMP
-#pragma omp parallel for schedule(dynamic, 1) num_threads(ad_threads(ctx)) if (ad_threads(ctx) > 1)
-#endif
-            for (int32_t i = 0; i < W; i++) {
-                row_scratch *rs = &w->rows[ad_thread_id()];
-                for (int32_t f = 0; f < n_fam; f++)
-                    if (!(s->cp.shortlist[f].components & FG_KEEP_FULL))
-                        row_curve(&s->cp.shortlist[f], s->cls, u->order + (size_t)f * t, n_order[f], u, rs, t, W, i,
-                                  w->obs_pos[i], G, d, s->cp.adaptive_flags,
-                                  u->row_err + (size_t)i * per_row + (size_t)f * (FG_AD_LEVELS + 1));
-            }
+            const curve_job cj = {s, u, w, n_order, t, W, G, d, n_fam, per_row};
+            fg_threadpool_run(ctx->threads, W, curve_row, (void *)&cj);
             for (int32_t i = 0; i < W; i++) /* in row order, whatever the threads */
                 for (int32_t f = 0; f < n_fam; f++)
                     if (!(s->cp.shortlist[f].components & FG_KEEP_FULL))

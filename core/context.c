@@ -33,9 +33,12 @@ static fg_status validate_params(const fg_context_params *p) {
     CHECK(p->pool_chunk_pages > 0, NULL, FG_ERR_INVALID_ARGUMENT, "pool_chunk_pages must be > 0, got %d",
           (int)p->pool_chunk_pages);
     CHECK(p->n_threads >= 0 && p->n_threads <= FG_MAX_THREADS, NULL, FG_ERR_INVALID_ARGUMENT,
-          "n_threads must be in 0..%d (0 = the OpenMP default), got %d: every thread has its own decode workspace, "
-          "and the OpenMP runtime ends the process when it cannot start the threads asked of it",
+          "n_threads must be in 0..%d (0 = the cores this process may run on), got %d: every thread has its own "
+          "decode workspace",
           FG_MAX_THREADS, (int)p->n_threads);
+    CHECK(!p->threadpool || p->n_threads == 0 || p->n_threads == fg_threadpool_size(p->threadpool), NULL,
+          FG_ERR_INVALID_ARGUMENT, "n_threads (%d) differs from the size of the threadpool given (%d): pass 0 or %d",
+          (int)p->n_threads, (int)fg_threadpool_size(p->threadpool), (int)fg_threadpool_size(p->threadpool));
     CHECK(p->classes != NULL, NULL, FG_ERR_INVALID_ARGUMENT,
           "classes must not be NULL (build them with fg_token_classes_create)");
     CHECK(p->io == FG_IO_HOST || p->io == FG_IO_DEVICE, NULL, FG_ERR_INVALID_ARGUMENT,
@@ -63,7 +66,14 @@ fg_status fg_context_create(const fg_context_params *params, fg_context **out) {
     ctx->be.err = fg_error_sink;
     ctx->be.err_sink = ctx;
 
-    st = fg_backend_open(backend, params->n_threads, &ctx->be);
+    ctx->threads = params->threadpool;
+    st = ctx->threads ? FG_OK : fg_threadpool_create(params->n_threads, &ctx->own_threads);
+    if (st == FG_OK && !ctx->threads)
+        ctx->threads = ctx->own_threads;
+    else if (st)
+        st = fg_error(ctx, st, "%s", fg_last_error(NULL));
+    if (st == FG_OK)
+        st = fg_backend_open(backend, ctx->threads, &ctx->be);
     if (st == FG_OK && params->io == FG_IO_DEVICE) {
         if (!ctx->be.ops->synchronize)
             st = fg_error(ctx, FG_ERR_INVALID_ARGUMENT,
@@ -137,6 +147,7 @@ void fg_context_destroy(fg_context **pctx) {
     free(ctx->cow);
     fg_token_classes_destroy(&ctx->classes);
     fg_backend_close(&ctx->be);
+    fg_threadpool_destroy(&ctx->own_threads);
     free(ctx);
     *pctx = NULL;
 }
@@ -158,7 +169,7 @@ fg_status fg_synchronize(fg_context *ctx) {
 fg_status fg_backend_probe(const char *name) {
     CHECK(name, NULL, FG_ERR_INVALID_ARGUMENT, "fg_backend_probe: name must not be NULL");
     fg_backend be = {.err = fg_error_sink, .err_sink = NULL};
-    fg_status st = fg_backend_open(name, 0, &be);
+    fg_status st = fg_backend_open(name, NULL, &be);
     if (st == FG_OK)
         fg_backend_close(&be);
     return st;

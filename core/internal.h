@@ -258,6 +258,8 @@ struct fg_context {
     fg_shape shape;
     fg_page_layout layout;
     fg_backend be;
+    fg_threadpool *threads;     /* the pool the CPU work runs on: params.threadpool or own_threads */
+    fg_threadpool *own_threads; /* the context's own pool, when none was given */
     fg_token_classes *classes;
     fg_pool pool;
     fg_seq *seqs;          /* [max_seqs] */

@@ -236,10 +236,31 @@ typedef enum fg_dtype { FG_DTYPE_F32 = 0, FG_DTYPE_F16 = 1, FG_DTYPE_BF16 = 2 } 
 
 typedef struct fg_context fg_context;
 
-/* The most threads a context may ask for: each thread of the cpu backend has
- * its own decode workspace, and OpenMP runtimes end the process (no status to
- * return) when they cannot start the threads asked of them. */
+/* The most threads a context or pool may have: each thread of the cpu
+ * backend has its own decode workspace. */
 #define FG_MAX_THREADS 1024
+
+/* A pool of threads for CPU work. Every context runs its CPU loops on one
+ * (its own, or one the engine shares between contexts and its own loops,
+ * as the fastgen CLI does for the model's matrix products). A job is n_tasks
+ * calls fn(arg, task, thread), thread in [0, size) and the caller being 0;
+ * tasks are taken one at a time, so a thread the OS deschedules holds up at
+ * most the task it is in. Between jobs the workers spin briefly, then sleep
+ * (FASTGEN_SPIN_US in the environment: how long, default 100), so a busy
+ * machine does not make the threads wait on each other's time slices.
+ * One job runs at a time: callers on other threads wait their turn; a task
+ * that runs a job on its own pool runs it inline. */
+typedef struct fg_threadpool fg_threadpool;
+typedef void (*fg_task_fn)(void *arg, int32_t task, int32_t thread);
+/* The number of CPUs this process may run on (sched_getaffinity). */
+FG_API int32_t fg_default_threads(void);
+/* n_threads: 0 = fg_default_threads(); 1 = no worker threads. */
+FG_API fg_status fg_threadpool_create(int32_t n_threads, fg_threadpool **out);
+FG_API void fg_threadpool_destroy(fg_threadpool **pool);
+/* Threads of a pool, the caller included (1 for NULL). */
+FG_API int32_t fg_threadpool_size(const fg_threadpool *pool);
+/* Runs the job and returns when every task has finished (NULL pool: serially). */
+FG_API void fg_threadpool_run(fg_threadpool *pool, int32_t n_tasks, fg_task_fn fn, void *arg);
 
 /* Where the activations of fg_prefill, fg_decode and fg_seq_append live. */
 typedef enum fg_io {
@@ -260,7 +281,10 @@ typedef struct fg_context_params {
     int32_t page_tokens;        /* rows per page (default 16) */
     int32_t pool_chunk_pages;   /* pages per backend allocation (default 256) */
     size_t max_pool_bytes;      /* 0 = unlimited; else the pool never grows past it */
-    int32_t n_threads;          /* cpu backend; 0 = OpenMP default, at most FG_MAX_THREADS */
+    int32_t n_threads;          /* cpu backend: 0 = the cores this process may run on (fg_default_threads),
+                                   at most FG_MAX_THREADS; with threadpool, 0 or its size */
+    fg_threadpool *threadpool;  /* optional: the pool the context's CPU work runs on (it must outlive the
+                                   context); NULL = the context starts its own of n_threads */
     const fg_token_classes *classes; /* required; the context keeps its own copy */
     fg_compression_params compression; /* default for sequences */
     fg_log_fn log_fn;           /* optional */

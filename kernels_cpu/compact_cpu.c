@@ -99,12 +99,52 @@ static int32_t lower_bound(const int32_t *sorted, int32_t n, int32_t x) {
 
 #define FG_COMPACT_SPAN 64 /* prompt positions per work item: [span][Hkv][d] rows stay in L2 */
 
+/* One item: the kept rows of every head among FG_COMPACT_SPAN positions. */
+typedef struct compact_job {
+    const fg_page_layout *L;
+    const fg_shape *shape;
+    const float *k, *v;
+    int32_t n_heads;
+    const fg_compact_head *heads;
+    store_mode mode;
+} compact_job;
+
+static void compact_span(void *arg, int32_t span, int32_t thread) {
+    (void)thread;
+    const compact_job *jb = arg;
+    const fg_page_layout *L = jb->L;
+    const int32_t Hkv = jb->shape->n_kv_heads, d = jb->shape->head_dim, P = L->page_tokens, n_heads = jb->n_heads;
+    const size_t row_bytes = (size_t)d * fg_dtype_size(L->dtype);
+    const float *k = jb->k, *v = jb->v;
+    const fg_compact_head *heads = jb->heads;
+    const store_mode mode = jb->mode;
+    const int32_t p0 = span * FG_COMPACT_SPAN, p1 = p0 + FG_COMPACT_SPAN;
+    for (int32_t i = 0; i < n_heads; i++) {
+        const fg_compact_head *hd = &heads[i];
+        const int32_t *from = hd->src ? hd->src : hd->pos; /* rows of k / v, ascending */
+        const int32_t s0 = lower_bound(from, hd->n_keep, p0), s1 = lower_bound(from, hd->n_keep, p1);
+        for (int32_t s = s0; s < s1; s++) {
+            unsigned char *page = hd->pages[s / P];
+            const int32_t j = s % P;
+            const size_t src = ((size_t)from[s] * Hkv + hd->kv_head) * d;
+            store_row(page + L->k_offset + (size_t)j * row_bytes, L->dtype, k + src, d, mode);
+            store_row(page + L->v_offset + (size_t)j * row_bytes, L->dtype, v + src, d, mode);
+            ((int32_t *)(void *)(page + L->pos_offset))[j] = hd->pos[s];
+            ((float *)(void *)(page + L->score_offset))[j] = hd->score[s];
+            page[L->flags_offset + j] = hd->flags[s];
+        }
+    }
+#if defined(__x86_64__)
+    if (mode == STORE_STREAM) /* the streamed rows are visible to every thread from here */
+        _mm_sfence();
+#endif
+}
+
 fg_status fg_cpu_compact(fg_backend *be, const fg_page_layout *L, const fg_shape *shape, int32_t n,
                          const float *k, /* [n][Hkv][d] */
                          const float *v, /* [n][Hkv][d] */
                          int32_t n_heads, const fg_compact_head *heads) {
-    const int32_t Hkv = shape->n_kv_heads, d = shape->head_dim, P = L->page_tokens;
-    const size_t row_bytes = (size_t)d * fg_dtype_size(L->dtype);
+    const size_t row_bytes = (size_t)shape->head_dim * fg_dtype_size(L->dtype);
     const fg_cpu_state *st = be->impl;
     size_t written = 0;
     for (int32_t i = 0; i < n_heads; i++)
@@ -115,30 +155,7 @@ fg_status fg_cpu_compact(fg_backend *be, const fg_page_layout *L, const fg_shape
     const int32_t n_spans = (n + FG_COMPACT_SPAN - 1) / FG_COMPACT_SPAN;
     /* work items walk the rows of k / v in order; every head takes its kept
      * rows of the span (they are ascending), so the span is read from memory once */
-#ifdef _OPENMP
-#pragma omp parallel for schedule(dynamic, 1) num_threads(fg_cpu_threads(be))
-#endif
-    for (int32_t span = 0; span < n_spans; span++) {
-        const int32_t p0 = span * FG_COMPACT_SPAN, p1 = p0 + FG_COMPACT_SPAN;
-        for (int32_t i = 0; i < n_heads; i++) {
-            const fg_compact_head *hd = &heads[i];
-            const int32_t *from = hd->src ? hd->src : hd->pos; /* rows of k / v, ascending */
-            const int32_t s0 = lower_bound(from, hd->n_keep, p0), s1 = lower_bound(from, hd->n_keep, p1);
-            for (int32_t s = s0; s < s1; s++) {
-                unsigned char *page = hd->pages[s / P];
-                const int32_t j = s % P;
-                const size_t src = ((size_t)from[s] * Hkv + hd->kv_head) * d;
-                store_row(page + L->k_offset + (size_t)j * row_bytes, L->dtype, k + src, d, mode);
-                store_row(page + L->v_offset + (size_t)j * row_bytes, L->dtype, v + src, d, mode);
-                ((int32_t *)(void *)(page + L->pos_offset))[j] = hd->pos[s];
-                ((float *)(void *)(page + L->score_offset))[j] = hd->score[s];
-                page[L->flags_offset + j] = hd->flags[s];
-            }
-        }
-#if defined(__x86_64__)
-        if (mode == STORE_STREAM) /* the streamed rows are visible to every thread from here */
-            _mm_sfence();
-#endif
-    }
+    const compact_job job = {L, shape, k, v, n_heads, heads, mode};
+    fg_threadpool_run(be->threads, n_spans, compact_span, (void *)&job);
     return FG_OK;
 }

@@ -9,34 +9,7 @@
 #include "kernels_cpu/exp_avx2.h"
 #include "kernels_cpu/kernels_cpu.h"
 
-#ifdef _OPENMP
-#include <omp.h>
-#endif
-
-int fg_cpu_threads(const fg_backend *be) {
-#ifdef _OPENMP
-    return be->n_threads > 0 ? be->n_threads : omp_get_max_threads();
-#else
-    (void)be;
-    return 1;
-#endif
-}
-
-int fg_cpu_thread_id(void) {
-#ifdef _OPENMP
-    return omp_get_thread_num();
-#else
-    return 0;
-#endif
-}
-
-int fg_cpu_team_size(void) {
-#ifdef _OPENMP
-    return omp_get_num_threads();
-#else
-    return 1;
-#endif
-}
+int fg_cpu_threads(const fg_backend *be) { return fg_threadpool_size(be->threads); }
 
 void fg_sgemm_nt(int32_t M, int32_t N, int32_t K, float alpha, const float *A, int32_t lda, const float *B,
                  int32_t ldb, float beta, float *C, int32_t ldc) {

@@ -1,5 +1,5 @@
 /* Helpers of the tiled CPU kernels: sgemm (OpenBLAS, single-threaded inside
- * the OpenMP loops; a plain loop without BLAS) and an in-place vector exp. */
+ * the pool's tasks; a plain loop without BLAS) and an in-place vector exp. */
 #ifndef FG_CPU_MATH_H
 #define FG_CPU_MATH_H
 
@@ -18,7 +18,7 @@ void fg_sgemm_nn(int32_t M, int32_t N, int32_t K, const float *A, int32_t lda, c
                  float beta, float *C, int32_t ldc);
 /* x[i] = e^(x[i] - sub) for i < n; returns the sum (inputs <= sub, or -inf). */
 float fg_exp_sub_sum(float *x, int32_t n, float sub);
-/* Makes BLAS single-threaded (the kernels parallelise with OpenMP themselves). */
+/* Makes BLAS single-threaded (the kernels run it inside their pool's tasks). */
 void fg_blas_single_thread(void);
 
 #endif

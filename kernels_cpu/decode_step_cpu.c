@@ -12,11 +12,16 @@
  *      its slots are scanned for the lowest-ranked frequent candidate;
  *   4. per head that tracks scores: insertion and eviction as in `ref`, from
  *      the merged scans.
+ * The step is one job on the thread pool: a task per item, and steps 2-4 of
+ * a head run on the thread that finishes its last item (no barrier between
+ * the steps). Steps 2-4 write only the head's own pages (the core made them
+ * private before the step), so they may run while other heads' items read.
  * Chunking does not depend on the thread count, so results do not either.
  * The workspace lives in the backend and only grows: a step in steady state
  * allocates nothing.
  */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -370,6 +375,7 @@ typedef struct head_plan {
     size_t raw;                  /* offset of its raw scores, or SIZE_MAX */
     int fast;                    /* 0: the reference kernel handles the head */
     float new_score;             /* the new token's pooled self-attention */
+    _Atomic int32_t left;        /* its items not yet attended */
 } head_plan;
 
 /* Grows the workspace to `bytes` (64-byte aligned); contents are not kept. */
@@ -385,6 +391,134 @@ static fg_status workspace(fg_backend *be, fg_cpu_state *st, size_t bytes) {
 }
 
 static size_t up64(size_t x) { return (x + 63) / 64 * 64; }
+
+/* One decode step as one job: a task per work item, longest first, then one
+ * per head without items. The thread that finishes a head's last item
+ * finishes the head (steps 2-4 of the header), so the step has no barrier
+ * between its stages: a thread that the OS deschedules delays only the
+ * heads whose items it holds. */
+typedef struct decode_job {
+    const fg_page_layout *layout;
+    const fg_shape *shape;
+    const fg_decode_head *heads;
+    head_plan *plan;
+    fg_attend_chunk *items;
+    const int32_t *order; /* items, longest first, then the heads without items (as -1 - head) */
+    int32_t n_items;
+    fg_attend_chunk_fn *attend;
+    const float *qs;
+    unsigned char *bufs; /* the threads' scratch rows */
+    size_t per_thread;
+    int32_t G, d;
+    _Atomic int32_t bad; /* a head that ended with a slot count the host did not expect, or -1 */
+} decode_job;
+
+/* Steps 2-4 for head i, once its items are done. */
+static void finish_head(decode_job *j, int32_t i) {
+    const fg_page_layout *layout = j->layout;
+    const fg_shape *shape = j->shape;
+    const fg_decode_head *heads = j->heads;
+    head_plan *plan = j->plan;
+    const int32_t G = j->G, d = j->d;
+    /* 2. the partial states merge into the output. A head that tracks scores
+     * turns each chunk's max into the chunk's score factor; any other head
+     * inserts and evicts now. */
+    const fg_decode_head *hd = &heads[i];
+    head_plan *hp = &plan[i];
+    fg_status hs;
+    if (!hp->fast) {
+        hs = fg_ref_decode_step_head(layout, shape, hd);
+    } else {
+        const float *q = j->qs + (size_t)i * G * d;
+        float M[FG_MAX_GROUP], Linv[FG_MAX_GROUP], new_score = 0.0f;
+        for (int32_t h = 0; h < G; h++) {
+            const float *qh = q + (size_t)h * d;
+            float s_new = 0.0f;
+            for (int32_t c = 0; c < d; c++)
+                s_new += qh[c] * hd->k[c];
+            float m = s_new;
+            for (int32_t c = 0; c < hp->n_items; c++)
+                m = fmaxf(m, j->items[hp->first_item + c].m[h]);
+            const float p_new = expf(s_new - m);
+            float l = p_new, *o = hd->out + (size_t)h * d;
+            for (int32_t x = 0; x < d; x++)
+                o[x] = p_new * hd->v[x];
+            for (int32_t c = 0; c < hp->n_items; c++) {
+                const fg_attend_chunk *a = &j->items[hp->first_item + c];
+                const float w = expf(a->m[h] - m);
+                l += a->l[h] * w;
+                const float *acc = a->acc + (size_t)h * d;
+                for (int32_t x = 0; x < d; x++)
+                    o[x] += w * acc[x];
+            }
+            const float inv = 1.0f / l;
+            for (int32_t x = 0; x < d; x++)
+                o[x] *= inv;
+            M[h] = m;
+            Linv[h] = inv / (float)G;
+            new_score += p_new * Linv[h];
+        }
+        hp->new_score = new_score;
+        if (hp->raw == SIZE_MAX) {
+            hs = fg_ref_decode_finish_head(layout, hd, new_score, NULL);
+        } else {
+            /* pooled attention of slot s: sum_h raw[h][s] e^(m_c - M) / (L G), one factor per chunk */
+            for (int32_t c = 0; c < hp->n_items; c++) {
+                fg_attend_chunk *a = &j->items[hp->first_item + c];
+                for (int32_t h = 0; h < G; h++)
+                    a->m[h] = expf(a->m[h] - M[h]) * Linv[h]; /* m is not needed any more */
+            }
+            hs = FG_OK;
+        }
+    }
+    if (hs == FG_OK && hp->fast && hp->raw != SIZE_MAX) {
+        /* 3. per item: the score update, then the frequent-candidate scan of
+         * §2.5 4a-b; 4. insertion and eviction from the scans merged in item
+         * order. Every thread count gives the same result. */
+        const int32_t P = layout->page_tokens;
+        fg_freq_scan scan = FG_FREQ_SCAN_EMPTY;
+        for (int32_t c = 0; c < hp->n_items; c++) {
+            fg_attend_chunk *a = &j->items[hp->first_item + c];
+            const float *f = a->m;
+            for (int32_t s0 = a->begin; s0 < a->end;) {
+                fg_prefetch_meta(layout, hd->pages, a->end, s0 / P + FG_META_AHEAD);
+                float *score = (float *)(void *)((unsigned char *)hd->pages[s0 / P] + layout->score_offset);
+                const int32_t j0 = s0 % P, rows = a->end - s0 < P - j0 ? a->end - s0 : P - j0;
+                const float *r = a->raw + (s0 - a->begin);
+                const float keep = hd->score_mode == FG_SCORE_LAST ? 0.0f : 1.0f; /* LAST: this step's only */
+                for (int32_t x = 0; x < rows; x++) {
+                    float gained = 0.0f;
+                    for (int32_t h = 0; h < G; h++)
+                        gained += r[(size_t)h * a->raw_stride + x] * f[h];
+                    score[j0 + x] = keep * score[j0 + x] + gained;
+                }
+                s0 += rows;
+            }
+            a->scan = FG_FREQ_SCAN_EMPTY;
+            fg_ref_freq_scan(layout, hd, a->begin, a->end, &a->scan);
+            fg_ref_freq_scan_merge(&scan, &a->scan);
+        }
+        hs = fg_ref_decode_finish_head(layout, hd, hp->new_score, &scan);
+    }
+    if (hs != FG_OK)
+        atomic_store(&j->bad, i);
+}
+
+static void decode_task(void *arg, int32_t task, int32_t thread) {
+    decode_job *j = arg;
+    const int32_t it = j->order[task];
+    if (it < 0) {
+        finish_head(j, -1 - it);
+        return;
+    }
+    fg_attend_chunk *a = &j->items[it];
+    float *buf = (float *)(void *)(j->bufs + (size_t)thread * j->per_thread);
+    a->kbuf = buf;
+    a->vbuf = buf + (size_t)FG_CPU_BLOCK * j->d + 16;
+    j->attend(a);
+    if (atomic_fetch_sub(&j->plan[a->head].left, 1) == 1)
+        finish_head(j, a->head);
+}
 
 fg_status fg_cpu_decode_step(fg_backend *be, const fg_page_layout *layout, const fg_shape *shape, int32_t n_heads,
                              const fg_decode_head *heads) {
@@ -404,15 +538,13 @@ fg_status fg_cpu_decode_step(fg_backend *be, const fg_page_layout *layout, const
         raw_floats += fast_ok && track ? (size_t)G * hd->n_slots : 0;
         step_rows += (size_t)hd->n_slots;
     }
-    /* a small step runs on the calling thread: its four parallel regions
-     * would cost more than they save, and far more when other processes
-     * share the cores (threads spinning at the barriers measured 100x slower
-     * with two test processes on two cores) */
+    /* a small step runs on the calling thread: waking the pool would cost
+     * more than it saves */
     const int par = threads > 1 && step_rows * (size_t)G >= FG_CPU_PAR_ROWS;
     const size_t off_plan = 0;
     const size_t off_item = off_plan + up64((size_t)n_heads * sizeof(head_plan));
     const size_t off_order = off_item + up64((size_t)n_items * sizeof(fg_attend_chunk));
-    const size_t off_q = off_order + up64((size_t)n_items * sizeof(int32_t));
+    const size_t off_q = off_order + up64(((size_t)n_items + n_heads) * sizeof(int32_t));
     const size_t off_state = off_q + up64((size_t)n_heads * G * d * sizeof(float));
     const size_t off_raw = off_state + up64((size_t)n_items * G * (d + 2) * sizeof(float));
     const size_t off_buf = off_raw + up64(raw_floats * sizeof(float));
@@ -438,6 +570,7 @@ fg_status fg_cpu_decode_step(fg_backend *be, const fg_page_layout *layout, const
         hp->first_item = item;
         hp->n_items = fast_ok ? (hd->n_slots + FG_CPU_CHUNK - 1) / FG_CPU_CHUNK : 0;
         hp->raw = fast_ok && track ? raw_at : SIZE_MAX;
+        atomic_init(&hp->left, hp->n_items);
         float *q = qs + (size_t)i * G * d;
         for (int32_t c = 0; c < G * d; c++)
             q[c] = hd->q[c] * scale;
@@ -462,7 +595,8 @@ fg_status fg_cpu_decode_step(fg_backend *be, const fg_page_layout *layout, const
     }
 
     /* 1. partial attention of every chunk, longest first (a head's last
-     * chunk is short; the short ones at the end balance the threads) */
+     * chunk is short; the short ones at the end balance the threads); each
+     * head's steps 2-4 follow on the thread that finishes its last chunk */
     int32_t n_full = 0;
     for (int32_t it = 0; it < n_items; it++)
         if (items[it].end - items[it].begin == FG_CPU_CHUNK)
@@ -476,138 +610,14 @@ fg_status fg_cpu_decode_step(fg_backend *be, const fg_page_layout *layout, const
             order[at] = order[at - 1];
         order[at] = it;
     }
-    fg_attend_chunk_fn *attend = isa_kernel(st->isa, layout->dtype);
-    unsigned char *bufs = ws + off_buf;
-#ifdef _OPENMP
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (par)
-#endif
-    for (int32_t k = 0; k < n_items; k++) {
-        const int32_t it = order[k];
-        items[it].thread = fg_cpu_thread_id();
-        float *buf = (float *)(void *)(bufs + (size_t)items[it].thread * per_thread);
-        items[it].kbuf = buf;
-        items[it].vbuf = buf + (size_t)FG_CPU_BLOCK * d + 16;
-        attend(&items[it]);
-    }
-
-    /* 2. per head: the partial states merge into the output. A head that
-     * tracks scores turns each chunk's max into the chunk's score factor and
-     * waits for steps 3-4; any other head inserts and evicts now. */
-    int32_t bad = -1;
-#ifdef _OPENMP
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (par)
-#endif
-    for (int32_t i = 0; i < n_heads; i++) {
-        const fg_decode_head *hd = &heads[i];
-        head_plan *hp = &plan[i];
-        fg_status hs;
-        if (!hp->fast) {
-            hs = fg_ref_decode_step_head(layout, shape, hd);
-        } else {
-            const float *q = qs + (size_t)i * G * d;
-            float M[FG_MAX_GROUP], Linv[FG_MAX_GROUP], new_score = 0.0f;
-            for (int32_t h = 0; h < G; h++) {
-                const float *qh = q + (size_t)h * d;
-                float s_new = 0.0f;
-                for (int32_t c = 0; c < d; c++)
-                    s_new += qh[c] * hd->k[c];
-                float m = s_new;
-                for (int32_t c = 0; c < hp->n_items; c++)
-                    m = fmaxf(m, items[hp->first_item + c].m[h]);
-                const float p_new = expf(s_new - m);
-                float l = p_new, *o = hd->out + (size_t)h * d;
-                for (int32_t x = 0; x < d; x++)
-                    o[x] = p_new * hd->v[x];
-                for (int32_t c = 0; c < hp->n_items; c++) {
-                    const fg_attend_chunk *a = &items[hp->first_item + c];
-                    const float w = expf(a->m[h] - m);
-                    l += a->l[h] * w;
-                    const float *acc = a->acc + (size_t)h * d;
-                    for (int32_t x = 0; x < d; x++)
-                        o[x] += w * acc[x];
-                }
-                const float inv = 1.0f / l;
-                for (int32_t x = 0; x < d; x++)
-                    o[x] *= inv;
-                M[h] = m;
-                Linv[h] = inv / (float)G;
-                new_score += p_new * Linv[h];
-            }
-            hp->new_score = new_score;
-            if (hp->raw == SIZE_MAX) {
-                hs = fg_ref_decode_finish_head(layout, hd, new_score, NULL);
-            } else {
-                /* pooled attention of slot s: sum_h raw[h][s] e^(m_c - M) / (L G), one factor per chunk */
-                for (int32_t c = 0; c < hp->n_items; c++) {
-                    fg_attend_chunk *a = &items[hp->first_item + c];
-                    for (int32_t h = 0; h < G; h++)
-                        a->m[h] = expf(a->m[h] - M[h]) * Linv[h]; /* m is not needed any more */
-                }
-                hs = FG_OK;
-            }
-        }
-        if (hs != FG_OK) {
-#ifdef _OPENMP
-#pragma omp atomic write
-#endif
-            bad = i;
-        }
-    }
-
-    /* 3. per chunk of a head that tracks scores, on the thread that ran it in
-     * step 1 (its raw scores are in that core's cache): the score update,
-     * then the frequent-candidate scan of §2.5 4a-b, which used to be a
-     * serial walk per head. Every thread count gives the same result: a
-     * chunk's work is its own, and step 4 merges the scans in chunk order. */
-#ifdef _OPENMP
-#pragma omp parallel num_threads(threads) if (par)
-#endif
-    {
-        const int tid = fg_cpu_thread_id(), team = fg_cpu_team_size();
-        for (int32_t it = 0; it < n_items; it++) {
-            fg_attend_chunk *a = &items[it];
-            if (!a->raw || a->thread % team != tid)
-                continue;
-            const fg_decode_head *hd = &heads[a->head];
-            const int32_t P = layout->page_tokens;
-            const float *f = a->m;
-            for (int32_t s0 = a->begin; s0 < a->end;) {
-                fg_prefetch_meta(layout, hd->pages, a->end, s0 / P + FG_META_AHEAD);
-                float *score = (float *)(void *)((unsigned char *)hd->pages[s0 / P] + layout->score_offset);
-                const int32_t j0 = s0 % P, rows = a->end - s0 < P - j0 ? a->end - s0 : P - j0;
-                const float *r = a->raw + (s0 - a->begin);
-                const float keep = hd->score_mode == FG_SCORE_LAST ? 0.0f : 1.0f; /* LAST: this step's only */
-                for (int32_t j = 0; j < rows; j++) {
-                    float gained = 0.0f;
-                    for (int32_t h = 0; h < G; h++)
-                        gained += r[(size_t)h * a->raw_stride + j] * f[h];
-                    score[j0 + j] = keep * score[j0 + j] + gained;
-                }
-                s0 += rows;
-            }
-            a->scan = FG_FREQ_SCAN_EMPTY;
-            fg_ref_freq_scan(layout, hd, a->begin, a->end, &a->scan);
-        }
-    }
-
-    /* 4. per head that tracks scores: insert and evict, from its chunks' scans */
-#ifdef _OPENMP
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (par)
-#endif
-    for (int32_t i = 0; i < n_heads; i++) {
-        const head_plan *hp = &plan[i];
-        if (!hp->fast || hp->raw == SIZE_MAX)
-            continue;
-        fg_freq_scan scan = FG_FREQ_SCAN_EMPTY;
-        for (int32_t c = 0; c < hp->n_items; c++)
-            fg_ref_freq_scan_merge(&scan, &items[hp->first_item + c].scan);
-        if (fg_ref_decode_finish_head(layout, &heads[i], hp->new_score, &scan) != FG_OK) {
-#ifdef _OPENMP
-#pragma omp atomic write
-#endif
-            bad = i;
-        }
-    }
+    int32_t n_lone = 0; /* heads without items (the reference kernel's, or empty ones) finish as tasks of their own */
+    for (int32_t i = 0; i < n_heads; i++)
+        if (plan[i].n_items == 0)
+            order[n_items + n_lone++] = -1 - i;
+    decode_job job = {layout, shape, heads, plan, items, order, n_items, isa_kernel(st->isa, layout->dtype), qs,
+                      ws + off_buf, per_thread, G, d, -1};
+    fg_threadpool_run(par ? be->threads : NULL, n_items + n_lone, decode_task, (void *)&job);
+    const int32_t bad = atomic_load(&job.bad);
     if (bad >= 0)
         return be->err(be->err_sink, FG_ERR_INTERNAL,
                        "decode_step: head %d ended with a slot count the host did not expect", bad);

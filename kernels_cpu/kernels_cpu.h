@@ -1,5 +1,5 @@
 /*
- * The optimised CPU kernels (OpenMP + SIMD). The reference kernels in
+ * The optimised CPU kernels (the context's thread pool + SIMD). The reference kernels in
  * kernels_ref.h are their oracle; the `cpu` backend (backends/backend_cpu.c)
  * puts them in its table.
  */
@@ -15,13 +15,8 @@ typedef enum fg_cpu_isa { FG_ISA_GENERIC = 0, FG_ISA_AVX2 = 1, FG_ISA_AVX512 = 2
 fg_cpu_isa fg_cpu_isa_detect(void);
 const char *fg_cpu_isa_name(fg_cpu_isa isa);
 
-/* Threads a cpu kernel uses: the backend's n_threads, else OpenMP's default. */
+/* Threads a cpu kernel uses: the size of the backend's pool (1 without one). */
 int fg_cpu_threads(const fg_backend *be);
-/* The calling thread's number inside a cpu kernel's parallel loop (0 without
- * OpenMP): its slice of a per-thread workspace. */
-int fg_cpu_thread_id(void);
-/* Threads of the current parallel region (1 outside one, or without OpenMP). */
-int fg_cpu_team_size(void);
 
 /* State of the `cpu` backend (be->impl). */
 typedef struct fg_cpu_state {
@@ -51,7 +46,6 @@ typedef struct fg_attend_chunk {
     size_t raw_stride;
     float *kbuf, *vbuf; /* [FG_CPU_BLOCK][d] each: the thread's scratch for converted rows */
     int32_t head;       /* the decode head it belongs to */
-    int thread;         /* the thread that ran it */
     fg_freq_scan scan;  /* its slots' frequent-candidate scan (heads that track scores) */
 } fg_attend_chunk;
 

@@ -63,9 +63,8 @@ def main():
     a = ap.parse_args()
 
     text = "\n\n".join(open(os.path.join("/usr/share/common-licenses", f), encoding="utf-8").read() for f in LICENSES)
-    ids = [int(t) for t in subprocess.run([a.fastgen, "tokenize", "-m", a.model, "-f", "-"], input=text.encode(),
+    ids = [int(t) for t in subprocess.run([a.fastgen, "tokenize", "--ids", "-m", a.model, "-f", "-"], input=text.encode(),
                                           capture_output=True, check=True).stdout.split()]
-    env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
     rows = []
     print(f"SmolLM2-135M-Instruct Q4_1, {a.threads} threads, {a.steps} decode steps after the prompt; "
           f"fastgen {a.fastgen_args or '(f32 activations)'}, KV cache f16 in both")
@@ -89,8 +88,8 @@ def main():
         runs = (("full", ["--policy", "full"]), ("fastgen", ["--policy", "fastgen"]),
                 ("fastgen --budget 0.5", ["--policy", "fastgen", "--budget", "0.5"]))
         for name, policy in runs:
-            cmd = [a.fastgen, "generate", "-m", a.model, "--prompt-ids", prompt_file, "-n", str(a.steps), "-t", "0",
-                   "--dtype", "f16", "--ignore-eos", "--json"] + policy + a.fastgen_args.split()
+            cmd = [a.fastgen, "generate", "-m", a.model, "--prompt-ids", prompt_file, "-n", str(a.steps), "--temp", "0",
+                   "-t", str(a.threads), "--dtype", "f16", "--ignore-eos", "--json"] + policy + a.fastgen_args.split()
             out, rss = run(cmd)
             g = json.loads(out)
             rows.append({"context": ctx, "engine": f"fastgen {name}", "prefill_tps": n_prompt / g["prefill_s"],

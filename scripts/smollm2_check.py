@@ -29,7 +29,7 @@ import numpy as np
 
 
 def fastgen_ids(fastgen, model, text):
-    out = subprocess.run([fastgen, "tokenize", "-m", model, "-f", "-"], input=text.encode(), capture_output=True,
+    out = subprocess.run([fastgen, "tokenize", "--ids", "-m", model, "-f", "-"], input=text.encode(), capture_output=True,
                          check=True)
     return [int(t) for t in out.stdout.split()]
 
@@ -129,7 +129,7 @@ def main():
           f"{a.fastgen_args or '(f32 activations)'} vs llama.cpp (q8 activations, f16 KV cache)")
     print(f"  {'#':>2} {'prompt':<34} {'ids':>5} {'equal':>5}  first difference")
     for i, p in enumerate(prompts):
-        out = subprocess.run([a.fastgen, "generate", "-m", a.model, "-p", p, "-n", str(a.steps), "-t", "0",
+        out = subprocess.run([a.fastgen, "generate", "-m", a.model, "-p", p, "-n", str(a.steps), "--temp", "0",
                               "--policy", "full", "--json"] + a.fastgen_args.split(), capture_output=True, check=True)
         g = json.loads(out.stdout)
         prompt_ids = g["tokens"][:g["n_prompt"]]

@@ -334,6 +334,8 @@ int main(int argc, char **argv) {
     const char **names = argc > 1 ? (const char **)argv + 1 : all;
     const int n_names = argc > 1 ? argc - 1 : 3;
     int ran = 0;
+    fg_threadpool *two_threads = NULL; /* `two`: the kernels' tasks on two threads, `one` serially */
+    EXPECT(fg_threadpool_create(2, &two_threads) == FG_OK, "a pool of two threads: %s", fg_last_error(NULL));
     for (int i = 0; i < n_names; i++) {
         backend_pair bp = {.name = names[i]};
         bp.ref.err = bp.one.err = bp.two.err = fg_error_to_stderr;
@@ -344,9 +346,9 @@ int main(int argc, char **argv) {
             EXPECT(!test_backend_required(), "backend %s is required here (FG_TEST_REQUIRE_BACKEND)", names[i]);
             continue;
         }
-        fg_backend_open("ref", 1, &bp.ref);
-        fg_backend_open(names[i], 1, &bp.one);
-        fg_backend_open(names[i], 2, &bp.two);
+        fg_backend_open("ref", NULL, &bp.ref);
+        fg_backend_open(names[i], NULL, &bp.one);
+        fg_backend_open(names[i], two_threads, &bp.two);
         ran++;
 
         /* prompt ops: odd and real shapes */
@@ -408,6 +410,7 @@ int main(int argc, char **argv) {
         fg_backend_close(&bp.one);
         fg_backend_close(&bp.two);
     }
+    fg_threadpool_destroy(&two_threads);
     if (ran == 0 && argc > 1 && !test_backend_required()) /* the requested GPU backends are not here: skipped */
         return 77;
     EXPECT(ran > 0, "no backend besides ref was tested");

@@ -588,6 +588,8 @@ static void test_matvec(void) {
     float *y = malloc(sizeof(float) * FG_MATVEC_MAX_ROWS * OUT);
     float *want = malloc(sizeof(float) * FG_MATVEC_MAX_ROWS * OUT);
     fg_q8_block *act = malloc(sizeof(fg_q8_block) * FG_MATVEC_MAX_ROWS * IN / 32);
+    fg_threadpool *pool = NULL; /* three threads: the rows split unevenly into tasks */
+    EXPECT(fg_threadpool_create(3, &pool) == FG_OK, "a pool of 3 threads: %s", fg_last_error(NULL));
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
         const fg_type_info *ti = fg_type_info_of(types[t]);
         random_blocks(types[t], w, (int64_t)OUT * IN);
@@ -611,7 +613,7 @@ static void test_matvec(void) {
             }
             float *mag = malloc(sizeof(float) * (size_t)rows * OUT), *ref = malloc(sizeof(float) * (size_t)rows * OUT);
             memcpy(mag, y, sizeof(float) * (size_t)rows * OUT);
-            fg_matvec(y, OUT, x, &W, rows);
+            fg_matvec(pool, y, OUT, x, &W, rows);
             fg_matvec_ref(ref, OUT, x, &W, rows);
             for (int32_t i = 0; i < rows * OUT; i++) {
                 worst = fmax(worst, fabs(y[i] - want[i]) / mag[i]);
@@ -621,7 +623,7 @@ static void test_matvec(void) {
                    worst);
             if (fg_matvec_quantizes(types[t])) {
                 /* q8 activations: within their rounding (half a step of amax/127 per value) of the exact product */
-                fg_matvec_q8(y, OUT, x, &W, rows, act);
+                fg_matvec_q8(pool, y, OUT, x, &W, rows, act);
                 for (int32_t i = 0; i < rows * OUT; i++)
                     worst_q8 = fmax(worst_q8, fabs(y[i] - want[i]) / mag[i]);
                 EXPECT(worst_q8 < 0.03 && worst_q8 > 0.0, "%s, %d rows: q8 products off by %.3g of their magnitude",
@@ -636,7 +638,7 @@ static void test_matvec(void) {
                         const size_t at = (size_t)o * (size_t)fg_type_row_bytes(types[t], IN);
                         const fg_tensor one = {types[t], w + at, 1, IN};
                         float ro;
-                        fg_matvec_q8(&ro, 1, x + r * IN, &one, 1, act);
+                        fg_matvec_q8(NULL, &ro, 1, x + r * IN, &one, 1, act);
                         worst_int = fmax(worst_int, fabs(ro - y[r * OUT + o]) / mag[r * OUT + o]);
                     }
                 EXPECT(worst_int < 1e-5, "%s, %d rows: q8 kernel vs its reference, or alone vs batched: %.3g",
@@ -652,6 +654,7 @@ static void test_matvec(void) {
     free(y);
     free(want);
     free(act);
+    fg_threadpool_destroy(&pool);
 }
 
 int main(int argc, char **argv) {

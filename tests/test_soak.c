@@ -66,7 +66,7 @@ int main(int argc, char **argv) {
     p.max_seq_len = MAXLEN;
     p.page_tokens = 8;
     p.pool_chunk_pages = 16;
-    p.n_threads = 1; /* memory is the point here; OpenMP teams would only compete with the tests beside it */
+    p.n_threads = 1; /* memory is the point here; more threads would only compete with the tests beside it */
     p.classes = tc;
     fg_context *ctx = NULL;
     EXPECT_OK(NULL, fg_context_create(&p, &ctx));

@@ -41,7 +41,7 @@ static void *run_job(void *arg) {
         p.max_seqs = SEQS;
         p.max_seq_len = N + STEPS;
         p.page_tokens = 8;
-        p.n_threads = 1 + j->index % 2; /* OpenMP teams inside concurrent callers, too */
+        p.n_threads = 1 + j->index % 2; /* thread pools inside concurrent callers, too */
         p.classes = syn.classes;
         st = fg_context_create(&p, &ctx);
     }

@@ -82,18 +82,53 @@ void cli_defaults(cli_opts *o, int32_t n) {
     o->threshold = 0.95f;
     o->top_p = 0.9f;
     o->seed = 1;
-    o->dtype = FG_DTYPE_F32;
+    o->dtype = FG_DTYPE_F16; /* llama.cpp's cache type too */
     o->append_mode = -1;
 }
 
 static int match(const char *a, const char *s, const char *l) { return (s && !strcmp(a, s)) || !strcmp(a, l); }
 
-int cli_parse(const char *cmd, const char *help, int argc, char **argv, cli_opts *o, cli_extra_fn extra, void *user) {
+/* The group of a common option, or 0 when it is not one. */
+static unsigned group_of(const char *a) {
+    static const struct {
+        const char *name;
+        unsigned group;
+    } k[] = {
+        {"-m", CLI_MODEL}, {"--model", CLI_MODEL}, {"-z", CLI_MODEL}, {"--tokenizer", CLI_MODEL},
+        {"-p", CLI_PROMPT}, {"--prompt", CLI_PROMPT}, {"-f", CLI_PROMPT}, {"--file", CLI_PROMPT},
+        {"--policy", CLI_POLICY}, {"-T", CLI_POLICY}, {"--budget", CLI_POLICY}, {"--ratio-local", CLI_POLICY},
+        {"--ratio-frequent", CLI_POLICY}, {"--append", CLI_APPEND},
+        {"--backend", CLI_RUN}, {"--dtype", CLI_RUN}, {"-t", CLI_RUN}, {"--threads", CLI_RUN},
+        {"--q8-activations", CLI_RUN}, {"--prefill-chunk", CLI_RUN},
+        {"-n", CLI_STEPS}, {"--steps", CLI_STEPS},
+        {"--temp", CLI_SAMPLE}, {"--temperature", CLI_SAMPLE}, {"--top-p", CLI_SAMPLE}, {"--seed", CLI_SAMPLE},
+        {"--json", CLI_JSON}, {"--csv", CLI_CSV}, {"--svg", CLI_SVG}, {"-q", CLI_QUIET}, {"--quiet", CLI_QUIET},
+    };
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
+        if (!strcmp(a, k[i].name))
+            return k[i].group;
+    return 0;
+}
+
+int cli_parse(const char *cmd, const char *help, unsigned accept, int argc, char **argv, cli_opts *o,
+              cli_extra_fn extra, void *user) {
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (match(a, "-h", "--help")) {
             fputs(help, stdout);
             return -1;
+        }
+        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
+        const unsigned group = group_of(a);
+        if (group && !(group & accept)) {
+            /* the command's own option of that name comes first (demo's --prompt N) */
+            int used = 1, r = extra ? extra(user, a, val, &used) : 2;
+            if (r == 2)
+                return cli_usage(cmd, "%s is not an option of %s", a, cmd);
+            if (r == 1 || (used && !val))
+                return val ? cli_usage(cmd, "bad value for %s: %s", a, val) : cli_usage(cmd, "%s needs a value", a);
+            i += used;
+            continue;
         }
         /* flags without a value */
         if (!strcmp(a, "--json")) {
@@ -112,25 +147,32 @@ int cli_parse(const char *cmd, const char *help, int argc, char **argv, cli_opts
             o->quiet = 1;
             continue;
         }
-        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
         int ok = 1, used = 1;
         if (match(a, "-m", "--model"))
             o->model = val;
         else if (match(a, "-z", "--tokenizer"))
             o->tokenizer = val;
-        else if (match(a, "-p", "--prompt"))
+        else if (match(a, "-p", "--prompt")) {
+            ok = !o->prompt_file;
             o->prompt = val;
-        else if (!strcmp(a, "--prefill-chunk"))
+            o->has_prompt = 1;
+        } else if (match(a, "-f", "--file")) {
+            ok = !o->has_prompt;
+            o->prompt_file = val;
+        } else if (!strcmp(a, "--prefill-chunk"))
             ok = val && cli_parse_int(val, 1, 1 << 20, &o->prefill_chunk);
-        else if (match(a, "-n", "--steps"))
+        else if (match(a, "-n", "--steps")) {
             ok = val && cli_parse_int(val, 0, 1 << 20, &o->n);
-        else if (!strcmp(a, "--policy"))
+            o->has_steps = 1;
+        } else if (match(a, "-t", "--threads"))
+            ok = val && cli_parse_int(val, 1, FG_MAX_THREADS, &o->threads);
+        else if (!strcmp(a, "--policy")) {
             o->policy = val;
-        else if (!strcmp(a, "--append")) {
+            o->has_policy = 1;
+        } else if (!strcmp(a, "--append")) {
             ok = val && (!strcmp(val, "keep") || !strcmp(val, "reprofile"));
             o->append_mode = ok && !strcmp(val, "reprofile") ? FG_APPEND_REPROFILE : FG_APPEND_KEEP;
-        }
-        else if (!strcmp(a, "-T")) {
+        } else if (!strcmp(a, "-T")) {
             ok = val && cli_parse_float(val, 0.0f, 1.0f, &o->threshold) && o->threshold > 0.0f;
             o->has_threshold = 1;
         } else if (!strcmp(a, "--ratio-local")) {
@@ -141,20 +183,25 @@ int cli_parse(const char *cmd, const char *help, int argc, char **argv, cli_opts
             o->has_ratio_frequent = 1;
         } else if (!strcmp(a, "--budget"))
             ok = val && cli_parse_float(val, 0.0f, 1.0f, &o->budget) && o->budget > 0.0f;
-        else if (!strcmp(a, "--backend"))
+        else if (!strcmp(a, "--backend")) {
             o->backend = val;
-        else if (!strcmp(a, "--svg"))
+            o->has_backend = 1;
+        } else if (!strcmp(a, "--svg"))
             o->svg = val;
-        else if (!strcmp(a, "--temperature") || !strcmp(a, "-t"))
+        else if (match(a, "--temp", "--temperature")) {
             ok = val && cli_parse_float(val, 0.0f, 100.0f, &o->temperature);
-        else if (!strcmp(a, "--top-p"))
+            o->has_temperature = 1;
+        } else if (!strcmp(a, "--top-p")) {
             ok = val && cli_parse_float(val, 0.0f, 1.0f, &o->top_p) && o->top_p > 0.0f;
-        else if (!strcmp(a, "--seed")) {
+            o->has_top_p = 1;
+        } else if (!strcmp(a, "--seed")) {
             int32_t s = 0;
             ok = val && cli_parse_int(val, 0, 2147483647, &s);
             o->seed = (uint64_t)s;
+            o->has_seed = 1;
         } else if (!strcmp(a, "--dtype")) {
             ok = val != NULL;
+            o->has_dtype = 1;
             if (ok && !strcmp(val, "f32"))
                 o->dtype = FG_DTYPE_F32;
             else if (ok && !strcmp(val, "f16"))
@@ -171,18 +218,58 @@ int cli_parse(const char *cmd, const char *help, int argc, char **argv, cli_opts
         } else {
             return cli_usage(cmd, "unknown option %s", a);
         }
+        if (ok == 0 && val && (match(a, "-p", "--prompt") || match(a, "-f", "--file")))
+            return cli_usage(cmd, "-p and -f both give the prompt: pass one");
         if (!ok || (used && !val))
             return val ? cli_usage(cmd, "bad value for %s: %s", a, val) : cli_usage(cmd, "%s needs a value", a);
         i += used;
     }
+    if (o->json && o->csv)
+        return cli_usage(cmd, "--json and --csv are two formats of the same results: pass one");
     return 0;
+}
+
+int cli_read_prompt(const char *cmd, cli_opts *o) {
+    if (!o->prompt_file)
+        return 0;
+    void *buf;
+    size_t size;
+    char err[512];
+    if (fg_read_file(o->prompt_file, &buf, &size, err, sizeof err) != FG_OK) {
+        fprintf(stderr, "fastgen %s: %s\n", cmd, err);
+        return 1;
+    }
+    char *text = realloc(buf, size + 1);
+    if (!text) {
+        free(buf);
+        fprintf(stderr, "fastgen %s: out of memory reading %s\n", cmd, o->prompt_file);
+        return 1;
+    }
+    text[size] = '\0';
+    if (strlen(text) != size) {
+        free(text);
+        fprintf(stderr, "fastgen %s: %s holds a NUL byte: a prompt is text\n", cmd, o->prompt_file);
+        return 1;
+    }
+    free(o->prompt_text);
+    o->prompt_text = text;
+    o->prompt = text;
+    o->has_prompt = 1;
+    return 0;
+}
+
+void cli_opts_free(cli_opts *o) {
+    free(o->prompt_text);
+    o->prompt_text = NULL;
 }
 
 int cli_need_model(const char *cmd, cli_opts *o, char *model, char *tok, size_t size) {
     if (!o->model && cli_find_model(model, tok, size)) {
         o->model = model;
-        if (!o->tokenizer)
+        if (!o->tokenizer) {
             o->tokenizer = tok;
+            o->tokenizer_defaulted = 1;
+        }
     }
     if (!o->model)
         return cli_usage(cmd, "no model found: pass -m MODEL -z TOKENIZER (stories260K.bin and tok512.bin: "
@@ -196,6 +283,7 @@ int cli_need_model(const char *cmd, cli_opts *o, char *model, char *tok, size_t 
         const char *slash = strrchr(o->model, '/');
         snprintf(tok, size, "%.*stok512.bin", slash ? (int)(slash - o->model + 1) : 0, o->model);
         o->tokenizer = tok;
+        o->tokenizer_defaulted = 1;
     }
     return 0;
 }
@@ -234,8 +322,13 @@ fg_status cli_load(const cli_opts *o, cli_session *s, char *err, size_t n) {
     fg_status st = fg_model_load(o->model, &s->model, err, n);
     if (st == FG_OK && s->model.gguf)
         st = fg_tokenizer_from_gguf(s->model.gguf, s->model.config.vocab_size, &s->tok, err, n);
-    else if (st == FG_OK)
-        st = fg_tokenizer_load_file(o->tokenizer, s->model.config.vocab_size, &s->tok, err, n);
+    else if (st == FG_OK && (st = fg_tokenizer_load_file(o->tokenizer, s->model.config.vocab_size, &s->tok, err, n)) &&
+             o->tokenizer_defaulted) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", err);
+        snprintf(err, n, "the tokenizer tried by default, %s (tok512.bin beside the model), does not fit %s (%s); "
+                 "-z FILE names the model's own", o->tokenizer, o->model, why);
+    }
     if (st)
         cli_close(s);
     return st;
@@ -246,7 +339,7 @@ fg_status cli_open(const cli_opts *o, int32_t max_seqs, int track_recovery, cli_
     if (st == FG_OK) {
         fg_runner_params rp = {.backend = o->backend, .kv_dtype = o->dtype, .max_seqs = max_seqs,
                                .track_recovery = track_recovery, .q8_activations = o->q8_activations,
-                               .prefill_chunk = o->prefill_chunk};
+                               .prefill_chunk = o->prefill_chunk, .n_threads = o->threads};
         st = fg_runner_create(&s->model, &s->tok, &rp, &s->runner, err, n);
     }
     if (st)

@@ -9,18 +9,40 @@
 #include "tools/runner.h"
 #include "tools/tokenizer.h"
 
+/* The groups of common options; each command names those it takes, and
+ * cli_parse refuses the others (no option is ever silently ignored). */
+enum {
+    CLI_MODEL = 1 << 0,   /* -m, -z */
+    CLI_PROMPT = 1 << 1,  /* -p, -f */
+    CLI_POLICY = 1 << 2,  /* --policy, -T, --budget, --ratio-local, --ratio-frequent */
+    CLI_APPEND = 1 << 3,  /* --append */
+    CLI_RUN = 1 << 4,     /* --backend, --dtype, -t/--threads, --q8-activations, --prefill-chunk */
+    CLI_STEPS = 1 << 5,   /* -n */
+    CLI_SAMPLE = 1 << 6,  /* --temp, --top-p, --seed */
+    CLI_JSON = 1 << 7,    /* --json */
+    CLI_CSV = 1 << 8,     /* --csv */
+    CLI_SVG = 1 << 9,     /* --svg */
+    CLI_QUIET = 1 << 10,  /* -q */
+};
+
 /* Options shared by generate, profile and eval. */
 typedef struct cli_opts {
-    const char *model, *tokenizer, *prompt, *policy, *backend, *svg, *csv_path, *prompts_file;
+    const char *model, *tokenizer, *prompt, *policy, *backend, *svg;
+    const char *prompt_file; /* -f FILE: the prompt is the whole of FILE (- = standard input) */
+    char *prompt_text;       /* its text, read by cli_read_prompt (owned) */
     int32_t n;
+    int32_t threads;         /* -t N: 0 = the cores this process may run on */
     float threshold, ratio_local, ratio_frequent, temperature, top_p, budget;
-    int has_threshold, has_ratio_local, has_ratio_frequent;
+    int has_threshold, has_ratio_local, has_ratio_frequent, has_temperature, has_top_p, has_seed, has_prompt,
+        has_steps;
     uint64_t seed;
     fg_dtype dtype;
     int json, csv, quiet;
     int q8_activations; /* --q8-activations: llama.cpp's scheme for q4_0/q4_1/q8_0 weights */
     int32_t prefill_chunk; /* --prefill-chunk N: prompts in chunks of N tokens (0: at once) */
     int append_mode;       /* --append keep|reprofile: FG_APPEND_*, or -1 for the policy's default */
+    int has_policy, has_backend, has_dtype;
+    int tokenizer_defaulted; /* the tokenizer is tok512.bin beside the model, not one -z named */
 } cli_opts;
 
 typedef struct cli_session {
@@ -37,10 +59,19 @@ int cli_usage(const char *cmd, const char *fmt, ...)
     ;
 int cli_parse_int(const char *s, long lo, long hi, int32_t *out);
 int cli_parse_float(const char *s, float lo, float hi, float *out);
-/* Parses the common options; unknown ones go to `extra` (may be NULL).
+/* Parses the common options of the groups in `accept` (CLI_*); the others
+ * go to `extra` (may be NULL), which returns 0 (taken; *used_val: whether
+ * it took the value after it), 1 (bad value) or 2 (not its option). A
+ * common option outside `accept` is refused with a line that says so.
  * Returns 0, 2 on bad usage, or -1 after --help (help text printed). */
 typedef int (*cli_extra_fn)(void *user, const char *opt, const char *val, int *used_val);
-int cli_parse(const char *cmd, const char *help, int argc, char **argv, cli_opts *o, cli_extra_fn extra, void *user);
+int cli_parse(const char *cmd, const char *help, unsigned accept, int argc, char **argv, cli_opts *o,
+              cli_extra_fn extra, void *user);
+/* -f FILE: reads the file (or standard input) into o->prompt. 0, or 1 after
+ * printing why it could not. */
+int cli_read_prompt(const char *cmd, cli_opts *o);
+/* Frees what cli_read_prompt read. */
+void cli_opts_free(cli_opts *o);
 /* Defaults: the model found by cli_find_model, prompt "Once upon a time". */
 void cli_defaults(cli_opts *o, int32_t n);
 /* $FASTGEN_MODEL, ../shared/models/, ./models/: the first directory (or .bin

@@ -18,7 +18,7 @@ static int demo_fail(const char *what, fg_status st, const fg_context *ctx) {
 /* ------------------------------------------------------------------ demo */
 
 typedef struct demo_opts {
-    int32_t layers, q_heads, kv_heads, dim, prompt, steps, batch;
+    int32_t layers, q_heads, kv_heads, dim, prompt, steps, batch, threads;
     float threshold;
     const char *backend;
     fg_dtype dtype;
@@ -52,10 +52,11 @@ static const char *k_demo_help =
     "  --backend NAME  ref | cpu | cuda | hip (default cpu)\n"
     "  --dtype NAME    f32 | f16 | bf16 cache storage (default f16)\n"
     "  --seed S        workload seed (default 1)\n"
+    "  -t, --threads N CPU threads (default: the cores this process may run on; the model demo takes it too)\n"
     "  --synthetic     use the synthetic workload even when a model is found\n";
 
 static int demo_parse(int argc, char **argv, demo_opts *o) {
-    *o = (demo_opts){2, 32, 8, 128, 2048, 256, 1, 0.95f, "cpu", FG_DTYPE_F16, 1};
+    *o = (demo_opts){2, 32, 8, 128, 2048, 256, 1, 0, 0.95f, "cpu", FG_DTYPE_F16, 1};
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
@@ -64,6 +65,12 @@ static int demo_parse(int argc, char **argv, demo_opts *o) {
         }
         if (!strcmp(a, "--synthetic"))
             continue;
+        if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            if (i + 1 >= argc || !cli_parse_int(argv[i + 1], 1, FG_MAX_THREADS, &o->threads))
+                return cli_usage("demo", "bad value for %s", a);
+            i++;
+            continue;
+        }
         if (i + 1 >= argc)
             return cli_usage("demo", "unknown option or missing value: %s", a);
         const char *val = argv[++i];
@@ -135,6 +142,7 @@ static int demo_synthetic(int argc, char **argv) {
     cp.max_seq_len = o.prompt + o.steps;
     cp.classes = syn.classes;
     cp.compression.threshold = o.threshold;
+    cp.n_threads = o.threads;
     fg_context *ctx = NULL;
     st = fg_context_create(&cp, &ctx);
     if (st) {
@@ -330,11 +338,12 @@ static fg_status demo_prompt(cli_session *s, const cli_opts *o, int chat, int32_
     return st;
 }
 
-static int demo_model(const char *model, const char *tokenizer, const char *svg_path) {
+static int demo_model(const char *model, const char *tokenizer, const char *svg_path, int32_t threads) {
     cli_opts o;
     cli_defaults(&o, 200);
     o.model = model;
     o.tokenizer = tokenizer;
+    o.threads = threads;
     cli_session s;
     char err[512];
     fg_status st = cli_open(&o, 2, 0, &s, err, sizeof err);
@@ -436,8 +445,10 @@ static int demo_model(const char *model, const char *tokenizer, const char *svg_
         diverge = shorter;
     for (int b = 0; b < 2; b++) {
         printf("%s:\n  ", label[b]);
-        for (int32_t i = chat ? n_prompt : 1; i < len[b]; i++) {
-            const char *piece = fg_tokenizer_decode(&s.tok, toks[b][i - 1], toks[b][i]);
+        /* a story model's text from its first word: after BOS when the vocabulary adds one, else from token 0 */
+        const int32_t first = chat ? n_prompt : n_prompt > 0 && toks[b][0] == s.tok.bos ? 1 : 0;
+        for (int32_t i = first; i < len[b]; i++) {
+            const char *piece = fg_tokenizer_decode(&s.tok, i ? toks[b][i - 1] : s.tok.bos, toks[b][i]);
             for (const char *p = piece; *p; p++)
                 fputs(*p == '\n' ? "\n  " : (char[2]){*p, 0}, stdout);
         }
@@ -537,9 +548,10 @@ int cmd_demo(int argc, char **argv) {
     char svg_default[1024];
     const char *tmp = getenv("TMPDIR");
     snprintf(svg_default, sizeof svg_default, "%s/fastgen-demo-policies.svg", tmp && tmp[0] ? tmp : "/tmp");
-    /* the model demo's options: -m MODEL [-z TOKENIZER] [--svg FILE], or only --svg FILE */
+    /* the model demo's options: -m MODEL [-z TOKENIZER] [--svg FILE] [-t N], or only --svg FILE / -t N */
     const char *model_arg = NULL, *tok_arg = NULL, *svg = NULL;
-    int model_opts = 0;
+    int model_opts = 0, thread_opts = 0;
+    int32_t threads = 0;
     for (int i = 0; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "-m") || !strcmp(argv[i], "--model"))
             model_arg = argv[i + 1];
@@ -547,10 +559,16 @@ int cmd_demo(int argc, char **argv) {
             tok_arg = argv[i + 1];
         else if (!strcmp(argv[i], "--svg"))
             svg = argv[i + 1];
-        else
+        else if (!strcmp(argv[i], "-t") || !strcmp(argv[i], "--threads")) {
+            if (!cli_parse_int(argv[i + 1], 1, FG_MAX_THREADS, &threads))
+                return cli_usage("demo", "bad value for %s: %s", argv[i], argv[i + 1]);
+            thread_opts += 2;
+        } else
             break;
         model_opts += 2;
     }
+    if (thread_opts == model_opts) /* only -t so far: whichever demo runs takes it */
+        model_opts = 0;
     if (model_opts > 0 && model_opts != argc)
         return cli_usage("demo", "the model demo's options (-m MODEL, -z TOKENIZER, --svg FILE) do not go with the "
                                  "synthetic workload's");
@@ -563,16 +581,16 @@ int cmd_demo(int argc, char **argv) {
         o.model = model_arg;
         o.tokenizer = tok_arg;
         int rc = cli_need_model("demo", &o, model, tokenizer, sizeof model);
-        return rc ? rc : demo_model(o.model, o.tokenizer, svg ? svg : svg_default);
+        return rc ? rc : demo_model(o.model, o.tokenizer, svg ? svg : svg_default, threads);
     }
-    const int synthetic = argc > 0 && model_opts == 0;
+    const int synthetic = model_opts == 0 && argc > thread_opts;
     /* the user's choice ($FASTGEN_MODEL) first, then the cache, then the usual directories */
     if (!synthetic && cli_find_model_in(getenv("FASTGEN_MODEL"), model, tokenizer, sizeof model))
-        return demo_model(model, tokenizer, svg ? svg : svg_default);
+        return demo_model(model, tokenizer, svg ? svg : svg_default, threads);
     if (!synthetic && cached_smollm2(model, sizeof model))
-        return demo_model(model, NULL, svg ? svg : svg_default);
+        return demo_model(model, NULL, svg ? svg : svg_default, threads);
     if (!synthetic && cli_find_model(model, tokenizer, sizeof model))
-        return demo_model(model, tokenizer, svg ? svg : svg_default);
+        return demo_model(model, tokenizer, svg ? svg : svg_default, threads);
     if (model_opts) /* only --svg, and no model */
         return cli_usage("demo", "--svg is for the model demo, and no model was found (bash scripts/get-models.sh)");
     if (!synthetic)

@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "tools/cli.h"
@@ -248,10 +249,14 @@ static const char *k_eval_help =
     "options:\n"
     "  -m, --model FILE     GGUF file or llama2.c checkpoint (default: found as for generate)\n"
     "  -z, --tokenizer FILE llama2.c tokenizer (default: tok512.bin beside the model)\n"
-    "  --prompts FILE       one prompt per line, \\n for a newline in one (default tests/data/prompts.txt)\n"
-    "  --limit K            only the first K prompts\n"
+    "  --prompts FILE       one prompt per line, \\n for a newline in one (default tests/data/prompts.txt,\n"
+    "                       here or in the source tree fastgen was built from; - for standard input)\n"
+    "  --limit K            only the first K prompts (--chat: conversations)\n"
     "  -n, --steps N        reference tokens per prompt (default 128)\n"
     "  --backend NAME       ref | cpu | cuda | hip (default cpu)\n"
+    "  --dtype NAME         f32 | f16 | bf16 KV cache storage (default f16)\n"
+    "  -t, --threads N      CPU threads (default: the cores this process may run on)\n"
+    "  --q8-activations     q4_0 / q4_1 / q8_0 weights: 8-bit activations, integer dots (llama.cpp's scheme)\n"
     "  --prefill-chunk N    prompts through the model N tokens at a time (fg_prefill_chunk)\n"
     "  --csv | --json       machine-readable results instead of the table\n"
     "  --svg FILE           quality vs memory, one line per policy\n"
@@ -372,11 +377,29 @@ static void progress(int done, int total) {
     fflush(stderr);
 }
 
+/* tests/data/prompts.txt from here, else from the source tree this binary was built from. */
+static const char *find_default_prompts(char *buf, size_t size) {
+    const char *rel = "tests/data/prompts.txt";
+    struct stat st;
+    if (stat(rel, &st) == 0 && S_ISREG(st.st_mode))
+        return rel;
+#ifdef FG_SOURCE_DIR
+    snprintf(buf, size, "%s/%s", FG_SOURCE_DIR, rel);
+    if (stat(buf, &st) == 0 && S_ISREG(st.st_mode))
+        return buf;
+#else
+    (void)buf;
+    (void)size;
+#endif
+    return NULL;
+}
+
 int cmd_eval(int argc, char **argv) {
     cli_opts o;
     cli_defaults(&o, -1);
-    eval_extra x = {"tests/data/prompts.txt", NULL, NULL, 0, 0, {NULL, NULL}};
-    int rc = cli_parse("eval", k_eval_help, argc, argv, &o, eval_option, &x);
+    eval_extra x = {NULL, NULL, NULL, 0, 0, {NULL, NULL}};
+    int rc = cli_parse("eval", k_eval_help, CLI_MODEL | CLI_RUN | CLI_STEPS | CLI_JSON | CLI_CSV | CLI_SVG | CLI_QUIET, argc,
+                       argv, &o, eval_option, &x);
     if (rc)
         return rc < 0 ? 0 : rc;
     char model[1024], tokp[1024];
@@ -390,8 +413,19 @@ int cmd_eval(int argc, char **argv) {
         return cli_usage("eval", "--chat, --sweep and --passkey do not go together");
     if ((x.sw.methods || x.sw.budgets) && !x.sweep && !x.passkey)
         return cli_usage("eval", "--methods and --budgets go with --sweep or --passkey");
+    if ((x.chat || x.passkey) && x.prompts)
+        return cli_usage("eval", "--%s FILE holds the prompts: --prompts does not go with it", x.chat ? "chat" : "passkey");
+    if ((x.chat || x.sweep || x.passkey) && o.csv)
+        return cli_usage("eval", "--csv is the table's format; --%s writes a table or --json",
+                         x.chat ? "chat" : x.sweep ? "sweep" : "passkey");
+    if (x.chat && o.svg)
+        return cli_usage("eval", "--chat draws no chart: --svg does not go with it");
     if (x.chat)
-        return eval_chat(&o, x.chat);
+        return eval_chat(&o, x.chat, x.limit);
+    char default_prompts[4096];
+    if (!x.prompts && !x.passkey && !(x.prompts = find_default_prompts(default_prompts, sizeof default_prompts)))
+        return cli_usage("eval", "no prompt set found (tests/data/prompts.txt of the source tree): pass --prompts FILE, "
+                                 "one prompt per line");
     int32_t n_prompts = 0;
     char **prompts = read_prompts(x.passkey ? x.passkey : x.prompts, &n_prompts);
     if (!prompts)
@@ -433,7 +467,8 @@ int cmd_eval(int argc, char **argv) {
     if (st == FG_OK) {
         fg_runner_params rp = {.backend = o.backend, .kv_dtype = o.dtype, .max_seqs = BATCH, .page_tokens = 1,
                                .track_recovery = 1, .max_len = longest + o.n,
-                               .q8_activations = o.q8_activations, .prefill_chunk = o.prefill_chunk};
+                               .q8_activations = o.q8_activations, .prefill_chunk = o.prefill_chunk,
+                               .n_threads = o.threads};
         st = fg_runner_create(&e.s.model, &e.s.tok, &rp, &e.s.runner, err, sizeof err);
     }
     rc = 1;

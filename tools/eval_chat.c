@@ -14,6 +14,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "tools/cli.h"
 #include "tools/eval_chat.h"
@@ -211,7 +212,7 @@ static void report(const chat_state *c, const cli_opts *o, const char *path, dou
                (long long)c->acc[0].steps[1]);
 }
 
-int eval_chat(const cli_opts *o, const char *path) {
+int eval_chat(const cli_opts *o, const char *path, int32_t limit) {
     void *buf;
     size_t size;
     char err[512];
@@ -235,7 +236,7 @@ int eval_chat(const cli_opts *o, const char *path) {
         c.ctx_len = c.s.model.config.seq_len < 4096 ? c.s.model.config.seq_len : 4096;
         fg_runner_params rp = {.backend = o->backend, .kv_dtype = o->dtype, .max_seqs = N_CFG, .page_tokens = 1,
                                .max_len = c.ctx_len, .q8_activations = o->q8_activations,
-                               .prefill_chunk = o->prefill_chunk};
+                               .prefill_chunk = o->prefill_chunk, .n_threads = o->threads};
         st = fg_runner_create(&c.s.model, &c.s.tok, &rp, &c.s.runner, err, sizeof err);
     }
     if (st) {
@@ -256,8 +257,14 @@ int eval_chat(const cli_opts *o, const char *path) {
         goto done;
     }
     const double t0 = cli_now();
-    /* conversations: separated by lines of "---" */
-    for (char *conv = text; conv && *conv;) {
+    const int show = !o->quiet && isatty(2);
+    int32_t seen = 0;
+    /* conversations: separated by lines of "---"; the first `limit` of them (0: all) */
+    for (char *conv = text; conv && *conv && (limit == 0 || seen < limit); seen++) {
+        if (show) {
+            fprintf(stderr, "\r  conversation %d", (int)seen + 1);
+            fflush(stderr);
+        }
         char *sep = strstr(conv, "\n---");
         if (sep)
             *sep = '\0';
@@ -276,6 +283,8 @@ int eval_chat(const cli_opts *o, const char *path) {
         c.turns_scored += fitted;
         conv = sep ? strchr(sep + 1, '\n') : NULL;
     }
+    if (show)
+        fputc('\n', stderr);
     if (c.conversations == 0) {
         fprintf(stderr, "fastgen eval: %s holds no conversation that fits the context\n", path);
         goto done;

@@ -7,6 +7,7 @@
 /* Keep against re-profile on the conversations of a file (turns separated
  * by blank lines, conversations by lines of "---"), teacher-forced on the
  * full cache's replies of up to o->n tokens. Returns the exit code. */
-int eval_chat(const cli_opts *o, const char *path);
+/* limit: the first `limit` conversations (0: all). */
+int eval_chat(const cli_opts *o, const char *path, int32_t limit);
 
 #endif

@@ -672,7 +672,7 @@ int eval_sweep(const cli_opts *o, const eval_sweep_opts *x, char **prompts, cons
     if (st == FG_OK) {
         fg_runner_params rp = {.backend = o->backend, .kv_dtype = o->dtype, .max_seqs = w.n_cfg,
                                .max_len = longest + o->n, .q8_activations = o->q8_activations,
-                               .prefill_chunk = o->prefill_chunk};
+                               .prefill_chunk = o->prefill_chunk, .n_threads = o->threads};
         st = fg_runner_create(&w.s.model, &w.s.tok, &rp, &w.s.runner, err, sizeof err);
     }
     int rc = 1;

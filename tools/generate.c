@@ -18,22 +18,30 @@ static const char *k_model_help =
     "  --budget B              FastGen's budget mode: keep at most B of the full cache's rows, in (0, 1]\n"
     "  --ratio-local R         local window ratio of every policy (default 0.3)\n"
     "  --ratio-frequent R      frequent budget ratio of every policy (default 0.3)\n"
+    "  -f, --file FILE         the prompt is the whole of FILE (- for standard input)\n"
     "  --backend NAME          ref | cpu | cuda | hip (default cpu)\n"
-    "  --dtype NAME            f32 | f16 | bf16 KV cache storage (default f32)\n";
+    "  --dtype NAME            f32 | f16 | bf16 KV cache storage (default f16)\n"
+    "  -t, --threads N         CPU threads (default: the cores this process may run on)\n"
+    "  --q8-activations        q4_0 / q4_1 / q8_0 weights: activations quantized to 8 bits and integer\n"
+    "                          dot products, as llama.cpp does (default: f32 activations)\n"
+    "  --prefill-chunk N       the prompt through the model N tokens at a time (fg_prefill_chunk), profiled\n"
+    "                          over the whole prompt at its last chunk\n";
 
 /* The common start of a model command: help text, options, the model (found
  * in the default places when not given), the compression parameters.
  * Returns 0 to go on, else the exit code (0 after --help). */
-static int model_command(const char *cmd, const char *help_head, const char *help_tail, int32_t n_default, int argc,
-                         char **argv, cli_opts *o, fg_compression_params *cp, char *model, char *tok, size_t size,
-                         cli_extra_fn extra, void *user) {
+static int model_command(const char *cmd, const char *help_head, const char *help_tail, unsigned accept,
+                         int32_t n_default, int argc, char **argv, cli_opts *o, fg_compression_params *cp, char *model,
+                         char *tok, size_t size, cli_extra_fn extra, void *user) {
     char help[4096];
     snprintf(help, sizeof help, "%s%s%s", help_head, k_model_help, help_tail);
     cli_defaults(o, n_default);
-    int rc = cli_parse(cmd, help, argc, argv, o, extra, user);
+    int rc = cli_parse(cmd, help, accept, argc, argv, o, extra, user);
     if (rc)
         return rc < 0 ? -1 : rc;
     if ((rc = cli_need_model(cmd, o, model, tok, size)))
+        return rc;
+    if ((rc = cli_read_prompt(cmd, o)))
         return rc;
     return cli_compression(cmd, o, cp);
 }
@@ -81,8 +89,8 @@ static const char *k_generate_help_head =
     "options:\n";
 static const char *k_generate_help_tail =
     "  -n, --steps N           tokens to generate after the prompt (default 64)\n"
-    "  -t, --temperature X     0 = greedy (default 0)\n"
-    "  --top-p P               nucleus sampling when temperature > 0 (default 0.9)\n"
+    "  --temp X                sampling temperature, 0 = greedy (default 0; --temperature too)\n"
+    "  --top-p P               nucleus sampling when the temperature is above 0 (default 0.9)\n"
     "  --seed S                sampling seed (default 1)\n"
     "  --json                  one JSON object: text, tokens, kv_bytes_held, kv_bytes_full, ...\n"
     "  --chat FILE             a conversation: the user turns of FILE (separated by blank lines) are\n"
@@ -93,11 +101,9 @@ static const char *k_generate_help_tail =
     "                          and the exit status is 1\n"
     "  --prompt-ids FILE       the prompt as token ids (whitespace-separated) instead of -p's text\n"
     "  --ignore-eos            generate all N tokens, past the end of text (for timing)\n"
-    "  --prefill-chunk N       the prompt through the model N tokens at a time (fg_prefill_chunk), profiled\n"
-    "                          over the whole prompt at its last chunk\n"
     "  --append MODE           --chat's later turns: keep (each head keeps its policy; the default) or\n"
     "                          reprofile (each head profiled again over the new turn)\n"
-    "  --samples K             K samples (temperature 1 unless -t says otherwise, seeds S..S+K-1) forked\n"
+    "  --samples K             K samples (temperature 1 unless --temp says otherwise, seeds S..S+K-1) forked\n"
     "                          from one prefilled prompt, sharing its pages; --json: samples, kv_bytes_held\n"
     "                          (shared pages once), kv_bytes_unshared (each counted whole)\n";
 
@@ -129,17 +135,17 @@ static int generate_option(void *user, const char *opt, const char *val, int *us
 }
 
 /* Token ids, whitespace-separated, each below vocab (malloc'd). */
-static fg_status read_ids(const char *path, int32_t vocab, int32_t **ids, int32_t *n) {
+static fg_status read_ids(const char *cmd, const char *path, int32_t vocab, int32_t **ids, int32_t *n) {
     FILE *f = fopen(path, "r");
     int32_t cap = 1024;
     *n = 0;
     *ids = malloc((size_t)cap * sizeof **ids);
     fg_status st = f && *ids ? FG_OK : FG_ERR_INVALID_ARGUMENT;
     if (!f)
-        fprintf(stderr, "fastgen generate: cannot open %s\n", path);
+        fprintf(stderr, "fastgen %s: cannot open %s\n", cmd, path);
     for (long v; st == FG_OK && fscanf(f, "%ld", &v) == 1;) {
         if (v < 0 || v >= vocab) {
-            fprintf(stderr, "fastgen generate: %s: id %ld is outside the vocabulary of %d\n", path, v, (int)vocab);
+            fprintf(stderr, "fastgen %s: %s: id %ld is outside the vocabulary of %d\n", cmd, path, v, (int)vocab);
             st = FG_ERR_INVALID_ARGUMENT;
         } else if (*n == cap) {
             int32_t *more = realloc(*ids, (size_t)(cap *= 2) * sizeof **ids);
@@ -151,7 +157,7 @@ static fg_status read_ids(const char *path, int32_t vocab, int32_t **ids, int32_
             (*ids)[(*n)++] = (int32_t)v;
     }
     if (st == FG_OK && (ferror(f) || !feof(f) || *n == 0)) {
-        fprintf(stderr, "fastgen generate: %s: expected whitespace-separated token ids\n", path);
+        fprintf(stderr, "fastgen %s: %s: expected whitespace-separated token ids\n", cmd, path);
         st = FG_ERR_INVALID_ARGUMENT;
     }
     if (f)
@@ -163,23 +169,59 @@ static fg_status read_ids(const char *path, int32_t vocab, int32_t **ids, int32_
     return st;
 }
 
+/* The combinations generate refuses: an option the run would not use. */
+static int generate_checks(const cli_opts *o, const generate_extra *x) {
+    const char *cmd = "generate";
+    if (x->chat && x->samples)
+        return cli_usage(cmd, "--chat and --samples do not go together");
+    if (x->chat && (o->has_prompt || x->prompt_ids))
+        return cli_usage(cmd, "--chat takes its turns from its file: -p, -f and --prompt-ids do not go with it");
+    if (x->prompt_ids && o->has_prompt)
+        return cli_usage(cmd, "--prompt-ids gives the prompt: -p and -f do not go with it");
+    if (o->append_mode >= 0 && !x->chat)
+        return cli_usage(cmd, "--append says how --chat's later turns join the sequence: it needs --chat");
+    if (x->ignore_eos && x->chat)
+        return cli_usage(cmd, "--ignore-eos: a --chat reply ends at the end of its turn");
+    if (x->samples && o->has_temperature && o->temperature == 0.0f)
+        return cli_usage(cmd, "--samples with --temp 0 would give %d copies of the greedy text: pass a temperature "
+                              "above 0", (int)x->samples);
+    const int sampling = x->samples || o->temperature > 0.0f;
+    if (!sampling && (o->has_top_p || o->has_seed))
+        return cli_usage(cmd, "--top-p and --seed shape sampling: they need --temp above 0 (or --samples)");
+    return 0;
+}
+
+static int generate_one(cli_opts *op, const fg_compression_params *cpp, const generate_extra *xp);
+
 int cmd_generate(int argc, char **argv) {
     char model[1024], tokp[1024];
     cli_opts o;
     fg_compression_params cp;
     generate_extra x = {NULL, NULL, 0, 0};
-    int rc = model_command("generate", k_generate_help_head, k_generate_help_tail, 64, argc, argv, &o, &cp, model,
-                           tokp, sizeof model, generate_option, &x);
-    if (rc)
+    int rc = model_command("generate", k_generate_help_head, k_generate_help_tail,
+                           CLI_MODEL | CLI_PROMPT | CLI_POLICY | CLI_APPEND | CLI_RUN | CLI_STEPS | CLI_SAMPLE | CLI_JSON,
+                           64, argc, argv, &o, &cp, model, tokp, sizeof model, generate_option, &x);
+    if (rc == 0)
+        rc = generate_checks(&o, &x);
+    if (rc) {
+        cli_opts_free(&o);
         return rc < 0 ? 0 : rc;
-    if (o.csv || o.svg)
-        return cli_usage("generate", "--csv and --svg belong to profile and eval");
-    if (x.chat && x.samples)
-        return cli_usage("generate", "--chat and --samples do not go together");
+    }
     if (x.chat)
-        return serve_chat(&o, &cp, x.chat);
-    if (x.samples)
-        return serve_samples(&o, &cp, x.samples);
+        rc = serve_chat(&o, &cp, x.chat);
+    else if (x.samples)
+        rc = serve_samples(&o, &cp, x.samples);
+    else
+        rc = generate_one(&o, &cp, &x);
+    cli_opts_free(&o);
+    return rc;
+}
+
+static int generate_one(cli_opts *op, const fg_compression_params *cpp, const generate_extra *xp) {
+    cli_opts o = *op;
+    const fg_compression_params cp = *cpp;
+    const generate_extra x = *xp;
+    int rc;
 
     cli_session s;
     if (open_or_fail(&o, 0, &s))
@@ -189,7 +231,7 @@ int cmd_generate(int argc, char **argv) {
     float *logits = malloc((size_t)vocab * sizeof *logits);
     text_buf text = {0};
     rc = 1;
-    if (!logits || (x.prompt_ids ? read_ids(x.prompt_ids, vocab, &tokens, &n_prompt)
+    if (!logits || (x.prompt_ids ? read_ids("generate", x.prompt_ids, vocab, &tokens, &n_prompt)
                                  : cli_encode(&s, o.prompt, &tokens, &n_prompt)) != FG_OK) {
         fprintf(stderr, "fastgen generate: cannot %s the prompt\n", x.prompt_ids ? "read" : "encode");
         goto done;
@@ -292,17 +334,33 @@ static const char *k_profile_help_head =
     "options:\n";
 static const char *k_profile_help_tail =
     "  -n, --steps N           tokens generated after the prompt before profiling (default 128)\n"
+    "  --prompt-ids FILE       the prompt as token ids (whitespace-separated) instead of -p's text\n"
     "  --json                  one JSON object: layers[{layer, heads[{kv_head, policy, recovery, kept}]}]\n"
     "  --svg FILE              heat map of the policies (layers x KV heads) with counts per layer\n";
+
+static int profile_option(void *user, const char *opt, const char *val, int *used) {
+    *used = 1;
+    if (!strcmp(opt, "--prompt-ids")) {
+        *(const char **)user = val;
+        return val ? 0 : 1;
+    }
+    return 2;
+}
 
 int cmd_profile(int argc, char **argv) {
     char model[1024], tokp[1024];
     cli_opts o;
     fg_compression_params cp, full;
-    int rc = model_command("profile", k_profile_help_head, k_profile_help_tail, 128, argc, argv, &o, &cp, model, tokp,
-                           sizeof model, NULL, NULL);
-    if (rc)
+    const char *prompt_ids = NULL;
+    int rc = model_command("profile", k_profile_help_head, k_profile_help_tail,
+                           CLI_MODEL | CLI_PROMPT | CLI_POLICY | CLI_RUN | CLI_STEPS | CLI_JSON | CLI_SVG, 128, argc,
+                           argv, &o, &cp, model, tokp, sizeof model, profile_option, &prompt_ids);
+    if (rc == 0 && prompt_ids && o.has_prompt)
+        rc = cli_usage("profile", "--prompt-ids gives the prompt: -p and -f do not go with it");
+    if (rc) {
+        cli_opts_free(&o);
         return rc < 0 ? 0 : rc;
+    }
     fg_compression_params_preset("full", &full);
     cli_session s;
     if (open_or_fail(&o, 0, &s))
@@ -314,13 +372,16 @@ int cmd_profile(int argc, char **argv) {
     int32_t *policy = malloc((size_t)c->n_layers * c->n_kv_heads * sizeof *policy);
     fg_head_info *info = malloc((size_t)c->n_layers * c->n_kv_heads * sizeof *info);
     rc = 1;
-    if (!logits || !policy || !info || cli_encode(&s, o.prompt, &tokens, &n) != FG_OK || n > c->seq_len) {
+    if (!logits || !policy || !info ||
+        (prompt_ids ? read_ids("profile", prompt_ids, c->vocab_size, &tokens, &n) : cli_encode(&s, o.prompt, &tokens, &n)) != FG_OK ||
+        n > c->seq_len) {
         fprintf(stderr, "fastgen profile: cannot encode the prompt or it is longer than the context (%d)\n",
                 (int)c->seq_len);
         goto done;
     }
     if (n + o.n > c->seq_len)
         o.n = c->seq_len - n;
+    const int32_t n_prompt = n;
     int32_t *all = realloc(tokens, (size_t)(n + o.n) * sizeof *all);
     if (!all)
         goto done;
@@ -357,7 +418,7 @@ int cmd_profile(int argc, char **argv) {
     fg_memory(ctx, seq, &mem);
 
     if (o.json) {
-        printf("{\"prompt_tokens\": %d, \"policy\": ", (int)n);
+        printf("{\"prompt_tokens\": %d, \"generated_tokens\": %d, \"policy\": ", (int)n_prompt, (int)(n - n_prompt));
         cli_json_string(stdout, o.policy);
         printf(", \"threshold\": %.4f, \"shortlist\": [", (double)cp.threshold);
         for (int32_t e = 0; e < cp.n_policies; e++) {
@@ -381,7 +442,13 @@ int cmd_profile(int argc, char **argv) {
         }
         printf("], \"kv_bytes_held\": %zu, \"kv_bytes_full\": %zu}\n", mem.kv_bytes_held, mem.kv_bytes_full);
     } else {
-        printf("profile of %d tokens, policy %s, T = %.2f\n\n", (int)n, o.policy, (double)cp.threshold);
+        if (n > n_prompt)
+            printf("profile of %d tokens: the prompt's %d and %d generated greedily with the full cache (-n); "
+                   "policy %s, T = %.2f\n\n",
+                   (int)n, (int)n_prompt, (int)(n - n_prompt), o.policy, (double)cp.threshold);
+        else
+            printf("profile of the prompt's %d tokens, policy %s, T = %.2f\n\n", (int)n, o.policy,
+                   (double)cp.threshold);
         printf("layer head  %-30s %6s %6s", "policy", "r_l", "r_f");
         for (int32_t e = 0; e < cp.n_policies; e++)
             printf("  rec[%d]", (int)e);
@@ -441,5 +508,6 @@ done:
     free(policy);
     free(info);
     cli_close(&s);
+    cli_opts_free(&o);
     return rc;
 }

@@ -303,48 +303,67 @@ static void row_dots(const matvec_job *j, const unsigned char *w, float *dots) {
     }
 }
 
-/* Every output row of W, spread over the OpenMP threads (serially when `serial`). */
-static void run(float *y, int32_t ldy, const matvec_job *j, int serial) {
-    const int32_t out = (int32_t)j->W->rows;
-    const size_t row_bytes = (size_t)fg_type_row_bytes(j->W->type, j->W->cols);
+#define FG_MATVEC_TASK_ROWS 32 /* output rows per task: small enough that a descheduled thread holds up little */
+
+typedef struct run_job {
+    float *y;
+    int32_t ldy;
+    const matvec_job *j;
+    size_t row_bytes;
+} run_job;
+
+static void run_rows(void *arg, int32_t task, int32_t thread) {
+    (void)thread;
+    const run_job *r = arg;
+    const matvec_job *j = r->j;
+    const int32_t out = (int32_t)j->W->rows, o0 = task * FG_MATVEC_TASK_ROWS;
+    const int32_t o1 = o0 + FG_MATVEC_TASK_ROWS < out ? o0 + FG_MATVEC_TASK_ROWS : out;
     const unsigned char *base = j->W->data;
-#pragma omp parallel for schedule(static) if (!serial && out >= 64)
-    for (int32_t o = 0; o < out; o++) {
+    for (int32_t o = o0; o < o1; o++) {
         float dots[FG_MATVEC_MAX_ROWS];
-        row_dots(j, base + (size_t)o * row_bytes, dots);
-        for (int32_t r = 0; r < j->rows; r++)
-            y[(size_t)r * ldy + o] = dots[r];
+        row_dots(j, base + (size_t)o * r->row_bytes, dots);
+        for (int32_t x = 0; x < j->rows; x++)
+            r->y[(size_t)x * r->ldy + o] = dots[x];
     }
 }
 
-static void matvec_q8(float *y, int32_t ldy, const float *x, const fg_tensor *W, int32_t rows, fg_q8_block *act,
-                      int vec) {
+/* Every output row of W, spread over the pool's threads (serially without one). */
+static void run(fg_threadpool *pool, float *y, int32_t ldy, const matvec_job *j) {
+    const int32_t out = (int32_t)j->W->rows;
+    const run_job r = {y, ldy, j, (size_t)fg_type_row_bytes(j->W->type, j->W->cols)};
+    fg_threadpool_run(out >= 2 * FG_MATVEC_TASK_ROWS ? pool : NULL, (out + FG_MATVEC_TASK_ROWS - 1) / FG_MATVEC_TASK_ROWS,
+                      run_rows, (void *)&r);
+}
+
+static void matvec_q8(fg_threadpool *pool, float *y, int32_t ldy, const float *x, const fg_tensor *W, int32_t rows,
+                      fg_q8_block *act, int vec) {
     const int32_t in = (int32_t)W->cols;
     for (int32_t r = 0; r < rows; r++)
         quantize_q8(x + (size_t)r * in, in, act + (size_t)r * (in / QK));
     const matvec_job j = {vec ? K_Q8_AVX2 : K_Q8_GENERIC, W, NULL, x, act, rows};
-    run(y, ldy, &j, 0);
+    run(pool, y, ldy, &j);
 }
 
-void fg_matvec_q8(float *y, int32_t ldy, const float *x, const fg_tensor *W, int32_t rows, fg_q8_block *act) {
+void fg_matvec_q8(fg_threadpool *pool, float *y, int32_t ldy, const float *x, const fg_tensor *W, int32_t rows,
+                  fg_q8_block *act) {
 #if defined(__x86_64__)
-    matvec_q8(y, ldy, x, W, rows, act, have_avx2());
+    matvec_q8(pool, y, ldy, x, W, rows, act, have_avx2());
 #else
-    matvec_q8(y, ldy, x, W, rows, act, 0);
+    matvec_q8(pool, y, ldy, x, W, rows, act, 0);
 #endif
 }
 
 void fg_matvec_q8_ref(float *y, int32_t ldy, const float *x, const fg_tensor *W, int32_t rows, fg_q8_block *act) {
-    matvec_q8(y, ldy, x, W, rows, act, 0);
+    matvec_q8(NULL, y, ldy, x, W, rows, act, 0);
 }
 
-void fg_matvec(float *y, int32_t ldy, const float *x, const fg_tensor *W, int32_t rows) {
+void fg_matvec(fg_threadpool *pool, float *y, int32_t ldy, const float *x, const fg_tensor *W, int32_t rows) {
     const matvec_job j = {vector_kernel(W->type, W->cols) ? K_AVX2 : K_GENERIC, W, fg_type_info_of(W->type), x, NULL,
                           rows};
-    run(y, ldy, &j, 0);
+    run(pool, y, ldy, &j);
 }
 
 void fg_matvec_ref(float *y, int32_t ldy, const float *x, const fg_tensor *W, int32_t rows) {
     const matvec_job j = {K_GENERIC, W, fg_type_info_of(W->type), x, NULL, rows};
-    run(y, ldy, &j, 1);
+    run(NULL, y, ldy, &j);
 }

@@ -15,15 +15,16 @@
 
 #include <stdint.h>
 
+#include "fastgen.h"
 #include "tools/model.h"
 
 /* Rows of activations that fg_matvec takes at once (more: tile + GEMM). */
 #define FG_MATVEC_MAX_ROWS 8
 
 /* y[r * ldy + o] = W[o] . x[r * W->cols ...] for r < rows <= FG_MATVEC_MAX_ROWS
- * and every output o, spread over the OpenMP threads. W->cols must be a
- * multiple of the type's block (model loading checks it). */
-void fg_matvec(float *y, int32_t ldy, const float *x, const fg_tensor *W, int32_t rows);
+ * and every output o, spread over the pool's threads (NULL: serially). W->cols
+ * must be a multiple of the type's block (model loading checks it). */
+void fg_matvec(fg_threadpool *pool, float *y, int32_t ldy, const float *x, const fg_tensor *W, int32_t rows);
 
 /* The same, one plain scalar loop per type's to_float: the reference the
  * vector kernels are tested against. */
@@ -43,7 +44,8 @@ int fg_matvec_quantizes(int32_t type);
 
 /* fg_matvec with quantized activations; act: room for rows * W->cols / 32
  * blocks (scratch). */
-void fg_matvec_q8(float *y, int32_t ldy, const float *x, const fg_tensor *W, int32_t rows, fg_q8_block *act);
+void fg_matvec_q8(fg_threadpool *pool, float *y, int32_t ldy, const float *x, const fg_tensor *W, int32_t rows,
+                  fg_q8_block *act);
 /* The same with plain integer loops: the vector kernels' reference. */
 void fg_matvec_q8_ref(float *y, int32_t ldy, const float *x, const fg_tensor *W, int32_t rows, fg_q8_block *act);
 

@@ -13,15 +13,13 @@
 #ifdef FG_HAVE_BLAS
 #include <cblas.h>
 #endif
-#ifdef _OPENMP
-#include <omp.h>
-#endif
 
 #define FG_RUNNER_TILE 64
 
 struct fg_runner {
     const fg_llama_model *model;
     fg_context *ctx;
+    fg_threadpool *threads; /* the model's products and the context's attention share it */
     fg_token_classes *classes;
     int32_t max_seqs, max_rows; /* rows = prompt positions or batch */
     int32_t ctx_len;            /* positions a sequence may hold: the model's, or less if asked */
@@ -37,7 +35,6 @@ struct fg_runner {
     float *wtile;  /* [threads][FG_RUNNER_TILE][max(dim, hidden)] weights of another type than f32, as floats */
     size_t wtile_size; /* floats per thread */
     fg_q8_block *act;  /* [FG_MATVEC_MAX_ROWS][max(dim, hidden) / 32] quantized activations, or NULL */
-    int32_t n_tiles;   /* threads that have a tile */
     int32_t prefill_chunk; /* tokens per prompt chunk; 0 = the whole prompt at once */
     char error[512]; /* why the last prefill or decode failed */
 };
@@ -74,41 +71,49 @@ static void matmul_f32(float *y, int32_t ldy, const float *x, const float *W, in
 #endif
 }
 
+/* One task of matmul: FG_RUNNER_TILE output columns (weight rows). */
+typedef struct matmul_job {
+    const fg_runner *r;
+    float *y;
+    const float *x;
+    const fg_tensor *W;
+    int32_t rows;
+} matmul_job;
+
+static void matmul_tile(void *arg, int32_t t, int32_t thread) {
+    const matmul_job *j = arg;
+    const fg_tensor *W = j->W;
+    const int32_t in = (int32_t)W->cols, out = (int32_t)W->rows;
+    const int32_t o0 = t * FG_RUNNER_TILE, n = out - o0 < FG_RUNNER_TILE ? out - o0 : FG_RUNNER_TILE;
+    if (W->type == FG_GGML_F32) {
+        matmul_f32(j->y + o0, out, j->x, (const float *)W->data + (size_t)o0 * in, j->rows, in, n);
+        return;
+    }
+    float *tile = j->r->wtile + (size_t)thread * j->r->wtile_size;
+    const size_t row_bytes = (size_t)fg_type_row_bytes(W->type, in);
+    fg_type_info_of(W->type)->to_float((const unsigned char *)W->data + (size_t)o0 * row_bytes, tile, (int64_t)n * in);
+    matmul_f32(j->y + o0, out, j->x, tile, j->rows, in, n);
+}
+
 /* y[rows][W.rows] = x[rows][W.cols] . W^T. Weights in another type than f32
  * are read in place for a few rows (decode: tools/matvec.h); for more rows
  * (a prompt, a large batch) they are dequantized FG_RUNNER_TILE rows at a
  * time into each thread's scratch, never the whole matrix, and multiplied
- * there. */
+ * there. Either way the work is spread over the runner's pool. */
 static void matmul(fg_runner *r, float *y, const float *x, const fg_tensor *W, int32_t rows) {
     const int32_t in = (int32_t)W->cols, out = (int32_t)W->rows;
-    if (W->type == FG_GGML_F32) {
-        matmul_f32(y, out, x, W->data, rows, in, out);
-        return;
-    }
-    if (r->act && fg_matvec_quantizes(W->type)) { /* a prompt too, as llama.cpp does */
+    if (W->type != FG_GGML_F32 && r->act && fg_matvec_quantizes(W->type)) { /* a prompt too, as llama.cpp does */
         for (int32_t r0 = 0; r0 < rows; r0 += FG_MATVEC_MAX_ROWS)
-            fg_matvec_q8(y + (size_t)r0 * out, out, x + (size_t)r0 * in, W,
+            fg_matvec_q8(r->threads, y + (size_t)r0 * out, out, x + (size_t)r0 * in, W,
                          rows - r0 < FG_MATVEC_MAX_ROWS ? rows - r0 : FG_MATVEC_MAX_ROWS, r->act);
         return;
     }
-    if (rows <= FG_MATVEC_MAX_ROWS) {
-        fg_matvec(y, out, x, W, rows);
+    if (W->type != FG_GGML_F32 && rows <= FG_MATVEC_MAX_ROWS) {
+        fg_matvec(r->threads, y, out, x, W, rows);
         return;
     }
-    fg_to_float_fn *to_float = fg_type_info_of(W->type)->to_float;
-    const size_t row_bytes = (size_t)fg_type_row_bytes(W->type, in);
-    const int32_t n_tiles = (out + FG_RUNNER_TILE - 1) / FG_RUNNER_TILE;
-#pragma omp parallel for schedule(dynamic) num_threads(r->n_tiles) if (r->n_tiles > 1)
-    for (int32_t t = 0; t < n_tiles; t++) {
-#ifdef _OPENMP
-        float *tile = r->wtile + (size_t)omp_get_thread_num() * r->wtile_size;
-#else
-        float *tile = r->wtile;
-#endif
-        const int32_t o0 = t * FG_RUNNER_TILE, n = out - o0 < FG_RUNNER_TILE ? out - o0 : FG_RUNNER_TILE;
-        to_float((const unsigned char *)W->data + (size_t)o0 * row_bytes, tile, (int64_t)n * in);
-        matmul_f32(y + o0, out, x, tile, rows, in, n);
-    }
+    const matmul_job j = {r, y, x, W, rows};
+    fg_threadpool_run(r->threads, (out + FG_RUNNER_TILE - 1) / FG_RUNNER_TILE, matmul_tile, (void *)&j);
 }
 
 /* Row `id` of a weight matrix, as floats. */
@@ -186,6 +191,12 @@ fg_status fg_runner_create(const fg_llama_model *model, const fg_tokenizer *tok,
     if (rp->page_tokens > 0)
         p.page_tokens = rp->page_tokens;
     p.classes = r->classes;
+    st = fg_threadpool_create(rp->n_threads, &r->threads);
+    if (st) {
+        fg_runner_destroy(&r);
+        return fail(err, err_size, st, "threads");
+    }
+    p.threadpool = r->threads;
     st = fg_context_create(&p, &r->ctx);
     if (st) {
         fg_runner_destroy(&r);
@@ -202,13 +213,8 @@ fg_status fg_runner_create(const fg_llama_model *model, const fg_tokenizer *tok,
     r->hb = malloc(rows * H * sizeof(float));
     r->hb2 = malloc(rows * H * sizeof(float));
     r->pos = malloc(rows * sizeof(int32_t));
-#ifdef _OPENMP
-    r->n_tiles = omp_get_max_threads();
-#else
-    r->n_tiles = 1;
-#endif
     r->wtile_size = (size_t)FG_RUNNER_TILE * (D > H ? D : H);
-    r->wtile = malloc((size_t)r->n_tiles * r->wtile_size * sizeof(float));
+    r->wtile = malloc((size_t)fg_threadpool_size(r->threads) * r->wtile_size * sizeof(float));
     r->prefill_chunk = rp->prefill_chunk > 0 ? rp->prefill_chunk : 0;
     if (rp->q8_activations)
         r->act = malloc((size_t)FG_MATVEC_MAX_ROWS * ((D > H ? D : H) / 32 + 1) * sizeof *r->act);
@@ -226,7 +232,7 @@ fg_status fg_runner_create(const fg_llama_model *model, const fg_tokenizer *tok,
         return fail(err, err_size, FG_ERR_OUT_OF_MEMORY, "runner activations");
     }
 #ifdef FG_HAVE_BLAS
-    openblas_set_num_threads(1); /* rows this small lose to thread start-up */
+    openblas_set_num_threads(1); /* each task's product runs on its own thread of the pool */
 #endif
     *out = r;
     return FG_OK;
@@ -237,6 +243,7 @@ void fg_runner_destroy(fg_runner **pr) {
         return;
     fg_runner *r = *pr;
     fg_context_destroy(&r->ctx);
+    fg_threadpool_destroy(&r->threads);
     fg_token_classes_destroy(&r->classes);
     free(r->x);
     free(r->xb);

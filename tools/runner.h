@@ -24,6 +24,8 @@ typedef struct fg_runner_params {
                                    0: f32 activations against the dequantized weights */
     int32_t prefill_chunk;      /* > 0: prompts go through the model in chunks of this many tokens
                                    (fg_prefill_chunk); 0: at once */
+    int32_t n_threads;          /* threads of the model's products and the attention; 0 = the cores this
+                                   process may run on (fg_default_threads) */
 } fg_runner_params;
 
 typedef struct fg_runner fg_runner;

@@ -1,0 +1,292 @@
+/*
+ * The thread pool every CPU loop of the library (and of the model runner)
+ * runs on: fg_threadpool in fastgen.h.
+ *
+ * A job is n_tasks calls of fn(arg, task, thread). The caller publishes it
+ * and takes tasks itself; the workers take the rest one at a time from a
+ * shared counter, so a thread the OS has descheduled holds up at most the
+ * one task it is inside, never a fixed share of the job. Between jobs a
+ * worker spins for a short while (a decode step's jobs come microseconds
+ * apart) and then sleeps on a condition variable, so that on a busy machine
+ * no thread burns the time slice its partners need; the caller waits for
+ * the last task the same way.
+ *
+ * Publication is a seqlock on `gen`: odd while the caller writes the job,
+ * even once it may be read. A worker announces itself in `active` before it
+ * reads the job and backs off when gen moved meanwhile; the caller writes
+ * the next job only when `active` is zero. Sleeps and wake-ups pair a
+ * sequentially consistent store with a load on each side (gen / sleepers,
+ * remaining / caller_waiting), so a wake-up is never lost.
+ */
+#define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/internal.h"
+
+struct fg_threadpool {
+    int32_t n_threads; /* the caller and n_threads - 1 workers */
+    pthread_t *workers;
+    struct worker *worker_args;
+    int32_t n_started; /* workers running (they start at the first parallel job) */
+    int64_t spin_ns;
+
+    pthread_mutex_t run_mu; /* one job at a time */
+    pthread_mutex_t mu;     /* sleeping and waking */
+    pthread_cond_t wake, done;
+
+    /* the job: written while gen is odd and active is zero */
+    fg_task_fn fn;
+    void *arg;
+    int32_t n_tasks;
+
+    _Atomic uint32_t gen;
+    _Atomic int32_t next;      /* the next task to take */
+    _Atomic int32_t remaining; /* tasks not finished */
+    _Atomic int32_t active;    /* workers between reading the job and leaving it */
+    _Atomic int32_t sleepers;
+    _Atomic int32_t caller_waiting;
+    _Atomic int32_t stop;
+};
+
+/* The pool and thread number of the job this thread is running (nested
+ * jobs on the same pool run inline). */
+static _Thread_local const fg_threadpool *tls_pool;
+static _Thread_local int32_t tls_thread;
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+static int64_t now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Spins until ready(p) or spin_ns have passed; returns whether it got ready. */
+#define SPIN_UNTIL(p, cond)                                                                                            \
+    do {                                                                                                               \
+        int64_t spin_end_ = -1;                                                                                        \
+        for (uint32_t spin_i_ = 1; !(cond); spin_i_++) {                                                               \
+            cpu_relax();                                                                                               \
+            if ((spin_i_ & 63) == 0) {                                                                                 \
+                const int64_t t_ = now_ns();                                                                           \
+                if (spin_end_ < 0)                                                                                     \
+                    spin_end_ = t_ + (p)->spin_ns;                                                                     \
+                else if (t_ >= spin_end_)                                                                              \
+                    break;                                                                                             \
+            }                                                                                                          \
+        }                                                                                                              \
+    } while (0)
+
+static void take_tasks(fg_threadpool *p, int32_t thread) {
+    const fg_task_fn fn = p->fn;
+    void *arg = p->arg;
+    const int32_t n = p->n_tasks;
+    for (int32_t t; (t = atomic_fetch_add(&p->next, 1)) < n;) {
+        fn(arg, t, thread);
+        if (atomic_fetch_sub(&p->remaining, 1) == 1 && atomic_load(&p->caller_waiting)) {
+            pthread_mutex_lock(&p->mu);
+            pthread_cond_signal(&p->done);
+            pthread_mutex_unlock(&p->mu);
+        }
+    }
+}
+
+static int job_after(const fg_threadpool *p, uint32_t seen) {
+    const uint32_t g = atomic_load(&p->gen);
+    return (g != seen && !(g & 1u)) || atomic_load(&p->stop);
+}
+
+typedef struct worker {
+    fg_threadpool *pool;
+    int32_t id;
+} worker;
+
+static void *worker_main(void *varg) {
+    const worker *w = varg;
+    fg_threadpool *p = w->pool;
+    tls_thread = w->id;
+    uint32_t seen = 0;
+    for (;;) {
+        SPIN_UNTIL(p, job_after(p, seen));
+        if (!job_after(p, seen)) {
+            pthread_mutex_lock(&p->mu);
+            atomic_fetch_add(&p->sleepers, 1);
+            while (!job_after(p, seen))
+                pthread_cond_wait(&p->wake, &p->mu);
+            atomic_fetch_sub(&p->sleepers, 1);
+            pthread_mutex_unlock(&p->mu);
+        }
+        if (atomic_load(&p->stop))
+            return NULL;
+        const uint32_t g = atomic_load(&p->gen);
+        atomic_fetch_add(&p->active, 1);
+        if (atomic_load(&p->gen) == g && !(g & 1u)) { /* the job did not change under us */
+            tls_pool = p;
+            take_tasks(p, w->id);
+            tls_pool = NULL;
+            seen = g;
+        }
+        atomic_fetch_sub(&p->active, 1);
+    }
+}
+
+int32_t fg_default_threads(void) {
+    int32_t n = 0;
+#ifdef CPU_COUNT
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0)
+        n = CPU_COUNT(&set);
+#endif
+    if (n <= 0) {
+        const long online = sysconf(_SC_NPROCESSORS_ONLN);
+        n = online > 0 ? (int32_t)online : 1;
+    }
+    return n < FG_MAX_THREADS ? n : FG_MAX_THREADS;
+}
+
+/* FASTGEN_SPIN_US: how long an idle thread spins before it sleeps (default 100). */
+static int64_t spin_ns_from_env(void) {
+    const char *s = getenv("FASTGEN_SPIN_US");
+    if (s && *s) {
+        char *end;
+        const long us = strtol(s, &end, 10);
+        if (!*end && us >= 0 && us <= 1000000)
+            return (int64_t)us * 1000;
+    }
+    return 100 * 1000;
+}
+
+fg_status fg_threadpool_create(int32_t n_threads, fg_threadpool **out) {
+    if (!out)
+        return fg_error(NULL, FG_ERR_INVALID_ARGUMENT, "fg_threadpool_create: out is NULL");
+    *out = NULL;
+    if (n_threads < 0 || n_threads > FG_MAX_THREADS)
+        return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
+                        "fg_threadpool_create: n_threads must be in 0..%d (0 = the cores this process may run on), "
+                        "got %d",
+                        FG_MAX_THREADS, (int)n_threads);
+    fg_threadpool *p = calloc(1, sizeof *p);
+    if (!p)
+        return fg_error(NULL, FG_ERR_OUT_OF_MEMORY, "fg_threadpool_create: out of memory");
+    p->n_threads = n_threads > 0 ? n_threads : fg_default_threads();
+    p->spin_ns = spin_ns_from_env();
+    worker *ws = NULL;
+    if (p->n_threads > 1) {
+        p->workers = calloc((size_t)p->n_threads - 1, sizeof *p->workers);
+        ws = calloc((size_t)p->n_threads - 1, sizeof *ws);
+    }
+    int ok = p->n_threads == 1 || (p->workers && ws);
+    ok = ok && pthread_mutex_init(&p->run_mu, NULL) == 0;
+    ok = ok && pthread_mutex_init(&p->mu, NULL) == 0;
+    ok = ok && pthread_cond_init(&p->wake, NULL) == 0;
+    ok = ok && pthread_cond_init(&p->done, NULL) == 0;
+    if (!ok) {
+        free(p->workers);
+        free(ws);
+        free(p);
+        return fg_error(NULL, FG_ERR_OUT_OF_MEMORY, "fg_threadpool_create: out of memory");
+    }
+    p->worker_args = ws;
+    *out = p;
+    return FG_OK;
+}
+
+void fg_threadpool_destroy(fg_threadpool **pool) {
+    if (!pool || !*pool)
+        return;
+    fg_threadpool *p = *pool;
+    pthread_mutex_lock(&p->mu);
+    atomic_store(&p->stop, 1);
+    pthread_cond_broadcast(&p->wake);
+    pthread_mutex_unlock(&p->mu);
+    for (int32_t i = 0; i < p->n_started; i++)
+        pthread_join(p->workers[i], NULL);
+    pthread_cond_destroy(&p->done);
+    pthread_cond_destroy(&p->wake);
+    pthread_mutex_destroy(&p->mu);
+    pthread_mutex_destroy(&p->run_mu);
+    free(p->workers);
+    free(p->worker_args);
+    free(p);
+    *pool = NULL;
+}
+
+int32_t fg_threadpool_size(const fg_threadpool *pool) { return pool ? pool->n_threads : 1; }
+
+void fg_threadpool_run(fg_threadpool *p, int32_t n_tasks, fg_task_fn fn, void *arg) {
+    if (n_tasks <= 0 || !fn)
+        return;
+    if (p && tls_pool == p) { /* a task of this pool asks for more: inline, as the thread it is */
+        for (int32_t t = 0; t < n_tasks; t++)
+            fn(arg, t, tls_thread);
+        return;
+    }
+    if (!p || p->n_threads == 1 || n_tasks == 1) {
+        for (int32_t t = 0; t < n_tasks; t++)
+            fn(arg, t, 0);
+        return;
+    }
+    pthread_mutex_lock(&p->run_mu);
+    /* workers start at the first job that wants them (a context that never
+     * runs a parallel job costs no threads); one that cannot start leaves
+     * its tasks to the others */
+    for (; p->n_started + 1 < p->n_threads; p->n_started++) {
+        worker *w = &p->worker_args[p->n_started];
+        w->pool = p;
+        w->id = p->n_started + 1;
+        if (pthread_create(&p->workers[p->n_started], NULL, worker_main, w) != 0)
+            break; /* tried again at the next job */
+    }
+    if (p->n_started == 0) {
+        pthread_mutex_unlock(&p->run_mu);
+        for (int32_t t = 0; t < n_tasks; t++)
+            fn(arg, t, 0);
+        return;
+    }
+    const uint32_t g = atomic_load(&p->gen);
+    atomic_store(&p->gen, g + 1); /* odd: the job is being written */
+    SPIN_UNTIL(p, atomic_load(&p->active) == 0);
+    while (atomic_load(&p->active) != 0) /* a worker still leaving the last job, descheduled */
+        sched_yield();
+    p->fn = fn;
+    p->arg = arg;
+    p->n_tasks = n_tasks;
+    atomic_store(&p->next, 0);
+    atomic_store(&p->remaining, n_tasks);
+    atomic_store(&p->gen, g + 2);
+    if (atomic_load(&p->sleepers) > 0) {
+        pthread_mutex_lock(&p->mu);
+        pthread_cond_broadcast(&p->wake);
+        pthread_mutex_unlock(&p->mu);
+    }
+    const fg_threadpool *outer = tls_pool;
+    const int32_t outer_thread = tls_thread;
+    tls_pool = p;
+    tls_thread = 0;
+    take_tasks(p, 0);
+    tls_pool = outer;
+    tls_thread = outer_thread;
+    SPIN_UNTIL(p, atomic_load(&p->remaining) == 0);
+    if (atomic_load(&p->remaining) != 0) {
+        pthread_mutex_lock(&p->mu);
+        atomic_store(&p->caller_waiting, 1);
+        while (atomic_load(&p->remaining) != 0)
+            pthread_cond_wait(&p->done, &p->mu);
+        atomic_store(&p->caller_waiting, 0);
+        pthread_mutex_unlock(&p->mu);
+    }
+    pthread_mutex_unlock(&p->run_mu);
+}

@@ -3,10 +3,14 @@
  * same bits as the same work done one context after another. Each job is a
  * whole life: create, prompts with mixed policies, prefill, batched decode,
  * inspect, destroy. Error messages are per thread (fg_last_error(NULL)) and
- * per context. CI also runs this under ThreadSanitizer (see .ci/run).
+ * per context. The thread pool alone: every task once, thread numbers in
+ * range, nested jobs inline, callers on several threads sharing one pool, a
+ * pool shared by contexts. CI also runs this under ThreadSanitizer (see .ci/run).
  * Usage: test_threads [BACKEND...]   (default: ref cpu)
  */
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "fastgen.h"
@@ -97,8 +101,171 @@ static void *run_job(void *arg) {
     return NULL;
 }
 
+
+/* ---- the thread pool alone */
+
+/* A decode step long enough to run on the pool (FG_CPU_PAR_ROWS), full and
+ * h2o heads (score tracking: a head finishes on the thread that ends its last
+ * chunk), on a context of `pool` or serially (pool NULL, n_threads 1): its
+ * outputs and kept counts, appended to out. */
+enum { LONG_N = 2100, LONG_STEPS = 6 };
+
+static size_t long_decode(const fg_synth *syn, fg_threadpool *pool, float *out) {
+    fg_context_params p = test_context_params("cpu", 1, HQ, HKV, D);
+    p.max_seqs = 2;
+    p.max_seq_len = LONG_N + LONG_STEPS;
+    p.classes = syn->classes;
+    p.threadpool = pool;
+    p.n_threads = pool ? 0 : 1;
+    fg_context *ctx = NULL;
+    EXPECT(fg_context_create(&p, &ctx) == FG_OK, "long context: %s", fg_last_error(NULL));
+    static int32_t tokens[LONG_N + LONG_STEPS];
+    static float q[LONG_N * HQ * D], k[LONG_N * HKV * D], v[LONG_N * HKV * D], o[LONG_N * HQ * D];
+    for (int32_t t = 0; t < LONG_N + LONG_STEPS; t++)
+        tokens[t] = fg_synth_token(syn, t);
+    const char *presets[2] = {"full", "h2o"};
+    int32_t seqs[2];
+    size_t n = 0;
+    for (int s = 0; s < 2; s++) {
+        fg_compression_params cp;
+        fg_compression_params_preset(presets[s], &cp);
+        EXPECT(fg_seq_create(ctx, &cp, tokens, LONG_N, &seqs[s]) == FG_OK, "long seq");
+        fg_synth_qkv(syn, 0, tokens, 0, LONG_N, q, k, v);
+        EXPECT(fg_prefill(ctx, seqs[s], 0, q, k, v, o) == FG_OK, "long prefill: %s", fg_last_error(ctx));
+    }
+    for (int32_t step = 0; step < LONG_STEPS; step++) {
+        int32_t toks[2] = {tokens[LONG_N + step], tokens[LONG_N + step]};
+        for (int s = 0; s < 2; s++)
+            fg_synth_qkv(syn, 0, &toks[s], LONG_N + step, 1, q + (size_t)s * HQ * D, k + (size_t)s * HKV * D,
+                         v + (size_t)s * HKV * D);
+        EXPECT(fg_decode(ctx, 0, 2, seqs, toks, q, k, v, out + n) == FG_OK, "long decode: %s", fg_last_error(ctx));
+        n += (size_t)2 * HQ * D;
+    }
+    for (int s = 0; s < 2; s++)
+        for (int32_t g = 0; g < HKV; g++) {
+            fg_head_info info;
+            fg_head_inspect(ctx, seqs[s], 0, g, &info);
+            out[n++] = (float)info.kept;
+        }
+    fg_context_destroy(&ctx);
+    return n;
+}
+
+enum { POOL_TASKS = 997, POOL_CALLERS = 4, POOL_JOBS = 60 };
+
+typedef struct pool_job {
+    fg_threadpool *pool;
+    _Atomic int hits[POOL_TASKS];
+    _Atomic int bad_thread, nested_bad;
+    int nested;
+} pool_job;
+
+static void serial_task(void *arg, int32_t task, int32_t thread) {
+    pool_job *j = arg;
+    (void)task;
+    if (thread != 0)
+        atomic_store(&j->nested_bad, 1);
+}
+
+typedef struct nested_arg {
+    pool_job *outer;
+    int32_t thread;
+} nested_arg;
+
+static void nested_task(void *arg, int32_t task, int32_t thread) {
+    nested_arg *n = arg;
+    (void)task;
+    if (thread != n->thread) /* a job inside a task runs inline, as the thread that runs the task */
+        atomic_store(&n->outer->nested_bad, 1);
+}
+
+static void count_task(void *arg, int32_t task, int32_t thread) {
+    pool_job *j = arg;
+    atomic_fetch_add(&j->hits[task], 1);
+    if (thread < 0 || thread >= fg_threadpool_size(j->pool))
+        atomic_store(&j->bad_thread, 1);
+    if (j->nested && task % 97 == 0) {
+        nested_arg n = {j, thread};
+        fg_threadpool_run(j->pool, 5, nested_task, &n);
+    }
+}
+
+static void *caller_main(void *arg) {
+    pool_job *j = arg;
+    for (int r = 0; r < POOL_JOBS; r++)
+        fg_threadpool_run(j->pool, POOL_TASKS, count_task, j);
+    return NULL;
+}
+
+static void test_pool(const char *spin) {
+    setenv("FASTGEN_SPIN_US", spin, 1); /* read when a pool is created */
+    fg_threadpool *pool = NULL;
+    EXPECT(fg_threadpool_create(-1, &pool) == FG_ERR_INVALID_ARGUMENT && !pool, "n_threads -1 is refused");
+    EXPECT(strstr(fg_last_error(NULL), "n_threads") != NULL, "the message says why: %s", fg_last_error(NULL));
+    EXPECT(fg_threadpool_create(FG_MAX_THREADS + 1, &pool) == FG_ERR_INVALID_ARGUMENT, "too many threads refused");
+    EXPECT(fg_threadpool_create(0, &pool) == FG_OK && fg_threadpool_size(pool) == fg_default_threads() &&
+               fg_default_threads() >= 1, "n_threads 0: the CPUs this process may use (%d)", fg_default_threads());
+    fg_threadpool_destroy(&pool);
+    EXPECT(pool == NULL, "destroy clears the handle");
+    fg_threadpool_destroy(&pool); /* twice: nothing */
+    EXPECT(fg_threadpool_size(NULL) == 1, "a NULL pool is one thread");
+
+    EXPECT(fg_threadpool_create(3, &pool) == FG_OK && fg_threadpool_size(pool) == 3, "a pool of 3");
+    static pool_job j;
+    memset(&j, 0, sizeof j);
+    j.pool = pool;
+    j.nested = 1;
+    fg_threadpool_run(pool, POOL_TASKS, count_task, &j);
+    int once = 1;
+    for (int t = 0; t < POOL_TASKS; t++)
+        once &= atomic_load(&j.hits[t]) == 1;
+    EXPECT(once, "spin %s: every task of a job runs once", spin);
+    EXPECT(!atomic_load(&j.bad_thread) && !atomic_load(&j.nested_bad), "thread numbers in range; nested jobs inline");
+
+    /* several application threads share the pool: their jobs take turns */
+    memset(&j, 0, sizeof j);
+    j.pool = pool;
+    pthread_t th[POOL_CALLERS];
+    for (int i = 0; i < POOL_CALLERS; i++)
+        EXPECT(pthread_create(&th[i], NULL, caller_main, &j) == 0, "pthread_create");
+    for (int i = 0; i < POOL_CALLERS; i++)
+        pthread_join(th[i], NULL);
+    int all = 1;
+    for (int t = 0; t < POOL_TASKS; t++)
+        all &= atomic_load(&j.hits[t]) == POOL_CALLERS * POOL_JOBS;
+    EXPECT(all && !atomic_load(&j.bad_thread), "spin %s: %d callers x %d jobs, every task each time", spin,
+           POOL_CALLERS, POOL_JOBS);
+    fg_threadpool_run(pool, 0, count_task, &j); /* no tasks: nothing */
+    fg_threadpool_run(NULL, 3, serial_task, &j); /* no pool: serially, as thread 0 */
+    EXPECT(!atomic_load(&j.nested_bad), "a NULL pool runs serially");
+
+    /* contexts that share the pool; n_threads must agree with it */
+    fg_synth syn;
+    EXPECT(fg_synth_create(L, HQ, HKV, D, 7, &syn) == FG_OK, "synthetic workload");
+    fg_context_params p = test_context_params("cpu", L, HQ, HKV, D);
+    p.classes = syn.classes;
+    p.threadpool = pool;
+    p.n_threads = 2;
+    fg_context *ctx = NULL;
+    EXPECT(fg_context_create(&p, &ctx) == FG_ERR_INVALID_ARGUMENT && strstr(fg_last_error(NULL), "threadpool"),
+           "n_threads other than the shared pool's size is refused: %s", fg_last_error(NULL));
+    p.n_threads = 0;
+    fg_context *c2 = NULL;
+    EXPECT(fg_context_create(&p, &ctx) == FG_OK && fg_context_create(&p, &c2) == FG_OK, "two contexts, one pool");
+    fg_context_destroy(&ctx);
+    fg_context_destroy(&c2);
+    static float on_pool[LONG_STEPS * 2 * HQ * D + 2 * HKV], serial[LONG_STEPS * 2 * HQ * D + 2 * HKV];
+    const size_t n = long_decode(&syn, pool, on_pool);
+    EXPECT(n == long_decode(&syn, NULL, serial) && memcmp(on_pool, serial, n * sizeof(float)) == 0,
+           "spin %s: decode steps of %d rows on 3 threads equal the serial ones bit for bit", spin, 2 * LONG_N);
+    fg_synth_destroy(&syn);
+    fg_threadpool_destroy(&pool);
+}
+
 int main(int argc, char **argv) {
     test_seed("test_threads");
+    test_pool("0");
+    test_pool("100");
     const char *dflt[] = {"ref", "cpu"};
     const char **names = argc > 1 ? (const char **)argv + 1 : dflt;
     const int n_names = argc > 1 ? argc - 1 : 2;

@@ -242,6 +242,7 @@ fg_status fg_seq_create(fg_context *ctx, const fg_compression_params *compressio
     memcpy(s->tokens, prompt, (size_t)n_prompt * sizeof *prompt);
     s->cp = *cp;
     s->n_prompt = s->n_tokens = n_prompt;
+    s->parent = -1;
     s->in_use = 1;
     *seq_out = id;
     return FG_OK;
@@ -295,6 +296,8 @@ static fg_status seq_clone(fg_context *ctx, const fg_seq *s, fg_seq *c) {
     c->cp = s->cp;
     c->n_prompt = s->n_prompt;
     c->n_tokens = s->n_tokens;
+    c->parent = (int32_t)(s - ctx->seqs);
+    c->fork_len = s->length[0];
     c->in_use = 1;
     return FG_OK;
 }
@@ -307,6 +310,9 @@ fg_status fg_seq_fork(fg_context *ctx, int32_t parent, int32_t *child_out) {
     CHECK(child_out, ctx, FG_ERR_INVALID_ARGUMENT, "fg_seq_fork: child must not be NULL");
     CHECK(!stage_in_progress(ctx, s), ctx, FG_ERR_BAD_STATE,
           "fg_seq_fork: sequence %d has a chunked prefill in progress", (int)parent);
+    CHECK(s->length[0] > 0, ctx, FG_ERR_BAD_STATE,
+          "fg_seq_fork: sequence %d is not prefilled yet: fork after fg_prefill (a copy of its prompt is "
+          "fg_seq_create with the same tokens)", (int)parent);
     for (int32_t l = 1; l < ctx->params.n_layers; l++)
         CHECK(s->length[l] == s->length[0], ctx, FG_ERR_BAD_STATE,
               "fg_seq_fork: sequence %d is in the middle of a layer sweep (layer 0 at %d tokens, layer %d at %d)",
@@ -327,6 +333,24 @@ fg_status fg_seq_destroy(fg_context *ctx, int32_t seq) {
     fg_status st = get_seq(ctx, seq, &s);
     if (st)
         return st;
+    /* its forks now share their prefix with its parent; the first of them
+     * takes its place, and the others share with that one what both shared
+     * with it */
+    int32_t first = -1, first_len = 0;
+    for (int32_t i = 0; i < ctx->params.max_seqs; i++) {
+        fg_seq *c = &ctx->seqs[i];
+        if (!c->in_use || c->parent != seq)
+            continue;
+        if (first < 0) {
+            first = i;
+            first_len = c->fork_len;
+            c->parent = s->parent;
+            c->fork_len = s->fork_len < c->fork_len ? s->fork_len : c->fork_len;
+        } else {
+            c->parent = first;
+            c->fork_len = first_len < c->fork_len ? first_len : c->fork_len;
+        }
+    }
     seq_release(ctx, s);
     fg_pool_trim(&ctx->pool);
     return FG_OK;
@@ -1416,6 +1440,24 @@ static void add_seq_memory(const fg_context *ctx, const fg_seq *s, fg_memory_sta
     }
 }
 
+/* Pages that full caches of the live sequences would share through their
+ * forks: the whole pages of each fork's prefix that its parent holds too. */
+static int64_t shared_full_pages(const fg_context *ctx) {
+    int64_t shared = 0;
+    for (int32_t i = 0; i < ctx->params.max_seqs; i++) {
+        const fg_seq *c = &ctx->seqs[i];
+        if (!c->in_use || c->parent < 0)
+            continue;
+        const fg_seq *p = &ctx->seqs[c->parent];
+        for (int32_t l = 0; l < ctx->params.n_layers; l++) {
+            int32_t n = c->fork_len < c->length[l] ? c->fork_len : c->length[l];
+            n = n < p->length[l] ? n : p->length[l];
+            shared += (int64_t)(n / ctx->layout.page_tokens) * ctx->params.n_kv_heads;
+        }
+    }
+    return shared;
+}
+
 fg_status fg_memory(const fg_context *ctx, int32_t seq, fg_memory_stats *stats) {
     CHECK(ctx, NULL, FG_ERR_INVALID_ARGUMENT, "fg_memory: context must not be NULL");
     CHECK(stats, (fg_context *)ctx, FG_ERR_INVALID_ARGUMENT, "fg_memory: stats must not be NULL");
@@ -1431,10 +1473,11 @@ fg_status fg_memory(const fg_context *ctx, int32_t seq, fg_memory_stats *stats) 
             if (ctx->seqs[i].in_use)
                 add_seq_memory(ctx, &ctx->seqs[i], &m);
     }
-    if (seq < 0) { /* pages shared by forks count once */
+    if (seq < 0) { /* pages shared by forks count once, in what is held and in the full cache alike */
         const size_t page_kv = (size_t)ctx->layout.page_tokens * kv_row_bytes(ctx);
         m.kv_bytes_held = (size_t)ctx->pool.in_use * page_kv;
         m.meta_bytes_held = (size_t)ctx->pool.in_use * (ctx->layout.page_bytes - page_kv);
+        m.kv_bytes_full -= (size_t)shared_full_pages(ctx) * page_kv;
     }
     m.pool_bytes = fg_pool_bytes(&ctx->pool);
     m.pages_in_use = ctx->pool.in_use;

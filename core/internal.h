@@ -250,6 +250,9 @@ typedef struct fg_seq {
     fg_head *heads;    /* [n_layers][Hkv] */
     fg_prefill_stage *stage; /* [n_layers] chunked prefills in progress, or NULL */
     fg_adaptive *ad;   /* FG_ALLOC_ADAPTIVE until the heads are compressed, else NULL */
+    /* fork lineage, for the full cache a forked set would hold (fg_memory):
+     * the live sequence whose first fork_len tokens this one shares, or -1 */
+    int32_t parent, fork_len;
 } fg_seq;
 
 struct fg_context {

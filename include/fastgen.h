@@ -321,9 +321,10 @@ FG_API fg_status fg_seq_create(fg_context *ctx, const fg_compression_params *com
                                int32_t n_prompt, int32_t *seq_out);
 FG_API fg_status fg_seq_destroy(fg_context *ctx, int32_t seq);
 /* A new sequence that continues from seq (after its prefill, between decode
- * sweeps: every layer at the same length): it shares seq's pages, which are
- * copied only when one side is about to write them (copy-on-write), and
- * counted once by fg_memory(ctx, -1). Destroying either leaves the other intact. */
+ * sweeps: every layer at the same length; FG_ERR_BAD_STATE before): it
+ * shares seq's pages, which are copied only when one side is about to write
+ * them (copy-on-write), and counted once by fg_memory(ctx, -1). Destroying
+ * either leaves the other intact. */
 FG_API fg_status fg_seq_fork(fg_context *ctx, int32_t seq, int32_t *child);
 /* Tokens the sequence has at layer (0 before that layer's prefill). */
 FG_API fg_status fg_seq_length(const fg_context *ctx, int32_t seq, int32_t layer, int32_t *length);
@@ -408,8 +409,13 @@ typedef struct fg_memory_stats {
     int64_t rows_full;     /* rows a full cache would keep */
 } fg_memory_stats;
 
-/* seq < 0: the whole context (pages shared by forks counted once); else one
- * sequence, with every page it holds, shared or not (pool fields are global). */
+/* seq < 0: the whole context, pages shared by forks counted once both in
+ * kv_bytes_held and in kv_bytes_full (the full caches of forked sequences
+ * would share the whole pages of their common prefix too), so a full-policy
+ * sequence and its fork hold 100% of their full cache; rows_kept and
+ * rows_full count every sequence's rows. Else one sequence, with every page
+ * it holds, shared or not, against its own full cache (pool fields are
+ * global). */
 FG_API fg_status fg_memory(const fg_context *ctx, int32_t seq, fg_memory_stats *stats);
 /* Returns pool chunks with no page in use to the backend. */
 FG_API fg_status fg_trim(fg_context *ctx);

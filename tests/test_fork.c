@@ -336,7 +336,50 @@ static void test_chunked(const char *backend) {
     fg_synth_destroy(&w.syn);
 }
 
+/* fg_memory(ctx, -1) of forks: held and full count shared pages alike, so a
+ * full-policy sequence and its forks hold their whole full cache; a fork of
+ * a fork, and forks left when their parent goes, the same. A sequence not
+ * prefilled yet cannot fork. */
+static void test_fork_memory(const char *backend) {
+    world w;
+    EXPECT_OK(NULL, fg_synth_create(L, HQ, HKV, D, 5, &w.syn));
+    for (int c = 0; c < 3; c++)
+        for (int32_t t = 0; t < MAXLEN; t++)
+            w.tokens[c][t] = t < N ? fg_synth_token(&w.syn, t) : fg_synth_token(&w.syn, t + 1000 * c);
+    open_context(&w, backend, FG_DTYPE_F16, 4, MAXLEN, 4);
+    if (!w.ctx)
+        return;
+    fg_compression_params full;
+    EXPECT_OK(NULL, fg_compression_params_preset("full", &full));
+    int32_t a, b, c, d, early;
+    EXPECT_OK(w.ctx, fg_seq_create(w.ctx, &full, w.tokens[0], N, &early));
+    EXPECT_STATUS(w.ctx, FG_ERR_BAD_STATE, fg_seq_fork(w.ctx, early, &b)); /* before its prefill */
+    EXPECT(strstr(fg_last_error(w.ctx), "not prefilled") != NULL, "the message says why: %s", fg_last_error(w.ctx));
+    EXPECT_OK(w.ctx, fg_seq_destroy(w.ctx, early));
+    EXPECT_OK(w.ctx, fg_seq_create(w.ctx, &full, w.tokens[0], N, &a));
+    prefill(&w, a);
+    EXPECT_OK(w.ctx, fg_seq_fork(w.ctx, a, &b));
+    static float out[L * 3 * HQ * D];
+    for (int32_t t = 0; t < 9; t++) /* a and b apart for 9 steps, then b forks c */
+        step(&w, 2, (int32_t[]){a, b}, (int[]){1, 2}, N + t, out);
+    EXPECT_OK(w.ctx, fg_seq_fork(w.ctx, b, &c));
+    EXPECT_OK(w.ctx, fg_seq_fork(w.ctx, b, &d));
+    for (int32_t t = 9; t < 14; t++)
+        step(&w, 3, (int32_t[]){a, c, d}, (int[]){1, 2, 1}, N + t, out);
+    for (int round = 0; round < 3; round++) {
+        fg_memory_stats m;
+        EXPECT_OK(w.ctx, fg_memory(w.ctx, -1, &m));
+        EXPECT(m.kv_bytes_held == m.kv_bytes_full, "%s, round %d: full-policy forks hold %zu bytes of a full cache of "
+               "%zu", backend, round, m.kv_bytes_held, m.kv_bytes_full);
+        /* b goes (c and d share its prefix with each other and with a), then a goes */
+        EXPECT_OK(w.ctx, fg_seq_destroy(w.ctx, round == 0 ? b : round == 1 ? a : c));
+    }
+    fg_context_destroy(&w.ctx);
+    fg_synth_destroy(&w.syn);
+}
+
 static void run_all(const char *backend) {
+    test_fork_memory(backend);
     for (int pol = 0; pol < 3; pol++)
         run(backend, (const char *[]){"fastgen", "h2o", "full"}[pol]);
     test_append(backend);

@@ -3,6 +3,7 @@
  * Every entry point validates everything before it changes anything, so a
  * failed call leaves the caches as they were. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -90,6 +91,15 @@ fg_status fg_context_create(const fg_context_params *params, fg_context **out) {
     }
     if (st == FG_OK)
         st = fg_token_classes_clone(params->classes, &ctx->classes);
+    const int32_t raw = st == FG_OK ? fg_token_classes_raw_looking(ctx->classes) : 0;
+    if (raw > 0 && params->log_fn) {
+        char msg[400];
+        snprintf(msg, sizeof msg, "token classes: %d of the %d pieces given as text look like raw vocabulary "
+                 "strings (U+2581 or a leading \"\xc4\xa0\" for a space), so their punctuation is not found: build "
+                 "them with fg_token_classes_create_from(..., FG_PIECES_SENTENCEPIECE or FG_PIECES_GPT2_BYTES)",
+                 (int)raw, (int)fg_token_classes_vocab_size(ctx->classes));
+        params->log_fn(params->log_user, FG_LOG_WARN, msg);
+    }
     if (st == FG_OK) {
         ctx->seqs = calloc((size_t)params->max_seqs, sizeof *ctx->seqs);
         if (!ctx->seqs)

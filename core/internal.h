@@ -42,6 +42,9 @@ uint8_t fg_insert_flag(uint32_t components, uint8_t cls);
 /* ---- token classes (core/classes.c) */
 
 fg_status fg_token_classes_clone(const fg_token_classes *src, fg_token_classes **out);
+/* Pieces given as text that look like raw vocabulary strings: those holding
+ * U+2581, and those starting with "Ġ" when they are 5% of the vocabulary or more. */
+int32_t fg_token_classes_raw_looking(const fg_token_classes *tc);
 /* Class of token `id` at position p, given the tokens before it (history[0..p)). */
 uint8_t fg_token_classes_next(const fg_token_classes *tc, const int32_t *history, int32_t p, int32_t id,
                               int32_t n_sink);

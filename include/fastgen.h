@@ -80,9 +80,26 @@ typedef enum fg_token_class { FG_TOKEN_ORDINARY = 0, FG_TOKEN_SPECIAL = 1, FG_TO
 
 typedef struct fg_token_classes fg_token_classes;
 
+/* What the pieces given to fg_token_classes_create_from are. */
+typedef enum fg_piece_encoding {
+    FG_PIECES_TEXT = 0,          /* the text each token stands for (decoded) */
+    FG_PIECES_SENTENCEPIECE = 1, /* SentencePiece pieces: U+2581 for a space, "<0xNN>" byte pieces (GGUF
+                                    tokenizer.ggml.model "llama") */
+    FG_PIECES_GPT2_BYTES = 2     /* GPT-2 byte-level BPE pieces: every byte as its stand-in code point,
+                                    "Ġ" for a space (tokenizer.ggml.model "gpt2", tokenizer.json) */
+} fg_piece_encoding;
+
 /* pieces: [vocab_size] NUL-terminated decoded pieces, or NULL (every id
- * ordinary until set). Pieces may be NULL individually. */
+ * ordinary until set). Pieces may be NULL individually. Raw vocabulary
+ * strings (GGUF's tokenizer.ggml.tokens) go through
+ * fg_token_classes_create_from with their encoding: as text, "▁," and "Ġ,"
+ * are not punctuation. A context whose classes came from text of which many
+ * pieces look encoded logs a warning (FG_LOG_WARN) that says so. */
 FG_API fg_status fg_token_classes_create(int32_t vocab_size, const char *const *pieces, fg_token_classes **out);
+FG_API fg_status fg_token_classes_create_from(int32_t vocab_size, const char *const *pieces,
+                                              fg_piece_encoding encoding, fg_token_classes **out);
+/* Ids of a class (e.g. how many pieces were found to be punctuation). */
+FG_API int32_t fg_token_classes_count(const fg_token_classes *classes, fg_token_class cls);
 FG_API void fg_token_classes_destroy(fg_token_classes **classes);
 /* Override the class of one id (e.g. declare BOS and EOS special). */
 FG_API fg_status fg_token_classes_set(fg_token_classes *classes, int32_t id, fg_token_class cls);

@@ -657,14 +657,110 @@ static void test_matvec(void) {
     fg_threadpool_destroy(&pool);
 }
 
+/* Token classes from a GGUF's raw tokenizer.ggml.tokens with their encoding
+ * equal those from the decoded text (the runner's way), id for id; as text,
+ * the raw strings lose most of their punctuation, and a context says so. */
+static void warn_log(void *user, fg_log_level level, const char *msg) {
+    if (level == FG_LOG_WARN && strstr(msg, "fg_token_classes_create_from"))
+        ++*(int *)user;
+}
+
+static void raw_classes(const char *path) {
+    char err[400] = "";
+    fg_gguf g;
+    if (fg_gguf_open(path, &g, err, sizeof err) != FG_OK) {
+        EXPECT(0, "%s: %s", path, err);
+        return;
+    }
+    const fg_gguf_kv *tokens = fg_gguf_find(&g, "tokenizer.ggml.tokens");
+    char model[32];
+    fg_gguf_get_str(&g, "tokenizer.ggml.model", model, sizeof model);
+    const int32_t V = tokens ? (int32_t)tokens->n_elems : 0;
+    fg_tokenizer tok;
+    if (V <= 0 || fg_tokenizer_from_gguf(&g, V, &tok, err, sizeof err) != FG_OK) {
+        EXPECT(0, "%s: %s", path, err);
+        fg_gguf_free(&g);
+        return;
+    }
+    const char **text = malloc((size_t)V * sizeof *text);
+    for (int32_t i = 0; i < V; i++)
+        text[i] = tok.kind == FG_TOKENIZER_BPE ? tok.text[i] : tok.pieces[i];
+    const fg_piece_encoding enc = !strcmp(model, "gpt2") ? FG_PIECES_GPT2_BYTES : FG_PIECES_SENTENCEPIECE;
+    fg_token_classes *from_text = NULL, *from_raw = NULL, *raw_as_text = NULL;
+    EXPECT(fg_token_classes_create(V, text, &from_text) == FG_OK &&
+               fg_token_classes_create_from(V, tokens->strs, enc, &from_raw) == FG_OK &&
+               fg_token_classes_create(V, tokens->strs, &raw_as_text) == FG_OK,
+           "%s: classes", path);
+    int32_t differ = 0;
+    for (int32_t i = 0; from_text && from_raw && i < V; i++) {
+        fg_token_class a, b;
+        fg_token_classes_get(from_text, i, &a);
+        fg_token_classes_get(from_raw, i, &b);
+        differ += a != b;
+    }
+    const int32_t punct = fg_token_classes_count(from_raw, FG_TOKEN_PUNCT);
+    const int32_t lost = punct - fg_token_classes_count(raw_as_text, FG_TOKEN_PUNCT);
+    EXPECT(differ == 0 && punct > 0, "%s (%s): raw pieces with their encoding: %d of %d ids classed otherwise than "
+           "the decoded text (%d punctuation)", path, model, (int)differ, (int)V, (int)punct);
+    EXPECT(lost > 0, "%s: the raw strings taken as text lose punctuation (%d of %d)", path, (int)lost, (int)punct);
+    /* a context built from the raw strings as text warns */
+    int warned = 0;
+    fg_context_params p = test_context_params("ref", 1, 2, 1, 8);
+    p.classes = raw_as_text;
+    p.log_fn = warn_log;
+    p.log_user = &warned;
+    fg_context *ctx = NULL;
+    EXPECT(fg_context_create(&p, &ctx) == FG_OK && warned == 1, "%s: a context of raw strings taken as text warns "
+           "(%d)", path, warned);
+    fg_context_destroy(&ctx);
+    warned = 0;
+    p.classes = from_raw;
+    EXPECT(fg_context_create(&p, &ctx) == FG_OK && warned == 0, "%s: the right classes do not warn", path);
+    fg_context_destroy(&ctx);
+    printf("  %s: %d ids, %d punctuation from the raw %s pieces (%d of them lost when taken as text)\n", path,
+           (int)V, (int)punct, model, (int)lost);
+    fg_token_classes_destroy(&from_text);
+    fg_token_classes_destroy(&from_raw);
+    fg_token_classes_destroy(&raw_as_text);
+    free(text);
+    fg_tokenizer_free(&tok);
+    fg_gguf_free(&g);
+}
+
+static void test_raw_classes(const char *extra) {
+    const char *files[] = {"stories260K-f32", "babyllama105-q8_0"};
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        char path[1024];
+        snprintf(path, sizeof path, "%s/%s.gguf", g_dir, files[i]);
+        raw_classes(path);
+    }
+    if (extra) /* SmolLM2 in CI: byte-level BPE */
+        raw_classes(extra);
+    /* GPT-2 stand-ins by hand: "Ġ," is a space and a comma, "Ċ" a newline, "Ġa" a word, a bad string nothing */
+    const char *bpe[] = {"\xc4\xa0,", "\xc4\x8a", "\xc4\xa0" "a", "!!", "\xff", "\xc4\xa0", "\xe2\x96\x81."};
+    fg_token_classes *tc = NULL;
+    EXPECT(fg_token_classes_create_from(7, bpe, FG_PIECES_GPT2_BYTES, &tc) == FG_OK, "GPT-2 pieces");
+    const fg_token_class want[] = {FG_TOKEN_PUNCT, FG_TOKEN_PUNCT, FG_TOKEN_ORDINARY, FG_TOKEN_PUNCT,
+                                   FG_TOKEN_ORDINARY, FG_TOKEN_PUNCT, FG_TOKEN_ORDINARY};
+    for (int i = 0; tc && i < 7; i++) {
+        fg_token_class c;
+        fg_token_classes_get(tc, i, &c);
+        EXPECT(c == want[i], "GPT-2 piece %d: class %d, want %d", i, (int)c, (int)want[i]);
+    }
+    fg_token_classes_destroy(&tc);
+    EXPECT(fg_token_classes_create_from(7, bpe, (fg_piece_encoding)9, &tc) == FG_ERR_INVALID_ARGUMENT && !tc,
+           "an unknown encoding is refused");
+}
+
 int main(int argc, char **argv) {
     test_seed("test_gguf");
     if (argc < 3) {
-        fprintf(stderr, "usage: test_gguf GGUF_DIR MODEL_DIR\n");
+        fprintf(stderr, "usage: test_gguf GGUF_DIR MODEL_DIR [SMOLLM2.gguf]\n");
         return 1;
     }
     g_dir = argv[1];
     g_model_dir = argv[2];
+    test_raw_classes(argc > 3 ? argv[3] : NULL);
     test_quants();
     test_crafted();
     test_tokenizer();

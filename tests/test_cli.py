@@ -372,7 +372,7 @@ refused = [
     (["generate", "--top-p", "0.5"], "--top-p and --seed"),
     (["generate", "--seed", "3"], "--top-p and --seed"),
     (["generate", "--svg", "x.svg"], "--svg is not an option of generate"),
-    (["generate", "-q"], "-q is not an option of generate"),
+    (["tokenize", "-q"], "-q is not an option of tokenize"),
     (["generate", "--append", "keep"], "it needs --chat"),
     (["generate", "--chat", prompt_file, "-p", "hi"], "-p, -f and --prompt-ids do not go with it"),
     (["profile", "--temp", "0.5"], "--temp is not an option of profile"),
@@ -385,6 +385,34 @@ for args, why in refused:
     lines = r.stderr.strip().splitlines()
     check(r.returncode == 2 and len(lines) == 1 and why in lines[0], "refused %s: rc %d, %r" % (args, r.returncode,
                                                                                                 r.stderr))
+# progress on a terminal only: a line that updates (prefill, eval), none with -q or into a pipe
+def on_tty(*args):
+    import pty
+    master, slave = pty.openpty()
+    p = subprocess.run([FASTGEN, *args], stdout=subprocess.DEVNULL, stderr=slave, timeout=300)
+    os.close(slave)
+    chunks = []
+    while True:
+        try:
+            data = os.read(master, 65536)
+        except OSError:
+            break
+        if not data:
+            break
+        chunks.append(data)
+    os.close(master)
+    return p.returncode, b"".join(chunks).decode("utf-8", "replace")
+
+
+rc, err = on_tty("generate", *model_args(), "-f", prompt_file, "-n", "4")
+check(rc == 0 and "\r  prefill" in err and "100%" not in err, "generate on a terminal: prefill progress %r" % err[:200])
+rc, err = on_tty("generate", *model_args(), "-f", prompt_file, "-n", "4", "-q")
+check(rc == 0 and "prefill" not in err, "generate -q: no progress %r" % err[:200])
+r = run("generate", *model_args(), "-f", prompt_file, "-n", "4")
+check(r.returncode == 0 and "prefill" not in r.stderr, "generate into a pipe: no progress %r" % r.stderr[:200])
+rc, err = on_tty("eval", *model_args(), "--limit", "2", "-n", "4")
+check(rc == 0 and "2/2 prompts" in err, "eval on a terminal: its progress bar %r" % err[:300])
+
 # eval --chat --limit: the first K conversations
 convs2 = os.path.join(tmp_opts, "convs.txt")
 open(convs2, "w").write("Lily liked the park.\n\nShe saw a dog.\n---\nTom had a boat.\n\nThe wind was strong.\n")

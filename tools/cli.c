@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 int cli_usage(const char *cmd, const char *fmt, ...) {
     va_list ap;
@@ -334,6 +335,16 @@ fg_status cli_load(const cli_opts *o, cli_session *s, char *err, size_t n) {
     return st;
 }
 
+/* The prompt's progress on the terminal: a line that updates, erased at the end. */
+static void prefill_progress(void *user, int32_t done, int32_t total) {
+    (void)user;
+    if (done < total)
+        fprintf(stderr, "\r  prefill %3d%%", (int)(100 * (int64_t)done / total));
+    else
+        fputs("\r\033[K", stderr);
+    fflush(stderr);
+}
+
 fg_status cli_open(const cli_opts *o, int32_t max_seqs, int track_recovery, cli_session *s, char *err, size_t n) {
     fg_status st = cli_load(o, s, err, n);
     if (st == FG_OK) {
@@ -342,6 +353,8 @@ fg_status cli_open(const cli_opts *o, int32_t max_seqs, int track_recovery, cli_
                                .prefill_chunk = o->prefill_chunk, .n_threads = o->threads};
         st = fg_runner_create(&s->model, &s->tok, &rp, &s->runner, err, n);
     }
+    if (st == FG_OK && !o->quiet && isatty(2))
+        fg_runner_set_progress(s->runner, prefill_progress, NULL);
     if (st)
         cli_close(s);
     return st;

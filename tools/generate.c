@@ -25,7 +25,8 @@ static const char *k_model_help =
     "  --q8-activations        q4_0 / q4_1 / q8_0 weights: activations quantized to 8 bits and integer\n"
     "                          dot products, as llama.cpp does (default: f32 activations)\n"
     "  --prefill-chunk N       the prompt through the model N tokens at a time (fg_prefill_chunk), profiled\n"
-    "                          over the whole prompt at its last chunk\n";
+    "                          over the whole prompt at its last chunk\n"
+    "  -q, --quiet             no progress line for the prompt (none either when stderr is not a terminal)\n";
 
 /* The common start of a model command: help text, options, the model (found
  * in the default places when not given), the compression parameters.
@@ -199,7 +200,8 @@ int cmd_generate(int argc, char **argv) {
     fg_compression_params cp;
     generate_extra x = {NULL, NULL, 0, 0};
     int rc = model_command("generate", k_generate_help_head, k_generate_help_tail,
-                           CLI_MODEL | CLI_PROMPT | CLI_POLICY | CLI_APPEND | CLI_RUN | CLI_STEPS | CLI_SAMPLE | CLI_JSON,
+                           CLI_MODEL | CLI_PROMPT | CLI_POLICY | CLI_APPEND | CLI_RUN | CLI_STEPS | CLI_SAMPLE | CLI_JSON |
+                               CLI_QUIET,
                            64, argc, argv, &o, &cp, model, tokp, sizeof model, generate_option, &x);
     if (rc == 0)
         rc = generate_checks(&o, &x);
@@ -353,7 +355,8 @@ int cmd_profile(int argc, char **argv) {
     fg_compression_params cp, full;
     const char *prompt_ids = NULL;
     int rc = model_command("profile", k_profile_help_head, k_profile_help_tail,
-                           CLI_MODEL | CLI_PROMPT | CLI_POLICY | CLI_RUN | CLI_STEPS | CLI_JSON | CLI_SVG, 128, argc,
+                           CLI_MODEL | CLI_PROMPT | CLI_POLICY | CLI_RUN | CLI_STEPS | CLI_JSON | CLI_SVG | CLI_QUIET, 128,
+                           argc,
                            argv, &o, &cp, model, tokp, sizeof model, profile_option, &prompt_ids);
     if (rc == 0 && prompt_ids && o.has_prompt)
         rc = cli_usage("profile", "--prompt-ids gives the prompt: -p and -f do not go with it");

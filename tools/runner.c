@@ -36,6 +36,9 @@ struct fg_runner {
     size_t wtile_size; /* floats per thread */
     fg_q8_block *act;  /* [FG_MATVEC_MAX_ROWS][max(dim, hidden) / 32] quantized activations, or NULL */
     int32_t prefill_chunk; /* tokens per prompt chunk; 0 = the whole prompt at once */
+    fg_runner_progress_fn progress; /* prompt passes: called after each layer (NULL: not) */
+    void *progress_user;
+    int32_t progress_done, progress_total;
     char error[512]; /* why the last prefill or decode failed */
 };
 
@@ -265,6 +268,11 @@ void fg_runner_destroy(fg_runner **pr) {
 }
 
 fg_context *fg_runner_context(fg_runner *r) { return r->ctx; }
+
+void fg_runner_set_progress(fg_runner *r, fg_runner_progress_fn fn, void *user) {
+    r->progress = fn;
+    r->progress_user = user;
+}
 const fg_token_classes *fg_runner_classes(const fg_runner *r) { return r->classes; }
 
 static float *seq_keys(const fg_runner *r, int32_t seq, int32_t layer) {
@@ -362,6 +370,8 @@ static fg_status forward(fg_runner *r, int32_t rows, const int32_t *same, int32_
         }
         if (st)
             return st;
+        if (!seqs && r->progress && r->progress_total > 0)
+            r->progress(r->progress_user, ++r->progress_done, r->progress_total);
         matmul(r, r->xb, r->att, &ly->wo, rows);
         for (size_t i = 0; i < (size_t)rows * D; i++)
             r->x[i] += r->xb[i];
@@ -409,11 +419,14 @@ fg_status fg_runner_prefill_many(fg_runner *r, int32_t k, const fg_compression_p
         for (int32_t i = 0; i < n; i++)
             r->pos[i] = i;
         const int32_t chunk = r->prefill_chunk > 0 && r->prefill_chunk < n ? r->prefill_chunk : n;
+        r->progress_done = 0;
+        r->progress_total = (n + chunk - 1) / chunk * r->model->config.n_layers;
         for (int32_t at = 0; at < n && st == FG_OK; at += chunk) {
             const int32_t m = n - at < chunk ? n - at : chunk;
             st = forward(r, m, seqs, k, chunk < n ? PASS_CHUNK : PASS_PREFILL, NULL, tokens + at, r->pos + at,
                          at + m == n ? logits : NULL, 1);
         }
+        r->progress_total = 0;
         if (st)
             runner_fail(r, st, "%s", fg_last_error(r->ctx));
     } else {

@@ -34,6 +34,10 @@ fg_status fg_runner_create(const fg_llama_model *model, const fg_tokenizer *tok,
                            fg_runner **out, char *err, size_t err_size);
 void fg_runner_destroy(fg_runner **r);
 fg_context *fg_runner_context(fg_runner *r);
+/* Called after each layer of a prompt's pass (fg_runner_prefill*): done of
+ * total layer passes (chunks x layers). NULL: no calls. */
+typedef void (*fg_runner_progress_fn)(void *user, int32_t done, int32_t total);
+void fg_runner_set_progress(fg_runner *r, fg_runner_progress_fn fn, void *user);
 const fg_token_classes *fg_runner_classes(const fg_runner *r);
 
 /* Registers and prefills a prompt under cp (NULL = paper FastGen); logits of

@@ -153,6 +153,13 @@ with tempfile.TemporaryDirectory() as tmp:
     root = ET.parse(svg).getroot()
     check(root.tag.endswith("svg") and len(root.findall(".//{http://www.w3.org/2000/svg}rect")) >= 20,
           "profile SVG parses, with a cell per head")
+    tips = [t.text for t in root.iter("{http://www.w3.org/2000/svg}title") if "KV head" in (t.text or "")]
+    texts = [t.text or "" for t in root.iter("{http://www.w3.org/2000/svg}text")]
+    check(len(tips) == len(prof["layers"]) * len(prof["layers"][0]["heads"]) and
+          all("recovery: special " in t and "keeps" in t for t in tips),
+          "profile SVG: every head's tooltip has its policy and recoveries: %r" % tips[:1])
+    check(any("stories260K.bin" in t and "T = 0.95" in t and "KV rows kept" in t for t in texts),
+          "profile SVG: a title with the model, T and the memory kept")
     r = run("profile", *model_args(), "-n", "40")
     check(r.returncode == 0 and "policies per layer" in r.stdout, "profile table")
 
@@ -168,6 +175,34 @@ with tempfile.TemporaryDirectory() as tmp:
             os.path.join(tmp, "eval.svg"))
     check(r.stdout.splitlines()[0].startswith("policy,") and len(r.stdout.splitlines()) == 16, "eval --csv")
     check(ET.parse(os.path.join(tmp, "eval.svg")).getroot().tag.endswith("svg"), "eval SVG parses")
+
+    def chart_axes(path):
+        """Per chart: (x label, x tick values, y tick values)."""
+        ns = "{http://www.w3.org/2000/svg}"
+        out = []
+        for g in ET.parse(path).getroot().findall(ns + "g"):
+            texts = g.findall(ns + "text")
+            xs = [float(t.text) for t in texts if t.get("text-anchor") == "middle" and t.get("y") and
+                  t.text.replace(".", "", 1).replace("-", "", 1).isdigit()]
+            ys = [float(t.text) for t in texts if t.get("text-anchor") == "end" and
+                  t.text.replace(".", "", 1).replace("-", "", 1).isdigit()]
+            labels = [t.text for t in texts if t.get("text-anchor") == "middle" and not
+                      t.text.replace(".", "", 1).replace("-", "", 1).isdigit()]
+            out.append((labels[0] if labels else "", xs, ys))
+        return out
+
+    def round_ticks(v):
+        steps = [round(b - a, 9) for a, b in zip(v, v[1:])]
+        if len(v) < 3 or len(set(steps)) != 1:
+            return False
+        step = steps[0]
+        mant = step / 10 ** __import__("math").floor(__import__("math").log10(step))
+        return any(abs(mant - m) < 1e-6 for m in (1, 2, 5)) and all(abs(x / step - round(x / step)) < 1e-6 for x in v)
+
+    axes = chart_axes(os.path.join(tmp, "eval.svg"))
+    check(len(axes) == 2 and all(a[0] == "KV rows kept / full" and round_ticks(a[1]) and round_ticks(a[2]) and
+                                 0 <= a[1][0] and a[1][-1] <= 1 for a in axes) and 0 <= axes[1][2][0] and
+          axes[1][2][-1] <= 1, "eval SVG: KL and top-1 charts, round ticks, shares inside [0, 1]: %r" % axes)
     # --sweep: the driven method at 6 budgets, the others at its memory on each prompt, one chart per axis
     r = run("eval", *model_args(), "--prompts", prompts, "--limit", "2", "-n", "8", "--sweep", "--methods",
             "fastgen-adaptive:window=8:defer=8,h2o,tova", "--json", "--svg", os.path.join(tmp, "sweep.svg"))
@@ -185,6 +220,9 @@ with tempfile.TemporaryDirectory() as tmp:
               for p in pts for m in p["methods"][1:2] for i in range(2)), "h2o at the driven method's memory per prompt")
     svg_root = ET.parse(os.path.join(tmp, "sweep.svg")).getroot()
     check(len(svg_root.findall("{http://www.w3.org/2000/svg}g")) == 2, "sweep SVG: two charts")
+    axes = chart_axes(os.path.join(tmp, "sweep.svg"))
+    check(all(a[0] == "KV rows kept / full" and round_ticks(a[1]) and a[1][-1] <= 1 for a in axes),
+          "sweep SVG: the same memory axis, round ticks inside [0, 1]: %r" % axes)
     r = run("eval", *model_args(), "--prompts", prompts, "--sweep", "--methods", "fastgen-adaptive:window=8:bogus=1")
     check(r.returncode == 2 and "bogus" in r.stderr, "a method option it does not know is refused: %r" % r.stderr)
     r = run("generate", *model_args(), "--budget", "0.4", "-n", "60", "--json")

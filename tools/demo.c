@@ -471,11 +471,14 @@ static int demo_model(const char *model, const char *tokenizer, const char *svg_
     }
     /* the policy map: every head's family and the share of its rows it keeps */
     const int32_t L = c->n_layers, H = c->n_kv_heads;
+    const int32_t E = cp[1].n_policies;
     int32_t *policy = malloc((size_t)L * H * sizeof *policy);
     double *kept = malloc((size_t)L * H * sizeof *kept);
-    if (!policy || !kept) {
+    float *recovery = malloc((size_t)L * H * E * sizeof *recovery);
+    if (!policy || !kept || !recovery) {
         free(policy);
         free(kept);
+        free(recovery);
         st = FG_ERR_OUT_OF_MEMORY;
         goto fail;
     }
@@ -490,6 +493,8 @@ static int demo_model(const char *model, const char *tokenizer, const char *svg_
             family_code(hi.components, code, sizeof code);
             policy[l * H + g] = hi.policy_index;
             kept[l * H + g] = hi.length ? (double)hi.kept / hi.length : 0.0;
+            for (int32_t e = 0; e < E; e++)
+                recovery[((size_t)l * H + g) * E + e] = hi.recovery[e];
             printf("  %s %3.0f%%", code, 100.0 * kept[l * H + g]);
         }
         printf("\n");
@@ -500,12 +505,21 @@ static int demo_model(const char *model, const char *tokenizer, const char *svg_
         fg_policy_name(cp[1].shortlist[e].components, names[e], sizeof names[e]);
         name_ptr[e] = names[e];
     }
+    fg_memory_stats adaptive;
+    fg_memory(ctx, seqs[1], &adaptive);
+    const char *slash = strrchr(model, '/');
+    char subtitle[512];
+    snprintf(subtitle, sizeof subtitle, "%s: %d prompt + %d generated tokens, FastGen adaptive (budget 50%%), KV rows "
+             "kept %.0f%%", slash ? slash + 1 : model, (int)n_prompt, (int)(len[1] - n_prompt),
+             100.0 * (double)adaptive.rows_kept / (double)(adaptive.rows_full ? adaptive.rows_full : 1));
+    const fg_svg_profile_data pd = {subtitle, L, H, policy, kept, recovery, name_ptr, E};
     FILE *f = fopen(svg_path, "w");
-    int wrote = f && fg_svg_profile(f, L, H, policy, kept, name_ptr, cp[1].n_policies) == 0 && !ferror(f);
+    int wrote = f && fg_svg_profile(f, &pd) == 0 && !ferror(f);
     if (f)
         wrote = fclose(f) == 0 && wrote;
     free(policy);
     free(kept);
+    free(recovery);
     if (wrote)
         printf("policy map: %s\n", svg_path);
     else

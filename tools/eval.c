@@ -555,19 +555,26 @@ int cmd_eval(int argc, char **argv) {
         }
     }
     if (o.svg) {
-        fg_svg_series series[1 + N_BASE];
-        double xs[1 + N_BASE][N_T], ys[1 + N_BASE][N_T];
+        fg_svg_series s_kl[1 + N_BASE], s_top1[1 + N_BASE];
+        double xs[1 + N_BASE][N_T], y_kl[1 + N_BASE][N_T], y_top1[1 + N_BASE][N_T];
         for (int f = 0; f <= N_BASE; f++) {
             for (int t = 0; t < N_T; t++) {
                 int i = f == 0 ? t : N_T + (f - 1) * N_T + t;
                 xs[f][t] = kept[i];
-                ys[f][t] = top1[i];
+                y_kl[f][t] = kl[i];
+                y_top1[f][t] = top1[i];
             }
-            series[f] = (fg_svg_series){f == 0 ? "fastgen (T = 0.90, 0.95, 0.98)" : k_base[f - 1], N_T, xs[f], ys[f]};
+            const char *name = f == 0 ? "fastgen (T = 0.90, 0.95, 0.98)" : k_base[f - 1];
+            s_kl[f] = (fg_svg_series){name, N_T, xs[f], y_kl[f]};
+            s_top1[f] = (fg_svg_series){name, N_T, xs[f], y_top1[f]};
         }
+        const fg_svg_chart charts[2] = {
+            {"Mean KL(full || compressed) vs KV memory kept", FG_SVG_MEMORY_LABEL, "mean KL", s_kl, 1 + N_BASE, 1, 0},
+            {"Top-1 agreement with the full cache vs KV memory kept", FG_SVG_MEMORY_LABEL, "top-1 agreement", s_top1,
+             1 + N_BASE, 1, 1},
+        };
         FILE *fp = fopen(o.svg, "w");
-        if (!fp || fg_svg_lines(fp, "Top-1 agreement with the full cache vs KV memory kept", "KV bytes held / full",
-                                "top-1 agreement", series, 1 + N_BASE) != 0) {
+        if (!fp || fg_svg_charts(fp, charts, 2) != 0) {
             fprintf(stderr, "fastgen eval: cannot write %s\n", o.svg);
             if (fp)
                 fclose(fp);

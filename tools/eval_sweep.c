@@ -590,9 +590,9 @@ static int report(sweep *w, const cli_opts *o, double seconds, int passkey) {
         }
         const fg_svg_chart charts[2] = {
             {passkey ? "Passkey accuracy vs KV memory kept" : "Mean KL(full || compressed) vs KV memory kept",
-             "KV rows kept / full", passkey ? "accuracy" : "mean KL", s0, w->n_methods},
-            {"Top-1 agreement with the full cache vs KV memory kept", "KV rows kept / full", "top-1 agreement", s1,
-             w->n_methods},
+             FG_SVG_MEMORY_LABEL, passkey ? "accuracy" : "mean KL", s0, w->n_methods, 1, passkey},
+            {"Top-1 agreement with the full cache vs KV memory kept", FG_SVG_MEMORY_LABEL, "top-1 agreement", s1,
+             w->n_methods, 1, 1},
         };
         FILE *fp = fopen(o->svg, "w");
         int bad = !fp || fg_svg_charts(fp, charts, passkey ? 1 : 2) != 0;

@@ -488,12 +488,24 @@ int cmd_profile(int argc, char **argv) {
     }
     if (o.svg) {
         FILE *f = fopen(o.svg, "w");
-        double *kept_share = malloc((size_t)c->n_layers * c->n_kv_heads * sizeof *kept_share);
-        for (int32_t i = 0; kept_share && i < c->n_layers * c->n_kv_heads; i++)
+        const int32_t units = c->n_layers * c->n_kv_heads;
+        double *kept_share = malloc((size_t)units * sizeof *kept_share);
+        float *recovery = malloc((size_t)units * cp.n_policies * sizeof *recovery);
+        for (int32_t i = 0; kept_share && recovery && i < units; i++) {
             kept_share[i] = info[i].length ? (double)info[i].kept / info[i].length : 0.0;
-        const int bad = !f || !kept_share ||
-                        fg_svg_profile(f, c->n_layers, c->n_kv_heads, policy, kept_share, name_ptr, cp.n_policies) != 0;
+            for (int32_t e = 0; e < cp.n_policies; e++)
+                recovery[(size_t)i * cp.n_policies + e] = info[i].recovery[e];
+        }
+        const char *slash = strrchr(o.model, '/');
+        char subtitle[512];
+        snprintf(subtitle, sizeof subtitle, "%s: %d tokens (%d of the prompt), policy %s, T = %.2f, KV rows kept %.0f%%",
+                 slash ? slash + 1 : o.model, (int)n, (int)n_prompt, o.policy, (double)cp.threshold,
+                 100.0 * (double)mem.rows_kept / (double)(mem.rows_full ? mem.rows_full : 1));
+        const fg_svg_profile_data pd = {subtitle, c->n_layers, c->n_kv_heads, policy, kept_share, recovery, name_ptr,
+                                        cp.n_policies};
+        const int bad = !f || !kept_share || !recovery || fg_svg_profile(f, &pd) != 0;
         free(kept_share);
+        free(recovery);
         if (bad) {
             fprintf(stderr, "fastgen profile: cannot write %s\n", o.svg);
             if (f)

@@ -497,9 +497,14 @@ int cmd_profile(int argc, char **argv) {
                 recovery[(size_t)i * cp.n_policies + e] = info[i].recovery[e];
         }
         const char *slash = strrchr(o.model, '/');
-        char subtitle[512];
-        snprintf(subtitle, sizeof subtitle, "%s: %d tokens (%d of the prompt), policy %s, T = %.2f, KV rows kept %.0f%%",
-                 slash ? slash + 1 : o.model, (int)n, (int)n_prompt, o.policy, (double)cp.threshold,
+        char subtitle[512], tokens_said[96];
+        if (n > n_prompt)
+            snprintf(tokens_said, sizeof tokens_said, "%d tokens (%d prompt + %d generated)", (int)n, (int)n_prompt,
+                     (int)(n - n_prompt));
+        else
+            snprintf(tokens_said, sizeof tokens_said, "%d prompt tokens", (int)n);
+        snprintf(subtitle, sizeof subtitle, "%s: %s, policy %s, T = %.2f, KV rows kept %.0f%%",
+                 slash ? slash + 1 : o.model, tokens_said, o.policy, (double)cp.threshold,
                  100.0 * (double)mem.rows_kept / (double)(mem.rows_full ? mem.rows_full : 1));
         const fg_svg_profile_data pd = {subtitle, c->n_layers, c->n_kv_heads, policy, kept_share, recovery, name_ptr,
                                         cp.n_policies};

@@ -30,6 +30,7 @@ fg_status fg_backend_cpu_init(fg_backend *be) {
     if (!st)
         return be->err(be->err_sink, FG_ERR_OUT_OF_MEMORY, "cpu backend: out of memory");
     st->isa = fg_cpu_isa_detect();
+    st->tuning = fg_cpu_tuning_detect();
     be->impl = st;
     be->ops = &k_cpu_ops;
     return FG_OK;

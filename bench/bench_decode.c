@@ -3,7 +3,9 @@
  * bandwidth, measured first in the same process.
  *
  * Shapes: Llama-2-7B (32 q = 32 KV heads, d = 128, G = 1), Llama-3-8B (32 q /
- * 8 KV, G = 4) and a G = 8 model (32 q / 4 KV, as Qwen2-7B-class models).
+ * 8 KV, G = 4), a G = 8 model (32 q / 4 KV, as Qwen2-7B-class models) and
+ * SmolLM2-135M (9 q / 3 KV, d = 64, G = 3: a small head dim; not in the
+ * summary line, which stays comparable with earlier runs).
  * Contexts 1k, 4k, 16k; batch 1 and 8; f16 and f32 caches. Per group, the
  * full cache (every head full) runs interleaved with a FastGen-like mix (per
  * layer: special-only, +punct, +frequent, +local and full heads) and uniform
@@ -18,7 +20,7 @@
  * over the FastGen-mix cases at >= 4k context (medians), after one line per
  * group size G: the median fraction of its full-cache 16-bit cases at >= 4k.
  * Options: --csv (CSV table), --quick (contexts 1k and 4k, batch 1 only),
- *          --model NAME (only that shape: llama2-7b, llama3-8b, g8-32x4),
+ *          --model NAME (only that shape: llama2-7b, llama3-8b, g8-32x4, smollm2-135m),
  *          --backend NAME (default cpu). With a GPU backend (cuda, hip) the
  *          pages and q/k/v/out live on the device (FG_IO_DEVICE), runs of 8
  *          steps queued back to back are timed by device events (the host's
@@ -57,6 +59,7 @@ static int head_type(int g, int Hkv) {
 typedef struct model_shape {
     const char *name;
     int32_t Hq, Hkv, d;
+    int in_summary; /* its FastGen-mix cases enter the decode summary */
 } model_shape;
 
 enum { MIX_FULL, MIX_FASTGEN, MIX_50, MIX_25, MIX_10, N_MIX };
@@ -191,18 +194,21 @@ int main(int argc, char **argv) {
                probe_bytes >> 20);
     } else {
         read_bw = bench_read_bandwidth();
+        char cpu[256];
+        fg_cpu_describe(cpu, sizeof cpu);
         printf("# bench_decode: backend %s, %d threads, LLC %zu MiB, streaming read bandwidth %.2f GB/s at the start "
-               "(each group re-measures it between its runs; 'of bw' uses that)\n",
-               backend, bench_threads(), bench_llc_bytes() >> 20, read_bw / 1e9);
+               "(each group re-measures it between its runs; 'of bw' uses that)\n# cpu: %s\n",
+               backend, bench_threads(), bench_llc_bytes() >> 20, read_bw / 1e9, cpu);
     }
     if (csv)
         printf("model,context,batch,dtype,case,kept_fraction,time_ms,gb_per_s,bw_fraction,ideal_speedup,"
                "measured_speedup\n");
     else
-        printf("%-10s %6s %5s %5s %-12s %6s %9s %8s %7s %8s %8s\n", "model", "ctx", "batch", "dtype", "case", "kept",
+        printf("%-12s %6s %5s %5s %-12s %6s %9s %8s %7s %8s %8s\n", "model", "ctx", "batch", "dtype", "case", "kept",
                "time ms", "GB/s", "of bw", "ideal x", "meas. x");
 
-    const model_shape models[] = {{"llama2-7b", 32, 32, 128}, {"llama3-8b", 32, 8, 128}, {"g8-32x4", 32, 4, 128}};
+    const model_shape models[] = {{"llama2-7b", 32, 32, 128, 1}, {"llama3-8b", 32, 8, 128, 1},
+                                  {"g8-32x4", 32, 4, 128, 1}, {"smollm2-135m", 9, 3, 64, 0}};
     enum { N_MODELS = sizeof models / sizeof models[0] };
     const char *only = bench_arg(argc, argv, "--model");
     double g_fracs[N_MODELS][16];
@@ -306,12 +312,12 @@ int main(int argc, char **argv) {
                             printf("%s,%d,%d,%s,%s,%.4f,%.4f,%.3f,%.4f,%.3f,%.3f\n", m->name, (int)t, (int)B, dn,
                                    k_mix_name[x], kept, 1e3 * tm, gbs / 1e9, gbs / bw, ideal, meas);
                         else
-                            printf("%-10s %6d %5d %5s %-12s %5.1f%% %9.3f %8.2f %6.1f%% %8.2f %8.2f\n", m->name,
+                            printf("%-12s %6d %5d %5s %-12s %5.1f%% %9.3f %8.2f %6.1f%% %8.2f %8.2f\n", m->name,
                                    (int)t, (int)B, dn, k_mix_name[x], 100 * kept, 1e3 * tm, gbs / 1e9,
                                    100 * gbs / bw, ideal, meas);
                         if (x == MIX_FULL && t >= 4096 && dt != FG_DTYPE_F32 && g_n[mi] < 16)
                             g_fracs[mi][g_n[mi]++] = gbs / bw;
-                        if (x == MIX_FASTGEN && t >= 4096 && n_summary < 64) {
+                        if (x == MIX_FASTGEN && t >= 4096 && m->in_summary && n_summary < 64) {
                             fracs[n_summary] = gbs / bw;
                             effs[n_summary++] = meas / ideal;
                         }

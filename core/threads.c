@@ -74,7 +74,7 @@ static int64_t now_ns(void) {
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-/* Spins until ready(p) or spin_ns have passed; returns whether it got ready. */
+/* Spins until cond holds or p->spin_ns have passed (the clock read every 64 pauses). */
 #define SPIN_UNTIL(p, cond)                                                                                            \
     do {                                                                                                               \
         int64_t spin_end_ = -1;                                                                                        \

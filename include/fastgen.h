@@ -328,6 +328,11 @@ FG_API fg_status fg_synchronize(fg_context *ctx);
 /* Name of the backend the context runs on. */
 FG_API const char *fg_context_backend(const fg_context *ctx);
 
+/* What the cpu backend found on this CPU and picked for it: vendor, family
+ * and model, the ISA, the decode kernel's prefetch hint and why (a table row
+ * per CPU family; FASTGEN_PF_LOCALITY=nta|t0 and FG_CPU_ISA override). */
+FG_API fg_status fg_cpu_describe(char *buf, size_t size);
+
 /* Whether a backend is compiled in and usable here (FG_OK) or why not. */
 FG_API fg_status fg_backend_probe(const char *name);
 

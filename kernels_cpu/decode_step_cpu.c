@@ -42,22 +42,26 @@
 #define CAT3(a, b, c) CAT3_(a, b, c)
 #define FN(name) CAT3(name, DTN, ISAN)
 
-/* Blocks a decode item ahead of the one it reads that it prefetches, and the
- * locality hint: 0 (non-temporal) measured best on Zen 5, where the lines
- * are read once, moments later. Compile-time tunables. */
+/* Blocks a decode item ahead of the one it reads that it prefetches (a
+ * compile-time tunable). The locality hint is the CPU's (cpu_tuning.c). */
 #ifndef FG_PF_BLOCKS
 #define FG_PF_BLOCKS 1
 #endif
-#ifndef FG_PF_LOCALITY
-#define FG_PF_LOCALITY 0
-#endif
 
 /* Asks for the cache lines of a row at p that start in bytes [from, to) of
- * it (always inlined: GCC 12 at -O1 and above dropped the calls of a
- * prefetch-only function left to its own inlining choice). */
-static inline __attribute__((always_inline)) void fg_prefetch_span(const unsigned char *p, size_t from, size_t to) {
-    for (size_t off = (from + 63) & ~(size_t)63; off < to; off += 64)
-        __builtin_prefetch(p + off, 0, FG_PF_LOCALITY);
+ * it: into every cache level (t0) or non-temporally. The hint is the same
+ * for a whole step, so the branch costs nothing measurable; one kernel per
+ * hint would double the template's build (always inlined: GCC 12 at -O1 and
+ * above dropped the calls of a prefetch-only function left to its own
+ * inlining choice). */
+static inline __attribute__((always_inline)) void fg_prefetch_span(const unsigned char *p, size_t from, size_t to,
+                                                                     int t0) {
+    for (size_t off = (from + 63) & ~(size_t)63; off < to; off += 64) {
+        if (t0)
+            __builtin_prefetch(p + off, 0, 3);
+        else
+            __builtin_prefetch(p + off, 0, 0);
+    }
 }
 
 /* Rows of the block that starts at slot s: consecutive rows of one page, at
@@ -589,6 +593,7 @@ fg_status fg_cpu_decode_step(fg_backend *be, const fg_page_layout *layout, const
             a->acc = a->l + G;
             a->raw = hp->raw != SIZE_MAX ? raw + hp->raw + a->begin : NULL;
             a->raw_stride = (size_t)hd->n_slots;
+            a->pf_t0 = st->tuning.pf_locality == FG_PF_T0;
         }
         if (hp->raw != SIZE_MAX)
             raw_at += (size_t)G * hd->n_slots;

@@ -15,12 +15,24 @@ typedef enum fg_cpu_isa { FG_ISA_GENERIC = 0, FG_ISA_AVX2 = 1, FG_ISA_AVX512 = 2
 fg_cpu_isa fg_cpu_isa_detect(void);
 const char *fg_cpu_isa_name(fg_cpu_isa isa);
 
+/* The decode kernel's constants that measured differently across CPUs,
+ * picked per CPU when the backend opens (kernels_cpu/cpu_tuning.c): a small
+ * table by vendor and family, FASTGEN_PF_LOCALITY=nta|t0 to override. */
+typedef enum fg_pf_locality { FG_PF_NTA = 0, FG_PF_T0 = 3 } fg_pf_locality;
+typedef struct fg_cpu_tuning {
+    fg_pf_locality pf_locality; /* the hint of the decode kernel's software prefetches */
+    char cpu[48];               /* "AuthenticAMD family 26 model 2" */
+    const char *source;         /* why: the table row, or the environment */
+} fg_cpu_tuning;
+fg_cpu_tuning fg_cpu_tuning_detect(void);
+
 /* Threads a cpu kernel uses: the size of the backend's pool (1 without one). */
 int fg_cpu_threads(const fg_backend *be);
 
 /* State of the `cpu` backend (be->impl). */
 typedef struct fg_cpu_state {
     fg_cpu_isa isa;
+    fg_cpu_tuning tuning;
     void *ws;        /* decode workspace, grown on demand, 64-byte aligned */
     size_t ws_bytes;
 } fg_cpu_state;
@@ -46,6 +58,7 @@ typedef struct fg_attend_chunk {
     size_t raw_stride;
     float *kbuf, *vbuf; /* [FG_CPU_BLOCK][d] each: the thread's scratch for converted rows */
     int32_t head;       /* the decode head it belongs to */
+    int pf_t0;          /* prefetch into every cache level (else non-temporally): the CPU's tuning */
     fg_freq_scan scan;  /* its slots' frequent-candidate scan (heads that track scores) */
 } fg_attend_chunk;
 

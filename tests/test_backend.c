@@ -337,9 +337,28 @@ static void check_wrong_use(void) {
     fg_token_classes_destroy(&tc);
 }
 
+/* fg_cpu_describe: the CPU, its ISA and the prefetch hint with its reason;
+ * FASTGEN_PF_LOCALITY overrides the table both ways. */
+static void check_cpu_tuning(void) {
+    char buf[256];
+    EXPECT(fg_cpu_describe(NULL, 0) == FG_ERR_INVALID_ARGUMENT, "no buffer");
+    unsetenv("FASTGEN_PF_LOCALITY");
+    EXPECT(fg_cpu_describe(buf, sizeof buf) == FG_OK && strstr(buf, "isa ") && strstr(buf, "decode prefetch "),
+           "the CPU described: %s", buf);
+    printf("cpu: %s\n", buf);
+    setenv("FASTGEN_PF_LOCALITY", "t0", 1);
+    EXPECT(fg_cpu_describe(buf, sizeof buf) == FG_OK && strstr(buf, "prefetch t0 (FASTGEN_PF_LOCALITY)"), "%s", buf);
+    setenv("FASTGEN_PF_LOCALITY", "nta", 1);
+    EXPECT(fg_cpu_describe(buf, sizeof buf) == FG_OK && strstr(buf, "prefetch nta (FASTGEN_PF_LOCALITY)"), "%s", buf);
+    unsetenv("FASTGEN_PF_LOCALITY");
+    char tiny[8];
+    EXPECT(fg_cpu_describe(tiny, sizeof tiny) == FG_OK && strlen(tiny) == sizeof tiny - 1, "cut to the buffer");
+}
+
 int main(int argc, char **argv) {
     test_seed("test_backend");
     check_wrong_use();
+    check_cpu_tuning();
     const char *all[] = {"cpu", "cuda", "hip"};
     const char **names = argc > 1 ? (const char **)argv + 1 : all;
     const int n_names = argc > 1 ? argc - 1 : 3;

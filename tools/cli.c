@@ -302,6 +302,19 @@ int cli_compression(const char *cmd, const cli_opts *o, fg_compression_params *c
                                   "fastgen-budget), not %s", policy);
         cp->budget = o->budget;
     }
+    /* T picks a shortlist entry by recovery; a one-policy preset, a shared budget or the adaptive mode picks
+       none that way */
+    const int by_recovery = cp->n_policies > 1 && cp->budget <= 0.0f && cp->budget_tokens <= 0 &&
+                            cp->allocation == FG_ALLOC_SHORTLIST;
+    if (o->has_threshold && !by_recovery)
+        return cli_usage(cmd, "-T picks a shortlist entry by its recovery, and %s does not choose that way (%s)",
+                         policy, cp->n_policies == 1 ? "one policy for every head" : "a budget shared by the heads");
+    int only_full = 1;
+    for (int32_t e = 0; e < cp->n_policies; e++)
+        only_full &= (cp->shortlist[e].components & FG_KEEP_FULL) != 0;
+    if ((o->has_ratio_local || o->has_ratio_frequent) && only_full)
+        return cli_usage(cmd, "--ratio-local and --ratio-frequent size a window and heavy hitters: %s keeps every row",
+                         policy);
     if (o->has_threshold)
         cp->threshold = o->threshold;
     if (o->append_mode >= 0) {

@@ -44,7 +44,9 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "tokenize"))
         return cmd_tokenize(argc - 2, argv + 2);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
-        printf("fastgen %s\nbackends: %s\n", fg_version(), fg_build_backends());
+        char cpu[256];
+        fg_cpu_describe(cpu, sizeof cpu);
+        printf("fastgen %s\nbackends: %s\ncpu: %s\n", fg_version(), fg_build_backends(), cpu);
         return 0;
     }
     fprintf(stderr, "fastgen: unknown command \"%s\" (try `fastgen --help`)\n", cmd);

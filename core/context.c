@@ -306,8 +306,8 @@ static fg_status seq_clone(fg_context *ctx, const fg_seq *s, fg_seq *c) {
     c->cp = s->cp;
     c->n_prompt = s->n_prompt;
     c->n_tokens = s->n_tokens;
-    c->parent = (int32_t)(s - ctx->seqs);
-    c->fork_len = s->length[0];
+    c->parent = s->parent; /* a copy (fg_seq_append's snapshot) keeps the lineage; fg_seq_fork sets its own */
+    c->fork_len = s->fork_len;
     c->in_use = 1;
     return FG_OK;
 }
@@ -333,8 +333,11 @@ fg_status fg_seq_fork(fg_context *ctx, int32_t parent, int32_t *child_out) {
     CHECK(id < ctx->params.max_seqs, ctx, FG_ERR_CAPACITY, "fg_seq_fork: all %d sequences are in use (max_seqs)",
           (int)ctx->params.max_seqs);
     st = seq_clone(ctx, s, &ctx->seqs[id]);
-    if (st == FG_OK)
+    if (st == FG_OK) {
+        ctx->seqs[id].parent = parent;
+        ctx->seqs[id].fork_len = s->length[0];
         *child_out = id;
+    }
     return st;
 }
 
@@ -349,7 +352,7 @@ fg_status fg_seq_destroy(fg_context *ctx, int32_t seq) {
     int32_t first = -1, first_len = 0;
     for (int32_t i = 0; i < ctx->params.max_seqs; i++) {
         fg_seq *c = &ctx->seqs[i];
-        if (!c->in_use || c->parent != seq)
+        if (!c->in_use || c->parent != seq || i == seq)
             continue;
         if (first < 0) {
             first = i;
@@ -1456,7 +1459,7 @@ static int64_t shared_full_pages(const fg_context *ctx) {
     int64_t shared = 0;
     for (int32_t i = 0; i < ctx->params.max_seqs; i++) {
         const fg_seq *c = &ctx->seqs[i];
-        if (!c->in_use || c->parent < 0)
+        if (!c->in_use || c->parent < 0 || c->parent == i || !ctx->seqs[c->parent].in_use)
             continue;
         const fg_seq *p = &ctx->seqs[c->parent];
         for (int32_t l = 0; l < ctx->params.n_layers; l++) {

@@ -176,7 +176,8 @@ static int same_state(const side *x, const side *y) {
     fg_memory(x->ctx, -1, &mx);
     fg_memory(y->ctx, -1, &my);
     return mx.pages_in_use == my.pages_in_use && mx.kv_bytes_held == my.kv_bytes_held &&
-           mx.rows_kept == my.rows_kept && mx.rows_full == my.rows_full && mx.meta_bytes_held == my.meta_bytes_held;
+           mx.kv_bytes_full == my.kv_bytes_full && mx.rows_kept == my.rows_kept && mx.rows_full == my.rows_full &&
+           mx.meta_bytes_held == my.meta_bytes_held;
 }
 
 /* The script, as the twin applies it; lengths advance with prefills and decodes. */

@@ -309,12 +309,16 @@ int cli_compression(const char *cmd, const cli_opts *o, fg_compression_params *c
     if (o->has_threshold && !by_recovery)
         return cli_usage(cmd, "-T picks a shortlist entry by its recovery, and %s does not choose that way (%s)",
                          policy, cp->n_policies == 1 ? "one policy for every head" : "a budget shared by the heads");
-    int only_full = 1;
-    for (int32_t e = 0; e < cp->n_policies; e++)
-        only_full &= (cp->shortlist[e].components & FG_KEEP_FULL) != 0;
-    if ((o->has_ratio_local || o->has_ratio_frequent) && only_full)
-        return cli_usage(cmd, "--ratio-local and --ratio-frequent size a window and heavy hitters: %s keeps every row",
-                         policy);
+    int has_local = 0, has_frequent = 0; /* the components a ratio sizes, in an entry that does not keep all */
+    for (int32_t e = 0; e < cp->n_policies; e++) {
+        const uint32_t c = cp->shortlist[e].components;
+        has_local |= !(c & FG_KEEP_FULL) && (c & FG_KEEP_LOCAL);
+        has_frequent |= !(c & FG_KEEP_FULL) && (c & (FG_KEEP_FREQUENT | FG_KEEP_SNAPSHOT));
+    }
+    if (o->has_ratio_local && !has_local)
+        return cli_usage(cmd, "--ratio-local sizes a local window, and %s has none", policy);
+    if (o->has_ratio_frequent && !has_frequent)
+        return cli_usage(cmd, "--ratio-frequent sizes the heavy hitters, and %s keeps none", policy);
     if (o->has_threshold)
         cp->threshold = o->threshold;
     if (o->append_mode >= 0) {

@@ -106,7 +106,8 @@ static const char *k_generate_help_tail =
     "                          reprofile (each head profiled again over the new turn)\n"
     "  --samples K             K samples (temperature 1 unless --temp says otherwise, seeds S..S+K-1) forked\n"
     "                          from one prefilled prompt, sharing its pages; --json: samples, kv_bytes_held\n"
-    "                          (shared pages once), kv_bytes_unshared (each counted whole)\n";
+    "                          (shared pages once), kv_bytes_unshared (each counted whole), kv_bytes_full\n"
+    "                          (full caches that share the prompt's pages too)\n";
 
 typedef struct generate_extra {
     const char *chat, *prompt_ids;
@@ -183,6 +184,9 @@ static int generate_checks(const cli_opts *o, const generate_extra *x) {
         return cli_usage(cmd, "--append says how --chat's later turns join the sequence: it needs --chat");
     if (x->ignore_eos && x->chat)
         return cli_usage(cmd, "--ignore-eos: a --chat reply ends at the end of its turn");
+    if (x->samples && (x->prompt_ids || x->ignore_eos))
+        return cli_usage(cmd, "--samples takes its prompt from -p or -f and stops each sample at its end of text: "
+                              "--prompt-ids and --ignore-eos do not go with it");
     if (x->samples && o->has_temperature && o->temperature == 0.0f)
         return cli_usage(cmd, "--samples with --temp 0 would give %d copies of the greedy text: pass a temperature "
                               "above 0", (int)x->samples);
@@ -366,8 +370,10 @@ int cmd_profile(int argc, char **argv) {
     }
     fg_compression_params_preset("full", &full);
     cli_session s;
-    if (open_or_fail(&o, 0, &s))
+    if (open_or_fail(&o, 0, &s)) {
+        cli_opts_free(&o);
         return 1;
+    }
     const fg_llama_config *c = &s.model.config;
     fg_context *ctx = fg_runner_context(s.runner);
     int32_t *tokens = NULL, n = 0, seq = -1;

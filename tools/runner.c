@@ -426,6 +426,8 @@ fg_status fg_runner_prefill_many(fg_runner *r, int32_t k, const fg_compression_p
             st = forward(r, m, seqs, k, chunk < n ? PASS_CHUNK : PASS_PREFILL, NULL, tokens + at, r->pos + at,
                          at + m == n ? logits : NULL, 1);
         }
+        if (r->progress && r->progress_done < r->progress_total) /* a failed pass: the line goes too */
+            r->progress(r->progress_user, r->progress_total, r->progress_total);
         r->progress_total = 0;
         if (st)
             runner_fail(r, st, "%s", fg_last_error(r->ctx));

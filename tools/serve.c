@@ -313,7 +313,7 @@ int serve_samples(const cli_opts *o, const fg_compression_params *cp, int32_t k)
             for (int32_t i = 0; i < k; i++)
                 printf("sample %d: %s%s\n\n", (int)i + 1, o->prompt, texts[i]);
             printf("%d samples: KV cache %zu bytes held (pages shared with the prompt counted once), %zu if each "
-                   "held its own, %zu full\n",
+                   "held its own, %zu for full caches sharing the prompt's pages\n",
                    (int)k, all.kv_bytes_held, separate, all.kv_bytes_full);
         }
         rc = 0;

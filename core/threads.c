@@ -2,10 +2,13 @@
  * The thread pool every CPU loop of the library (and of the model runner)
  * runs on: fg_threadpool in fastgen.h.
  *
- * A job is n_tasks calls of fn(arg, task, thread). The caller publishes it
- * and takes tasks itself; the workers take the rest one at a time from a
- * shared counter, so a thread the OS has descheduled holds up at most the
- * one task it is inside, never a fixed share of the job. Between jobs a
+ * A job is n_tasks calls of fn(arg, task, thread). The tasks are cut into
+ * one contiguous range per thread (a matrix product's rows stay contiguous
+ * per core, so one core's stream prefetcher does not fetch the rows of the
+ * other's tasks); each thread takes the tasks of its own range one at a time
+ * from that range's counter, then takes what is left of the others', so a
+ * thread the OS has descheduled holds up at most the one task it is inside,
+ * never a fixed share of the job. Between jobs a
  * worker spins for a short while (a decode step's jobs come microseconds
  * apart) and then sleeps on a condition variable, so that on a busy machine
  * no thread burns the time slice its partners need; the caller waits for
@@ -44,16 +47,22 @@ struct fg_threadpool {
     /* the job: written while gen is odd and active is zero */
     fg_task_fn fn;
     void *arg;
-    int32_t n_tasks;
 
     _Atomic uint32_t gen;
-    _Atomic int32_t next;      /* the next task to take */
+    struct range *ranges;      /* [n_threads] the tasks of each thread, then of whoever takes them */
+    int32_t n_ranges;          /* this job's: the threads running */
     _Atomic int32_t remaining; /* tasks not finished */
     _Atomic int32_t active;    /* workers between reading the job and leaving it */
     _Atomic int32_t sleepers;
     _Atomic int32_t caller_waiting;
     _Atomic int32_t stop;
 };
+
+/* Tasks [next, end) of one thread's share, on a cache line of its own. */
+typedef struct range {
+    _Alignas(64) _Atomic int32_t next;
+    int32_t end;
+} range;
 
 /* The pool and thread number of the job this thread is running (nested
  * jobs on the same pool run inline). */
@@ -93,13 +102,16 @@ static int64_t now_ns(void) {
 static void take_tasks(fg_threadpool *p, int32_t thread) {
     const fg_task_fn fn = p->fn;
     void *arg = p->arg;
-    const int32_t n = p->n_tasks;
-    for (int32_t t; (t = atomic_fetch_add(&p->next, 1)) < n;) {
-        fn(arg, t, thread);
-        if (atomic_fetch_sub(&p->remaining, 1) == 1 && atomic_load(&p->caller_waiting)) {
-            pthread_mutex_lock(&p->mu);
-            pthread_cond_signal(&p->done);
-            pthread_mutex_unlock(&p->mu);
+    const int32_t n_ranges = p->n_ranges;
+    for (int32_t k = 0; k < n_ranges; k++) { /* its own range first, then the others' in turn */
+        range *r = &p->ranges[(thread + k) % n_ranges];
+        for (int32_t t; (t = atomic_fetch_add(&r->next, 1)) < r->end;) {
+            fn(arg, t, thread);
+            if (atomic_fetch_sub(&p->remaining, 1) == 1 && atomic_load(&p->caller_waiting)) {
+                pthread_mutex_lock(&p->mu);
+                pthread_cond_signal(&p->done);
+                pthread_mutex_unlock(&p->mu);
+            }
         }
     }
 }
@@ -187,8 +199,9 @@ fg_status fg_threadpool_create(int32_t n_threads, fg_threadpool **out) {
     if (p->n_threads > 1) {
         p->workers = calloc((size_t)p->n_threads - 1, sizeof *p->workers);
         ws = calloc((size_t)p->n_threads - 1, sizeof *ws);
+        p->ranges = aligned_alloc(64, (size_t)p->n_threads * sizeof *p->ranges);
     }
-    int ok = p->n_threads == 1 || (p->workers && ws);
+    int ok = p->n_threads == 1 || (p->workers && ws && p->ranges);
     ok = ok && pthread_mutex_init(&p->run_mu, NULL) == 0;
     ok = ok && pthread_mutex_init(&p->mu, NULL) == 0;
     ok = ok && pthread_cond_init(&p->wake, NULL) == 0;
@@ -196,6 +209,7 @@ fg_status fg_threadpool_create(int32_t n_threads, fg_threadpool **out) {
     if (!ok) {
         free(p->workers);
         free(ws);
+        free(p->ranges);
         free(p);
         return fg_error(NULL, FG_ERR_OUT_OF_MEMORY, "fg_threadpool_create: out of memory");
     }
@@ -220,6 +234,7 @@ void fg_threadpool_destroy(fg_threadpool **pool) {
     pthread_mutex_destroy(&p->run_mu);
     free(p->workers);
     free(p->worker_args);
+    free(p->ranges);
     free(p);
     *pool = NULL;
 }
@@ -263,8 +278,11 @@ void fg_threadpool_run(fg_threadpool *p, int32_t n_tasks, fg_task_fn fn, void *a
         sched_yield();
     p->fn = fn;
     p->arg = arg;
-    p->n_tasks = n_tasks;
-    atomic_store(&p->next, 0);
+    p->n_ranges = p->n_started + 1;
+    for (int32_t r = 0; r < p->n_ranges; r++) {
+        atomic_store(&p->ranges[r].next, (int32_t)((int64_t)n_tasks * r / p->n_ranges));
+        p->ranges[r].end = (int32_t)((int64_t)n_tasks * (r + 1) / p->n_ranges);
+    }
     atomic_store(&p->remaining, n_tasks);
     atomic_store(&p->gen, g + 2);
     if (atomic_load(&p->sleepers) > 0) {

@@ -12,10 +12,11 @@
  *      its slots are scanned for the lowest-ranked frequent candidate;
  *   4. per head that tracks scores: insertion and eviction as in `ref`, from
  *      the merged scans.
- * The step is one job on the thread pool: a task per item, and steps 2-4 of
- * a head run on the thread that finishes its last item (no barrier between
- * the steps). Steps 2-4 write only the head's own pages (the core made them
- * private before the step), so they may run while other heads' items read.
+ * The step is two jobs on the thread pool (decode_job below): step 2 of a
+ * head runs on the thread that finishes its last item, step 4 on the thread
+ * that finishes its last step-3 item. Steps 2-4 write only the head's own
+ * pages (the core made them private before the step), so they may run while
+ * other heads' items read.
  * Chunking does not depend on the thread count, so results do not either.
  * The workspace lives in the backend and only grows: a step in steady state
  * allocates nothing.
@@ -396,11 +397,14 @@ static fg_status workspace(fg_backend *be, fg_cpu_state *st, size_t bytes) {
 
 static size_t up64(size_t x) { return (x + 63) / 64 * 64; }
 
-/* One decode step as one job: a task per work item, longest first, then one
- * per head without items. The thread that finishes a head's last item
- * finishes the head (steps 2-4 of the header), so the step has no barrier
- * between its stages: a thread that the OS deschedules delays only the
- * heads whose items it holds. */
+/* One decode step in two jobs. The first: a task per work item, longest
+ * first, then one per head without items; the thread that finishes a head's
+ * last item merges the head (step 2 of the header) and, for a head that does
+ * not track scores, inserts and evicts. The second, when some head tracks
+ * scores: a task per item of those heads (step 3: score update and scan),
+ * and the thread that finishes a head's last one merges its scans in item
+ * order and inserts and evicts (step 4). One barrier a step; a thread the OS
+ * deschedules delays only the heads whose items it holds. */
 typedef struct decode_job {
     const fg_page_layout *layout;
     const fg_shape *shape;
@@ -408,7 +412,7 @@ typedef struct decode_job {
     head_plan *plan;
     fg_attend_chunk *items;
     const int32_t *order; /* items, longest first, then the heads without items (as -1 - head) */
-    int32_t n_items;
+    const int32_t *track; /* the items of the heads that track scores, head by head */
     fg_attend_chunk_fn *attend;
     const float *qs;
     unsigned char *bufs; /* the threads' scratch rows */
@@ -417,21 +421,18 @@ typedef struct decode_job {
     _Atomic int32_t bad; /* a head that ended with a slot count the host did not expect, or -1 */
 } decode_job;
 
-/* Steps 2-4 for head i, once its items are done. */
-static void finish_head(decode_job *j, int32_t i) {
+/* Step 2 for head i, once its items are done: the partial states and the
+ * new token merge into the output. A head that tracks scores turns each
+ * item's max into the item's score factor and waits for the second job; any
+ * other head inserts and evicts now (a tracking head without rows too). */
+static void merge_head(decode_job *j, int32_t i) {
     const fg_page_layout *layout = j->layout;
-    const fg_shape *shape = j->shape;
-    const fg_decode_head *heads = j->heads;
-    head_plan *plan = j->plan;
+    const fg_decode_head *hd = &j->heads[i];
+    head_plan *hp = &j->plan[i];
     const int32_t G = j->G, d = j->d;
-    /* 2. the partial states merge into the output. A head that tracks scores
-     * turns each chunk's max into the chunk's score factor; any other head
-     * inserts and evicts now. */
-    const fg_decode_head *hd = &heads[i];
-    head_plan *hp = &plan[i];
     fg_status hs;
     if (!hp->fast) {
-        hs = fg_ref_decode_step_head(layout, shape, hd);
+        hs = fg_ref_decode_step_head(layout, j->shape, hd);
     } else {
         const float *q = j->qs + (size_t)i * G * d;
         float M[FG_MAX_GROUP], Linv[FG_MAX_GROUP], new_score = 0.0f;
@@ -463,46 +464,18 @@ static void finish_head(decode_job *j, int32_t i) {
             new_score += p_new * Linv[h];
         }
         hp->new_score = new_score;
-        if (hp->raw == SIZE_MAX) {
-            hs = fg_ref_decode_finish_head(layout, hd, new_score, NULL);
+        if (hp->raw == SIZE_MAX || hp->n_items == 0) {
+            const fg_freq_scan none = FG_FREQ_SCAN_EMPTY;
+            hs = fg_ref_decode_finish_head(layout, hd, new_score, hp->raw == SIZE_MAX ? NULL : &none);
         } else {
-            /* pooled attention of slot s: sum_h raw[h][s] e^(m_c - M) / (L G), one factor per chunk */
+            /* pooled attention of slot s: sum_h raw[h][s] e^(m_c - M) / (L G), one factor per item */
             for (int32_t c = 0; c < hp->n_items; c++) {
                 fg_attend_chunk *a = &j->items[hp->first_item + c];
                 for (int32_t h = 0; h < G; h++)
                     a->m[h] = expf(a->m[h] - M[h]) * Linv[h]; /* m is not needed any more */
             }
-            hs = FG_OK;
+            return; /* steps 3-4 in the second job */
         }
-    }
-    if (hs == FG_OK && hp->fast && hp->raw != SIZE_MAX) {
-        /* 3. per item: the score update, then the frequent-candidate scan of
-         * §2.5 4a-b; 4. insertion and eviction from the scans merged in item
-         * order. Every thread count gives the same result. */
-        const int32_t P = layout->page_tokens;
-        fg_freq_scan scan = FG_FREQ_SCAN_EMPTY;
-        for (int32_t c = 0; c < hp->n_items; c++) {
-            fg_attend_chunk *a = &j->items[hp->first_item + c];
-            const float *f = a->m;
-            for (int32_t s0 = a->begin; s0 < a->end;) {
-                fg_prefetch_meta(layout, hd->pages, a->end, s0 / P + FG_META_AHEAD);
-                float *score = (float *)(void *)((unsigned char *)hd->pages[s0 / P] + layout->score_offset);
-                const int32_t j0 = s0 % P, rows = a->end - s0 < P - j0 ? a->end - s0 : P - j0;
-                const float *r = a->raw + (s0 - a->begin);
-                const float keep = hd->score_mode == FG_SCORE_LAST ? 0.0f : 1.0f; /* LAST: this step's only */
-                for (int32_t x = 0; x < rows; x++) {
-                    float gained = 0.0f;
-                    for (int32_t h = 0; h < G; h++)
-                        gained += r[(size_t)h * a->raw_stride + x] * f[h];
-                    score[j0 + x] = keep * score[j0 + x] + gained;
-                }
-                s0 += rows;
-            }
-            a->scan = FG_FREQ_SCAN_EMPTY;
-            fg_ref_freq_scan(layout, hd, a->begin, a->end, &a->scan);
-            fg_ref_freq_scan_merge(&scan, &a->scan);
-        }
-        hs = fg_ref_decode_finish_head(layout, hd, hp->new_score, &scan);
     }
     if (hs != FG_OK)
         atomic_store(&j->bad, i);
@@ -512,7 +485,7 @@ static void decode_task(void *arg, int32_t task, int32_t thread) {
     decode_job *j = arg;
     const int32_t it = j->order[task];
     if (it < 0) {
-        finish_head(j, -1 - it);
+        merge_head(j, -1 - it);
         return;
     }
     fg_attend_chunk *a = &j->items[it];
@@ -521,7 +494,45 @@ static void decode_task(void *arg, int32_t task, int32_t thread) {
     a->vbuf = buf + (size_t)FG_CPU_BLOCK * j->d + 16;
     j->attend(a);
     if (atomic_fetch_sub(&j->plan[a->head].left, 1) == 1)
-        finish_head(j, a->head);
+        merge_head(j, a->head);
+}
+
+/* Step 3 for one item of a head that tracks scores: its slots' scores grow
+ * by their pooled attention, then the frequent-candidate scan of §2.5 4a-b;
+ * the thread that ends a head's last item merges the scans in item order
+ * (every thread count gives the same result) and inserts and evicts. */
+static void score_task(void *arg, int32_t task, int32_t thread) {
+    (void)thread;
+    decode_job *j = arg;
+    fg_attend_chunk *a = &j->items[j->track[task]];
+    const fg_page_layout *layout = j->layout;
+    const fg_decode_head *hd = &j->heads[a->head];
+    const int32_t P = layout->page_tokens, G = j->G;
+    const float *f = a->m;
+    const float keep = hd->score_mode == FG_SCORE_LAST ? 0.0f : 1.0f; /* LAST: this step's only */
+    for (int32_t s0 = a->begin; s0 < a->end;) {
+        fg_prefetch_meta(layout, hd->pages, a->end, s0 / P + FG_META_AHEAD);
+        float *score = (float *)(void *)((unsigned char *)hd->pages[s0 / P] + layout->score_offset);
+        const int32_t j0 = s0 % P, rows = a->end - s0 < P - j0 ? a->end - s0 : P - j0;
+        const float *r = a->raw + (s0 - a->begin);
+        for (int32_t x = 0; x < rows; x++) {
+            float gained = 0.0f;
+            for (int32_t h = 0; h < G; h++)
+                gained += r[(size_t)h * a->raw_stride + x] * f[h];
+            score[j0 + x] = keep * score[j0 + x] + gained;
+        }
+        s0 += rows;
+    }
+    a->scan = FG_FREQ_SCAN_EMPTY;
+    fg_ref_freq_scan(layout, hd, a->begin, a->end, &a->scan);
+    head_plan *hp = &j->plan[a->head];
+    if (atomic_fetch_sub(&hp->left, 1) != 1)
+        return;
+    fg_freq_scan scan = FG_FREQ_SCAN_EMPTY;
+    for (int32_t c = 0; c < hp->n_items; c++)
+        fg_ref_freq_scan_merge(&scan, &j->items[hp->first_item + c].scan);
+    if (fg_ref_decode_finish_head(layout, hd, hp->new_score, &scan) != FG_OK)
+        atomic_store(&j->bad, a->head);
 }
 
 fg_status fg_cpu_decode_step(fg_backend *be, const fg_page_layout *layout, const fg_shape *shape, int32_t n_heads,
@@ -548,7 +559,8 @@ fg_status fg_cpu_decode_step(fg_backend *be, const fg_page_layout *layout, const
     const size_t off_plan = 0;
     const size_t off_item = off_plan + up64((size_t)n_heads * sizeof(head_plan));
     const size_t off_order = off_item + up64((size_t)n_items * sizeof(fg_attend_chunk));
-    const size_t off_q = off_order + up64(((size_t)n_items + n_heads) * sizeof(int32_t));
+    const size_t off_track = off_order + up64(((size_t)n_items + n_heads) * sizeof(int32_t));
+    const size_t off_q = off_track + up64((size_t)n_items * sizeof(int32_t));
     const size_t off_state = off_q + up64((size_t)n_heads * G * d * sizeof(float));
     const size_t off_raw = off_state + up64((size_t)n_items * G * (d + 2) * sizeof(float));
     const size_t off_buf = off_raw + up64(raw_floats * sizeof(float));
@@ -560,7 +572,7 @@ fg_status fg_cpu_decode_step(fg_backend *be, const fg_page_layout *layout, const
     unsigned char *ws = st->ws;
     head_plan *plan = (head_plan *)(void *)(ws + off_plan);
     fg_attend_chunk *items = (fg_attend_chunk *)(void *)(ws + off_item);
-    int32_t *order = (int32_t *)(void *)(ws + off_order);
+    int32_t *order = (int32_t *)(void *)(ws + off_order), *track_items = (int32_t *)(void *)(ws + off_track);
     float *qs = (float *)(void *)(ws + off_q), *state = (float *)(void *)(ws + off_state);
     float *raw = (float *)(void *)(ws + off_raw);
 
@@ -615,13 +627,23 @@ fg_status fg_cpu_decode_step(fg_backend *be, const fg_page_layout *layout, const
             order[at] = order[at - 1];
         order[at] = it;
     }
-    int32_t n_lone = 0; /* heads without items (the reference kernel's, or empty ones) finish as tasks of their own */
-    for (int32_t i = 0; i < n_heads; i++)
+    int32_t n_lone = 0, n_track = 0; /* heads without items (the reference kernel's, or empty ones) finish as
+                                        tasks of their own; the items of heads that track scores, head by head */
+    for (int32_t i = 0; i < n_heads; i++) {
         if (plan[i].n_items == 0)
             order[n_items + n_lone++] = -1 - i;
-    decode_job job = {layout, shape, heads, plan, items, order, n_items, isa_kernel(st->isa, layout->dtype), qs,
+        for (int32_t c = 0; plan[i].raw != SIZE_MAX && c < plan[i].n_items; c++)
+            track_items[n_track++] = plan[i].first_item + c;
+    }
+    decode_job job = {layout, shape, heads, plan, items, order, track_items, isa_kernel(st->isa, layout->dtype), qs,
                       ws + off_buf, per_thread, G, d, -1};
-    fg_threadpool_run(par ? be->threads : NULL, n_items + n_lone, decode_task, (void *)&job);
+    fg_threadpool *pool = par ? be->threads : NULL;
+    fg_threadpool_run(pool, n_items + n_lone, decode_task, (void *)&job);
+    if (n_track > 0) {
+        for (int32_t i = 0; i < n_heads; i++) /* the second job counts the items again */
+            atomic_store(&plan[i].left, plan[i].raw != SIZE_MAX ? plan[i].n_items : 0);
+        fg_threadpool_run(pool, n_track, score_task, (void *)&job);
+    }
     const int32_t bad = atomic_load(&job.bad);
     if (bad >= 0)
         return be->err(be->err_sink, FG_ERR_INTERNAL,

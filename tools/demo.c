@@ -34,7 +34,7 @@ static const char *k_demo_help =
     "with FastGen's adaptive mode (budget 50%) in one batch and compares text, memory\n"
     "and the policy of every head (a chat model: a question about a licence text Debian\n"
     "ships, /usr/share/common-licenses/Apache-2.0). -m MODEL [-z TOKENIZER] [--svg FILE]\n"
-    "runs it on that model (--svg: where the policy map goes; default\n"
+    "[-t N] runs it on that model (--svg: where the policy map goes; default\n"
     "$TMPDIR/fastgen-demo-policies.svg). Otherwise:\n"
     "\n"    "Runs FastGen on a synthetic workload with planted head types (attention\n"
     "sinks, punctuation, heavy hitters, local, broad) at a Llama-like shape:\n"

@@ -162,15 +162,13 @@ int cli_parse(const char *cmd, const char *help, unsigned accept, int argc, char
             o->prompt_file = val;
         } else if (!strcmp(a, "--prefill-chunk"))
             ok = val && cli_parse_int(val, 1, 1 << 20, &o->prefill_chunk);
-        else if (match(a, "-n", "--steps")) {
+        else if (match(a, "-n", "--steps"))
             ok = val && cli_parse_int(val, 0, 1 << 20, &o->n);
-            o->has_steps = 1;
-        } else if (match(a, "-t", "--threads"))
+        else if (match(a, "-t", "--threads"))
             ok = val && cli_parse_int(val, 1, FG_MAX_THREADS, &o->threads);
-        else if (!strcmp(a, "--policy")) {
+        else if (!strcmp(a, "--policy"))
             o->policy = val;
-            o->has_policy = 1;
-        } else if (!strcmp(a, "--append")) {
+        else if (!strcmp(a, "--append")) {
             ok = val && (!strcmp(val, "keep") || !strcmp(val, "reprofile"));
             o->append_mode = ok && !strcmp(val, "reprofile") ? FG_APPEND_REPROFILE : FG_APPEND_KEEP;
         } else if (!strcmp(a, "-T")) {
@@ -184,10 +182,9 @@ int cli_parse(const char *cmd, const char *help, unsigned accept, int argc, char
             o->has_ratio_frequent = 1;
         } else if (!strcmp(a, "--budget"))
             ok = val && cli_parse_float(val, 0.0f, 1.0f, &o->budget) && o->budget > 0.0f;
-        else if (!strcmp(a, "--backend")) {
+        else if (!strcmp(a, "--backend"))
             o->backend = val;
-            o->has_backend = 1;
-        } else if (!strcmp(a, "--svg"))
+        else if (!strcmp(a, "--svg"))
             o->svg = val;
         else if (match(a, "--temp", "--temperature")) {
             ok = val && cli_parse_float(val, 0.0f, 100.0f, &o->temperature);
@@ -202,7 +199,6 @@ int cli_parse(const char *cmd, const char *help, unsigned accept, int argc, char
             o->has_seed = 1;
         } else if (!strcmp(a, "--dtype")) {
             ok = val != NULL;
-            o->has_dtype = 1;
             if (ok && !strcmp(val, "f32"))
                 o->dtype = FG_DTYPE_F32;
             else if (ok && !strcmp(val, "f16"))

@@ -33,15 +33,13 @@ typedef struct cli_opts {
     int32_t n;
     int32_t threads;         /* -t N: 0 = the cores this process may run on */
     float threshold, ratio_local, ratio_frequent, temperature, top_p, budget;
-    int has_threshold, has_ratio_local, has_ratio_frequent, has_temperature, has_top_p, has_seed, has_prompt,
-        has_steps;
+    int has_threshold, has_ratio_local, has_ratio_frequent, has_temperature, has_top_p, has_seed, has_prompt;
     uint64_t seed;
     fg_dtype dtype;
     int json, csv, quiet;
     int q8_activations; /* --q8-activations: llama.cpp's scheme for q4_0/q4_1/q8_0 weights */
     int32_t prefill_chunk; /* --prefill-chunk N: prompts in chunks of N tokens (0: at once) */
     int append_mode;       /* --append keep|reprofile: FG_APPEND_*, or -1 for the policy's default */
-    int has_policy, has_backend, has_dtype;
     int tokenizer_defaulted; /* the tokenizer is tok512.bin beside the model, not one -z named */
 } cli_opts;
 

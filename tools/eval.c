@@ -398,8 +398,8 @@ int cmd_eval(int argc, char **argv) {
     cli_opts o;
     cli_defaults(&o, -1);
     eval_extra x = {NULL, NULL, NULL, 0, 0, {NULL, NULL}};
-    int rc = cli_parse("eval", k_eval_help, CLI_MODEL | CLI_RUN | CLI_STEPS | CLI_JSON | CLI_CSV | CLI_SVG | CLI_QUIET, argc,
-                       argv, &o, eval_option, &x);
+    int rc = cli_parse("eval", k_eval_help, CLI_MODEL | CLI_RUN | CLI_STEPS | CLI_JSON | CLI_CSV | CLI_SVG | CLI_QUIET,
+                       argc, argv, &o, eval_option, &x);
     if (rc)
         return rc < 0 ? 0 : rc;
     char model[1024], tokp[1024];
@@ -414,7 +414,8 @@ int cmd_eval(int argc, char **argv) {
     if ((x.sw.methods || x.sw.budgets) && !x.sweep && !x.passkey)
         return cli_usage("eval", "--methods and --budgets go with --sweep or --passkey");
     if ((x.chat || x.passkey) && x.prompts)
-        return cli_usage("eval", "--%s FILE holds the prompts: --prompts does not go with it", x.chat ? "chat" : "passkey");
+        return cli_usage("eval", "--%s FILE holds the prompts: --prompts does not go with it",
+                         x.chat ? "chat" : "passkey");
     if ((x.chat || x.sweep || x.passkey) && o.csv)
         return cli_usage("eval", "--csv is the table's format; --%s writes a table or --json",
                          x.chat ? "chat" : x.sweep ? "sweep" : "passkey");

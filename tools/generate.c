@@ -360,8 +360,7 @@ int cmd_profile(int argc, char **argv) {
     const char *prompt_ids = NULL;
     int rc = model_command("profile", k_profile_help_head, k_profile_help_tail,
                            CLI_MODEL | CLI_PROMPT | CLI_POLICY | CLI_RUN | CLI_STEPS | CLI_JSON | CLI_SVG | CLI_QUIET, 128,
-                           argc,
-                           argv, &o, &cp, model, tokp, sizeof model, profile_option, &prompt_ids);
+                           argc, argv, &o, &cp, model, tokp, sizeof model, profile_option, &prompt_ids);
     if (rc == 0 && prompt_ids && o.has_prompt)
         rc = cli_usage("profile", "--prompt-ids gives the prompt: -p and -f do not go with it");
     if (rc) {
@@ -382,7 +381,8 @@ int cmd_profile(int argc, char **argv) {
     fg_head_info *info = malloc((size_t)c->n_layers * c->n_kv_heads * sizeof *info);
     rc = 1;
     if (!logits || !policy || !info ||
-        (prompt_ids ? read_ids("profile", prompt_ids, c->vocab_size, &tokens, &n) : cli_encode(&s, o.prompt, &tokens, &n)) != FG_OK ||
+        (prompt_ids ? read_ids("profile", prompt_ids, c->vocab_size, &tokens, &n)
+                    : cli_encode(&s, o.prompt, &tokens, &n)) != FG_OK ||
         n > c->seq_len) {
         fprintf(stderr, "fastgen profile: cannot encode the prompt or it is longer than the context (%d)\n",
                 (int)c->seq_len);

@@ -35,8 +35,7 @@
 
 struct fg_threadpool {
     int32_t n_threads; /* the caller and n_threads - 1 workers */
-    pthread_t *workers;
-    struct worker *worker_args;
+    struct worker *workers;  /* [n_threads - 1] */
     int32_t n_started; /* workers running (they start at the first parallel job) */
     int64_t spin_ns;
 
@@ -122,6 +121,7 @@ static int job_after(const fg_threadpool *p, uint32_t seen) {
 }
 
 typedef struct worker {
+    pthread_t thread;
     fg_threadpool *pool;
     int32_t id;
 } worker;
@@ -195,25 +195,21 @@ fg_status fg_threadpool_create(int32_t n_threads, fg_threadpool **out) {
         return fg_error(NULL, FG_ERR_OUT_OF_MEMORY, "fg_threadpool_create: out of memory");
     p->n_threads = n_threads > 0 ? n_threads : fg_default_threads();
     p->spin_ns = spin_ns_from_env();
-    worker *ws = NULL;
     if (p->n_threads > 1) {
         p->workers = calloc((size_t)p->n_threads - 1, sizeof *p->workers);
-        ws = calloc((size_t)p->n_threads - 1, sizeof *ws);
         p->ranges = aligned_alloc(64, (size_t)p->n_threads * sizeof *p->ranges);
     }
-    int ok = p->n_threads == 1 || (p->workers && ws && p->ranges);
+    int ok = p->n_threads == 1 || (p->workers && p->ranges);
     ok = ok && pthread_mutex_init(&p->run_mu, NULL) == 0;
     ok = ok && pthread_mutex_init(&p->mu, NULL) == 0;
     ok = ok && pthread_cond_init(&p->wake, NULL) == 0;
     ok = ok && pthread_cond_init(&p->done, NULL) == 0;
     if (!ok) {
         free(p->workers);
-        free(ws);
         free(p->ranges);
         free(p);
         return fg_error(NULL, FG_ERR_OUT_OF_MEMORY, "fg_threadpool_create: out of memory");
     }
-    p->worker_args = ws;
     *out = p;
     return FG_OK;
 }
@@ -227,13 +223,12 @@ void fg_threadpool_destroy(fg_threadpool **pool) {
     pthread_cond_broadcast(&p->wake);
     pthread_mutex_unlock(&p->mu);
     for (int32_t i = 0; i < p->n_started; i++)
-        pthread_join(p->workers[i], NULL);
+        pthread_join(p->workers[i].thread, NULL);
     pthread_cond_destroy(&p->done);
     pthread_cond_destroy(&p->wake);
     pthread_mutex_destroy(&p->mu);
     pthread_mutex_destroy(&p->run_mu);
     free(p->workers);
-    free(p->worker_args);
     free(p->ranges);
     free(p);
     *pool = NULL;
@@ -259,10 +254,10 @@ void fg_threadpool_run(fg_threadpool *p, int32_t n_tasks, fg_task_fn fn, void *a
      * runs a parallel job costs no threads); one that cannot start leaves
      * its tasks to the others */
     for (; p->n_started + 1 < p->n_threads; p->n_started++) {
-        worker *w = &p->worker_args[p->n_started];
+        worker *w = &p->workers[p->n_started];
         w->pool = p;
         w->id = p->n_started + 1;
-        if (pthread_create(&p->workers[p->n_started], NULL, worker_main, w) != 0)
+        if (pthread_create(&w->thread, NULL, worker_main, w) != 0)
             break; /* tried again at the next job */
     }
     if (p->n_started == 0) {

@@ -77,14 +77,23 @@ static int same_heads(fg_context *ctx, int32_t a, int32_t b) {
     return 1;
 }
 
-static void run(const char *backend, const char *policy) {
-    world w;
-    EXPECT_OK(NULL, fg_synth_create(L, HQ, HKV, D, 3, &w.syn));
+/* The world of the fork tests: a prompt of N tokens shared by three
+ * sequences' tokens, continuations 1 and 2 apart after it; f16 rows, 4
+ * sequences, pages of 4. Returns whether its context opened. */
+static int open_fork_world(world *w, const char *backend, uint64_t seed) {
+    EXPECT_OK(NULL, fg_synth_create(L, HQ, HKV, D, seed, &w->syn));
     for (int c = 0; c < 3; c++)
         for (int32_t t = 0; t < MAXLEN; t++)
-            w.tokens[c][t] = t < N ? fg_synth_token(&w.syn, t) : fg_synth_token(&w.syn, t + 1000 * c);
-    open_context(&w, backend, FG_DTYPE_F16, 4, MAXLEN, 4);
-    if (!w.ctx)
+            w->tokens[c][t] = t < N ? fg_synth_token(&w->syn, t) : fg_synth_token(&w->syn, t + 1000 * c);
+    open_context(w, backend, FG_DTYPE_F16, 4, MAXLEN, 4);
+    if (!w->ctx)
+        fg_synth_destroy(&w->syn);
+    return w->ctx != NULL;
+}
+
+static void run(const char *backend, const char *policy) {
+    world w;
+    if (!open_fork_world(&w, backend, 3))
         return;
     fg_compression_params cp;
     EXPECT_OK(NULL, fg_compression_params_preset(policy, &cp));
@@ -342,12 +351,7 @@ static void test_chunked(const char *backend) {
  * prefilled yet cannot fork. */
 static void test_fork_memory(const char *backend) {
     world w;
-    EXPECT_OK(NULL, fg_synth_create(L, HQ, HKV, D, 5, &w.syn));
-    for (int c = 0; c < 3; c++)
-        for (int32_t t = 0; t < MAXLEN; t++)
-            w.tokens[c][t] = t < N ? fg_synth_token(&w.syn, t) : fg_synth_token(&w.syn, t + 1000 * c);
-    open_context(&w, backend, FG_DTYPE_F16, 4, MAXLEN, 4);
-    if (!w.ctx)
+    if (!open_fork_world(&w, backend, 5))
         return;
     fg_compression_params full;
     EXPECT_OK(NULL, fg_compression_params_preset("full", &full));

@@ -50,7 +50,7 @@ struct fg_threadpool {
     _Atomic uint32_t gen;
     struct range *ranges;      /* [n_threads] the tasks of each thread, then of whoever takes them */
     int32_t n_ranges;          /* this job's: the threads running */
-    _Atomic int32_t remaining; /* tasks not finished */
+    _Alignas(64) _Atomic int32_t remaining; /* tasks not finished (a line apart from gen, which idle workers read) */
     _Atomic int32_t active;    /* workers between reading the job and leaving it */
     _Atomic int32_t sleepers;
     _Atomic int32_t caller_waiting;
@@ -102,16 +102,16 @@ static void take_tasks(fg_threadpool *p, int32_t thread) {
     const fg_task_fn fn = p->fn;
     void *arg = p->arg;
     const int32_t n_ranges = p->n_ranges;
+    int32_t done = 0; /* counted here and subtracted once: a shared counter per task costs a cache line's trip */
     for (int32_t k = 0; k < n_ranges; k++) { /* its own range first, then the others' in turn */
         range *r = &p->ranges[(thread + k) % n_ranges];
-        for (int32_t t; (t = atomic_fetch_add(&r->next, 1)) < r->end;) {
+        for (int32_t t; (t = atomic_fetch_add(&r->next, 1)) < r->end; done++)
             fn(arg, t, thread);
-            if (atomic_fetch_sub(&p->remaining, 1) == 1 && atomic_load(&p->caller_waiting)) {
-                pthread_mutex_lock(&p->mu);
-                pthread_cond_signal(&p->done);
-                pthread_mutex_unlock(&p->mu);
-            }
-        }
+    }
+    if (done > 0 && atomic_fetch_sub(&p->remaining, done) == done && atomic_load(&p->caller_waiting)) {
+        pthread_mutex_lock(&p->mu);
+        pthread_cond_signal(&p->done);
+        pthread_mutex_unlock(&p->mu);
     }
 }
 

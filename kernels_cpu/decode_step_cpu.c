@@ -331,6 +331,191 @@ FG_TARGET static inline __attribute__((always_inline)) void hsum_rows512(const _
 #include "kernels_cpu/attend_chunk_dtypes.inc"
 #endif /* FG_X86 */
 
+/* ------------------------------------------------------------------ score update and scan */
+
+/* Step 3 of the header for the slots of one work item, fused: each slot's
+ * score grows by its pooled attention (score = keep * score + sum_h raw[h]
+ * f[h], the same operations in the same order in every variant, so every ISA
+ * gives the same bits), a window row that fell out of the window becomes a
+ * frequent candidate, and the candidates are counted and the lowest-ranked
+ * (rank, then position) found. The vector variants keep a lowest-ranked
+ * candidate per lane over the whole item and offer them to the scan at the
+ * end: the minimum of (rank, position) is unique, so the order of the offers
+ * does not matter. */
+typedef struct scan_args {
+    const fg_page_layout *layout;
+    void *const *pages;
+    const float *raw; /* raw[h * stride + (s - begin)]: slot s's e^(score - m_item[h]) */
+    size_t stride;
+    int32_t begin, end;
+    const float *f; /* [G] each head's factor: e^(m_item - M) / (L G) */
+    int32_t G;
+    float keep; /* 0: FG_SCORE_LAST (the scores become this step's), 1: they add up */
+    int mean;   /* FG_SCORE_MEAN: rank by score / age */
+    int32_t t;  /* the sequence length after this step */
+    int32_t window_start;
+} scan_args;
+
+typedef void score_scan_fn(const scan_args *g, fg_freq_scan *scan);
+
+/* The slots of one page from slot s0 on: their metadata and raw scores. */
+typedef struct scan_run {
+    float *score;
+    uint8_t *flags;
+    const int32_t *pos;
+    const float *raw;
+    int32_t rows;
+} scan_run;
+
+static inline scan_run page_run(const scan_args *g, int32_t s0) {
+    const fg_page_layout *L = g->layout;
+    const int32_t P = L->page_tokens, j0 = s0 % P;
+    fg_prefetch_meta(L, g->pages, g->end, s0 / P + FG_META_AHEAD);
+    unsigned char *page = g->pages[s0 / P];
+    const scan_run r = {(float *)(void *)(page + L->score_offset) + j0, page + L->flags_offset + j0,
+                        (const int32_t *)(const void *)(page + L->pos_offset) + j0, g->raw + (s0 - g->begin),
+                        g->end - s0 < P - j0 ? g->end - s0 : P - j0};
+    return r;
+}
+
+static inline void scan_offer(fg_freq_scan *scan, int32_t slot, float rank, int32_t pos) {
+    if (scan->worst < 0 || fg_ranks_below(rank, pos, scan->worst_rank, scan->worst_pos)) {
+        scan->worst = slot;
+        scan->worst_rank = rank;
+        scan->worst_pos = pos;
+    }
+}
+
+/* Slot s0 + x of a run (the generic variant, and the others' tails). */
+static inline void score_scan_one(const scan_args *g, const scan_run *r, int32_t s0, int32_t x, fg_freq_scan *scan) {
+    float gained = 0.0f;
+    for (int32_t h = 0; h < g->G; h++)
+        gained += r->raw[(size_t)h * g->stride + x] * g->f[h];
+    const float sc = g->keep * r->score[x] + gained;
+    r->score[x] = sc;
+    if (r->flags[x] == FG_SLOT_LOCAL && r->pos[x] < g->window_start)
+        r->flags[x] = FG_SLOT_FREQUENT;
+    if (r->flags[x] != FG_SLOT_FREQUENT)
+        return;
+    scan->n_freq++;
+    scan_offer(scan, s0 + x, g->mean ? sc / (float)(g->t - r->pos[x]) : sc, r->pos[x]);
+}
+
+static void score_scan_generic(const scan_args *g, fg_freq_scan *scan) {
+    for (int32_t s0 = g->begin; s0 < g->end;) {
+        const scan_run r = page_run(g, s0);
+        for (int32_t x = 0; x < r.rows; x++)
+            score_scan_one(g, &r, s0, x, scan);
+        s0 += r.rows;
+    }
+}
+
+#ifdef FG_X86
+/* 8 slots a step, the rest of a run one at a time */
+__attribute__((target("avx2,fma"))) static void score_scan_avx2(const scan_args *g, fg_freq_scan *scan) {
+    const __m256i local = _mm256_set1_epi32(FG_SLOT_LOCAL), freq = _mm256_set1_epi32(FG_SLOT_FREQUENT);
+    const __m256i ws = _mm256_set1_epi32(g->window_start), t = _mm256_set1_epi32(g->t);
+    const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256 keep = _mm256_set1_ps(g->keep);
+    __m256 best_rank = _mm256_set1_ps(INFINITY);
+    __m256i best_pos = _mm256_set1_epi32(INT32_MAX), best_slot = _mm256_set1_epi32(-1);
+    for (int32_t s0 = g->begin; s0 < g->end;) {
+        const scan_run r = page_run(g, s0);
+        int32_t x = 0;
+        for (; x + 8 <= r.rows; x += 8) {
+            __m256 gained = _mm256_setzero_ps();
+            for (int32_t h = 0; h < g->G; h++)
+                gained = _mm256_add_ps(gained, _mm256_mul_ps(_mm256_loadu_ps(r.raw + (size_t)h * g->stride + x),
+                                                             _mm256_set1_ps(g->f[h])));
+            const __m256 sc = _mm256_add_ps(_mm256_mul_ps(keep, _mm256_loadu_ps(r.score + x)), gained);
+            _mm256_storeu_ps(r.score + x, sc);
+            __m256i fl = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(r.flags + x)));
+            const __m256i p = _mm256_loadu_si256((const __m256i *)(const void *)(r.pos + x));
+            const __m256i leaving = _mm256_and_si256(_mm256_cmpeq_epi32(fl, local), _mm256_cmpgt_epi32(ws, p));
+            for (int bits = _mm256_movemask_ps(_mm256_castsi256_ps(leaving)); bits; bits &= bits - 1)
+                r.flags[x + __builtin_ctz((unsigned)bits)] = FG_SLOT_FREQUENT;
+            fl = _mm256_blendv_epi8(fl, freq, leaving);
+            const __m256i is_freq = _mm256_cmpeq_epi32(fl, freq);
+            const int fbits = _mm256_movemask_ps(_mm256_castsi256_ps(is_freq));
+            if (!fbits)
+                continue;
+            scan->n_freq += __builtin_popcount((unsigned)fbits);
+            const __m256 rank = g->mean ? _mm256_div_ps(sc, _mm256_cvtepi32_ps(_mm256_sub_epi32(t, p))) : sc;
+            const __m256i lower = _mm256_or_si256(
+                _mm256_castps_si256(_mm256_cmp_ps(rank, best_rank, _CMP_LT_OQ)),
+                _mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps(rank, best_rank, _CMP_EQ_OQ)),
+                                 _mm256_cmpgt_epi32(best_pos, p)));
+            const __m256i take = _mm256_and_si256(is_freq, lower);
+            best_rank = _mm256_blendv_ps(best_rank, rank, _mm256_castsi256_ps(take));
+            best_pos = _mm256_blendv_epi8(best_pos, p, take);
+            best_slot = _mm256_blendv_epi8(best_slot, _mm256_add_epi32(_mm256_set1_epi32(s0 + x), iota), take);
+        }
+        for (; x < r.rows; x++)
+            score_scan_one(g, &r, s0, x, scan);
+        s0 += r.rows;
+    }
+    float br[8];
+    int32_t bp[8], bs[8];
+    _mm256_storeu_ps(br, best_rank);
+    _mm256_storeu_si256((__m256i *)(void *)bp, best_pos);
+    _mm256_storeu_si256((__m256i *)(void *)bs, best_slot);
+    for (int i = 0; i < 8; i++)
+        if (bs[i] >= 0)
+            scan_offer(scan, bs[i], br[i], bp[i]);
+}
+
+/* 16 slots a step, the last of a run masked */
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static void score_scan_avx512(const scan_args *g,
+                                                                                    fg_freq_scan *scan) {
+    const __m512i local = _mm512_set1_epi32(FG_SLOT_LOCAL), freq = _mm512_set1_epi32(FG_SLOT_FREQUENT);
+    const __m512i ws = _mm512_set1_epi32(g->window_start), t = _mm512_set1_epi32(g->t);
+    const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    const __m512 keep = _mm512_set1_ps(g->keep);
+    __m512 best_rank = _mm512_set1_ps(INFINITY);
+    __m512i best_pos = _mm512_set1_epi32(INT32_MAX), best_slot = _mm512_set1_epi32(-1);
+    for (int32_t s0 = g->begin; s0 < g->end;) {
+        const scan_run r = page_run(g, s0);
+        for (int32_t x = 0; x < r.rows; x += 16) {
+            const __mmask16 m = r.rows - x >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (r.rows - x)) - 1);
+            __m512 gained = _mm512_setzero_ps();
+            for (int32_t h = 0; h < g->G; h++)
+                gained = _mm512_add_ps(gained,
+                                       _mm512_mul_ps(_mm512_maskz_loadu_ps(m, r.raw + (size_t)h * g->stride + x),
+                                                     _mm512_set1_ps(g->f[h])));
+            const __m512 sc = _mm512_add_ps(_mm512_mul_ps(keep, _mm512_maskz_loadu_ps(m, r.score + x)), gained);
+            _mm512_mask_storeu_ps(r.score + x, m, sc);
+            __m512i fl = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, r.flags + x));
+            const __m512i p = _mm512_maskz_loadu_epi32(m, r.pos + x);
+            const __mmask16 leaving = _mm512_mask_cmpeq_epi32_mask(m, fl, local) & _mm512_cmplt_epi32_mask(p, ws);
+            if (leaving) {
+                fl = _mm512_mask_mov_epi32(fl, leaving, freq);
+                _mm_mask_storeu_epi8(r.flags + x, leaving, _mm512_cvtepi32_epi8(fl));
+            }
+            const __mmask16 is_freq = _mm512_mask_cmpeq_epi32_mask(m, fl, freq);
+            if (!is_freq)
+                continue;
+            scan->n_freq += __builtin_popcount((unsigned)is_freq);
+            const __m512 rank = g->mean ? _mm512_div_ps(sc, _mm512_cvtepi32_ps(_mm512_sub_epi32(t, p))) : sc;
+            const __mmask16 take =
+                is_freq & (_mm512_cmp_ps_mask(rank, best_rank, _CMP_LT_OQ) |
+                           (_mm512_cmp_ps_mask(rank, best_rank, _CMP_EQ_OQ) & _mm512_cmplt_epi32_mask(p, best_pos)));
+            best_rank = _mm512_mask_mov_ps(best_rank, take, rank);
+            best_pos = _mm512_mask_mov_epi32(best_pos, take, p);
+            best_slot = _mm512_mask_mov_epi32(best_slot, take, _mm512_add_epi32(_mm512_set1_epi32(s0 + x), iota));
+        }
+        s0 += r.rows;
+    }
+    float br[16];
+    int32_t bp[16], bs[16];
+    _mm512_storeu_ps(br, best_rank);
+    _mm512_storeu_si512(bp, best_pos);
+    _mm512_storeu_si512(bs, best_slot);
+    for (int i = 0; i < 16; i++)
+        if (bs[i] >= 0)
+            scan_offer(scan, bs[i], br[i], bp[i]);
+}
+#endif /* FG_X86 */
+
 /* ------------------------------------------------------------------ dispatch */
 
 static int isa_lanes(fg_cpu_isa isa) { return isa == FG_ISA_AVX512 ? 16 : 8; }
@@ -348,6 +533,17 @@ static fg_attend_chunk_fn *isa_kernel(fg_cpu_isa isa, fg_dtype dtype) {
     (void)isa;
     PICK(generic);
 #undef PICK
+}
+
+static score_scan_fn *isa_score_scan(fg_cpu_isa isa) {
+#ifdef FG_X86
+    if (isa == FG_ISA_AVX512)
+        return score_scan_avx512;
+    if (isa == FG_ISA_AVX2)
+        return score_scan_avx2;
+#endif
+    (void)isa;
+    return score_scan_generic;
 }
 
 fg_cpu_isa fg_cpu_isa_detect(void) {
@@ -414,6 +610,7 @@ typedef struct decode_job {
     const int32_t *order; /* items, longest first, then the heads without items (as -1 - head) */
     const int32_t *track; /* the items of the heads that track scores, head by head */
     fg_attend_chunk_fn *attend;
+    score_scan_fn *score_scan;
     const float *qs;
     unsigned char *bufs; /* the threads' scratch rows */
     size_t per_thread;
@@ -507,24 +704,11 @@ static void score_task(void *arg, int32_t task, int32_t thread) {
     fg_attend_chunk *a = &j->items[j->track[task]];
     const fg_page_layout *layout = j->layout;
     const fg_decode_head *hd = &j->heads[a->head];
-    const int32_t P = layout->page_tokens, G = j->G;
-    const float *f = a->m;
-    const float keep = hd->score_mode == FG_SCORE_LAST ? 0.0f : 1.0f; /* LAST: this step's only */
-    for (int32_t s0 = a->begin; s0 < a->end;) {
-        fg_prefetch_meta(layout, hd->pages, a->end, s0 / P + FG_META_AHEAD);
-        float *score = (float *)(void *)((unsigned char *)hd->pages[s0 / P] + layout->score_offset);
-        const int32_t j0 = s0 % P, rows = a->end - s0 < P - j0 ? a->end - s0 : P - j0;
-        const float *r = a->raw + (s0 - a->begin);
-        for (int32_t x = 0; x < rows; x++) {
-            float gained = 0.0f;
-            for (int32_t h = 0; h < G; h++)
-                gained += r[(size_t)h * a->raw_stride + x] * f[h];
-            score[j0 + x] = keep * score[j0 + x] + gained;
-        }
-        s0 += rows;
-    }
+    const scan_args g = {layout, hd->pages, a->raw, a->raw_stride, a->begin, a->end, a->m, j->G,
+                         hd->score_mode == FG_SCORE_LAST ? 0.0f : 1.0f, hd->score_mode == FG_SCORE_MEAN, hd->pos + 1,
+                         hd->window_start};
     a->scan = FG_FREQ_SCAN_EMPTY;
-    fg_ref_freq_scan(layout, hd, a->begin, a->end, &a->scan);
+    j->score_scan(&g, &a->scan);
     head_plan *hp = &j->plan[a->head];
     if (atomic_fetch_sub(&hp->left, 1) != 1)
         return;
@@ -635,7 +819,8 @@ fg_status fg_cpu_decode_step(fg_backend *be, const fg_page_layout *layout, const
         for (int32_t c = 0; plan[i].raw != SIZE_MAX && c < plan[i].n_items; c++)
             track_items[n_track++] = plan[i].first_item + c;
     }
-    decode_job job = {layout, shape, heads, plan, items, order, track_items, isa_kernel(st->isa, layout->dtype), qs,
+    decode_job job = {layout, shape, heads, plan, items, order, track_items, isa_kernel(st->isa, layout->dtype),
+                      isa_score_scan(st->isa), qs,
                       ws + off_buf, per_thread, G, d, -1};
     fg_threadpool *pool = par ? be->threads : NULL;
     fg_threadpool_run(pool, n_items + n_lone, decode_task, (void *)&job);

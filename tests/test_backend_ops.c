@@ -396,6 +396,11 @@ int main(int argc, char **argv) {
         check_decode(&bp, 64, 4, FG_DTYPE_F32, 16, 4, (const int32_t[]){50, 300, 40, 120},
                      (const uint32_t[]){S | P | F | L, F | L, F, S | P | F}, 40, 1);
         check_decode(&bp, 16, 1, FG_DTYPE_BF16, 4, 2, (const int32_t[]){64, 33}, (const uint32_t[]){F, F | L}, 40, 1);
+        /* pages of 100 and 64 rows: the score scans' whole vectors and masked tails (SmolLM2's G = 3) */
+        check_decode(&bp, 64, 3, FG_DTYPE_F16, 100, 3, (const int32_t[]){900, 260, 1500},
+                     (const uint32_t[]){S | P | F | L, F | L, F}, 40, 0);
+        check_decode(&bp, 64, 4, FG_DTYPE_F32, 64, 3, (const int32_t[]){700, 130, 2000},
+                     (const uint32_t[]){F, S | P | F | L, F | L}, 40, 1);
         /* a long run: kept sets identical for 500 steps */
         check_decode(&bp, 64, 4, FG_DTYPE_F32, 16, 4, (const int32_t[]){50, 300, 7, 120},
                      (const uint32_t[]){S | P | F | L, F | L, F, S | P | F}, 500, 0);

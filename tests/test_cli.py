@@ -324,6 +324,12 @@ r = run("generate", "-m", os.path.join(GGUF, "stories260K-f32.gguf"), "--policy"
 check(r.returncode == 0 and json.loads(r.stdout)["text"] == REFERENCE, "GGUF f32: llama2.c's text: %r" % r.stderr)
 r = run("generate", "-m", os.path.join(GGUF, "babyllama105-q8_0.gguf"), "-n", "20")
 check(r.returncode == 0 and "Once upon a time" in r.stdout, "GGUF q8_0 BabyLlama generates: %r" % r.stderr)
+# q8_0 weights: 8-bit activations by default (llama.cpp's products), f32 ones on request
+q8_args = ("-m", os.path.join(GGUF, "babyllama105-q8_0.gguf"), "-n", "24", "--temp", "0", "--json")
+by_default, q8, f32 = (run("generate", *q8_args, *more) for more in ((), ("--q8-activations",), ("--f32-activations",)))
+check(all(x.returncode == 0 for x in (by_default, q8, f32)), "generate --q8/--f32-activations run: %r" % f32.stderr)
+check(json.loads(by_default.stdout)["text"] == json.loads(q8.stdout)["text"], "8-bit activations are the default")
+check(json.loads(f32.stdout)["text"].startswith("Once upon a time"), "--f32-activations generates")
 r = run("generate", "-m", os.path.join(GGUF, "stories260K-f32.gguf"), "-z", TOK)
 check(r.returncode == 2 and "carries its own tokenizer" in r.stderr, "-z with a GGUF model: %r" % r.stderr)
 r = run("info", os.path.join(GGUF, "stories260K-q4_k_m.gguf"))
@@ -466,7 +472,8 @@ check(r.returncode == 0 and json.loads(r.stdout).get("conversations") == 1, "eva
 # --help lists --dtype, -t and --q8-activations where they work
 for cmd in ("generate", "profile", "eval"):
     h = run(cmd, "--help").stdout
-    check("--dtype" in h and "--threads" in h and "--q8-activations" in h, cmd + " --help lists --dtype, -t, --q8-activations")
+    check("--dtype" in h and "--threads" in h and "--q8-activations" in h and "--f32-activations" in h,
+          cmd + " --help lists --dtype, -t, --q8-activations, --f32-activations")
 # demo on a model that adds no BOS keeps the prompt's first word
 nobos = os.path.join(tmp_opts, "nobos.gguf")
 blob = bytearray(open(os.path.join(GGUF, "stories260K-f32.gguf"), "rb").read())

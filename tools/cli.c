@@ -84,6 +84,7 @@ void cli_defaults(cli_opts *o, int32_t n) {
     o->top_p = 0.9f;
     o->seed = 1;
     o->dtype = FG_DTYPE_F16; /* llama.cpp's cache type too */
+    o->q8_activations = 1;   /* llama.cpp's products on q4_0 / q4_1 / q8_0 weights too */
     o->append_mode = -1;
 }
 
@@ -100,7 +101,7 @@ static unsigned group_of(const char *a) {
         {"--policy", CLI_POLICY}, {"-T", CLI_POLICY}, {"--budget", CLI_POLICY}, {"--ratio-local", CLI_POLICY},
         {"--ratio-frequent", CLI_POLICY}, {"--append", CLI_APPEND},
         {"--backend", CLI_RUN}, {"--dtype", CLI_RUN}, {"-t", CLI_RUN}, {"--threads", CLI_RUN},
-        {"--q8-activations", CLI_RUN}, {"--prefill-chunk", CLI_RUN},
+        {"--q8-activations", CLI_RUN}, {"--f32-activations", CLI_RUN}, {"--prefill-chunk", CLI_RUN},
         {"-n", CLI_STEPS}, {"--steps", CLI_STEPS},
         {"--temp", CLI_SAMPLE}, {"--temperature", CLI_SAMPLE}, {"--top-p", CLI_SAMPLE}, {"--seed", CLI_SAMPLE},
         {"--json", CLI_JSON}, {"--csv", CLI_CSV}, {"--svg", CLI_SVG}, {"-q", CLI_QUIET}, {"--quiet", CLI_QUIET},
@@ -140,8 +141,8 @@ int cli_parse(const char *cmd, const char *help, unsigned accept, int argc, char
             o->csv = 1;
             continue;
         }
-        if (!strcmp(a, "--q8-activations")) {
-            o->q8_activations = 1;
+        if (!strcmp(a, "--q8-activations") || !strcmp(a, "--f32-activations")) {
+            o->q8_activations = a[2] == 'q';
             continue;
         }
         if (match(a, "-q", "--quiet")) {

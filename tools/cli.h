@@ -16,7 +16,7 @@ enum {
     CLI_PROMPT = 1 << 1,  /* -p, -f */
     CLI_POLICY = 1 << 2,  /* --policy, -T, --budget, --ratio-local, --ratio-frequent */
     CLI_APPEND = 1 << 3,  /* --append */
-    CLI_RUN = 1 << 4,     /* --backend, --dtype, -t/--threads, --q8-activations, --prefill-chunk */
+    CLI_RUN = 1 << 4,     /* --backend, --dtype, -t/--threads, --q8-activations, --f32-activations, --prefill-chunk */
     CLI_STEPS = 1 << 5,   /* -n */
     CLI_SAMPLE = 1 << 6,  /* --temp, --top-p, --seed */
     CLI_JSON = 1 << 7,    /* --json */
@@ -37,7 +37,7 @@ typedef struct cli_opts {
     uint64_t seed;
     fg_dtype dtype;
     int json, csv, quiet;
-    int q8_activations; /* --q8-activations: llama.cpp's scheme for q4_0/q4_1/q8_0 weights */
+    int q8_activations; /* llama.cpp's scheme for q4_0/q4_1/q8_0 weights (the default; --f32-activations: off) */
     int32_t prefill_chunk; /* --prefill-chunk N: prompts in chunks of N tokens (0: at once) */
     int append_mode;       /* --append keep|reprofile: FG_APPEND_*, or -1 for the policy's default */
     int tokenizer_defaulted; /* the tokenizer is tok512.bin beside the model, not one -z named */

@@ -23,7 +23,8 @@ static const char *k_model_help =
     "  --dtype NAME            f32 | f16 | bf16 KV cache storage (default f16)\n"
     "  -t, --threads N         CPU threads (default: the cores this process may run on)\n"
     "  --q8-activations        q4_0 / q4_1 / q8_0 weights: activations quantized to 8 bits and integer\n"
-    "                          dot products, as llama.cpp does (default: f32 activations)\n"
+    "                          dot products, as llama.cpp does (the default)\n"
+    "  --f32-activations       f32 activations against the dequantized weights instead\n"
     "  --prefill-chunk N       the prompt through the model N tokens at a time (fg_prefill_chunk), profiled\n"
     "                          over the whole prompt at its last chunk\n"
     "  -q, --quiet             no progress line for the prompt (none either when stderr is not a terminal)\n";

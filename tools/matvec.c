@@ -3,6 +3,7 @@
 
 #include <math.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kernels_cpu/dtype.h"
@@ -153,59 +154,29 @@ FG_AVX2_INLINE __m256i nibbles32(const unsigned char *qs) {
     return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(b, 4), b), _mm256_set1_epi8(0x0F));
 }
 
-/* Sum of the 32 products of unsigned a and signed b, as 8 float lanes. */
-FG_AVX2_INLINE __m256 dot_us8(__m256i a, __m256i b) {
-    return _mm256_cvtepi32_ps(_mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1)));
+/* maddubs + madd: exact here (no pair of products reaches 2^15) */
+FG_AVX2_INLINE __m256i dpbusd_avx2(__m256i acc, __m256i a, __m256i b) {
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1)));
 }
+#define Q8_TARGET FG_AVX2
+#define Q8_NAME(x) x##_avx2
+#define Q8_DPBUSD dpbusd_avx2
+#include "tools/matvec_q8.inc"
 
-/* The same for signed a: |a| against b with a's sign. */
-FG_AVX2_INLINE __m256 dot_s8(__m256i a, __m256i b) {
-    return dot_us8(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a));
-}
-
-FG_AVX2_INLINE void dot_q8_body(int32_t type, const unsigned char *w, const fg_q8_block *act, int32_t nb,
-                                int32_t rows, float *out) {
-    __m256 acc[FG_MATVEC_MAX_ROWS];
-    float summ[FG_MATVEC_MAX_ROWS];
-    for (int32_t r = 0; r < rows; r++) {
-        acc[r] = _mm256_setzero_ps();
-        summ[r] = 0.0f;
-    }
-    for (int32_t b = 0; b < nb; b++) {
-        const fg_q8_block *a = act + b;
-        if (type == FG_GGML_Q4_1) { /* q d + m against p e: d e (q . p) + m (e sum p) */
-            const float d = half(w), m = half(w + 2);
-            const __m256i q = nibbles32(w + 4);
-            for (int32_t r = 0; r < rows; r++, a += nb) {
-                const __m256i p = _mm256_loadu_si256((const __m256i *)a->qs);
-                acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * a->d), dot_us8(q, p), acc[r]);
-                summ[r] += m * a->s;
-            }
-            w += 20;
-        } else { /* q4_0: (q - 8) d; q8_0: q d */
-            const float d = half(w);
-            const __m256i q = type == FG_GGML_Q4_0 ? _mm256_sub_epi8(nibbles32(w + 2), _mm256_set1_epi8(8))
-                                                   : _mm256_loadu_si256((const __m256i *)(w + 2));
-            for (int32_t r = 0; r < rows; r++, a += nb)
-                acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d * a->d),
-                                         dot_s8(q, _mm256_loadu_si256((const __m256i *)a->qs)), acc[r]);
-            w += type == FG_GGML_Q4_0 ? 18 : 34;
-        }
-    }
-    for (int32_t r = 0; r < rows; r++)
-        out[r] = hsum8(acc[r]) + summ[r];
-}
-
-FG_AVX2 static void dot_q8_avx2(int32_t type, const unsigned char *w, const fg_q8_block *act, int32_t nb,
-                                int32_t rows, float *out) {
-    if (rows == 1)
-        dot_q8_body(type, w, act, nb, 1, out);
-    else
-        dot_q8_body(type, w, act, nb, rows, out);
-}
+/* AVX-512 VNNI on 256-bit vectors (Zen 4/5, Ice Lake and later Xeons): one
+ * instruction for the four products and their sum */
+#define FG_VNNI __attribute__((target("avx2,fma,f16c,avx512f,avx512vl,avx512vnni")))
+#define Q8_TARGET FG_VNNI
+#define Q8_NAME(x) x##_vnni
+#define Q8_DPBUSD _mm256_dpbusd_epi32
+#include "tools/matvec_q8.inc"
 
 static int have_avx2(void) {
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+}
+static int have_vnni(void) {
+    return have_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+           __builtin_cpu_supports("avx512vnni");
 }
 #endif
 
@@ -280,7 +251,7 @@ static void dot_q8_generic(int32_t type, const unsigned char *w, const fg_q8_blo
 }
 
 /* The products of one weight row with every activation row, by one kernel. */
-typedef enum kernel { K_GENERIC, K_AVX2, K_Q8_GENERIC, K_Q8_AVX2 } kernel;
+typedef enum kernel { K_GENERIC, K_AVX2, K_Q8_GENERIC, K_Q8_AVX2, K_Q8_VNNI } kernel;
 
 typedef struct matvec_job {
     kernel k;
@@ -297,6 +268,7 @@ static void row_dots(const matvec_job *j, const unsigned char *w, float *dots) {
 #if defined(__x86_64__)
     case K_AVX2: dot_rows_avx2(j->W->type, w, j->x, in, j->rows, dots); break;
     case K_Q8_AVX2: dot_q8_avx2(j->W->type, w, j->act, in / QK, j->rows, dots); break;
+    case K_Q8_VNNI: dot_q8_vnni(j->W->type, w, j->act, in / QK, j->rows, dots); break;
 #endif
     case K_Q8_GENERIC: dot_q8_generic(j->W->type, w, j->act, in / QK, j->rows, dots); break;
     default: dot_rows_generic(w, j->ti, j->x, in, j->rows, dots); break;
@@ -304,66 +276,125 @@ static void row_dots(const matvec_job *j, const unsigned char *w, float *dots) {
 }
 
 #define FG_MATVEC_TASK_ROWS 32 /* output rows per task: small enough that a descheduled thread holds up little */
+#define FG_MATVEC_MAX_OUTS 3     /* products of one input in one job */
 
+/* One job for the products of one input with up to FG_MATVEC_MAX_OUTS
+ * matrices (a layer's q, k and v): the tasks of each output, one after
+ * another. */
 typedef struct run_job {
-    float *y;
-    int32_t ldy;
-    const matvec_job *j;
-    size_t row_bytes;
+    int32_t n;
+    struct {
+        fg_matvec_out o;
+        matvec_job j;
+        size_t row_bytes;
+        int32_t first_task;
+    } part[FG_MATVEC_MAX_OUTS];
 } run_job;
 
 static void run_rows(void *arg, int32_t task, int32_t thread) {
     (void)thread;
     const run_job *r = arg;
-    const matvec_job *j = r->j;
-    const int32_t out = (int32_t)j->W->rows, o0 = task * FG_MATVEC_TASK_ROWS;
+    int32_t p = 0;
+    while (p + 1 < r->n && task >= r->part[p + 1].first_task)
+        p++;
+    const matvec_job *j = &r->part[p].j;
+    const int32_t out = (int32_t)j->W->rows, o0 = (task - r->part[p].first_task) * FG_MATVEC_TASK_ROWS;
     const int32_t o1 = o0 + FG_MATVEC_TASK_ROWS < out ? o0 + FG_MATVEC_TASK_ROWS : out;
     const unsigned char *base = j->W->data;
+    float *y = r->part[p].o.y;
+    const size_t ldy = (size_t)r->part[p].o.ldy;
     for (int32_t o = o0; o < o1; o++) {
         float dots[FG_MATVEC_MAX_ROWS];
-        row_dots(j, base + (size_t)o * r->row_bytes, dots);
+        row_dots(j, base + (size_t)o * r->part[p].row_bytes, dots);
         for (int32_t x = 0; x < j->rows; x++)
-            r->y[(size_t)x * r->ldy + o] = dots[x];
+            y[(size_t)x * ldy + o] = dots[x];
     }
 }
 
-/* Every output row of W, spread over the pool's threads (serially without one). */
-static void run(fg_threadpool *pool, float *y, int32_t ldy, const matvec_job *j) {
-    const int32_t out = (int32_t)j->W->rows;
-    const run_job r = {y, ldy, j, (size_t)fg_type_row_bytes(j->W->type, j->W->cols)};
-    fg_threadpool_run(out >= 2 * FG_MATVEC_TASK_ROWS ? pool : NULL, (out + FG_MATVEC_TASK_ROWS - 1) / FG_MATVEC_TASK_ROWS,
-                      run_rows, (void *)&r);
+/* Every output row of every matrix of the job, spread over the pool's
+ * threads (serially without one, or when there is little to spread). */
+static void run(fg_threadpool *pool, run_job *r) {
+    int32_t tasks = 0, out = 0;
+    for (int32_t p = 0; p < r->n; p++) {
+        const fg_tensor *W = r->part[p].j.W;
+        r->part[p].row_bytes = (size_t)fg_type_row_bytes(W->type, W->cols);
+        r->part[p].first_task = tasks;
+        tasks += (int32_t)((W->rows + FG_MATVEC_TASK_ROWS - 1) / FG_MATVEC_TASK_ROWS);
+        out += (int32_t)W->rows;
+    }
+    fg_threadpool_run(out >= 2 * FG_MATVEC_TASK_ROWS ? pool : NULL, tasks, run_rows, (void *)r);
 }
 
-static void matvec_q8(fg_threadpool *pool, float *y, int32_t ldy, const float *x, const fg_tensor *W, int32_t rows,
+/* The best quantized-activation kernel of this CPU; FG_CPU_ISA=avx2 (or
+ * generic) asks for less, as it does of the library's kernels. */
+static kernel q8_kernel(void) {
+    const char *want = getenv("FG_CPU_ISA");
+    if (want && !strcmp(want, "generic"))
+        return K_Q8_GENERIC;
+#if defined(__x86_64__)
+    if (have_vnni() && !(want && !strcmp(want, "avx2")))
+        return K_Q8_VNNI;
+    if (have_avx2())
+        return K_Q8_AVX2;
+#endif
+    return K_Q8_GENERIC;
+}
+
+/* The job for outs[0 .. n) with kernel k (fixed, or per type when k < 0). */
+static run_job make_job(const fg_matvec_out *outs, int32_t n, int k, const float *x, const fg_q8_block *act,
+                        int32_t rows) {
+    run_job r;
+    r.n = n;
+    for (int32_t p = 0; p < n; p++) {
+        const fg_tensor *W = outs[p].W;
+        r.part[p].o = outs[p];
+        r.part[p].j = (matvec_job){k >= 0 ? (kernel)k : vector_kernel(W->type, W->cols) ? K_AVX2 : K_GENERIC, W,
+                                   fg_type_info_of(W->type), x, act, rows};
+    }
+    return r;
+}
+
+static void matvec_q8(fg_threadpool *pool, const fg_matvec_out *outs, int32_t n, const float *x, int32_t rows,
                       fg_q8_block *act, int vec) {
-    const int32_t in = (int32_t)W->cols;
+    const int32_t in = (int32_t)outs[0].W->cols;
     for (int32_t r = 0; r < rows; r++)
         quantize_q8(x + (size_t)r * in, in, act + (size_t)r * (in / QK));
-    const matvec_job j = {vec ? K_Q8_AVX2 : K_Q8_GENERIC, W, NULL, x, act, rows};
-    run(pool, y, ldy, &j);
+    run_job r = make_job(outs, n, vec ? (int)q8_kernel() : K_Q8_GENERIC, x, act, rows);
+    run(pool, &r);
+}
+
+void fg_matvec_q8_many(fg_threadpool *pool, const fg_matvec_out *outs, int32_t n, const float *x, int32_t rows,
+                       fg_q8_block *act) {
+#if defined(__x86_64__)
+    matvec_q8(pool, outs, n, x, rows, act, have_avx2());
+#else
+    matvec_q8(pool, outs, n, x, rows, act, 0);
+#endif
 }
 
 void fg_matvec_q8(fg_threadpool *pool, float *y, int32_t ldy, const float *x, const fg_tensor *W, int32_t rows,
                   fg_q8_block *act) {
-#if defined(__x86_64__)
-    matvec_q8(pool, y, ldy, x, W, rows, act, have_avx2());
-#else
-    matvec_q8(pool, y, ldy, x, W, rows, act, 0);
-#endif
+    const fg_matvec_out o = {y, ldy, W};
+    fg_matvec_q8_many(pool, &o, 1, x, rows, act);
 }
 
 void fg_matvec_q8_ref(float *y, int32_t ldy, const float *x, const fg_tensor *W, int32_t rows, fg_q8_block *act) {
-    matvec_q8(NULL, y, ldy, x, W, rows, act, 0);
+    const fg_matvec_out o = {y, ldy, W};
+    matvec_q8(NULL, &o, 1, x, rows, act, 0);
+}
+
+void fg_matvec_many(fg_threadpool *pool, const fg_matvec_out *outs, int32_t n, const float *x, int32_t rows) {
+    run_job r = make_job(outs, n, -1, x, NULL, rows);
+    run(pool, &r);
 }
 
 void fg_matvec(fg_threadpool *pool, float *y, int32_t ldy, const float *x, const fg_tensor *W, int32_t rows) {
-    const matvec_job j = {vector_kernel(W->type, W->cols) ? K_AVX2 : K_GENERIC, W, fg_type_info_of(W->type), x, NULL,
-                          rows};
-    run(pool, y, ldy, &j);
+    const fg_matvec_out o = {y, ldy, W};
+    fg_matvec_many(pool, &o, 1, x, rows);
 }
 
 void fg_matvec_ref(float *y, int32_t ldy, const float *x, const fg_tensor *W, int32_t rows) {
-    const matvec_job j = {K_GENERIC, W, fg_type_info_of(W->type), x, NULL, rows};
-    run(NULL, y, ldy, &j);
+    const fg_matvec_out o = {y, ldy, W};
+    run_job r = make_job(&o, 1, K_GENERIC, x, NULL, rows);
+    run(NULL, &r);
 }

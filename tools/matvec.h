@@ -26,6 +26,17 @@
  * must be a multiple of the type's block (model loading checks it). */
 void fg_matvec(fg_threadpool *pool, float *y, int32_t ldy, const float *x, const fg_tensor *W, int32_t rows);
 
+/* One output of fg_matvec_many: y[r * ldy + o] = W[o] . x[r]. */
+typedef struct fg_matvec_out {
+    float *y;
+    int32_t ldy;
+    const fg_tensor *W;
+} fg_matvec_out;
+
+/* fg_matvec for n <= 3 matrices of the same width and one input (a layer's
+ * q, k and v) in one parallel job. */
+void fg_matvec_many(fg_threadpool *pool, const fg_matvec_out *outs, int32_t n, const float *x, int32_t rows);
+
 /* The same, one plain scalar loop per type's to_float: the reference the
  * vector kernels are tested against. */
 void fg_matvec_ref(float *y, int32_t ldy, const float *x, const fg_tensor *W, int32_t rows);
@@ -46,6 +57,10 @@ int fg_matvec_quantizes(int32_t type);
  * blocks (scratch). */
 void fg_matvec_q8(fg_threadpool *pool, float *y, int32_t ldy, const float *x, const fg_tensor *W, int32_t rows,
                   fg_q8_block *act);
+/* fg_matvec_q8 for n <= 3 matrices of the same width and one input, which
+ * is quantized once. */
+void fg_matvec_q8_many(fg_threadpool *pool, const fg_matvec_out *outs, int32_t n, const float *x, int32_t rows,
+                       fg_q8_block *act);
 /* The same with plain integer loops: the vector kernels' reference. */
 void fg_matvec_q8_ref(float *y, int32_t ldy, const float *x, const fg_tensor *W, int32_t rows, fg_q8_block *act);
 

@@ -119,6 +119,28 @@ static void matmul(fg_runner *r, float *y, const float *x, const fg_tensor *W, i
     fg_threadpool_run(r->threads, (out + FG_RUNNER_TILE - 1) / FG_RUNNER_TILE, matmul_tile, (void *)&j);
 }
 
+/* matmul of one input with n <= 3 matrices (q, k, v; or the two halves of
+ * the MLP's gate): a decode step's products in one parallel job, the input
+ * quantized once, when every matrix takes the same few-row path. */
+static void matmul_many(fg_runner *r, int32_t n, float *const *ys, const float *x, const fg_tensor *const *Ws,
+                        int32_t rows) {
+    int q8 = r->act != NULL, few = rows <= FG_MATVEC_MAX_ROWS;
+    fg_matvec_out outs[3];
+    for (int32_t i = 0; i < n; i++) {
+        q8 = q8 && Ws[i]->type != FG_GGML_F32 && fg_matvec_quantizes(Ws[i]->type);
+        few = few && Ws[i]->type != FG_GGML_F32;
+        outs[i] = (fg_matvec_out){ys[i], (int32_t)Ws[i]->rows, Ws[i]};
+    }
+    if (q8 && few) {
+        fg_matvec_q8_many(r->threads, outs, n, x, rows, r->act);
+    } else if (few && !r->act) {
+        fg_matvec_many(r->threads, outs, n, x, rows);
+    } else {
+        for (int32_t i = 0; i < n; i++)
+            matmul(r, ys[i], x, Ws[i], rows);
+    }
+}
+
 /* Row `id` of a weight matrix, as floats. */
 static void row_of(const fg_tensor *W, int32_t id, float *dst) {
     const size_t row_bytes = (size_t)fg_type_row_bytes(W->type, W->cols);
@@ -342,9 +364,8 @@ static fg_status forward(fg_runner *r, int32_t rows, const int32_t *same, int32_
         const fg_llama_layer *ly = &w->layers[l];
         for (int32_t i = 0; i < rows; i++)
             rmsnorm(r->xb + (size_t)i * D, r->x + (size_t)i * D, ly->rms_att, D, c->rms_eps);
-        matmul(r, r->q, r->xb, &ly->wq, rows);
-        matmul(r, r->k, r->xb, &ly->wk, rows);
-        matmul(r, r->v, r->xb, &ly->wv, rows);
+        matmul_many(r, 3, (float *const[]){r->q, r->k, r->v}, r->xb,
+                    (const fg_tensor *const[]){&ly->wq, &ly->wk, &ly->wv}, rows);
         for (int32_t i = 0; i < rows; i++) {
             rope(r->q + (size_t)i * D, D, c->head_size, pos[i], c->rope_theta);
             rope(r->k + (size_t)i * KV, KV, c->head_size, pos[i], c->rope_theta);
@@ -377,8 +398,7 @@ static fg_status forward(fg_runner *r, int32_t rows, const int32_t *same, int32_
             r->x[i] += r->xb[i];
         for (int32_t i = 0; i < rows; i++)
             rmsnorm(r->xb + (size_t)i * D, r->x + (size_t)i * D, ly->rms_ffn, D, c->rms_eps);
-        matmul(r, r->hb, r->xb, &ly->w1, rows);
-        matmul(r, r->hb2, r->xb, &ly->w3, rows);
+        matmul_many(r, 2, (float *const[]){r->hb, r->hb2}, r->xb, (const fg_tensor *const[]){&ly->w1, &ly->w3}, rows);
         for (size_t i = 0; i < (size_t)rows * H; i++) {
             float a = r->hb[i];
             r->hb[i] = a / (1.0f + expf(-a)) * r->hb2[i]; /* SwiGLU */

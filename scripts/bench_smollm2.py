@@ -58,7 +58,7 @@ def main():
     ap.add_argument("--contexts", default="1024,4096,8192")
     ap.add_argument("--steps", type=int, default=64)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
-    ap.add_argument("--fastgen-args", default="", help="more options for fastgen, e.g. --q8-activations")
+    ap.add_argument("--fastgen-args", default="", help="more options for fastgen, e.g. --f32-activations")
     ap.add_argument("--json", help="write the results here")
     a = ap.parse_args()
 
@@ -67,7 +67,7 @@ def main():
                                           capture_output=True, check=True).stdout.split()]
     rows = []
     print(f"SmolLM2-135M-Instruct Q4_1, {a.threads} threads, {a.steps} decode steps after the prompt; "
-          f"fastgen {a.fastgen_args or '(f32 activations)'}, KV cache f16 in both")
+          f"fastgen {a.fastgen_args or '(default options: 8-bit activations)'}, KV cache f16 in both")
     print(f"{'context':>7} {'engine':<26} {'prefill tok/s':>13} {'decode tok/s':>12} {'x llama.cpp':>11} "
           f"{'peak RSS MiB':>12} {'KV held/full':>12}")
     for ctx in (int(c) for c in a.contexts.split(",")):

@@ -10,11 +10,11 @@
    llama.cpp from the same prompt ids. Where they part, the gap between
    llama.cpp's two best logits there says how close the call was.
 
-The two differ in rounding: llama.cpp quantizes the activations to 8 bits
-for its q4_1 products (fastgen's --q8-activations does the same) and rounds
-Q and the attention probabilities to f16 against its f16 KV cache, while
-fastgen's default multiplies f32 activations by the dequantized weights. So
-greedy ids may part where two tokens are nearly tied. Exit status 1 when a
+The two differ in rounding: both quantize the activations to 8 bits for
+their q4_1 products (fastgen's default; --f32-activations multiplies f32
+activations by the dequantized weights instead), but llama.cpp rounds Q and
+the attention probabilities to f16 against its f16 KV cache and sums in
+another order. So greedy ids may part where two tokens are nearly tied. Exit status 1 when a
 tokenization differs, when fewer than --min-prompts prompts agree on all
 --steps greedy ids, or when they part anywhere but at a near tie (fastgen's
 pick --max-gap or more below llama.cpp's, in llama.cpp's logits).
@@ -91,7 +91,7 @@ def main():
     ap.add_argument("--json", help="write the results here")
     ap.add_argument("--no-llama", action="store_true",
                     help="without llama.cpp: token ids against HF tokenizers only, no greedy check")
-    ap.add_argument("--fastgen-args", default="", help="more options for fastgen generate, e.g. --q8-activations")
+    ap.add_argument("--fastgen-args", default="", help="more options for fastgen generate, e.g. --f32-activations")
     a = ap.parse_args()
 
     llm = None
@@ -126,7 +126,7 @@ def main():
     eos = llm.token_eos()
     rows, agree, near = [], 0, 0
     print(f"\n== greedy ids: {len(prompts)} prompts x {a.steps} tokens, fastgen generate --policy full "
-          f"{a.fastgen_args or '(f32 activations)'} vs llama.cpp (q8 activations, f16 KV cache)")
+          f"{a.fastgen_args or '(default options: 8-bit activations)'} vs llama.cpp (q8 activations, f16 KV cache)")
     print(f"  {'#':>2} {'prompt':<34} {'ids':>5} {'equal':>5}  first difference")
     for i, p in enumerate(prompts):
         out = subprocess.run([a.fastgen, "generate", "-m", a.model, "-p", p, "-n", str(a.steps), "--temp", "0",

@@ -99,20 +99,19 @@ static void matmul_tile(void *arg, int32_t t, int32_t thread) {
 }
 
 /* y[rows][W.rows] = x[rows][W.cols] . W^T. Weights in another type than f32
- * are read in place for a few rows (decode: tools/matvec.h); for more rows
- * (a prompt, a large batch) they are dequantized FG_RUNNER_TILE rows at a
- * time into each thread's scratch, never the whole matrix, and multiplied
- * there. Either way the work is spread over the runner's pool. */
+ * are read in place for a few rows (decode: tools/matvec.h; with 8-bit
+ * activations when the runner asks for them); for more rows (a prompt, a
+ * large batch) they are dequantized FG_RUNNER_TILE rows at a time into each
+ * thread's scratch, never the whole matrix, and multiplied there in f32, as
+ * ggml's BLAS backend does (through BLAS, 1.5x faster than 8-bit products
+ * here). Either way the work is spread over the runner's pool. */
 static void matmul(fg_runner *r, float *y, const float *x, const fg_tensor *W, int32_t rows) {
-    const int32_t in = (int32_t)W->cols, out = (int32_t)W->rows;
-    if (W->type != FG_GGML_F32 && r->act && fg_matvec_quantizes(W->type)) { /* a prompt too, as llama.cpp does */
-        for (int32_t r0 = 0; r0 < rows; r0 += FG_MATVEC_MAX_ROWS)
-            fg_matvec_q8(r->threads, y + (size_t)r0 * out, out, x + (size_t)r0 * in, W,
-                         rows - r0 < FG_MATVEC_MAX_ROWS ? rows - r0 : FG_MATVEC_MAX_ROWS, r->act);
-        return;
-    }
+    const int32_t out = (int32_t)W->rows;
     if (W->type != FG_GGML_F32 && rows <= FG_MATVEC_MAX_ROWS) {
-        fg_matvec(r->threads, y, out, x, W, rows);
+        if (r->act && fg_matvec_quantizes(W->type))
+            fg_matvec_q8(r->threads, y, out, x, W, rows, r->act);
+        else
+            fg_matvec(r->threads, y, out, x, W, rows);
         return;
     }
     const matmul_job j = {r, y, x, W, rows};

@@ -8,8 +8,9 @@
  *   2. per head: the partial states and the new token merge into the output;
  *      a head that does not track scores then inserts and evicts as in `ref`;
  *   3. per item of a head that tracks scores: its slots' scores grow by the
- *      pooled attention (from the raw scores, not a second pass over K), and
- *      its slots are scanned for the lowest-ranked frequent candidate;
+ *      pooled attention (from the raw scores, not a second pass over K) and
+ *      are scanned for the lowest-ranked frequent candidate in the same
+ *      vectorised pass (score_scan below);
  *   4. per head that tracks scores: insertion and eviction as in `ref`, from
  *      the merged scans.
  * The step is two jobs on the thread pool (decode_job below): step 2 of a
@@ -388,10 +389,13 @@ static inline void scan_offer(fg_freq_scan *scan, int32_t slot, float rank, int3
 
 /* Slot s0 + x of a run (the generic variant, and the others' tails). */
 static inline void score_scan_one(const scan_args *g, const scan_run *r, int32_t s0, int32_t x, fg_freq_scan *scan) {
-    float gained = 0.0f;
-    for (int32_t h = 0; h < g->G; h++)
-        gained += r->raw[(size_t)h * g->stride + x] * g->f[h];
-    const float sc = g->keep * r->score[x] + gained;
+    float gained = 0.0f; /* one operation a statement: no compiler fuses them into an FMA the vectors lack */
+    for (int32_t h = 0; h < g->G; h++) {
+        const float part = r->raw[(size_t)h * g->stride + x] * g->f[h];
+        gained += part;
+    }
+    const float kept = g->keep * r->score[x];
+    const float sc = kept + gained;
     r->score[x] = sc;
     if (r->flags[x] == FG_SLOT_LOCAL && r->pos[x] < g->window_start)
         r->flags[x] = FG_SLOT_FREQUENT;

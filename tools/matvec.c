@@ -276,7 +276,7 @@ static void row_dots(const matvec_job *j, const unsigned char *w, float *dots) {
 }
 
 #define FG_MATVEC_TASK_ROWS 32 /* output rows per task: small enough that a descheduled thread holds up little */
-#define FG_MATVEC_MAX_OUTS 3     /* products of one input in one job */
+#define FG_MATVEC_MAX_OUTS 3     /* products of one input in one job (more: one job per three) */
 
 /* One job for the products of one input with up to FG_MATVEC_MAX_OUTS
  * matrices (a layer's q, k and v): the tasks of each output, one after
@@ -359,8 +359,11 @@ static void matvec_q8(fg_threadpool *pool, const fg_matvec_out *outs, int32_t n,
     const int32_t in = (int32_t)outs[0].W->cols;
     for (int32_t r = 0; r < rows; r++)
         quantize_q8(x + (size_t)r * in, in, act + (size_t)r * (in / QK));
-    run_job r = make_job(outs, n, vec ? (int)q8_kernel() : K_Q8_GENERIC, x, act, rows);
-    run(pool, &r);
+    for (int32_t i = 0; i < n; i += FG_MATVEC_MAX_OUTS) {
+        run_job r = make_job(outs + i, n - i < FG_MATVEC_MAX_OUTS ? n - i : FG_MATVEC_MAX_OUTS,
+                             vec ? (int)q8_kernel() : K_Q8_GENERIC, x, act, rows);
+        run(pool, &r);
+    }
 }
 
 void fg_matvec_q8_many(fg_threadpool *pool, const fg_matvec_out *outs, int32_t n, const float *x, int32_t rows,
@@ -384,8 +387,10 @@ void fg_matvec_q8_ref(float *y, int32_t ldy, const float *x, const fg_tensor *W,
 }
 
 void fg_matvec_many(fg_threadpool *pool, const fg_matvec_out *outs, int32_t n, const float *x, int32_t rows) {
-    run_job r = make_job(outs, n, -1, x, NULL, rows);
-    run(pool, &r);
+    for (int32_t i = 0; i < n; i += FG_MATVEC_MAX_OUTS) {
+        run_job r = make_job(outs + i, n - i < FG_MATVEC_MAX_OUTS ? n - i : FG_MATVEC_MAX_OUTS, -1, x, NULL, rows);
+        run(pool, &r);
+    }
 }
 
 void fg_matvec(fg_threadpool *pool, float *y, int32_t ldy, const float *x, const fg_tensor *W, int32_t rows) {

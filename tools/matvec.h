@@ -8,7 +8,9 @@
  * as llama.cpp does.
  *
  * q4_0, q4_1, q8_0, f16 and f32 have AVX2 + FMA (+ F16C) kernels chosen at
- * run time; every other type goes through its to_float one block at a time.
+ * run time, and the 8-bit products an AVX-512 VNNI one as well (FG_CPU_ISA=
+ * avx2|generic asks for less); every other type goes through its to_float
+ * one block at a time.
  */
 #ifndef FG_MATVEC_H
 #define FG_MATVEC_H
@@ -33,8 +35,8 @@ typedef struct fg_matvec_out {
     const fg_tensor *W;
 } fg_matvec_out;
 
-/* fg_matvec for n <= 3 matrices of the same width and one input (a layer's
- * q, k and v) in one parallel job. */
+/* fg_matvec for n matrices of the same width and one input (a layer's q, k
+ * and v): up to three in one parallel job. */
 void fg_matvec_many(fg_threadpool *pool, const fg_matvec_out *outs, int32_t n, const float *x, int32_t rows);
 
 /* The same, one plain scalar loop per type's to_float: the reference the
@@ -57,8 +59,8 @@ int fg_matvec_quantizes(int32_t type);
  * blocks (scratch). */
 void fg_matvec_q8(fg_threadpool *pool, float *y, int32_t ldy, const float *x, const fg_tensor *W, int32_t rows,
                   fg_q8_block *act);
-/* fg_matvec_q8 for n <= 3 matrices of the same width and one input, which
- * is quantized once. */
+/* fg_matvec_q8 for n matrices of the same width and one input, which is
+ * quantized once. */
 void fg_matvec_q8_many(fg_threadpool *pool, const fg_matvec_out *outs, int32_t n, const float *x, int32_t rows,
                        fg_q8_block *act);
 /* The same with plain integer loops: the vector kernels' reference. */

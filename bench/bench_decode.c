@@ -21,6 +21,8 @@
  * group size G: the median fraction of its full-cache 16-bit cases at >= 4k.
  * Options: --csv (CSV table), --quick (contexts 1k and 4k, batch 1 only),
  *          --model NAME (only that shape: llama2-7b, llama3-8b, g8-32x4, smollm2-135m),
+ *          --bf16 (the 16-bit rows bf16 instead of f16: on AVX512_BF16 the
+ *          vdpbf16ps kernel; FG_CPU_ISA=avx512 gives the FMA one to compare),
  *          --backend NAME (default cpu). With a GPU backend (cuda, hip) the
  *          pages and q/k/v/out live on the device (FG_IO_DEVICE), runs of 8
  *          steps queued back to back are timed by device events (the host's
@@ -164,6 +166,7 @@ static void free_case(fg_backend *be, bench_case *c) {
 
 int main(int argc, char **argv) {
     const int csv = bench_has_flag(argc, argv, "--csv"), quick = bench_has_flag(argc, argv, "--quick");
+    const int bf16 = bench_has_flag(argc, argv, "--bf16");
     const char *backend;
     fg_backend be;
     if (bench_open_backend(argc, argv, &be, &backend) != FG_OK)
@@ -215,7 +218,7 @@ int main(int argc, char **argv) {
     int g_n[N_MODELS] = {0};
     const int32_t contexts[] = {1024, 4096, 16384};
     const int32_t batches[] = {1, 8};
-    const fg_dtype dtypes[] = {FG_DTYPE_F16, FG_DTYPE_F32};
+    const fg_dtype dtypes[] = {bf16 ? FG_DTYPE_BF16 : FG_DTYPE_F16, FG_DTYPE_F32};
     double fracs[64], effs[64];
     int n_summary = 0;
     for (size_t mi = 0; mi < N_MODELS; mi++)
@@ -307,7 +310,7 @@ int main(int argc, char **argv) {
                         const double tm = bench_median(c->t, REPS), gbs = (double)c->bytes / tm;
                         const double ideal = (double)cases[MIX_FULL].bytes / (double)c->bytes;
                         const double meas = t_full / tm, kept = 1.0 / ideal;
-                        const char *dn = dt == FG_DTYPE_F16 ? "f16" : "f32";
+                        const char *dn = dt == FG_DTYPE_F16 ? "f16" : dt == FG_DTYPE_BF16 ? "bf16" : "f32";
                         if (csv)
                             printf("%s,%d,%d,%s,%s,%.4f,%.4f,%.3f,%.4f,%.3f,%.3f\n", m->name, (int)t, (int)B, dn,
                                    k_mix_name[x], kept, 1e3 * tm, gbs / 1e9, gbs / bw, ideal, meas);

@@ -9,9 +9,11 @@
 #include "backends/backend.h"
 #include "kernels_cpu/kernels_ref.h"
 
-typedef enum fg_cpu_isa { FG_ISA_GENERIC = 0, FG_ISA_AVX2 = 1, FG_ISA_AVX512 = 2 } fg_cpu_isa;
+/* AVX512_BF16: AVX-512 plus vdpbf16ps, which dots bf16 cache rows with the
+ * query rounded to bf16 (twice the multiply-adds of an f32 FMA). */
+typedef enum fg_cpu_isa { FG_ISA_GENERIC = 0, FG_ISA_AVX2 = 1, FG_ISA_AVX512 = 2, FG_ISA_AVX512_BF16 = 3 } fg_cpu_isa;
 
-/* The best ISA this CPU runs (FG_CPU_ISA=generic|avx2 in the environment asks for less). */
+/* The best ISA this CPU runs (FG_CPU_ISA=generic|avx2|avx512 in the environment asks for less). */
 fg_cpu_isa fg_cpu_isa_detect(void);
 const char *fg_cpu_isa_name(fg_cpu_isa isa);
 
@@ -52,6 +54,8 @@ typedef struct fg_attend_chunk {
     int32_t begin, end;
     int32_t G, d;
     const float *q;    /* [G][d] already scaled by 1/sqrt(d) */
+    const uint16_t *qb; /* [G][d] the unscaled query rounded to bf16 (the bf16-dot kernel's), or NULL */
+    float scale;        /* 1/sqrt(d), applied to the bf16 dots */
     float *m, *l;      /* [G] partial max and sum */
     float *acc;        /* [G][d] partial output (unnormalised) */
     float *raw;        /* raw[h * raw_stride + (s - begin)] = e^(score - m[h]) of slot s, or NULL */

@@ -2,6 +2,7 @@
 #include "tools/matvec.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 #include "tools/dequant.h"
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -171,13 +173,30 @@ FG_AVX2_INLINE __m256i dpbusd_avx2(__m256i acc, __m256i a, __m256i b) {
 #define Q8_DPBUSD _mm256_dpbusd_epi32
 #include "tools/matvec_q8.inc"
 
-static int have_avx2(void) {
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+/* What this CPU has, probed once: CPUID is slow (in a virtual machine it
+ * traps to the hypervisor), and every product asks. F16C is CPUID leaf 1
+ * ECX bit 29, VNNI leaf 7 ECX bit 11: not every compiler's
+ * __builtin_cpu_supports knows them (clang 14 does neither). */
+enum { CAP_KNOWN = 1, CAP_AVX2 = 2, CAP_VNNI = 4 };
+static _Atomic int g_caps;
+static int cpu_caps(void) {
+    int caps = atomic_load_explicit(&g_caps, memory_order_relaxed);
+    if (caps)
+        return caps;
+    unsigned a, b, c, d;
+    caps = CAP_KNOWN;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __get_cpuid(1, &a, &b, &c, &d) &&
+        (c >> 29 & 1u)) {
+        caps |= CAP_AVX2;
+        if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+            __get_cpuid_count(7, 0, &a, &b, &c, &d) && (c >> 11 & 1u))
+            caps |= CAP_VNNI;
+    }
+    atomic_store_explicit(&g_caps, caps, memory_order_relaxed); /* every thread computes the same */
+    return caps;
 }
-static int have_vnni(void) {
-    return have_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-           __builtin_cpu_supports("avx512vnni");
-}
+static int have_avx2(void) { return (cpu_caps() & CAP_AVX2) != 0; }
+static int have_vnni(void) { return (cpu_caps() & CAP_VNNI) != 0; }
 #endif
 
 /* Whether the vector kernel takes this type and width. */
@@ -327,7 +346,7 @@ static void run(fg_threadpool *pool, run_job *r) {
 
 /* The best quantized-activation kernel of this CPU; FG_CPU_ISA=avx2 (or
  * generic) asks for less, as it does of the library's kernels. */
-static kernel q8_kernel(void) {
+static kernel q8_kernel_probe(void) {
     const char *want = getenv("FG_CPU_ISA");
     if (want && !strcmp(want, "generic"))
         return K_Q8_GENERIC;
@@ -338,6 +357,15 @@ static kernel q8_kernel(void) {
         return K_Q8_AVX2;
 #endif
     return K_Q8_GENERIC;
+}
+static _Atomic int g_q8_kernel = -1;
+static kernel q8_kernel(void) { /* probed once: getenv and CPUID cost more than a small product */
+    int k = atomic_load_explicit(&g_q8_kernel, memory_order_relaxed);
+    if (k < 0) {
+        k = (int)q8_kernel_probe();
+        atomic_store_explicit(&g_q8_kernel, k, memory_order_relaxed);
+    }
+    return (kernel)k;
 }
 
 /* The job for outs[0 .. n) with kernel k (fixed, or per type when k < 0). */

@@ -19,7 +19,7 @@
  * reads the job and backs off when gen moved meanwhile; the caller writes
  * the next job only when `active` is zero. Sleeps and wake-ups pair a
  * sequentially consistent store with a load on each side (gen / sleepers,
- * remaining / caller_waiting), so a wake-up is never lost.
+ * the threads' done counts / caller_waiting), so a wake-up is never lost.
  */
 #define _GNU_SOURCE /* sched_getaffinity, CPU_COUNT */
 #include <pthread.h>
@@ -50,17 +50,21 @@ struct fg_threadpool {
     _Atomic uint32_t gen;
     struct range *ranges;      /* [n_threads] the tasks of each thread, then of whoever takes them */
     int32_t n_ranges;          /* this job's: the threads running */
-    _Alignas(64) _Atomic int32_t remaining; /* tasks not finished (a line apart from gen, which idle workers read) */
+    int32_t n_tasks;           /* this job's */
     _Atomic int32_t active;    /* workers between reading the job and leaving it */
     _Atomic int32_t sleepers;
     _Atomic int32_t caller_waiting;
     _Atomic int32_t stop;
 };
 
-/* Tasks [next, end) of one thread's share, on a cache line of its own. */
+/* Tasks [next, end) of one thread's share, and the tasks that thread has
+ * finished (of any share), on a cache line of its own: a thread counts its
+ * own work where no other thread writes, and the job is done when the
+ * counts add up to n_tasks. */
 typedef struct range {
     _Alignas(64) _Atomic int32_t next;
     int32_t end;
+    _Atomic int32_t done;
 } range;
 
 /* The pool and thread number of the job this thread is running (nested
@@ -98,17 +102,28 @@ static int64_t now_ns(void) {
         }                                                                                                              \
     } while (0)
 
+/* Tasks the threads of the job have finished. */
+static int32_t finished(fg_threadpool *p) {
+    int32_t n = 0;
+    for (int32_t r = 0; r < p->n_ranges; r++)
+        n += atomic_load(&p->ranges[r].done);
+    return n;
+}
+
 static void take_tasks(fg_threadpool *p, int32_t thread) {
     const fg_task_fn fn = p->fn;
     void *arg = p->arg;
     const int32_t n_ranges = p->n_ranges;
-    int32_t done = 0; /* counted here and subtracted once: a shared counter per task costs a cache line's trip */
+    _Atomic int32_t *done = &p->ranges[thread].done;
     for (int32_t k = 0; k < n_ranges; k++) { /* its own range first, then the others' in turn */
         range *r = &p->ranges[(thread + k) % n_ranges];
-        for (int32_t t; (t = atomic_fetch_add(&r->next, 1)) < r->end; done++)
+        for (int32_t t; (t = atomic_fetch_add(&r->next, 1)) < r->end;) {
             fn(arg, t, thread);
+            atomic_fetch_add(done, 1); /* each task counted as it ends: a thread descheduled between tasks
+                                          holds up nobody once the others have taken the rest */
+        }
     }
-    if (done > 0 && atomic_fetch_sub(&p->remaining, done) == done && atomic_load(&p->caller_waiting)) {
+    if (atomic_load(&p->caller_waiting) && finished(p) == p->n_tasks) {
         pthread_mutex_lock(&p->mu);
         pthread_cond_signal(&p->done);
         pthread_mutex_unlock(&p->mu);
@@ -277,8 +292,9 @@ void fg_threadpool_run(fg_threadpool *p, int32_t n_tasks, fg_task_fn fn, void *a
     for (int32_t r = 0; r < p->n_ranges; r++) {
         atomic_store(&p->ranges[r].next, (int32_t)((int64_t)n_tasks * r / p->n_ranges));
         p->ranges[r].end = (int32_t)((int64_t)n_tasks * (r + 1) / p->n_ranges);
+        atomic_store(&p->ranges[r].done, 0);
     }
-    atomic_store(&p->remaining, n_tasks);
+    p->n_tasks = n_tasks;
     atomic_store(&p->gen, g + 2);
     if (atomic_load(&p->sleepers) > 0) {
         pthread_mutex_lock(&p->mu);
@@ -292,11 +308,11 @@ void fg_threadpool_run(fg_threadpool *p, int32_t n_tasks, fg_task_fn fn, void *a
     take_tasks(p, 0);
     tls_pool = outer;
     tls_thread = outer_thread;
-    SPIN_UNTIL(p, atomic_load(&p->remaining) == 0);
-    if (atomic_load(&p->remaining) != 0) {
+    SPIN_UNTIL(p, finished(p) == n_tasks);
+    if (finished(p) != n_tasks) {
         pthread_mutex_lock(&p->mu);
         atomic_store(&p->caller_waiting, 1);
-        while (atomic_load(&p->remaining) != 0)
+        while (finished(p) != n_tasks)
             pthread_cond_wait(&p->done, &p->mu);
         atomic_store(&p->caller_waiting, 0);
         pthread_mutex_unlock(&p->mu);

@@ -416,7 +416,8 @@ static inline void scan_offer(fg_freq_scan *scan, int32_t slot, float rank, int3
 
 /* Slot s0 + x of a run (the generic variant, and the others' tails). */
 static inline void score_scan_one(const scan_args *g, const scan_run *r, int32_t s0, int32_t x, fg_freq_scan *scan) {
-    float gained = 0.0f; /* one operation a statement: no compiler fuses them into an FMA the vectors lack */
+    float gained = 0.0f; /* one operation a statement, so that clang's default contraction (within an
+                            expression) fuses nothing the vectors do not; GCC fuses none in ISO C (c_std=c11) */
     for (int32_t h = 0; h < g->G; h++) {
         const float part = r->raw[(size_t)h * g->stride + x] * g->f[h];
         gained += part;
@@ -476,7 +477,9 @@ __attribute__((target("avx2,fma"))) static void score_scan_avx2(const scan_args 
                 _mm256_castps_si256(_mm256_cmp_ps(rank, best_rank, _CMP_LT_OQ)),
                 _mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps(rank, best_rank, _CMP_EQ_OQ)),
                                  _mm256_cmpgt_epi32(best_pos, p)));
-            const __m256i take = _mm256_and_si256(is_freq, lower);
+            const __m256i empty = _mm256_cmpgt_epi32(_mm256_setzero_si256(), best_slot); /* as ref: a lane's first
+                                                                                           candidate is taken whatever its rank (NaN too) */
+            const __m256i take = _mm256_and_si256(is_freq, _mm256_or_si256(lower, empty));
             best_rank = _mm256_blendv_ps(best_rank, rank, _mm256_castsi256_ps(take));
             best_pos = _mm256_blendv_epi8(best_pos, p, take);
             best_slot = _mm256_blendv_epi8(best_slot, _mm256_add_epi32(_mm256_set1_epi32(s0 + x), iota), take);
@@ -527,8 +530,10 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) static void score_scan_avx5
                 continue;
             scan->n_freq += __builtin_popcount((unsigned)is_freq);
             const __m512 rank = g->mean ? _mm512_div_ps(sc, _mm512_cvtepi32_ps(_mm512_sub_epi32(t, p))) : sc;
+            const __mmask16 empty = _mm512_cmplt_epi32_mask(best_slot, _mm512_setzero_si512()); /* as ref: a lane's
+                                                                     first candidate is taken whatever its rank (NaN too) */
             const __mmask16 take =
-                is_freq & (_mm512_cmp_ps_mask(rank, best_rank, _CMP_LT_OQ) |
+                is_freq & (empty | _mm512_cmp_ps_mask(rank, best_rank, _CMP_LT_OQ) |
                            (_mm512_cmp_ps_mask(rank, best_rank, _CMP_EQ_OQ) & _mm512_cmplt_epi32_mask(p, best_pos)));
             best_rank = _mm512_mask_mov_ps(best_rank, take, rank);
             best_pos = _mm512_mask_mov_epi32(best_pos, take, p);
@@ -552,12 +557,12 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) static void score_scan_avx5
 static int isa_lanes(fg_cpu_isa isa) { return isa >= FG_ISA_AVX512 ? 16 : 8; }
 
 /* Whether the step dots bf16 rows with vdpbf16ps (the query rounded to
- * bf16): groups of 8 query heads and more, where the dots are compute-bound
+ * bf16): groups of 8 query heads, where the dots are compute-bound
  * (bench_decode --bf16 on Zen 5, FMA time / vdpbf16ps time over the full
- * cases at >= 4k, median of 12: 1.07 at G = 8, 0.91 at G = 4). Groups of
- * more than 8 widen a block into scratch and use the FMA dots for it. */
+ * cases at >= 4k, median of 12: 1.07 at G = 8, 0.91 at G = 4). Larger
+ * groups widen a block into scratch once and dot it with FMAs. */
 static int bf16_dots(fg_cpu_isa isa, fg_dtype dtype, int32_t d, int32_t G) {
-    return isa == FG_ISA_AVX512_BF16 && dtype == FG_DTYPE_BF16 && d % 32 == 0 && G >= 8;
+    return isa == FG_ISA_AVX512_BF16 && dtype == FG_DTYPE_BF16 && d % 32 == 0 && G == 8;
 }
 
 static fg_attend_chunk_fn *isa_kernel(fg_cpu_isa isa, fg_dtype dtype, int32_t d, int32_t G) {

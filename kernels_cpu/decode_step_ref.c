@@ -121,6 +121,8 @@ fg_status fg_ref_decode_finish_head(const fg_page_layout *L, const fg_decode_hea
 
     /* 4c. candidates down to the budget, lowest rank first (one, in a steady state) */
     while (scan.n_freq > hd->freq_budget) {
+        if (scan.worst < 0 || scan.worst >= n)
+            return FG_ERR_INTERNAL; /* a scan that counted candidates must name one */
         n = remove_slot(L, pages, scan.worst, n);
         if (scan.n_freq - 1 <= hd->freq_budget)
             break;

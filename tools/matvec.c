@@ -384,6 +384,8 @@ static run_job make_job(const fg_matvec_out *outs, int32_t n, int k, const float
 
 static void matvec_q8(fg_threadpool *pool, const fg_matvec_out *outs, int32_t n, const float *x, int32_t rows,
                       fg_q8_block *act, int vec) {
+    if (n <= 0)
+        return;
     const int32_t in = (int32_t)outs[0].W->cols;
     for (int32_t r = 0; r < rows; r++)
         quantize_q8(x + (size_t)r * in, in, act + (size_t)r * (in / QK));

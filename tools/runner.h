@@ -22,7 +22,8 @@ typedef struct fg_runner_params {
     int q8_activations;         /* llama.cpp's scheme for q4_0, q4_1 and q8_0 weights in the few-row
                                    products of a decode step: activations quantized to 8 bits per
                                    block, integer dots (tools/matvec.h); 0: f32 activations against
-                                   the dequantized weights. A prompt's products are f32 either way */
+                                   the dequantized weights. A prompt of more than FG_MATVEC_MAX_ROWS
+                                   tokens (or chunk, or appended turn) is multiplied in f32 either way */
     int32_t prefill_chunk;      /* > 0: prompts go through the model in chunks of this many tokens
                                    (fg_prefill_chunk); 0: at once */
     int32_t n_threads;          /* threads of the model's products and the attention; 0 = the cores this

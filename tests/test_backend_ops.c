@@ -416,16 +416,16 @@ int main(int argc, char **argv) {
                      (const uint32_t[]){S | P | F | L, F | L, F, S | P | F}, 40, 1);
         check_decode(&bp, 16, 1, FG_DTYPE_BF16, 4, 2, (const int32_t[]){64, 33}, (const uint32_t[]){F, F | L}, 40, 1);
         /* pages of 100 and 64 rows: the score scans' whole vectors and masked tails (SmolLM2's G = 3) */
-        check_decode(&bp, 64, 3, FG_DTYPE_F16, 100, 3, (const int32_t[]){900, 260, 1500},
-                     (const uint32_t[]){S | P | F | L, F | L, F}, 40, 0);
-        check_decode(&bp, 64, 4, FG_DTYPE_F32, 64, 3, (const int32_t[]){700, 130, 2000},
-                     (const uint32_t[]){F, S | P | F | L, F | L}, 40, 1);
+        check_decode(&bp, 64, 3, FG_DTYPE_F16, 100, 3, (const int32_t[]){450, 130, 520},
+                     (const uint32_t[]){S | P | F | L, F | L, F}, 16, 0);
+        check_decode(&bp, 64, 4, FG_DTYPE_F32, 64, 3, (const int32_t[]){350, 70, 600},
+                     (const uint32_t[]){F, S | P | F | L, F | L}, 16, 1);
         /* bf16 caches with queries that are bf16 values: every kernel within f32 rounding of ref */
         g_bf16_queries = 1;
-        check_decode(&bp, 128, 8, FG_DTYPE_BF16, 16, 4, (const int32_t[]){900, 33, 4099, 260},
-                     (const uint32_t[]){S | P | F | L, FG_KEEP_FULL, F | L, F}, 30, 0);
-        check_decode(&bp, 64, 3, FG_DTYPE_BF16, 16, 3, (const int32_t[]){700, 1500, 5},
-                     (const uint32_t[]){F, FG_KEEP_FULL, S | P | F | L}, 30, 0);
+        check_decode(&bp, 128, 8, FG_DTYPE_BF16, 16, 4, (const int32_t[]){600, 33, 1100, 260},
+                     (const uint32_t[]){S | P | F | L, FG_KEEP_FULL, F | L, F}, 12, 0);
+        check_decode(&bp, 64, 8, FG_DTYPE_BF16, 16, 3, (const int32_t[]){400, 700, 5},
+                     (const uint32_t[]){F, FG_KEEP_FULL, S | P | F | L}, 12, 0);
         g_bf16_queries = 0;
         /* a long run: kept sets identical for 500 steps */
         check_decode(&bp, 64, 4, FG_DTYPE_F32, 16, 4, (const int32_t[]){50, 300, 7, 120},

@@ -16,7 +16,7 @@
 #include <string.h>
 
 #include "core/internal.h"
-#include "harness.h"
+#include "tests/support/harness.h"
 
 #define L 2
 #define HKV 2

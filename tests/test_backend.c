@@ -19,8 +19,8 @@
 
 #include "backends/backend.h"
 #include "fastgen.h"
-#include "checks.h"
-#include "harness.h"
+#include "tests/support/checks.h"
+#include "tests/support/harness.h"
 
 typedef struct shape_case {
     int32_t d, G, Hkv, n, steps;

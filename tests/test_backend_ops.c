@@ -17,8 +17,8 @@
 
 #include "backends/backend.h"
 #include "core/internal.h"
-#include "checks.h"
-#include "harness.h"
+#include "tests/support/checks.h"
+#include "tests/support/harness.h"
 #include "kernels_cpu/kernels_cpu.h"
 #include "kernels_cpu/page.h"
 

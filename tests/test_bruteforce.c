@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "fastgen.h"
-#include "harness.h"
+#include "tests/support/harness.h"
 
 #define MAXN 64
 #define VOCAB 8 /* 0-4 ordinary, 5 and 7 punctuation, 6 special */

@@ -12,8 +12,8 @@
 #include <string.h>
 
 #include "core/internal.h"
-#include "harness.h"
-#include "tools/synth.h"
+#include "tests/support/harness.h"
+#include "tests/support/synth.h"
 
 enum { MAXH = 4, MAXE = 5 };
 

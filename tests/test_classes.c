@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "fastgen.h"
-#include "harness.h"
+#include "tests/support/harness.h"
 
 static fg_token_class class_of(const fg_token_classes *tc, int32_t id) {
     fg_token_class c = (fg_token_class)-1;

@@ -8,8 +8,8 @@
 #include <string.h>
 
 #include "fastgen.h"
-#include "harness.h"
-#include "tools/synth.h"
+#include "tests/support/harness.h"
+#include "tests/support/synth.h"
 
 enum { L = 2, HKV = 5, G = 2, HQ = G * HKV, D = 16, N = 40, MAXLEN = 120 };
 

@@ -19,12 +19,13 @@
 #include <string.h>
 
 #include "fastgen.h"
-#include "fault.h"
-#include "harness.h"
-#include "tools/llama2c.h"
-#include "tools/runner.h"
-#include "tools/synth.h"
-#include "tools/tokenizer.h"
+#include "tests/support/fault.h"
+#include "tests/support/harness.h"
+#include "model/llama2c.h"
+#include "model/runner.h"
+#include "tests/support/synth.h"
+#include "model/tokenizer.h"
+#include "model/io.h"
 
 enum { L = 2, HKV = 4, G = 2, HQ = G * HKV, D = 16, MAXLEN = 64, SEQS = 5 };
 
@@ -313,27 +314,27 @@ static void walk_library(const char *backend) {
 /* ------------------------------------------------------------------ loaders and runner */
 
 static fg_status load_all(const void *mb, size_t ms, const void *tb, size_t ts, char *err, size_t n) {
-    fg_llama_model m;
-    fg_tokenizer t;
-    fg_runner *r = NULL;
-    fg_status st = fg_llama_load_memory(mb, ms, &m, err, n);
+    fgm_llama_model m;
+    fgm_tokenizer t;
+    fgm_runner *r = NULL;
+    fg_status st = fgm_llama_load_memory(mb, ms, &m, err, n);
     if (st)
         return st;
-    st = fg_tokenizer_load_memory(tb, ts, m.config.vocab_size, &t, err, n);
+    st = fgm_tokenizer_load_memory(tb, ts, m.config.vocab_size, &t, err, n);
     if (st == FG_OK) {
-        fg_runner_params rp = {.backend = "cpu", .kv_dtype = FG_DTYPE_F32, .max_seqs = 2, .track_recovery = 1};
-        st = fg_runner_create(&m, &t, &rp, &r, err, n);
+        fgm_runner_params rp = {.backend = "cpu", .kv_dtype = FG_DTYPE_F32, .max_seqs = 2, .track_recovery = 1};
+        st = fgm_runner_create(&m, &t, &rp, &r, err, n);
         int32_t prompt[8], n_prompt = 0, seq = -1, next = 300;
-        if (st == FG_OK && (st = fg_tokenizer_encode(&t, "Once upon a time", 1, prompt, 8, &n_prompt)) != FG_OK)
+        if (st == FG_OK && (st = fgm_tokenizer_encode(&t, "Once upon a time", 1, prompt, 8, &n_prompt)) != FG_OK)
             snprintf(err, n, "encode: %s", fg_status_string(st)); /* the tokenizer's status is its message */
-        if (st == FG_OK && (st = fg_runner_prefill(r, NULL, prompt, n_prompt, &seq, NULL)) != FG_OK)
-            snprintf(err, n, "%s", fg_runner_error(r));
-        if (st == FG_OK && (st = fg_runner_decode(r, 1, &seq, &next, NULL)) != FG_OK)
-            snprintf(err, n, "%s", fg_runner_error(r));
-        fg_runner_destroy(&r);
-        fg_tokenizer_free(&t);
+        if (st == FG_OK && (st = fgm_runner_prefill(r, NULL, prompt, n_prompt, &seq, NULL)) != FG_OK)
+            snprintf(err, n, "%s", fgm_runner_error(r));
+        if (st == FG_OK && (st = fgm_runner_decode(r, 1, &seq, &next, NULL)) != FG_OK)
+            snprintf(err, n, "%s", fgm_runner_error(r));
+        fgm_runner_destroy(&r);
+        fgm_tokenizer_free(&t);
     }
-    fg_llama_free(&m);
+    fgm_llama_free(&m);
     return st;
 }
 
@@ -342,9 +343,9 @@ static void walk_loaders(const char *dir) {
     void *mb, *tb;
     size_t ms, ts;
     snprintf(path, sizeof path, "%s/stories260K.bin", dir);
-    EXPECT(fg_read_file(path, &mb, &ms, err, sizeof err) == FG_OK, "%s", err);
+    EXPECT(fgm_read_file(path, &mb, &ms, err, sizeof err) == FG_OK, "%s", err);
     snprintf(path, sizeof path, "%s/tok512.bin", dir);
-    EXPECT(fg_read_file(path, &tb, &ts, err, sizeof err) == FG_OK, "%s", err);
+    EXPECT(fgm_read_file(path, &tb, &ts, err, sizeof err) == FG_OK, "%s", err);
     if (!mb || !tb)
         return;
     long k = 1;

@@ -17,8 +17,8 @@
 #include <string.h>
 
 #include "fastgen.h"
-#include "harness.h"
-#include "tools/synth.h"
+#include "tests/support/harness.h"
+#include "tests/support/synth.h"
 
 enum { L = 2, HKV = 4, G = 2, HQ = G * HKV, D = 32, N = 48, STEPS = 30, MAXLEN = N + STEPS };
 

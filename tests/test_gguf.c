@@ -1,6 +1,6 @@
 /*
  * GGUF files made by ggml and llama.cpp (../shared/models/gguf, see its
- * README), read by tools/gguf.c:
+ * README), read by model/gguf.c:
  *   - quants.gguf: each of the 14 types dequantizes to ggml's own output
  *     (the .ref tensors) bit for bit;
  *   - every file parses; the llama ones load as models;
@@ -18,14 +18,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "harness.h"
+#include "tests/support/harness.h"
 #include "kernels_cpu/dtype.h"
-#include "tools/dequant.h"
-#include "tools/matvec.h"
-#include "tools/gguf.h"
-#include "tools/llama2c.h"
-#include "tools/runner.h"
-#include "tools/tokenizer.h"
+#include "model/dequant.h"
+#include "model/matvec.h"
+#include "model/gguf.h"
+#include "model/llama2c.h"
+#include "model/runner.h"
+#include "model/tokenizer.h"
+#include "model/io.h"
 
 static const char *g_dir, *g_model_dir;
 
@@ -33,7 +34,7 @@ static char *slurp(const char *name, size_t *size) {
     char path[1024], err[256];
     snprintf(path, sizeof path, "%s/%s", g_dir, name);
     void *buf = NULL;
-    EXPECT(fg_read_file(path, &buf, size, err, sizeof err) == FG_OK, "%s", err);
+    EXPECT(fgm_read_file(path, &buf, size, err, sizeof err) == FG_OK, "%s", err);
     char *text = buf ? realloc(buf, *size + 1) : NULL;
     if (text)
         text[*size] = '\0';
@@ -45,19 +46,19 @@ static char *slurp(const char *name, size_t *size) {
 static void test_quants(void) {
     char path[1024], err[400];
     snprintf(path, sizeof path, "%s/quants.gguf", g_dir);
-    fg_gguf g;
-    EXPECT(fg_gguf_open(path, &g, err, sizeof err) == FG_OK, "%s", err);
+    fgm_gguf g;
+    EXPECT(fgm_gguf_open(path, &g, err, sizeof err) == FG_OK, "%s", err);
     const char *types[] = {"f16",  "bf16", "q4_0", "q4_1", "q5_0", "q5_1",   "q8_0",
                            "q2_K", "q3_K", "q4_K", "q5_K", "q6_K", "iq4_nl", "iq4_xs"};
     int exact = 0;
     for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
         char ref_name[64];
         snprintf(ref_name, sizeof ref_name, "%s.ref", types[i]);
-        const fg_gguf_tensor *t = fg_gguf_tensor_find(&g, types[i]), *ref = fg_gguf_tensor_find(&g, ref_name);
-        EXPECT(t && ref && ref->type == FG_GGML_F32, "quants.gguf has %s and %s", types[i], ref_name);
+        const fgm_gguf_tensor *t = fgm_gguf_tensor_find(&g, types[i]), *ref = fgm_gguf_tensor_find(&g, ref_name);
+        EXPECT(t && ref && ref->type == FGM_GGML_F32, "quants.gguf has %s and %s", types[i], ref_name);
         if (!t || !ref)
             continue;
-        const fg_type_info *ti = fg_type_info_of(t->type);
+        const fgm_type_info *ti = fgm_type_info_of(t->type);
         EXPECT(ti && ti->to_float && !strcmp(ti->name, types[i]), "%s: type %d is %s", types[i], (int)t->type,
                ti ? ti->name : "unknown");
         const int64_t n = t->ne[0] * t->ne[1];
@@ -74,9 +75,9 @@ static void test_quants(void) {
     printf("quants.gguf: %d of %zu types equal ggml's dequantization bit for bit\n", exact,
            sizeof types / sizeof types[0]);
     /* a type fastgen knows but cannot dequantize: the model loader names the tensor and the type */
-    const fg_type_info *q8k = fg_type_info_of(FG_GGML_Q8_K);
-    EXPECT(q8k && !q8k->to_float && fg_type_info_of(4) == NULL && fg_type_info_of(1000) == NULL, "type table");
-    fg_gguf_free(&g);
+    const fgm_type_info *q8k = fgm_type_info_of(FGM_GGML_Q8_K);
+    EXPECT(q8k && !q8k->to_float && fgm_type_info_of(4) == NULL && fgm_type_info_of(1000) == NULL, "type table");
+    fgm_gguf_free(&g);
 }
 
 /* ------------------------------------------------------------------ crafted files */
@@ -110,14 +111,14 @@ static builder crafted(size_t *t1_offset) {
     put_u64(&w, 2);
     put_u64(&w, 3);
     put_str(&w, "general.architecture");
-    put_u32(&w, FG_GGUF_STRING);
+    put_u32(&w, FGM_GGUF_STRING);
     put_str(&w, "test");
     put_str(&w, "test.count");
-    put_u32(&w, FG_GGUF_UINT32);
+    put_u32(&w, FGM_GGUF_UINT32);
     put_u32(&w, 7);
     put_str(&w, "test.words");
-    put_u32(&w, FG_GGUF_ARRAY);
-    put_u32(&w, FG_GGUF_STRING);
+    put_u32(&w, FGM_GGUF_ARRAY);
+    put_u32(&w, FGM_GGUF_STRING);
     put_u64(&w, 2);
     put_str(&w, "one");
     put_str(&w, "two");
@@ -126,7 +127,7 @@ static builder crafted(size_t *t1_offset) {
         put_u32(&w, 2);
         put_u64(&w, 4);
         put_u64(&w, 2);
-        put_u32(&w, FG_GGML_F32);
+        put_u32(&w, FGM_GGML_F32);
         if (t)
             *t1_offset = w.n;
         put_u64(&w, t ? 32 : 0);
@@ -141,40 +142,40 @@ static builder crafted(size_t *t1_offset) {
 }
 
 static void expect_bad(const unsigned char *b, size_t n, const char *word, const char *what) {
-    fg_gguf g;
+    fgm_gguf g;
     char err[400] = "";
-    fg_status st = fg_gguf_parse(b, n, &g, err, sizeof err);
+    fg_status st = fgm_gguf_parse(b, n, &g, err, sizeof err);
     EXPECT(st == FG_ERR_FORMAT && strstr(err, word), "%s: %s, \"%s\" (wanted \"%s\")", what, fg_status_string(st),
            err, word);
     if (st == FG_OK)
-        fg_gguf_free(&g);
+        fgm_gguf_free(&g);
 }
 
 static void test_crafted(void) {
     size_t t1 = 0;
     builder w = crafted(&t1);
-    fg_gguf g;
+    fgm_gguf g;
     char err[400] = "";
-    EXPECT(fg_gguf_parse(w.b, w.n, &g, err, sizeof err) == FG_OK, "the crafted file: %s", err);
+    EXPECT(fgm_gguf_parse(w.b, w.n, &g, err, sizeof err) == FG_OK, "the crafted file: %s", err);
     if (!err[0]) {
-        const fg_gguf_kv *words = fg_gguf_find(&g, "test.words");
+        const fgm_gguf_kv *words = fgm_gguf_find(&g, "test.words");
         int64_t count = 0;
         EXPECT(words && words->n_elems == 2 && !strcmp(words->strs[1], "two"), "array of strings");
-        EXPECT(fg_gguf_get_int(&g, "test.count", 0, &count, err, sizeof err) == FG_OK && count == 7, "u32 key");
-        EXPECT(fg_gguf_get_int(&g, "general.architecture", 0, &count, err, sizeof err) == FG_ERR_FORMAT,
+        EXPECT(fgm_gguf_get_int(&g, "test.count", 0, &count, err, sizeof err) == FG_OK && count == 7, "u32 key");
+        EXPECT(fgm_gguf_get_int(&g, "general.architecture", 0, &count, err, sizeof err) == FG_ERR_FORMAT,
                "a string is not an integer");
-        const fg_gguf_tensor *b = fg_gguf_tensor_find(&g, "b");
+        const fgm_gguf_tensor *b = fgm_gguf_tensor_find(&g, "b");
         EXPECT(b && ((const float *)b->data)[0] == 8.0f, "tensor b's data");
-        fg_gguf_free(&g);
+        fgm_gguf_free(&g);
     }
     /* every truncation fails cleanly */
     int bad = 0;
     for (size_t k = 0; k < w.n; k++) {
         err[0] = '\0';
-        fg_status st = fg_gguf_parse(w.b, k, &g, err, sizeof err);
+        fg_status st = fgm_gguf_parse(w.b, k, &g, err, sizeof err);
         bad += st != FG_ERR_FORMAT || !err[0];
         if (st == FG_OK)
-            fg_gguf_free(&g);
+            fgm_gguf_free(&g);
     }
     EXPECT(bad == 0, "%d truncations of %zu were not refused cleanly", bad, w.n);
     unsigned char *m = malloc(w.n);
@@ -184,7 +185,7 @@ static void test_crafted(void) {
         memcpy(m + (at), bytes, n_bytes);                                                                              \
         expect_bad(m, w.n, word, what);                                                                                \
     } while (0)
-    const uint32_t v1 = 1, huge32 = 0xffffffffu, t_array = FG_GGUF_ARRAY;
+    const uint32_t v1 = 1, huge32 = 0xffffffffu, t_array = FGM_GGUF_ARRAY;
     const uint64_t huge = (uint64_t)1 << 40, off_unaligned = 33, off_overlap = 0, off_past = 64;
     MUTATE(0, "GGUX", 4, "magic", "bad magic");
     MUTATE(4, &v1, 4, "version", "version 1");
@@ -207,12 +208,12 @@ static void test_crafted(void) {
 /* ------------------------------------------------------------------ the files and their models */
 
 /* Greedy ids after a prompt: n tokens. */
-static fg_status greedy(const fg_llama_model *m, const fg_tokenizer *t, const int32_t *prompt, int32_t n_prompt,
+static fg_status greedy(const fgm_llama_model *m, const fgm_tokenizer *t, const int32_t *prompt, int32_t n_prompt,
                         int32_t n, int32_t *out) {
-    fg_runner_params rp = {.backend = "cpu", .kv_dtype = FG_DTYPE_F32, .max_seqs = 1};
-    fg_runner *r = NULL;
+    fgm_runner_params rp = {.backend = "cpu", .kv_dtype = FG_DTYPE_F32, .max_seqs = 1};
+    fgm_runner *r = NULL;
     char err[256];
-    fg_status st = fg_runner_create(m, t, &rp, &r, err, sizeof err);
+    fg_status st = fgm_runner_create(m, t, &rp, &r, err, sizeof err);
     if (st) {
         fprintf(stderr, "runner: %s\n", err);
         return st;
@@ -221,30 +222,30 @@ static fg_status greedy(const fg_llama_model *m, const fg_tokenizer *t, const in
     fg_compression_params_preset("full", &full);
     float *logits = malloc((size_t)m->config.vocab_size * sizeof *logits);
     int32_t seq = -1;
-    st = fg_runner_prefill(r, &full, prompt, n_prompt, &seq, logits);
-    fg_sampler g = {0};
+    st = fgm_runner_prefill(r, &full, prompt, n_prompt, &seq, logits);
+    fgm_sampler g = {0};
     for (int32_t i = 0; st == FG_OK && i < n; i++) {
-        out[i] = fg_sample(&g, logits, m->config.vocab_size);
+        out[i] = fgm_sample(&g, logits, m->config.vocab_size);
         if (i + 1 < n)
-            st = fg_runner_decode(r, 1, &seq, &out[i], logits);
+            st = fgm_runner_decode(r, 1, &seq, &out[i], logits);
     }
     if (st)
-        fprintf(stderr, "greedy: %s\n", fg_runner_error(r));
+        fprintf(stderr, "greedy: %s\n", fgm_runner_error(r));
     free(logits);
-    fg_runner_destroy(&r);
+    fgm_runner_destroy(&r);
     return st;
 }
 
 /* The model with every weight matrix dequantized to f32 in memory (norms are already f32). */
-static float *dequantize_all(fg_llama_model *m) {
-    fg_llama_weights *W = &m->weights;
+static float *dequantize_all(fgm_llama_model *m) {
+    fgm_llama_weights *W = &m->weights;
     size_t floats = 0;
-    fg_tensor *all[1 + 7 * 1024 + 1];
+    fgm_tensor *all[1 + 7 * 1024 + 1];
     int n = 0;
     all[n++] = &W->token_embedding;
     for (int32_t l = 0; l < m->config.n_layers; l++) {
-        fg_llama_layer *ly = &W->layers[l];
-        fg_tensor *t[] = {&ly->wq, &ly->wk, &ly->wv, &ly->wo, &ly->w1, &ly->w2, &ly->w3};
+        fgm_llama_layer *ly = &W->layers[l];
+        fgm_tensor *t[] = {&ly->wq, &ly->wk, &ly->wv, &ly->wo, &ly->w1, &ly->w2, &ly->w3};
         for (int i = 0; i < 7; i++)
             all[n++] = t[i];
     }
@@ -254,8 +255,8 @@ static float *dequantize_all(fg_llama_model *m) {
         floats += (size_t)(all[i]->rows * all[i]->cols);
     float *buf = malloc(floats * sizeof *buf), *p = buf;
     for (int i = 0; i < n; i++) {
-        fg_type_info_of(all[i]->type)->to_float(all[i]->data, p, all[i]->rows * all[i]->cols);
-        *all[i] = (fg_tensor){FG_GGML_F32, p, all[i]->rows, all[i]->cols};
+        fgm_type_info_of(all[i]->type)->to_float(all[i]->data, p, all[i]->rows * all[i]->cols);
+        *all[i] = (fgm_tensor){FGM_GGML_F32, p, all[i]->rows, all[i]->cols};
         p += all[i]->rows * all[i]->cols;
     }
     if (m->config.shared_classifier)
@@ -289,13 +290,13 @@ static int32_t read_ids(const char *text, const char *name, int k, int32_t *ids,
 static void test_model_file(const char *name, int f32) {
     char path[1024], err[400];
     snprintf(path, sizeof path, "%s/%s.gguf", g_dir, name);
-    fg_llama_model m;
-    fg_tokenizer tok;
-    fg_status st = fg_model_load(path, &m, err, sizeof err);
+    fgm_llama_model m;
+    fgm_tokenizer tok;
+    fg_status st = fgm_model_load(path, &m, err, sizeof err);
     EXPECT(st == FG_OK && m.gguf, "%s: %s", name, err);
     if (st)
         return;
-    EXPECT(fg_tokenizer_from_gguf(m.gguf, m.config.vocab_size, &tok, err, sizeof err) == FG_OK, "%s: %s", name, err);
+    EXPECT(fgm_tokenizer_from_gguf(m.gguf, m.config.vocab_size, &tok, err, sizeof err) == FG_OK, "%s: %s", name, err);
     size_t size;
     char txt_name[256];
     snprintf(txt_name, sizeof txt_name, "%s.llama-cpp.txt", name);
@@ -313,8 +314,8 @@ static void test_model_file(const char *name, int f32) {
             EXPECT(agree == n, "%s prompt %d: llama.cpp's ids for %d of %d tokens", name, k, (int)agree, (int)n);
         } else {
             /* weights kept in their type = the same weights dequantized to f32 up front */
-            fg_llama_model deq = m;
-            fg_llama_layer *layers = malloc((size_t)m.config.n_layers * sizeof *layers);
+            fgm_llama_model deq = m;
+            fgm_llama_layer *layers = malloc((size_t)m.config.n_layers * sizeof *layers);
             memcpy(layers, m.weights.layers, (size_t)m.config.n_layers * sizeof *layers);
             deq.weights.layers = layers;
             float *buf = dequantize_all(&deq);
@@ -329,8 +330,8 @@ static void test_model_file(const char *name, int f32) {
                f32 ? "" : "; equal to its weights dequantized to f32");
     }
     free(ref);
-    fg_tokenizer_free(&tok);
-    fg_llama_free(&m);
+    fgm_tokenizer_free(&tok);
+    fgm_llama_free(&m);
 }
 
 static void test_files(void) {
@@ -339,34 +340,34 @@ static void test_files(void) {
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         char path[1024], err[400] = "";
         snprintf(path, sizeof path, "%s/%s.gguf", g_dir, files[i]);
-        fg_gguf g;
-        EXPECT(fg_gguf_open(path, &g, err, sizeof err) == FG_OK && g.n_tensors > 0, "%s: %s", files[i], err);
-        fg_llama_model m;
-        fg_status st = fg_llama_from_gguf(&g, &m, err, sizeof err);
+        fgm_gguf g;
+        EXPECT(fgm_gguf_open(path, &g, err, sizeof err) == FG_OK && g.n_tensors > 0, "%s: %s", files[i], err);
+        fgm_llama_model m;
+        fg_status st = fgm_llama_from_gguf(&g, &m, err, sizeof err);
         if (i + 1 < sizeof files / sizeof files[0])
             EXPECT(st == FG_OK, "%s as a model: %s", files[i], err);
         else /* quants.gguf has no architecture */
             EXPECT(st == FG_ERR_UNAVAILABLE && strstr(err, "architecture"), "quants.gguf as a model: %s", err);
         if (st == FG_OK)
-            fg_llama_free(&m);
-        fg_gguf_free(&g);
+            fgm_llama_free(&m);
+        fgm_gguf_free(&g);
     }
     /* the same text as the llama2.c checkpoint */
     char path[1024], err[400];
     snprintf(path, sizeof path, "%s/stories260K.bin", g_model_dir);
-    fg_llama_model bin, gg;
-    fg_tokenizer tok;
-    EXPECT(fg_model_load(path, &bin, err, sizeof err) == FG_OK, "%s", err);
+    fgm_llama_model bin, gg;
+    fgm_tokenizer tok;
+    EXPECT(fgm_model_load(path, &bin, err, sizeof err) == FG_OK, "%s", err);
     snprintf(path, sizeof path, "%s/stories260K-f32.gguf", g_dir);
-    EXPECT(fg_model_load(path, &gg, err, sizeof err) == FG_OK, "%s", err);
-    EXPECT(gg.gguf && fg_tokenizer_from_gguf(gg.gguf, 512, &tok, err, sizeof err) == FG_OK, "%s", err);
+    EXPECT(fgm_model_load(path, &gg, err, sizeof err) == FG_OK, "%s", err);
+    EXPECT(gg.gguf && fgm_tokenizer_from_gguf(gg.gguf, 512, &tok, err, sizeof err) == FG_OK, "%s", err);
     const int32_t prompt[] = {1, 403, 407, 261, 378};
     int32_t a[60], b[60];
     if (greedy(&bin, &tok, prompt, 5, 60, a) == FG_OK && greedy(&gg, &tok, prompt, 5, 60, b) == FG_OK)
         EXPECT(memcmp(a, b, sizeof a) == 0, "stories260K: the .bin and the f32 GGUF generate different ids");
-    fg_tokenizer_free(&tok);
-    fg_llama_free(&bin);
-    fg_llama_free(&gg);
+    fgm_tokenizer_free(&tok);
+    fgm_llama_free(&bin);
+    fgm_llama_free(&gg);
     test_model_file("stories260K-f32", 1);
     test_model_file("stories260K-f16", 0);
     test_model_file("stories260K-q4_k_m", 0);
@@ -379,11 +380,11 @@ static void test_files(void) {
 static void test_tokenizer(void) {
     char path[1024], err[400];
     snprintf(path, sizeof path, "%s/stories260K-f32.gguf", g_dir);
-    fg_gguf g;
-    fg_tokenizer t;
-    EXPECT(fg_gguf_open(path, &g, err, sizeof err) == FG_OK, "%s", err);
-    EXPECT(fg_tokenizer_from_gguf(&g, 511, &t, err, sizeof err) == FG_ERR_FORMAT, "a vocabulary of the wrong size");
-    EXPECT(fg_tokenizer_from_gguf(&g, 512, &t, err, sizeof err) == FG_OK, "%s", err);
+    fgm_gguf g;
+    fgm_tokenizer t;
+    EXPECT(fgm_gguf_open(path, &g, err, sizeof err) == FG_OK, "%s", err);
+    EXPECT(fgm_tokenizer_from_gguf(&g, 511, &t, err, sizeof err) == FG_ERR_FORMAT, "a vocabulary of the wrong size");
+    EXPECT(fgm_tokenizer_from_gguf(&g, 512, &t, err, sizeof err) == FG_OK, "%s", err);
     size_t ni, no;
     char *in = slurp("tokenizer-tests.inp", &ni), *out = slurp("tokenizer-tests.stories260K.out", &no);
     const char *sep = "\n__ggml_vocab_test__\n";
@@ -396,7 +397,7 @@ static void test_tokenizer(void) {
         if (line_end)
             *line_end = '\0';
         int32_t ids[4096], n = 0;
-        EXPECT(fg_tokenizer_encode(&t, p, 0, ids, 4096, &n) == FG_OK, "encode");
+        EXPECT(fgm_tokenizer_encode(&t, p, 0, ids, 4096, &n) == FG_OK, "encode");
         char got[16384] = "";
         for (int32_t i = 0; i < n && strlen(got) + 16 < sizeof got; i++)
             snprintf(got + strlen(got), sizeof got - strlen(got), " %d", (int)ids[i]);
@@ -411,8 +412,8 @@ static void test_tokenizer(void) {
     printf("tokenizer: %d of %d strings give llama.cpp's ids\n", equal, strings);
     free(in);
     free(out);
-    fg_tokenizer_free(&t);
-    fg_gguf_free(&g);
+    fgm_tokenizer_free(&t);
+    fgm_gguf_free(&g);
 }
 
 /* ------------------------------------------------------------------ byte-level BPE */
@@ -428,9 +429,9 @@ static void collect(void *user, const char *s, size_t n) {
         snprintf(p->text[p->n++], 32, "%.*s", (int)n, s);
 }
 
-static void expect_split(fg_pretok pre, const char *text, const char *const *want, int n_want) {
+static void expect_split(fgm_pretok pre, const char *text, const char *const *want, int n_want) {
     pieces p = {.n = 0};
-    fg_bpe_pretokenize(pre, text, collect, &p);
+    fgm_bpe_pretokenize(pre, text, collect, &p);
     int same = p.n == n_want;
     for (int i = 0; same && i < n_want; i++)
         same = !strcmp(p.text[i], want[i]);
@@ -458,14 +459,14 @@ static builder bpe_vocab(const char *const *merges, int n_merges, int n_tokens, 
     put_u64(&w, 0);
     put_u64(&w, 4);
     put_str(&w, "tokenizer.ggml.model");
-    put_u32(&w, FG_GGUF_STRING);
+    put_u32(&w, FGM_GGUF_STRING);
     put_str(&w, "gpt2");
     put_str(&w, "tokenizer.ggml.pre");
-    put_u32(&w, FG_GGUF_STRING);
+    put_u32(&w, FGM_GGUF_STRING);
     put_str(&w, pre);
     put_str(&w, "tokenizer.ggml.tokens");
-    put_u32(&w, FG_GGUF_ARRAY);
-    put_u32(&w, FG_GGUF_STRING);
+    put_u32(&w, FGM_GGUF_ARRAY);
+    put_u32(&w, FGM_GGUF_STRING);
     put_u64(&w, (uint64_t)(n_bytes + n_tokens));
     for (int b = 0; b < n_bytes; b++)
         put_str(&w, stand_in[b]);
@@ -476,8 +477,8 @@ static builder bpe_vocab(const char *const *merges, int n_merges, int n_tokens, 
         put_str(&w, joined);
     }
     put_str(&w, "tokenizer.ggml.merges");
-    put_u32(&w, FG_GGUF_ARRAY);
-    put_u32(&w, FG_GGUF_STRING);
+    put_u32(&w, FGM_GGUF_ARRAY);
+    put_u32(&w, FGM_GGUF_STRING);
     put_u64(&w, (uint64_t)n_merges);
     for (int m = 0; m < n_merges; m++)
         put_str(&w, merges[m]);
@@ -489,22 +490,22 @@ static builder bpe_vocab(const char *const *merges, int n_merges, int n_tokens, 
 static void expect_ids_as(const char *const *merges, int n_merges, int n_tokens, const char *text, const int32_t *want,
                           int n_want, const char *back_want, const char *what) {
     builder w = bpe_vocab(merges, n_merges, n_tokens, "gpt2");
-    fg_gguf g;
-    fg_tokenizer t;
+    fgm_gguf g;
+    fgm_tokenizer t;
     char err[400] = "";
-    EXPECT(fg_gguf_parse(w.b, w.n, &g, err, sizeof err) == FG_OK, "%s", err);
-    EXPECT(fg_tokenizer_from_gguf(&g, 256 + (n_tokens < 0 ? n_merges : n_tokens), &t, err, sizeof err) == FG_OK,
+    EXPECT(fgm_gguf_parse(w.b, w.n, &g, err, sizeof err) == FG_OK, "%s", err);
+    EXPECT(fgm_tokenizer_from_gguf(&g, 256 + (n_tokens < 0 ? n_merges : n_tokens), &t, err, sizeof err) == FG_OK,
            "%s: %s", what, err);
     int32_t ids[64], n = 0;
-    EXPECT(fg_tokenizer_encode(&t, text, 0, ids, 64, &n) == FG_OK && n == n_want &&
+    EXPECT(fgm_tokenizer_encode(&t, text, 0, ids, 64, &n) == FG_OK && n == n_want &&
                !memcmp(ids, want, (size_t)n * sizeof *ids),
            "%s: \"%s\" -> %d ids, first %d", what, text, (int)n, n ? (int)ids[0] : -1);
     char back[256] = "";
     for (int32_t i = 0; i < n; i++)
-        strncat(back, fg_tokenizer_decode(&t, i ? ids[i - 1] : -1, ids[i]), sizeof back - strlen(back) - 1);
+        strncat(back, fgm_tokenizer_decode(&t, i ? ids[i - 1] : -1, ids[i]), sizeof back - strlen(back) - 1);
     EXPECT(!strcmp(back, back_want ? back_want : text), "%s: decodes back to \"%s\"", what, back);
-    fg_tokenizer_free(&t);
-    fg_gguf_free(&g);
+    fgm_tokenizer_free(&t);
+    fgm_gguf_free(&g);
     free(w.b);
 }
 
@@ -516,15 +517,15 @@ static void expect_ids(const char *const *merges, int n_merges, const char *text
 static void test_bpe(void) {
     /* GPT-2's pattern, alternative by alternative; smollm splits digits first */
     const char *gpt2[] = {"Hello", " world", "'s", " 123", " ", " test", "\n", "\n", "foo", "!!", " "};
-    expect_split(FG_PRETOK_GPT2, "Hello world's 123  test\n\nfoo!! ", gpt2, 11);
+    expect_split(FGM_PRETOK_GPT2, "Hello world's 123  test\n\nfoo!! ", gpt2, 11);
     const char *smollm[] = {"Hello", "'s", " ", "1", "2", "3", "x"};
-    expect_split(FG_PRETOK_SMOLLM, "Hello's 123x", smollm, 7);
+    expect_split(FGM_PRETOK_SMOLLM, "Hello's 123x", smollm, 7);
     const char *uni[] = {"h\xc3\xa9llo", " w\xc3\xb6rld", " \xf0\x9f\xa6\x99.", "cpp", " \xd0\xbd\xd0\xb5"};
-    expect_split(FG_PRETOK_GPT2, "h\xc3\xa9llo w\xc3\xb6rld \xf0\x9f\xa6\x99.cpp \xd0\xbd\xd0\xb5", uni, 5);
+    expect_split(FGM_PRETOK_GPT2, "h\xc3\xa9llo w\xc3\xb6rld \xf0\x9f\xa6\x99.cpp \xd0\xbd\xd0\xb5", uni, 5);
     /* a space character of several bytes alone between words (U+00A0, U+3000) stands alone; after
        another space it still goes to neither word (this once looped for ever) */
     const char *wide[] = {"a", "\xc2\xa0", "b", "\xe3\x80\x80", "c", " ", "\xc2\xa0", "d"};
-    expect_split(FG_PRETOK_GPT2, "a\xc2\xa0" "b\xe3\x80\x80" "c \xc2\xa0" "d", wide, 8);
+    expect_split(FGM_PRETOK_GPT2, "a\xc2\xa0" "b\xe3\x80\x80" "c \xc2\xa0" "d", wide, 8);
     /* merges by rank: the lower rank first, whatever the position */
     const char *ll_first[] = {"l l", "e l", "h e"};
     expect_ids(ll_first, 3, "hell", (const int32_t[]){258, 256}, 2, "l l before e l");
@@ -543,13 +544,13 @@ static void test_bpe(void) {
     expect_ids(space, 2, "a wok\x01", (const int32_t[]){'a', 257, 'k', 1}, 4, "space stand-in");
     /* an unknown pre-tokenizer is refused by name */
     builder w = bpe_vocab(space, 2, -1, "llama3-something");
-    fg_gguf g;
-    fg_tokenizer t;
+    fgm_gguf g;
+    fgm_tokenizer t;
     char err[400] = "";
-    EXPECT(fg_gguf_parse(w.b, w.n, &g, err, sizeof err) == FG_OK, "%s", err);
-    EXPECT(fg_tokenizer_from_gguf(&g, 258, &t, err, sizeof err) == FG_ERR_UNAVAILABLE && strstr(err, "llama3"),
+    EXPECT(fgm_gguf_parse(w.b, w.n, &g, err, sizeof err) == FG_OK, "%s", err);
+    EXPECT(fgm_tokenizer_from_gguf(&g, 258, &t, err, sizeof err) == FG_ERR_UNAVAILABLE && strstr(err, "llama3"),
            "unknown pre-tokenizer: %s", err);
-    fg_gguf_free(&g);
+    fgm_gguf_free(&g);
     free(w.b);
     printf("byte-level BPE: pre-tokenizers and merges on built vocabularies\n");
 }
@@ -557,19 +558,19 @@ static void test_bpe(void) {
 /* Random blocks of `type` with sane f16 scales: every byte pattern of the
  * quants is a valid block. */
 static void random_blocks(int32_t type, unsigned char *w, int64_t n_values) {
-    const fg_type_info *ti = fg_type_info_of(type);
+    const fgm_type_info *ti = fgm_type_info_of(type);
     const int64_t bytes = n_values / ti->block * ti->bytes;
     for (int64_t i = 0; i < bytes; i++)
         w[i] = (unsigned char)rng_next();
-    if (type == FG_GGML_F16 || type == FG_GGML_BF16)
+    if (type == FGM_GGML_F16 || type == FGM_GGML_BF16)
         for (int64_t i = 0; i < n_values; i++) {
-            const uint16_t h = type == FG_GGML_F16 ? fg_f32_to_f16(rng_gauss()) : fg_f32_to_bf16(rng_gauss());
+            const uint16_t h = type == FGM_GGML_F16 ? fg_f32_to_f16(rng_gauss()) : fg_f32_to_bf16(rng_gauss());
             memcpy(w + 2 * i, &h, 2);
         }
     /* the f16 scales: d (and m or dmin) first, but q6_K keeps its d last */
-    const int n_scales = type == FG_GGML_Q4_1 || type == FG_GGML_Q5_1 || type == FG_GGML_Q4_K ? 2 : 1;
-    for (int64_t b = 0; type != FG_GGML_F16 && type != FG_GGML_BF16 && b < n_values / ti->block; b++) {
-        unsigned char *blk = w + b * ti->bytes + (type == FG_GGML_Q6_K ? ti->bytes - 2 : 0);
+    const int n_scales = type == FGM_GGML_Q4_1 || type == FGM_GGML_Q5_1 || type == FGM_GGML_Q4_K ? 2 : 1;
+    for (int64_t b = 0; type != FGM_GGML_F16 && type != FGM_GGML_BF16 && b < n_values / ti->block; b++) {
+        unsigned char *blk = w + b * ti->bytes + (type == FGM_GGML_Q6_K ? ti->bytes - 2 : 0);
         for (int k = 0; k < n_scales; k++) {
             const uint16_t h = fg_f32_to_f16((float)(rng_gauss() * 0.05));
             memcpy(blk + 2 * k, &h, 2);
@@ -577,30 +578,30 @@ static void random_blocks(int32_t type, unsigned char *w, int64_t n_values) {
     }
 }
 
-/* The decode step's matrix products (tools/matvec.c): the vector kernels
+/* The decode step's matrix products (model/matvec.c): the vector kernels
  * against the plain reference, f32 activations and llama.cpp's q8 ones. */
 static void test_matvec(void) {
-    static const int32_t types[] = {FG_GGML_Q4_0, FG_GGML_Q4_1, FG_GGML_Q8_0, FG_GGML_F16, FG_GGML_BF16,
-                                    FG_GGML_Q5_1, FG_GGML_Q4_K, FG_GGML_Q6_K};
+    static const int32_t types[] = {FGM_GGML_Q4_0, FGM_GGML_Q4_1, FGM_GGML_Q8_0, FGM_GGML_F16, FGM_GGML_BF16,
+                                    FGM_GGML_Q5_1, FGM_GGML_Q4_K, FGM_GGML_Q6_K};
     enum { OUT = 67, IN = 512 };
     unsigned char *w = malloc((size_t)OUT * IN * 4);
-    float *x = malloc(sizeof(float) * FG_MATVEC_MAX_ROWS * IN), *row = malloc(sizeof(float) * IN);
-    float *y = malloc(sizeof(float) * FG_MATVEC_MAX_ROWS * OUT);
-    float *want = malloc(sizeof(float) * FG_MATVEC_MAX_ROWS * OUT);
-    fg_q8_block *act = malloc(sizeof(fg_q8_block) * FG_MATVEC_MAX_ROWS * IN / 32);
+    float *x = malloc(sizeof(float) * FGM_MATVEC_MAX_ROWS * IN), *row = malloc(sizeof(float) * IN);
+    float *y = malloc(sizeof(float) * FGM_MATVEC_MAX_ROWS * OUT);
+    float *want = malloc(sizeof(float) * FGM_MATVEC_MAX_ROWS * OUT);
+    fgm_q8_block *act = malloc(sizeof(fgm_q8_block) * FGM_MATVEC_MAX_ROWS * IN / 32);
     fg_threadpool *pool = NULL; /* three threads: the rows split unevenly into tasks */
     EXPECT(fg_threadpool_create(3, &pool) == FG_OK, "a pool of 3 threads: %s", fg_last_error(NULL));
     for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
-        const fg_type_info *ti = fg_type_info_of(types[t]);
+        const fgm_type_info *ti = fgm_type_info_of(types[t]);
         random_blocks(types[t], w, (int64_t)OUT * IN);
-        const fg_tensor W = {types[t], w, OUT, IN};
-        for (int32_t rows = 1; rows <= FG_MATVEC_MAX_ROWS; rows += 3) {
+        const fgm_tensor W = {types[t], w, OUT, IN};
+        for (int32_t rows = 1; rows <= FGM_MATVEC_MAX_ROWS; rows += 3) {
             for (int32_t i = 0; i < rows * IN; i++)
                 x[i] = rng_gauss();
             /* the exact product of the dequantized weights, in double */
             double worst = 0.0, worst_q8 = 0.0, worst_int = 0.0;
             for (int32_t o = 0; o < OUT; o++) {
-                ti->to_float(w + (size_t)o * (size_t)fg_type_row_bytes(types[t], IN), row, IN);
+                ti->to_float(w + (size_t)o * (size_t)fgm_type_row_bytes(types[t], IN), row, IN);
                 for (int32_t r = 0; r < rows; r++) {
                     double s = 0.0, mag = 0.0;
                     for (int32_t i = 0; i < IN; i++) {
@@ -613,32 +614,32 @@ static void test_matvec(void) {
             }
             float *mag = malloc(sizeof(float) * (size_t)rows * OUT), *ref = malloc(sizeof(float) * (size_t)rows * OUT);
             memcpy(mag, y, sizeof(float) * (size_t)rows * OUT);
-            fg_matvec(pool, y, OUT, x, &W, rows);
-            fg_matvec_ref(ref, OUT, x, &W, rows);
+            fgm_matvec(pool, y, OUT, x, &W, rows);
+            fgm_matvec_ref(ref, OUT, x, &W, rows);
             for (int32_t i = 0; i < rows * OUT; i++) {
                 worst = fmax(worst, fabs(y[i] - want[i]) / mag[i]);
                 worst = fmax(worst, fabs(ref[i] - want[i]) / mag[i]);
             }
             EXPECT(worst < 1e-5, "%s, %d rows: f32 products off by %.3g of their magnitude", ti->name, (int)rows,
                    worst);
-            if (fg_matvec_quantizes(types[t])) {
+            if (fgm_matvec_quantizes(types[t])) {
                 /* q8 activations: within their rounding (half a step of amax/127 per value) of the exact product */
-                fg_matvec_q8(pool, y, OUT, x, &W, rows, act);
+                fgm_matvec_q8(pool, y, OUT, x, &W, rows, act);
                 for (int32_t i = 0; i < rows * OUT; i++)
                     worst_q8 = fmax(worst_q8, fabs(y[i] - want[i]) / mag[i]);
                 EXPECT(worst_q8 < 0.03 && worst_q8 > 0.0, "%s, %d rows: q8 products off by %.3g of their magnitude",
                        ti->name, (int)rows, worst_q8);
                 /* the vector kernel equals the integer reference but for float rounding, and a row
                    alone gets what it gets in a batch */
-                fg_matvec_q8_ref(ref, OUT, x, &W, rows, act);
+                fgm_matvec_q8_ref(ref, OUT, x, &W, rows, act);
                 for (int32_t i = 0; i < rows * OUT; i++)
                     worst_int = fmax(worst_int, fabs(ref[i] - y[i]) / mag[i]);
                 for (int32_t r = 0; r < rows; r++)
                     for (int32_t o = 0; o < OUT; o++) {
-                        const size_t at = (size_t)o * (size_t)fg_type_row_bytes(types[t], IN);
-                        const fg_tensor one = {types[t], w + at, 1, IN};
+                        const size_t at = (size_t)o * (size_t)fgm_type_row_bytes(types[t], IN);
+                        const fgm_tensor one = {types[t], w + at, 1, IN};
                         float ro;
-                        fg_matvec_q8(NULL, &ro, 1, x + r * IN, &one, 1, act);
+                        fgm_matvec_q8(NULL, &ro, 1, x + r * IN, &one, 1, act);
                         worst_int = fmax(worst_int, fabs(ro - y[r * OUT + o]) / mag[r * OUT + o]);
                     }
                 EXPECT(worst_int < 1e-5, "%s, %d rows: q8 kernel vs its reference, or alone vs batched: %.3g",
@@ -667,24 +668,24 @@ static void warn_log(void *user, fg_log_level level, const char *msg) {
 
 static void raw_classes(const char *path) {
     char err[400] = "";
-    fg_gguf g;
-    if (fg_gguf_open(path, &g, err, sizeof err) != FG_OK) {
+    fgm_gguf g;
+    if (fgm_gguf_open(path, &g, err, sizeof err) != FG_OK) {
         EXPECT(0, "%s: %s", path, err);
         return;
     }
-    const fg_gguf_kv *tokens = fg_gguf_find(&g, "tokenizer.ggml.tokens");
+    const fgm_gguf_kv *tokens = fgm_gguf_find(&g, "tokenizer.ggml.tokens");
     char model[32];
-    fg_gguf_get_str(&g, "tokenizer.ggml.model", model, sizeof model);
+    fgm_gguf_get_str(&g, "tokenizer.ggml.model", model, sizeof model);
     const int32_t V = tokens ? (int32_t)tokens->n_elems : 0;
-    fg_tokenizer tok;
-    if (V <= 0 || fg_tokenizer_from_gguf(&g, V, &tok, err, sizeof err) != FG_OK) {
+    fgm_tokenizer tok;
+    if (V <= 0 || fgm_tokenizer_from_gguf(&g, V, &tok, err, sizeof err) != FG_OK) {
         EXPECT(0, "%s: %s", path, err);
-        fg_gguf_free(&g);
+        fgm_gguf_free(&g);
         return;
     }
     const char **text = malloc((size_t)V * sizeof *text);
     for (int32_t i = 0; i < V; i++)
-        text[i] = tok.kind == FG_TOKENIZER_BPE ? tok.text[i] : tok.pieces[i];
+        text[i] = tok.kind == FGM_TOKENIZER_BPE ? tok.text[i] : tok.pieces[i];
     const fg_piece_encoding enc = !strcmp(model, "gpt2") ? FG_PIECES_GPT2_BYTES : FG_PIECES_SENTENCEPIECE;
     fg_token_classes *from_text = NULL, *from_raw = NULL, *raw_as_text = NULL;
     EXPECT(fg_token_classes_create(V, text, &from_text) == FG_OK &&
@@ -723,8 +724,8 @@ static void raw_classes(const char *path) {
     fg_token_classes_destroy(&from_raw);
     fg_token_classes_destroy(&raw_as_text);
     free(text);
-    fg_tokenizer_free(&tok);
-    fg_gguf_free(&g);
+    fgm_tokenizer_free(&tok);
+    fgm_gguf_free(&g);
 }
 
 static void test_raw_classes(const char *extra) {

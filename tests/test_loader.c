@@ -8,9 +8,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "harness.h"
-#include "tools/llama2c.h"
-#include "tools/tokenizer.h"
+#include "tests/support/harness.h"
+#include "model/llama2c.h"
+#include "model/tokenizer.h"
+#include "model/io.h"
 
 static unsigned char *checkpoint(int32_t dim, int32_t hidden, int32_t layers, int32_t heads, int32_t kv,
                                  int32_t vocab, int32_t seq, int shared, size_t *size) {
@@ -30,10 +31,10 @@ static unsigned char *checkpoint(int32_t dim, int32_t hidden, int32_t layers, in
 }
 
 static fg_status load(const unsigned char *buf, size_t size, char *err) {
-    fg_llama_model m;
-    fg_status st = fg_llama_load_memory(buf, size, &m, err, 256);
+    fgm_llama_model m;
+    fg_status st = fgm_llama_load_memory(buf, size, &m, err, 256);
     if (st == FG_OK)
-        fg_llama_free(&m);
+        fgm_llama_free(&m);
     return st;
 }
 
@@ -41,12 +42,12 @@ static void test_checkpoints(void) {
     char err[256];
     size_t size;
     unsigned char *buf = checkpoint(8, 12, 2, 4, 2, 16, 5, 1, &size);
-    fg_llama_model m;
-    EXPECT(fg_llama_load_memory(buf, size, &m, err, sizeof err) == FG_OK, "valid shared checkpoint: %s", err);
+    fgm_llama_model m;
+    EXPECT(fgm_llama_load_memory(buf, size, &m, err, sizeof err) == FG_OK, "valid shared checkpoint: %s", err);
     EXPECT(m.config.head_size == 2 && m.config.kv_dim == 4 && m.config.shared_classifier &&
                m.weights.wcls.data == m.weights.token_embedding.data,
            "config of a shared checkpoint");
-    fg_llama_free(&m);
+    fgm_llama_free(&m);
     /* every truncation fails cleanly */
     int bad = 0;
     for (size_t n = 0; n < size; n += (n < 64 ? 1 : 97))
@@ -85,12 +86,12 @@ static void test_checkpoints(void) {
     free(buf);
     /* separate classifier */
     buf = checkpoint(8, 8, 1, 2, 1, 10, 3, 0, &size);
-    EXPECT(fg_llama_load_memory(buf, size, &m, err, sizeof err) == FG_OK && !m.config.shared_classifier &&
+    EXPECT(fgm_llama_load_memory(buf, size, &m, err, sizeof err) == FG_OK && !m.config.shared_classifier &&
                m.weights.wcls.data != m.weights.token_embedding.data,
            "separate classifier: %s", err);
-    fg_llama_free(&m);
+    fgm_llama_free(&m);
     free(buf);
-    EXPECT(fg_llama_load_file("/nonexistent/model.bin", &m, err, sizeof err) == FG_ERR_IO && strstr(err, "nonexistent"),
+    EXPECT(fgm_llama_load_file("/nonexistent/model.bin", &m, err, sizeof err) == FG_ERR_IO && strstr(err, "nonexistent"),
            "missing file: %s", err);
 }
 
@@ -131,38 +132,38 @@ static void test_tokenizer(void) {
     const int32_t V = 269;
     size_t size;
     unsigned char *buf = tokfile(pieces, V, &size);
-    fg_tokenizer t;
+    fgm_tokenizer t;
     char err[256];
-    EXPECT(fg_tokenizer_load_memory(buf, size, V, &t, err, sizeof err) == FG_OK, "valid tokenizer: %s", err);
+    EXPECT(fgm_tokenizer_load_memory(buf, size, V, &t, err, sizeof err) == FG_OK, "valid tokenizer: %s", err);
     int32_t tok[32], n = 0;
-    EXPECT(fg_tokenizer_encode(&t, "ab c.", 1, tok, 32, &n) == FG_OK, "encode");
+    EXPECT(fgm_tokenizer_encode(&t, "ab c.", 1, tok, 32, &n) == FG_OK, "encode");
     /* BOS, " ab" (merged from " ", "a", "b"), " c", "." */
     const int32_t want[] = {1, 263, 265, 266};
     EXPECT(n == 4 && memcmp(tok, want, sizeof want) == 0, "encoding of \"ab c.\": %d tokens", (int)n);
-    EXPECT(strcmp(fg_tokenizer_decode(&t, 1, 263), "ab") == 0, "leading space dropped after BOS");
-    EXPECT(strcmp(fg_tokenizer_decode(&t, 5, 263), " ab") == 0, "space kept elsewhere");
+    EXPECT(strcmp(fgm_tokenizer_decode(&t, 1, 263), "ab") == 0, "leading space dropped after BOS");
+    EXPECT(strcmp(fgm_tokenizer_decode(&t, 5, 263), " ab") == 0, "space kept elsewhere");
     /* byte fallback: 'z' and the two bytes of an unknown code point */
-    EXPECT(fg_tokenizer_encode(&t, "z\xc3\xa9", 0, tok, 32, &n) == FG_OK && n == 4 && tok[1] == 3 + 'z' &&
+    EXPECT(fgm_tokenizer_encode(&t, "z\xc3\xa9", 0, tok, 32, &n) == FG_OK && n == 4 && tok[1] == 3 + 'z' &&
                tok[2] == 3 + 0xc3 && tok[3] == 3 + 0xa9,
            "byte fallback (%d tokens)", (int)n);
-    EXPECT(strcmp(fg_tokenizer_decode(&t, 0, 3 + 'z'), "z") == 0, "byte piece decodes to its byte");
-    EXPECT(strcmp(fg_tokenizer_decode(&t, 0, 267), "<0x-1>") == 0 && strcmp(fg_tokenizer_decode(&t, 0, 268), "<0x 1>") == 0,
+    EXPECT(strcmp(fgm_tokenizer_decode(&t, 0, 3 + 'z'), "z") == 0, "byte piece decodes to its byte");
+    EXPECT(strcmp(fgm_tokenizer_decode(&t, 0, 267), "<0x-1>") == 0 && strcmp(fgm_tokenizer_decode(&t, 0, 268), "<0x 1>") == 0,
            "only two hex digits make a byte piece (a sign once read out of bounds)");
-    EXPECT(fg_tokenizer_decode(&t, 0, V + 3)[0] == '\0' && fg_tokenizer_decode(&t, 0, -1)[0] == '\0',
+    EXPECT(fgm_tokenizer_decode(&t, 0, V + 3)[0] == '\0' && fgm_tokenizer_decode(&t, 0, -1)[0] == '\0',
            "out-of-range ids decode to nothing");
-    EXPECT(fg_tokenizer_encode(&t, "abcabcabc", 1, tok, 3, &n) == FG_ERR_CAPACITY && n > 3, "capacity");
-    fg_tokenizer_free(&t);
+    EXPECT(fgm_tokenizer_encode(&t, "abcabcabc", 1, tok, 3, &n) == FG_ERR_CAPACITY && n > 3, "capacity");
+    fgm_tokenizer_free(&t);
 
     /* fewer entries than the vocabulary */
-    EXPECT(fg_tokenizer_load_memory(buf, size, V + 1, &t, err, sizeof err) == FG_ERR_FORMAT && strstr(err, "entries"),
+    EXPECT(fgm_tokenizer_load_memory(buf, size, V + 1, &t, err, sizeof err) == FG_ERR_FORMAT && strstr(err, "entries"),
            "short tokenizer: %s", err);
     /* more entries than the vocabulary: trailing bytes are refused, not ignored */
-    EXPECT(fg_tokenizer_load_memory(buf, size, V - 1, &t, err, sizeof err) == FG_ERR_FORMAT && strstr(err, "after"),
+    EXPECT(fgm_tokenizer_load_memory(buf, size, V - 1, &t, err, sizeof err) == FG_ERR_FORMAT && strstr(err, "after"),
            "tokenizer with trailing bytes: %s", err);
     /* every truncation */
     int bad = 0;
     for (size_t k = 0; k < size; k += 7)
-        bad += fg_tokenizer_load_memory(buf, k, V, &t, err, sizeof err) != FG_ERR_FORMAT;
+        bad += fgm_tokenizer_load_memory(buf, k, V, &t, err, sizeof err) != FG_ERR_FORMAT;
     EXPECT(bad == 0, "%d truncated tokenizers loaded", bad);
     /* a length that runs past the end, a negative one, a NaN score */
     int32_t huge = 1 << 30, neg = -5;
@@ -170,14 +171,14 @@ static void test_tokenizer(void) {
     unsigned char *b2 = malloc(size);
     memcpy(b2, buf, size);
     memcpy(b2 + 8, &huge, 4);
-    EXPECT(fg_tokenizer_load_memory(b2, size, V, &t, err, sizeof err) == FG_ERR_FORMAT, "length past the end: %s", err);
+    EXPECT(fgm_tokenizer_load_memory(b2, size, V, &t, err, sizeof err) == FG_ERR_FORMAT, "length past the end: %s", err);
     memcpy(b2 + 8, &neg, 4);
-    EXPECT(fg_tokenizer_load_memory(b2, size, V, &t, err, sizeof err) == FG_ERR_FORMAT, "negative length: %s", err);
+    EXPECT(fgm_tokenizer_load_memory(b2, size, V, &t, err, sizeof err) == FG_ERR_FORMAT, "negative length: %s", err);
     memcpy(b2, buf, size);
     memcpy(b2 + 4, &nan, 4);
-    EXPECT(fg_tokenizer_load_memory(b2, size, V, &t, err, sizeof err) == FG_ERR_FORMAT, "NaN score: %s", err);
-    EXPECT(fg_tokenizer_load_memory(b2, 3, V, &t, err, sizeof err) == FG_ERR_FORMAT, "3-byte file");
-    EXPECT(fg_tokenizer_load_memory(buf, size, 0, &t, err, sizeof err) == FG_ERR_INVALID_ARGUMENT, "vocab 0");
+    EXPECT(fgm_tokenizer_load_memory(b2, size, V, &t, err, sizeof err) == FG_ERR_FORMAT, "NaN score: %s", err);
+    EXPECT(fgm_tokenizer_load_memory(b2, 3, V, &t, err, sizeof err) == FG_ERR_FORMAT, "3-byte file");
+    EXPECT(fgm_tokenizer_load_memory(buf, size, 0, &t, err, sizeof err) == FG_ERR_INVALID_ARGUMENT, "vocab 0");
     free(b2);
     free(buf);
 }
@@ -191,9 +192,9 @@ static void test_read_file(void) {
         void *data = (void *)1;
         size_t size = 7;
         char err[256] = "";
-        EXPECT(fg_read_file(not_files[i], &data, &size, err, sizeof err) == FG_ERR_IO && data == NULL && size == 0 &&
+        EXPECT(fgm_read_file(not_files[i], &data, &size, err, sizeof err) == FG_ERR_IO && data == NULL && size == 0 &&
                    strstr(err, "not a file or a pipe"),
-               "fg_read_file(%s): %s", not_files[i], err);
+               "fgm_read_file(%s): %s", not_files[i], err);
     }
     void *data;
     size_t size;
@@ -204,13 +205,13 @@ static void test_read_file(void) {
         snprintf(path, sizeof path, "/dev/fd/%d", fds[0]);
         const int wrote = write(fds[1], "a pipe\n", 7) == 7;
         close(fds[1]);
-        const fg_status rs = fg_read_file(path, &data, &size, err, sizeof err);
+        const fg_status rs = fgm_read_file(path, &data, &size, err, sizeof err);
         EXPECT(wrote && rs == FG_OK && size == 7 && !memcmp(data, "a pipe\n", 7), "a pipe read to its end: %s", err);
         if (rs == FG_OK)
             free(data);
         close(fds[0]);
     }
-    EXPECT(fg_read_file("/nonexistent/x.bin", &data, &size, err, sizeof err) == FG_ERR_IO && strstr(err, "x.bin"),
+    EXPECT(fgm_read_file("/nonexistent/x.bin", &data, &size, err, sizeof err) == FG_ERR_IO && strstr(err, "x.bin"),
            "missing file: %s", err);
 }
 

@@ -16,8 +16,8 @@
 #include <string.h>
 
 #include "fastgen.h"
-#include "harness.h"
-#include "sim.h"
+#include "tests/support/harness.h"
+#include "tests/support/sim.h"
 
 #define STEPS 300
 

@@ -7,8 +7,8 @@
 #include <string.h>
 
 #include "fastgen.h"
-#include "harness.h"
-#include "tools/synth.h"
+#include "tests/support/harness.h"
+#include "tests/support/synth.h"
 
 enum { LAYERS = 2, HKV = 5, G = 2, D = 32, N = 200, STEPS = 150, P = 16 };
 

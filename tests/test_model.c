@@ -12,28 +12,28 @@
  */
 #include <string.h>
 
-#include "harness.h"
-#include "tools/llama2c.h"
-#include "tools/runner.h"
-#include "tools/tokenizer.h"
+#include "tests/support/harness.h"
+#include "model/llama2c.h"
+#include "model/runner.h"
+#include "model/tokenizer.h"
 
 static const char *k_reference =
     "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. One day, she saw "
     "a big, red ball. She wanted to play with it, but it was too high.\nLily";
 
 typedef struct model_env {
-    fg_llama_model model;
-    fg_tokenizer tok;
+    fgm_llama_model model;
+    fgm_tokenizer tok;
     int32_t prompt[64], n_prompt;
 } model_env;
 
 /* Greedy text of n tokens after the prompt; tokens[] receives all of them. */
 static int greedy(model_env *env, const char *backend, fg_dtype dtype, const char *policy, int32_t n, char *text,
                   size_t cap, int32_t *tokens, fg_memory_stats *mem) {
-    fg_runner_params rp = {.backend = backend, .kv_dtype = dtype, .max_seqs = 1};
-    fg_runner *r = NULL;
+    fgm_runner_params rp = {.backend = backend, .kv_dtype = dtype, .max_seqs = 1};
+    fgm_runner *r = NULL;
     char err[256];
-    if (fg_runner_create(&env->model, &env->tok, &rp, &r, err, sizeof err) != FG_OK) {
+    if (fgm_runner_create(&env->model, &env->tok, &rp, &r, err, sizeof err) != FG_OK) {
         fprintf(stderr, "runner %s: %s\n", backend, err);
         return 0;
     }
@@ -43,23 +43,23 @@ static int greedy(model_env *env, const char *backend, fg_dtype dtype, const cha
     float *logits = malloc((size_t)V * sizeof *logits);
     int32_t seq = -1, len = env->n_prompt;
     memcpy(tokens, env->prompt, (size_t)len * sizeof *tokens);
-    fg_status st = fg_runner_prefill(r, &cp, env->prompt, env->n_prompt, &seq, logits);
+    fg_status st = fgm_runner_prefill(r, &cp, env->prompt, env->n_prompt, &seq, logits);
     text[0] = '\0';
     for (int32_t i = 1; i < env->n_prompt; i++)
-        strncat(text, fg_tokenizer_decode(&env->tok, env->prompt[i - 1], env->prompt[i]), cap - strlen(text) - 1);
-    fg_sampler g = {0};
+        strncat(text, fgm_tokenizer_decode(&env->tok, env->prompt[i - 1], env->prompt[i]), cap - strlen(text) - 1);
+    fgm_sampler g = {0};
     for (int32_t i = 0; st == FG_OK && i < n; i++) {
-        int32_t next = fg_sample(&g, logits, V);
-        strncat(text, fg_tokenizer_decode(&env->tok, tokens[len - 1], next), cap - strlen(text) - 1);
+        int32_t next = fgm_sample(&g, logits, V);
+        strncat(text, fgm_tokenizer_decode(&env->tok, tokens[len - 1], next), cap - strlen(text) - 1);
         tokens[len++] = next;
         if (i + 1 < n)
-            st = fg_runner_decode(r, 1, &seq, &next, logits);
+            st = fgm_runner_decode(r, 1, &seq, &next, logits);
     }
-    EXPECT(st == FG_OK, "%s %s: %s", backend, policy, fg_last_error(fg_runner_context(r)));
+    EXPECT(st == FG_OK, "%s %s: %s", backend, policy, fg_last_error(fgm_runner_context(r)));
     if (mem)
-        fg_memory(fg_runner_context(r), seq, mem);
+        fg_memory(fgm_runner_context(r), seq, mem);
     free(logits);
-    fg_runner_destroy(&r);
+    fgm_runner_destroy(&r);
     return st == FG_OK;
 }
 
@@ -73,15 +73,15 @@ static void test_babyllama(const char *dir, const char *backend) {
     char path[1024], err[256];
     model_env env;
     snprintf(path, sizeof path, "%s/babyllama105.bin", dir);
-    fg_status st = fg_llama_load_file(path, &env.model, err, sizeof err);
+    fg_status st = fgm_llama_load_file(path, &env.model, err, sizeof err);
     EXPECT(st == FG_OK, "load %s: %s", path, err);
     if (st)
         return;
     snprintf(path, sizeof path, "%s/tok105.bin", dir);
-    st = fg_tokenizer_load_file(path, env.model.config.vocab_size, &env.tok, err, sizeof err);
+    st = fgm_tokenizer_load_file(path, env.model.config.vocab_size, &env.tok, err, sizeof err);
     EXPECT(st == FG_OK, "tokenizer %s: %s", path, err);
     EXPECT(env.model.config.head_size == 16 && env.model.config.vocab_size == 105, "BabyLlama header");
-    if (st == FG_OK && fg_tokenizer_encode(&env.tok, "Once upon a time", 1, env.prompt, 64, &env.n_prompt) == FG_OK) {
+    if (st == FG_OK && fgm_tokenizer_encode(&env.tok, "Once upon a time", 1, env.prompt, 64, &env.n_prompt) == FG_OK) {
         EXPECT(env.n_prompt == 18, "character-level: BOS, the space and 16 characters, not %d", (int)env.n_prompt);
         static char text[8192];
         static int32_t tokens[600];
@@ -96,8 +96,8 @@ static void test_babyllama(const char *dir, const char *backend) {
                    mem.kv_bytes_full);
     }
     if (st == FG_OK)
-        fg_tokenizer_free(&env.tok);
-    fg_llama_free(&env.model);
+        fgm_tokenizer_free(&env.tok);
+    fgm_llama_free(&env.model);
 }
 
 int main(int argc, char **argv) {
@@ -109,22 +109,22 @@ int main(int argc, char **argv) {
     char path[1024], err[256];
     model_env env;
     snprintf(path, sizeof path, "%s/stories260K.bin", argv[1]);
-    fg_status st = fg_llama_load_file(path, &env.model, err, sizeof err);
+    fg_status st = fgm_llama_load_file(path, &env.model, err, sizeof err);
     EXPECT(st == FG_OK, "load %s: %s (the model comes from ../shared/models/, see its README)", path, err);
     if (st)
         return test_finish();
     snprintf(path, sizeof path, "%s/tok512.bin", argv[1]);
-    st = fg_tokenizer_load_file(path, env.model.config.vocab_size, &env.tok, err, sizeof err);
+    st = fgm_tokenizer_load_file(path, env.model.config.vocab_size, &env.tok, err, sizeof err);
     EXPECT(st == FG_OK, "tokenizer %s: %s", path, err);
     if (st)
         return test_finish();
-    const fg_llama_config *c = &env.model.config;
+    const fgm_llama_config *c = &env.model.config;
     EXPECT(c->dim == 64 && c->n_layers == 5 && c->n_heads == 8 && c->n_kv_heads == 4 && c->vocab_size == 512 &&
                c->seq_len == 512 && c->shared_classifier,
            "stories260K header");
 
     /* tokenizer */
-    EXPECT(fg_tokenizer_encode(&env.tok, "Once upon a time", 1, env.prompt, 8, &env.n_prompt) == FG_OK, "encode");
+    EXPECT(fgm_tokenizer_encode(&env.tok, "Once upon a time", 1, env.prompt, 8, &env.n_prompt) == FG_OK, "encode");
     const int32_t want[] = {1, 403, 407, 261, 378};
     EXPECT(env.n_prompt == 5 && memcmp(env.prompt, want, sizeof want) == 0, "\"Once upon a time\" -> %d tokens",
            (int)env.n_prompt);
@@ -146,18 +146,18 @@ int main(int argc, char **argv) {
             }
             str[len] = '\0';
             int32_t n = 0, ng = 0;
-            ref[n++] = fg_tokenizer_piece_id(&env.tok, " ");
+            ref[n++] = fgm_tokenizer_piece_id(&env.tok, " ");
             for (int i = 0; i < len; i++) {
                 char one[2] = {str[i], 0}, byte[8];
                 snprintf(byte, sizeof byte, "<0x%02X>", (unsigned char)str[i]);
-                const int32_t id = fg_tokenizer_piece_id(&env.tok, one);
-                ref[n++] = id >= 0 ? id : fg_tokenizer_piece_id(&env.tok, byte);
+                const int32_t id = fgm_tokenizer_piece_id(&env.tok, one);
+                ref[n++] = id >= 0 ? id : fgm_tokenizer_piece_id(&env.tok, byte);
             }
             for (;;) {
                 int32_t best_at = -1, best_id = -1;
                 for (int32_t i = 0; i + 1 < n; i++) {
                     snprintf(pair, sizeof pair, "%s%s", env.tok.pieces[ref[i]], env.tok.pieces[ref[i + 1]]);
-                    const int32_t id = fg_tokenizer_piece_id(&env.tok, pair);
+                    const int32_t id = fgm_tokenizer_piece_id(&env.tok, pair);
                     if (id >= 0 && (best_at < 0 || env.tok.scores[id] > env.tok.scores[best_id])) {
                         best_at = i;
                         best_id = id;
@@ -169,7 +169,7 @@ int main(int argc, char **argv) {
                 memmove(ref + best_at + 1, ref + best_at + 2, (size_t)(n - best_at - 2) * sizeof *ref);
                 n--;
             }
-            same = fg_tokenizer_encode(&env.tok, str, 0, got, 200, &ng) == FG_OK && ng == n &&
+            same = fgm_tokenizer_encode(&env.tok, str, 0, got, 200, &ng) == FG_OK && ng == n &&
                    !memcmp(got, ref, (size_t)n * sizeof *got);
             EXPECT(same, "encode(\"%s\"): %d tokens, the quadratic merge %d", str, (int)ng, (int)n);
         }
@@ -183,11 +183,11 @@ int main(int argc, char **argv) {
                 big[i] = alphabet[(rs >> 33) % (sizeof alphabet - 1)];
             }
             big[MB] = '\0';
-            EXPECT(fg_tokenizer_encode(&env.tok, big, FG_ENCODE_BOS, ids, MB + 2, &n_ids) == FG_OK && n_ids > 1,
+            EXPECT(fgm_tokenizer_encode(&env.tok, big, FGM_ENCODE_BOS, ids, MB + 2, &n_ids) == FG_OK && n_ids > 1,
                    "a megabyte of text encodes");
             size_t at = 0;
             for (int32_t i = 1; i < n_ids; i++) {
-                const char *piece = fg_tokenizer_decode(&env.tok, ids[i - 1], ids[i]);
+                const char *piece = fgm_tokenizer_decode(&env.tok, ids[i - 1], ids[i]);
                 const size_t l = strlen(piece);
                 if (at + l > MB)
                     break;
@@ -229,9 +229,9 @@ int main(int argc, char **argv) {
     }
 
     /* a batch of two policies == each alone */
-    fg_runner_params rp = {.backend = "cpu", .kv_dtype = FG_DTYPE_F32, .max_seqs = 2};
-    fg_runner *r = NULL;
-    EXPECT(fg_runner_create(&env.model, &env.tok, &rp, &r, err, sizeof err) == FG_OK, "runner: %s", err);
+    fgm_runner_params rp = {.backend = "cpu", .kv_dtype = FG_DTYPE_F32, .max_seqs = 2};
+    fgm_runner *r = NULL;
+    EXPECT(fgm_runner_create(&env.model, &env.tok, &rp, &r, err, sizeof err) == FG_OK, "runner: %s", err);
     fg_compression_params cp[2];
     fg_compression_params_preset("full", &cp[0]);
     fg_compression_params_preset("h2o", &cp[1]);
@@ -240,20 +240,20 @@ int main(int argc, char **argv) {
     int32_t seqs[2];
     const int32_t *forced = tokens_ref + env.n_prompt; /* teacher-forced continuation */
     for (int i = 0; i < 2; i++)
-        EXPECT_OK(fg_runner_context(r), fg_runner_prefill(r, &cp[i], env.prompt, env.n_prompt, &seqs[i], NULL));
+        EXPECT_OK(fgm_runner_context(r), fgm_runner_prefill(r, &cp[i], env.prompt, env.n_prompt, &seqs[i], NULL));
     for (int32_t step = 0; step < 40; step++) {
         int32_t toks[2] = {forced[step], forced[step]};
-        EXPECT_OK(fg_runner_context(r), fg_runner_decode(r, 2, seqs, toks, lb));
+        EXPECT_OK(fgm_runner_context(r), fgm_runner_decode(r, 2, seqs, toks, lb));
     }
     for (int i = 0; i < 2; i++)
-        fg_runner_release(r, seqs[i]);
+        fgm_runner_release(r, seqs[i]);
     double worst = 0.0;
     for (int i = 0; i < 2; i++) {
         int32_t s1 = -1;
-        EXPECT_OK(fg_runner_context(r), fg_runner_prefill(r, &cp[i], env.prompt, env.n_prompt, &s1, NULL));
+        EXPECT_OK(fgm_runner_context(r), fgm_runner_prefill(r, &cp[i], env.prompt, env.n_prompt, &s1, NULL));
         for (int32_t step = 0; step < 40; step++)
-            EXPECT_OK(fg_runner_context(r), fg_runner_decode(r, 1, &s1, &forced[step], la));
-        fg_runner_release(r, s1);
+            EXPECT_OK(fgm_runner_context(r), fgm_runner_decode(r, 1, &s1, &forced[step], la));
+        fgm_runner_release(r, s1);
         for (int32_t v = 0; v < V; v++)
             worst = fmax(worst, fabs((double)lb[i * V + v] - la[v]));
     }
@@ -262,49 +262,49 @@ int main(int argc, char **argv) {
     /* one prompt into two sequences at once == each prefilled alone: the same logits, the same
        kept rows, the same decoding after (bit for bit: the same products in the same order) */
     {
-        fg_runner *r4 = NULL;
-        fg_runner_params rp4 = {.backend = "cpu", .kv_dtype = FG_DTYPE_F32, .max_seqs = 4};
-        EXPECT(fg_runner_create(&env.model, &env.tok, &rp4, &r4, err, sizeof err) == FG_OK, "runner: %s", err);
+        fgm_runner *r4 = NULL;
+        fgm_runner_params rp4 = {.backend = "cpu", .kv_dtype = FG_DTYPE_F32, .max_seqs = 4};
+        EXPECT(fgm_runner_create(&env.model, &env.tok, &rp4, &r4, err, sizeof err) == FG_OK, "runner: %s", err);
         float *lm = malloc(2 * (size_t)V * sizeof(float)), *l1 = malloc(2 * (size_t)V * sizeof(float));
         int32_t many[2] = {-1, -1}, alone[2] = {-1, -1};
-        EXPECT_OK(fg_runner_context(r4), fg_runner_prefill_many(r4, 2, cp, env.prompt, env.n_prompt, many, lm));
+        EXPECT_OK(fgm_runner_context(r4), fgm_runner_prefill_many(r4, 2, cp, env.prompt, env.n_prompt, many, lm));
         int same_kept = 1;
         for (int i = 0; i < 2; i++) {
             int32_t pos_many[64], pos_alone[64], n_many = 0, n_alone = 0;
-            EXPECT_OK(fg_runner_context(r4), fg_runner_prefill(r4, &cp[i], env.prompt, env.n_prompt, &alone[i], l1));
+            EXPECT_OK(fgm_runner_context(r4), fgm_runner_prefill(r4, &cp[i], env.prompt, env.n_prompt, &alone[i], l1));
             EXPECT(memcmp(lm, l1, (size_t)V * sizeof(float)) == 0, "policy %d: the prompt's logits differ", i);
             for (int32_t l = 0; l < c->n_layers; l++)
                 for (int32_t g = 0; g < c->n_kv_heads; g++) {
-                    fg_head_positions(fg_runner_context(r4), many[i], l, g, pos_many, 64, &n_many);
-                    fg_head_positions(fg_runner_context(r4), alone[i], l, g, pos_alone, 64, &n_alone);
+                    fg_head_positions(fgm_runner_context(r4), many[i], l, g, pos_many, 64, &n_many);
+                    fg_head_positions(fgm_runner_context(r4), alone[i], l, g, pos_alone, 64, &n_alone);
                     same_kept &= n_many == n_alone && !memcmp(pos_many, pos_alone, (size_t)n_many * sizeof(int32_t));
                 }
         }
         EXPECT(same_kept, "prefilled together and alone, the sequences keep different rows");
         int32_t toks[2] = {forced[0], forced[0]};
-        EXPECT_OK(fg_runner_context(r4), fg_runner_decode(r4, 2, many, toks, lm));
-        EXPECT_OK(fg_runner_context(r4), fg_runner_decode(r4, 2, alone, toks, l1));
+        EXPECT_OK(fgm_runner_context(r4), fgm_runner_decode(r4, 2, many, toks, lm));
+        EXPECT_OK(fgm_runner_context(r4), fgm_runner_decode(r4, 2, alone, toks, l1));
         EXPECT(memcmp(lm, l1, 2 * (size_t)V * sizeof(float)) == 0, "decoding after differs");
         for (int i = 0; i < 2; i++) {
-            fg_runner_release(r4, many[i]);
-            fg_runner_release(r4, alone[i]);
+            fgm_runner_release(r4, many[i]);
+            fgm_runner_release(r4, alone[i]);
         }
         /* all or none: five sequences do not fit this runner of four; nor two beside three */
         fg_compression_params five[5] = {cp[0], cp[1], cp[0], cp[1], cp[0]};
         int32_t s5[5] = {-1, -1, -1, -1, -1};
         fg_memory_stats before, after;
-        EXPECT(fg_runner_prefill_many(r4, 5, five, env.prompt, env.n_prompt, s5, NULL) == FG_ERR_INVALID_ARGUMENT,
+        EXPECT(fgm_runner_prefill_many(r4, 5, five, env.prompt, env.n_prompt, s5, NULL) == FG_ERR_INVALID_ARGUMENT,
                "five sequences in a runner of four");
-        EXPECT_OK(fg_runner_context(r4), fg_runner_prefill_many(r4, 3, five, env.prompt, env.n_prompt, s5, NULL));
-        fg_memory(fg_runner_context(r4), -1, &before);
-        EXPECT(fg_runner_prefill_many(r4, 2, cp, env.prompt, env.n_prompt, many, NULL) == FG_ERR_CAPACITY,
+        EXPECT_OK(fgm_runner_context(r4), fgm_runner_prefill_many(r4, 3, five, env.prompt, env.n_prompt, s5, NULL));
+        fg_memory(fgm_runner_context(r4), -1, &before);
+        EXPECT(fgm_runner_prefill_many(r4, 2, cp, env.prompt, env.n_prompt, many, NULL) == FG_ERR_CAPACITY,
                "two more sequences beside three in a context of four");
-        fg_memory(fg_runner_context(r4), -1, &after);
+        fg_memory(fgm_runner_context(r4), -1, &after);
         EXPECT(after.rows_full == before.rows_full && after.kv_bytes_held == before.kv_bytes_held,
                "a failed prefill of several left a sequence behind");
         for (int i = 0; i < 3; i++)
-            fg_runner_release(r4, s5[i]);
-        fg_runner_destroy(&r4);
+            fgm_runner_release(r4, s5[i]);
+        fgm_runner_destroy(&r4);
         free(lm);
         free(l1);
     }
@@ -314,13 +314,13 @@ int main(int argc, char **argv) {
     for (int32_t i = 0; i <= c->seq_len; i++)
         longp[i] = i ? 300 : 1;
     int32_t s = -1;
-    EXPECT(fg_runner_prefill(r, NULL, longp, c->seq_len + 1, &s, NULL) == FG_ERR_CAPACITY, "prompt past the context");
+    EXPECT(fgm_runner_prefill(r, NULL, longp, c->seq_len + 1, &s, NULL) == FG_ERR_CAPACITY, "prompt past the context");
     free(longp);
     free(lb);
     free(la);
-    fg_runner_destroy(&r);
-    fg_tokenizer_free(&env.tok);
-    fg_llama_free(&env.model);
+    fgm_runner_destroy(&r);
+    fgm_tokenizer_free(&env.tok);
+    fgm_llama_free(&env.model);
     test_babyllama(argv[1], backends[1]);
     return test_finish();
 }

@@ -7,8 +7,8 @@
 #include <string.h>
 
 #include "fastgen.h"
-#include "harness.h"
-#include "tools/synth.h"
+#include "tests/support/harness.h"
+#include "tests/support/synth.h"
 
 static void run(int32_t d, int32_t G, int32_t observation_window) {
     const int32_t Hkv = FG_SYNTH_N_TYPES, Hq = G * Hkv, n = 512, layers = 2;

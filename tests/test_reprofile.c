@@ -22,9 +22,9 @@
 #include <string.h>
 
 #include "fastgen.h"
-#include "harness.h"
+#include "tests/support/harness.h"
 #include "kernels_cpu/dtype.h"
-#include "tools/synth.h"
+#include "tests/support/synth.h"
 
 enum { L = 2, HKV = 5, G = 2, HQ = G * HKV, D = 32, N = 48, MAXLEN = 160 };
 

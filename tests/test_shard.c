@@ -13,8 +13,8 @@
 #include <string.h>
 
 #include "fastgen.h"
-#include "harness.h"
-#include "tools/synth.h"
+#include "tests/support/harness.h"
+#include "tests/support/synth.h"
 
 enum { L = 2, HKV = 4, G = 2, HQ = G * HKV, D = 32, N = 160, STEPS = 24, RANKS = 2, RKV = HKV / RANKS };
 enum { RQ = RKV * G, MAXLEN = N + STEPS };

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "fastgen.h"
-#include "harness.h"
+#include "tests/support/harness.h"
 
 /* AddressSanitizer holds freed memory in quarantine (up to 256 MiB), so the
  * resident set grows there whatever the library does: that build checks the

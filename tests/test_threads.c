@@ -14,8 +14,8 @@
 #include <string.h>
 
 #include "fastgen.h"
-#include "harness.h"
-#include "tools/synth.h"
+#include "tests/support/harness.h"
+#include "tests/support/synth.h"
 
 enum { L = 2, HKV = 2, G = 2, HQ = G * HKV, D = 32, N = 48, STEPS = 40, SEQS = 2, JOBS = 4, REPEATS = 2 };
 

@@ -1,13 +1,14 @@
-/* Shared pieces of the fastgen CLI: options, the model session, output. */
+/* Shared pieces of the fastgen CLI: options (tools/args.c), the model session
+ * and output (tools/session.c), the commands (tools/cmd_<name>.c). */
 #ifndef FG_CLI_H
 #define FG_CLI_H
 
 #include <stdio.h>
 
 #include "fastgen.h"
-#include "tools/llama2c.h"
-#include "tools/runner.h"
-#include "tools/tokenizer.h"
+#include "model/llama2c.h"
+#include "model/runner.h"
+#include "model/tokenizer.h"
 
 /* The groups of common options; each command names those it takes, and
  * cli_parse refuses the others (no option is ever silently ignored). */
@@ -44,9 +45,9 @@ typedef struct cli_opts {
 } cli_opts;
 
 typedef struct cli_session {
-    fg_llama_model model;
-    fg_tokenizer tok;
-    fg_runner *runner;
+    fgm_llama_model model;
+    fgm_tokenizer tok;
+    fgm_runner *runner;
 } cli_session;
 
 /* Bad usage: prints "fastgen CMD: reason (try ...)" and returns 2. */
@@ -83,12 +84,25 @@ int cli_find_model_in(const char *dir, char *model, char *tokenizer, size_t size
 int cli_need_model(const char *cmd, cli_opts *o, char *model, char *tok, size_t size);
 /* The compression parameters the options describe. */
 int cli_compression(const char *cmd, const cli_opts *o, fg_compression_params *cp);
+/* The help lines of the options every model command takes. */
+extern const char *const cli_model_help;
+/* The common start of a model command: help text (help_head, cli_model_help,
+ * help_tail), options, the model (found in the default places when not
+ * given), the prompt, the compression parameters. Returns 0 to go on, -1
+ * after --help, else the exit code. */
+int cli_model_command(const char *cmd, const char *help_head, const char *help_tail, unsigned accept,
+                      int32_t n_default, int argc, char **argv, cli_opts *o, fg_compression_params *cp, char *model,
+                      char *tok, size_t size, cli_extra_fn extra, void *user);
+/* Token ids, whitespace-separated, each below vocab (malloc'd); prints why not. */
+fg_status cli_read_ids(const char *cmd, const char *path, int32_t vocab, int32_t **ids, int32_t *n);
 
 /* The model and its tokenizer (from the GGUF file, or -z beside a llama2.c
  * checkpoint); cli_open adds the runner. */
 fg_status cli_load(const cli_opts *o, cli_session *s, char *err, size_t n);
 fg_status cli_open(const cli_opts *o, int32_t max_seqs, int track_recovery, cli_session *s, char *err, size_t n);
 void cli_close(cli_session *s);
+/* cli_open for one sequence; prints why it failed. 0, or 1 on failure. */
+int cli_open_or_report(const cli_opts *o, int track_recovery, cli_session *s);
 /* prompt -> tokens (malloc'd): BOS first when the vocabulary asks for it;
  * control tokens spelled in the prompt ("<|im_start|>") become their ids. */
 fg_status cli_encode(const cli_session *s, const char *prompt, int32_t **tokens, int32_t *n);
@@ -98,7 +112,7 @@ void cli_json_string(FILE *f, const char *s);
 void cli_human_bytes(double b, char *buf, size_t n);
 
 /* Why a runner call failed with st: the runner's message, else the status's name (never ""). */
-const char *cli_reason(const fg_runner *r, fg_status st);
+const char *cli_reason(const fgm_runner *r, fg_status st);
 double cli_now(void);
 
 /* Subcommands. */
@@ -108,5 +122,6 @@ int cmd_eval(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
+int cmd_version(int argc, char **argv);
 
 #endif

@@ -17,8 +17,8 @@
 
 #include "fastgen.h"
 #define MAXT 72
-#include "../harness.h"
-#include "../sim.h"
+#include "tests/support/harness.h"
+#include "tests/support/sim.h"
 
 #define VOCAB SIM_VOCAB
 #define MAX_LEN 64

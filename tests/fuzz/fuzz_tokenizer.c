@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tools/tokenizer.h"
+#include "model/tokenizer.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -23,18 +23,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         return 0;
     memcpy(text, data, text_len);
     text[text_len] = '\0';
-    fg_tokenizer t;
+    fgm_tokenizer t;
     char err[256];
-    if (fg_tokenizer_load_memory(data + text_len, size - text_len, vocab, &t, err, sizeof err) == FG_OK) {
+    if (fgm_tokenizer_load_memory(data + text_len, size - text_len, vocab, &t, err, sizeof err) == FG_OK) {
         int32_t tokens[1024], n = 0;
-        if (fg_tokenizer_encode(&t, text, 1, tokens, 1024, &n) == FG_OK) {
+        if (fgm_tokenizer_encode(&t, text, 1, tokens, 1024, &n) == FG_OK) {
             size_t total = 0;
             for (int32_t i = 1; i < n; i++)
-                total += strlen(fg_tokenizer_decode(&t, tokens[i - 1], tokens[i]));
+                total += strlen(fgm_tokenizer_decode(&t, tokens[i - 1], tokens[i]));
             (void)total;
         }
-        fg_tokenizer_decode(&t, 1, vocab + 5); /* out of range: empty */
-        fg_tokenizer_free(&t);
+        fgm_tokenizer_decode(&t, 1, vocab + 5); /* out of range: empty */
+        fgm_tokenizer_free(&t);
     }
     free(text);
     return 0;

@@ -6,7 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tools/llama2c.h"
+#include "model/llama2c.h"
+#include "model/io.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -28,7 +29,7 @@ int main(int argc, char **argv) {
             void *buf;
             size_t size;
             char err[256];
-            if (fg_read_file(path, &buf, &size, err, sizeof err) != FG_OK) {
+            if (fgm_read_file(path, &buf, &size, err, sizeof err) != FG_OK) {
                 fprintf(stderr, "replay: %s\n", err);
                 failed++;
                 continue;

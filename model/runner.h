@@ -1,0 +1,77 @@
+/*
+ * A small Llama runner whose attention goes only through the fastgen API:
+ * RMSNorm, RoPE (adjacent pairs, theta 10000), SwiGLU MLP, matmuls through
+ * BLAS (sgemm over a prompt or a batch, sgemv for one token); prefill +
+ * profiling + compaction per layer for the prompt, one batched fg_decode per
+ * layer per token.
+ */
+#ifndef FGM_RUNNER_H
+#define FGM_RUNNER_H
+
+#include "fastgen.h"
+#include "model/llama2c.h"
+#include "model/tokenizer.h"
+
+typedef struct fgm_runner_params {
+    const char *backend;        /* NULL = the library default */
+    fg_dtype kv_dtype;
+    int32_t max_seqs;           /* sequences decoded together */
+    int32_t page_tokens;        /* 0 = library default */
+    int track_recovery;         /* measure attention recovered vs the full cache */
+    int32_t max_len;            /* positions a sequence may hold; 0 = the model's context */
+    int q8_activations;         /* llama.cpp's scheme for q4_0, q4_1 and q8_0 weights in the few-row
+                                   products of a decode step: activations quantized to 8 bits per
+                                   block, integer dots (model/matvec.h); 0: f32 activations against
+                                   the dequantized weights. A prompt of more than FGM_MATVEC_MAX_ROWS
+                                   tokens (or chunk, or appended turn) is multiplied in f32 either way */
+    int32_t prefill_chunk;      /* > 0: prompts go through the model in chunks of this many tokens
+                                   (fg_prefill_chunk); 0: at once */
+    int32_t n_threads;          /* threads of the model's products and the attention; 0 = the cores this
+                                   process may run on (fg_default_threads) */
+} fgm_runner_params;
+
+typedef struct fgm_runner fgm_runner;
+
+fg_status fgm_runner_create(const fgm_llama_model *model, const fgm_tokenizer *tok, const fgm_runner_params *params,
+                           fgm_runner **out, char *err, size_t err_size);
+void fgm_runner_destroy(fgm_runner **r);
+fg_context *fgm_runner_context(fgm_runner *r);
+/* Called after each layer of a prompt's pass (fgm_runner_prefill*): done of
+ * total layer passes (chunks x layers). NULL: no calls. */
+typedef void (*fgm_runner_progress_fn)(void *user, int32_t done, int32_t total);
+void fgm_runner_set_progress(fgm_runner *r, fgm_runner_progress_fn fn, void *user);
+const fg_token_classes *fgm_runner_classes(const fgm_runner *r);
+
+/* Registers and prefills a prompt under cp (NULL = paper FastGen); logits of
+ * its last position go to logits[vocab] (may be NULL). */
+fg_status fgm_runner_prefill(fgm_runner *r, const fg_compression_params *cp, const int32_t *tokens, int32_t n,
+                            int32_t *seq, float *logits);
+/* The same prompt into k new sequences seqs[0..k), each under its own
+ * cps[i]: one pass over the weights (the prompt's attention is full under
+ * every policy); the caches differ. Logits as fgm_runner_prefill. All or none:
+ * on failure no sequence is left. */
+fg_status fgm_runner_prefill_many(fgm_runner *r, int32_t k, const fg_compression_params *cps, const int32_t *tokens,
+                                 int32_t n, int32_t *seqs, float *logits);
+/* One token for each of n sequences; logits: [n][vocab] (may be NULL). */
+fg_status fgm_runner_decode(fgm_runner *r, int32_t n, const int32_t *seqs, const int32_t *tokens, float *logits);
+/* n more tokens onto a sequence (a new turn): logits of its last one go to
+ * logits[vocab] (may be NULL). */
+fg_status fgm_runner_append(fgm_runner *r, int32_t seq, const int32_t *tokens, int32_t n, float *logits);
+/* A sequence that continues from seq, sharing its pages (fg_seq_fork). */
+fg_status fgm_runner_fork(fgm_runner *r, int32_t seq, int32_t *child);
+fg_status fgm_runner_release(fgm_runner *r, int32_t seq);
+/* Why the last fgm_runner_prefill or fgm_runner_decode failed (one line). */
+const char *fgm_runner_error(const fgm_runner *r);
+
+/* Mean over decode steps, layers and query heads of the attention mass (under
+ * the full cache) on the rows the head kept plus the new token. */
+double fgm_runner_recovery(const fgm_runner *r, int32_t seq);
+
+/* Sampling: temperature 0 = greedy; else top-p with a seeded RNG. */
+typedef struct fgm_sampler {
+    float temperature, top_p;
+    uint64_t state;
+} fgm_sampler;
+int32_t fgm_sample(fgm_sampler *s, float *logits, int32_t vocab);
+
+#endif

@@ -1,0 +1,411 @@
+/* The CLI's options: parsing, defaults, the model found, the compression they describe. */
+#include "tools/cli.h"
+
+#include "model/gguf.h"
+#include "model/io.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+int cli_usage(const char *cmd, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "fastgen %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, " (try `fastgen %s --help`)\n", cmd);
+    va_end(ap);
+    return 2;
+}
+
+/* Numbers are taken whole: strtol and strtof would skip leading spaces. */
+int cli_parse_int(const char *s, long lo, long hi, int32_t *out) {
+    char *end;
+    if (!*s || isspace((unsigned char)*s))
+        return 0;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (*end || errno || v < lo || v > hi)
+        return 0;
+    *out = (int32_t)v;
+    return 1;
+}
+
+int cli_parse_float(const char *s, float lo, float hi, float *out) {
+    char *end;
+    if (!*s || isspace((unsigned char)*s))
+        return 0;
+    float v = strtof(s, &end);
+    if (*end || !(v >= lo && v <= hi))
+        return 0;
+    *out = v;
+    return 1;
+}
+
+static int file_exists(const char *p) {
+    struct stat st;
+    return stat(p, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+int cli_find_model_in(const char *dir, char *model, char *tokenizer, size_t size) {
+    if (!dir || !*dir)
+        return 0;
+    size_t len = strlen(dir);
+    if (len > 4 && strcmp(dir + len - 4, ".bin") == 0 && file_exists(dir)) {
+        /* a model file: the tokenizer sits beside it */
+        snprintf(model, size, "%s", dir);
+        const char *slash = strrchr(dir, '/');
+        snprintf(tokenizer, size, "%.*stok512.bin", slash ? (int)(slash - dir + 1) : 0, dir);
+    } else {
+        snprintf(model, size, "%s/stories260K.bin", dir);
+        snprintf(tokenizer, size, "%s/tok512.bin", dir);
+    }
+    return file_exists(model) && file_exists(tokenizer);
+}
+
+int cli_find_model(char *model, char *tokenizer, size_t size) {
+    const char *dirs[] = {getenv("FASTGEN_MODEL"), "../shared/models", "models", "../../shared/models"};
+    for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++)
+        if (cli_find_model_in(dirs[i], model, tokenizer, size))
+            return 1;
+    return 0;
+}
+
+void cli_defaults(cli_opts *o, int32_t n) {
+    memset(o, 0, sizeof *o);
+    o->prompt = "Once upon a time";
+    o->policy = "fastgen";
+    o->n = n;
+    o->threshold = 0.95f;
+    o->top_p = 0.9f;
+    o->seed = 1;
+    o->dtype = FG_DTYPE_F16; /* llama.cpp's cache type too */
+    o->q8_activations = 1;   /* llama.cpp's products on q4_0 / q4_1 / q8_0 weights too */
+    o->append_mode = -1;
+}
+
+static int match(const char *a, const char *s, const char *l) { return (s && !strcmp(a, s)) || !strcmp(a, l); }
+
+/* The group of a common option, or 0 when it is not one. */
+static unsigned group_of(const char *a) {
+    static const struct {
+        const char *name;
+        unsigned group;
+    } k[] = {
+        {"-m", CLI_MODEL}, {"--model", CLI_MODEL}, {"-z", CLI_MODEL}, {"--tokenizer", CLI_MODEL},
+        {"-p", CLI_PROMPT}, {"--prompt", CLI_PROMPT}, {"-f", CLI_PROMPT}, {"--file", CLI_PROMPT},
+        {"--policy", CLI_POLICY}, {"-T", CLI_POLICY}, {"--budget", CLI_POLICY}, {"--ratio-local", CLI_POLICY},
+        {"--ratio-frequent", CLI_POLICY}, {"--append", CLI_APPEND},
+        {"--backend", CLI_RUN}, {"--dtype", CLI_RUN}, {"-t", CLI_RUN}, {"--threads", CLI_RUN},
+        {"--q8-activations", CLI_RUN}, {"--f32-activations", CLI_RUN}, {"--prefill-chunk", CLI_RUN},
+        {"-n", CLI_STEPS}, {"--steps", CLI_STEPS},
+        {"--temp", CLI_SAMPLE}, {"--temperature", CLI_SAMPLE}, {"--top-p", CLI_SAMPLE}, {"--seed", CLI_SAMPLE},
+        {"--json", CLI_JSON}, {"--csv", CLI_CSV}, {"--svg", CLI_SVG}, {"-q", CLI_QUIET}, {"--quiet", CLI_QUIET},
+    };
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
+        if (!strcmp(a, k[i].name))
+            return k[i].group;
+    return 0;
+}
+
+int cli_parse(const char *cmd, const char *help, unsigned accept, int argc, char **argv, cli_opts *o,
+              cli_extra_fn extra, void *user) {
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (match(a, "-h", "--help")) {
+            fputs(help, stdout);
+            return -1;
+        }
+        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
+        const unsigned group = group_of(a);
+        if (group && !(group & accept)) {
+            /* the command's own option of that name comes first (demo's --prompt N) */
+            int used = 1, r = extra ? extra(user, a, val, &used) : 2;
+            if (r == 2)
+                return cli_usage(cmd, "%s is not an option of %s", a, cmd);
+            if (r == 1 || (used && !val))
+                return val ? cli_usage(cmd, "bad value for %s: %s", a, val) : cli_usage(cmd, "%s needs a value", a);
+            i += used;
+            continue;
+        }
+        /* flags without a value */
+        if (!strcmp(a, "--json")) {
+            o->json = 1;
+            continue;
+        }
+        if (!strcmp(a, "--csv")) {
+            o->csv = 1;
+            continue;
+        }
+        if (!strcmp(a, "--q8-activations") || !strcmp(a, "--f32-activations")) {
+            o->q8_activations = a[2] == 'q';
+            continue;
+        }
+        if (match(a, "-q", "--quiet")) {
+            o->quiet = 1;
+            continue;
+        }
+        int ok = 1, used = 1;
+        if (match(a, "-m", "--model"))
+            o->model = val;
+        else if (match(a, "-z", "--tokenizer"))
+            o->tokenizer = val;
+        else if (match(a, "-p", "--prompt")) {
+            ok = !o->prompt_file;
+            o->prompt = val;
+            o->has_prompt = 1;
+        } else if (match(a, "-f", "--file")) {
+            ok = !o->has_prompt;
+            o->prompt_file = val;
+        } else if (!strcmp(a, "--prefill-chunk"))
+            ok = val && cli_parse_int(val, 1, 1 << 20, &o->prefill_chunk);
+        else if (match(a, "-n", "--steps"))
+            ok = val && cli_parse_int(val, 0, 1 << 20, &o->n);
+        else if (match(a, "-t", "--threads"))
+            ok = val && cli_parse_int(val, 1, FG_MAX_THREADS, &o->threads);
+        else if (!strcmp(a, "--policy"))
+            o->policy = val;
+        else if (!strcmp(a, "--append")) {
+            ok = val && (!strcmp(val, "keep") || !strcmp(val, "reprofile"));
+            o->append_mode = ok && !strcmp(val, "reprofile") ? FG_APPEND_REPROFILE : FG_APPEND_KEEP;
+        } else if (!strcmp(a, "-T")) {
+            ok = val && cli_parse_float(val, 0.0f, 1.0f, &o->threshold) && o->threshold > 0.0f;
+            o->has_threshold = 1;
+        } else if (!strcmp(a, "--ratio-local")) {
+            ok = val && cli_parse_float(val, 0.0f, 1.0f, &o->ratio_local);
+            o->has_ratio_local = 1;
+        } else if (!strcmp(a, "--ratio-frequent")) {
+            ok = val && cli_parse_float(val, 0.0f, 1.0f, &o->ratio_frequent);
+            o->has_ratio_frequent = 1;
+        } else if (!strcmp(a, "--budget"))
+            ok = val && cli_parse_float(val, 0.0f, 1.0f, &o->budget) && o->budget > 0.0f;
+        else if (!strcmp(a, "--backend"))
+            o->backend = val;
+        else if (!strcmp(a, "--svg"))
+            o->svg = val;
+        else if (match(a, "--temp", "--temperature")) {
+            ok = val && cli_parse_float(val, 0.0f, 100.0f, &o->temperature);
+            o->has_temperature = 1;
+        } else if (!strcmp(a, "--top-p")) {
+            ok = val && cli_parse_float(val, 0.0f, 1.0f, &o->top_p) && o->top_p > 0.0f;
+            o->has_top_p = 1;
+        } else if (!strcmp(a, "--seed")) {
+            int32_t s = 0;
+            ok = val && cli_parse_int(val, 0, 2147483647, &s);
+            o->seed = (uint64_t)s;
+            o->has_seed = 1;
+        } else if (!strcmp(a, "--dtype")) {
+            ok = val != NULL;
+            if (ok && !strcmp(val, "f32"))
+                o->dtype = FG_DTYPE_F32;
+            else if (ok && !strcmp(val, "f16"))
+                o->dtype = FG_DTYPE_F16;
+            else if (ok && !strcmp(val, "bf16"))
+                o->dtype = FG_DTYPE_BF16;
+            else
+                ok = 0;
+        } else if (extra) {
+            int r = extra(user, a, val, &used);
+            if (r == 2)
+                return cli_usage(cmd, "unknown option %s", a);
+            ok = r == 0;
+        } else {
+            return cli_usage(cmd, "unknown option %s", a);
+        }
+        if (ok == 0 && val && (match(a, "-p", "--prompt") || match(a, "-f", "--file")))
+            return cli_usage(cmd, "-p and -f both give the prompt: pass one");
+        if (!ok || (used && !val))
+            return val ? cli_usage(cmd, "bad value for %s: %s", a, val) : cli_usage(cmd, "%s needs a value", a);
+        i += used;
+    }
+    if (o->json && o->csv)
+        return cli_usage(cmd, "--json and --csv are two formats of the same results: pass one");
+    return 0;
+}
+
+int cli_read_prompt(const char *cmd, cli_opts *o) {
+    if (!o->prompt_file)
+        return 0;
+    void *buf;
+    size_t size;
+    char err[512];
+    if (fgm_read_file(o->prompt_file, &buf, &size, err, sizeof err) != FG_OK) {
+        fprintf(stderr, "fastgen %s: %s\n", cmd, err);
+        return 1;
+    }
+    char *text = realloc(buf, size + 1);
+    if (!text) {
+        free(buf);
+        fprintf(stderr, "fastgen %s: out of memory reading %s\n", cmd, o->prompt_file);
+        return 1;
+    }
+    text[size] = '\0';
+    if (strlen(text) != size) {
+        free(text);
+        fprintf(stderr, "fastgen %s: %s holds a NUL byte: a prompt is text\n", cmd, o->prompt_file);
+        return 1;
+    }
+    free(o->prompt_text);
+    o->prompt_text = text;
+    o->prompt = text;
+    o->has_prompt = 1;
+    return 0;
+}
+
+void cli_opts_free(cli_opts *o) {
+    free(o->prompt_text);
+    o->prompt_text = NULL;
+}
+
+int cli_need_model(const char *cmd, cli_opts *o, char *model, char *tok, size_t size) {
+    if (!o->model && cli_find_model(model, tok, size)) {
+        o->model = model;
+        if (!o->tokenizer) {
+            o->tokenizer = tok;
+            o->tokenizer_defaulted = 1;
+        }
+    }
+    if (!o->model)
+        return cli_usage(cmd, "no model found: pass -m MODEL -z TOKENIZER (stories260K.bin and tok512.bin: "
+                              "github.com/karpathy/llama2.c, the tinyllamas models) or -m MODEL.gguf");
+    if (fgm_gguf_is_gguf(o->model)) {
+        if (o->tokenizer)
+            return cli_usage(cmd, "-z: %s is a GGUF file, which carries its own tokenizer", o->model);
+        return 0;
+    }
+    if (!o->tokenizer) {
+        const char *slash = strrchr(o->model, '/');
+        snprintf(tok, size, "%.*stok512.bin", slash ? (int)(slash - o->model + 1) : 0, o->model);
+        o->tokenizer = tok;
+        o->tokenizer_defaulted = 1;
+    }
+    return 0;
+}
+
+int cli_compression(const char *cmd, const cli_opts *o, fg_compression_params *cp) {
+    /* --budget: FastGen's budget mode (its finer shortlist) unless another policy is named */
+    const char *policy = o->budget > 0.0f && !strcmp(o->policy, "fastgen") ? "fastgen-budget" : o->policy;
+    if (fg_compression_params_preset(policy, cp) != FG_OK)
+        return cli_usage(cmd, "unknown policy \"%s\" (fastgen, fastgen-budget, fastgen-adaptive, full, streamingllm, h2o, "
+                              "local, frequent, snapkv, adakv, tova)",
+                         o->policy);
+    if (o->budget > 0.0f) {
+        if (strcmp(policy, "fastgen-budget") && strcmp(policy, "fastgen-adaptive"))
+            return cli_usage(cmd, "--budget applies to FastGen's budget modes (--policy fastgen-adaptive, fastgen or "
+                                  "fastgen-budget), not %s", policy);
+        cp->budget = o->budget;
+    }
+    /* T picks a shortlist entry by recovery; a one-policy preset, a shared budget or the adaptive mode picks
+       none that way */
+    const int by_recovery = cp->n_policies > 1 && cp->budget <= 0.0f && cp->budget_tokens <= 0 &&
+                            cp->allocation == FG_ALLOC_SHORTLIST;
+    if (o->has_threshold && !by_recovery)
+        return cli_usage(cmd, "-T picks a shortlist entry by its recovery, and %s does not choose that way (%s)",
+                         policy, cp->n_policies == 1 ? "one policy for every head" : "a budget shared by the heads");
+    int has_local = 0, has_frequent = 0; /* the components a ratio sizes, in an entry that does not keep all */
+    for (int32_t e = 0; e < cp->n_policies; e++) {
+        const uint32_t c = cp->shortlist[e].components;
+        has_local |= !(c & FG_KEEP_FULL) && (c & FG_KEEP_LOCAL);
+        has_frequent |= !(c & FG_KEEP_FULL) && (c & (FG_KEEP_FREQUENT | FG_KEEP_SNAPSHOT));
+    }
+    if (o->has_ratio_local && !has_local)
+        return cli_usage(cmd, "--ratio-local sizes a local window, and %s has none", policy);
+    if (o->has_ratio_frequent && !has_frequent)
+        return cli_usage(cmd, "--ratio-frequent sizes the heavy hitters, and %s keeps none", policy);
+    if (o->has_threshold)
+        cp->threshold = o->threshold;
+    if (o->append_mode >= 0) {
+        if (o->append_mode == FG_APPEND_REPROFILE && cp->budget > 0.0f)
+            return cli_usage(cmd, "--append reprofile does not go with budget mode (%s)", policy);
+        cp->append_mode = (fg_append_mode)o->append_mode;
+    }
+    for (int32_t e = 0; e < cp->n_policies; e++) {
+        if (o->has_ratio_local)
+            cp->shortlist[e].ratio_local = o->ratio_local;
+        if (o->has_ratio_frequent)
+            cp->shortlist[e].ratio_frequent = o->ratio_frequent;
+    }
+    return 0;
+}
+
+const char *const cli_model_help =
+    "  -m, --model FILE        GGUF file or llama2.c checkpoint (default: stories260K.bin from\n"
+    "                          $FASTGEN_MODEL, ../shared/models/ or ./models/)\n"
+    "  -z, --tokenizer FILE    llama2.c tokenizer (default: tok512.bin beside the model; GGUF files carry theirs)\n"
+    "  -p, --prompt TEXT       prompt (default \"Once upon a time\")\n"
+    "  --policy NAME           fastgen | fastgen-budget | fastgen-adaptive | full | streamingllm | h2o |\n"
+    "                          local | frequent | snapkv | adakv | tova\n"
+    "                          (default fastgen)\n"
+    "  -T X                    recovery threshold in (0, 1] (default 0.95)\n"
+    "  --budget B              FastGen's budget mode: keep at most B of the full cache's rows, in (0, 1]\n"
+    "  --ratio-local R         local window ratio of every policy (default 0.3)\n"
+    "  --ratio-frequent R      frequent budget ratio of every policy (default 0.3)\n"
+    "  -f, --file FILE         the prompt is the whole of FILE (- for standard input)\n"
+    "  --backend NAME          ref | cpu | cuda | hip (default cpu)\n"
+    "  --dtype NAME            f32 | f16 | bf16 KV cache storage (default f16)\n"
+    "  -t, --threads N         CPU threads (default: the cores this process may run on)\n"
+    "  --q8-activations        q4_0 / q4_1 / q8_0 weights: activations quantized to 8 bits and integer\n"
+    "                          dot products, as llama.cpp does (the default)\n"
+    "  --f32-activations       f32 activations against the dequantized weights instead\n"
+    "  --prefill-chunk N       the prompt through the model N tokens at a time (fg_prefill_chunk), profiled\n"
+    "                          over the whole prompt at its last chunk\n"
+    "  -q, --quiet             no progress line for the prompt (none either when stderr is not a terminal)\n";
+
+/* The common start of a model command: help text, options, the model (found
+ * in the default places when not given), the compression parameters.
+ * Returns 0 to go on, else the exit code (0 after --help). */
+int cli_model_command(const char *cmd, const char *help_head, const char *help_tail, unsigned accept,
+                         int32_t n_default, int argc, char **argv, cli_opts *o, fg_compression_params *cp, char *model,
+                         char *tok, size_t size, cli_extra_fn extra, void *user) {
+    char help[4096];
+    snprintf(help, sizeof help, "%s%s%s", help_head, cli_model_help, help_tail);
+    cli_defaults(o, n_default);
+    int rc = cli_parse(cmd, help, accept, argc, argv, o, extra, user);
+    if (rc)
+        return rc < 0 ? -1 : rc;
+    if ((rc = cli_need_model(cmd, o, model, tok, size)))
+        return rc;
+    if ((rc = cli_read_prompt(cmd, o)))
+        return rc;
+    return cli_compression(cmd, o, cp);
+}
+
+/* Token ids, whitespace-separated, each below vocab (malloc'd). */
+fg_status cli_read_ids(const char *cmd, const char *path, int32_t vocab, int32_t **ids, int32_t *n) {
+    FILE *f = fopen(path, "r");
+    int32_t cap = 1024;
+    *n = 0;
+    *ids = malloc((size_t)cap * sizeof **ids);
+    fg_status st = f && *ids ? FG_OK : FG_ERR_INVALID_ARGUMENT;
+    if (!f)
+        fprintf(stderr, "fastgen %s: cannot open %s\n", cmd, path);
+    for (long v; st == FG_OK && fscanf(f, "%ld", &v) == 1;) {
+        if (v < 0 || v >= vocab) {
+            fprintf(stderr, "fastgen %s: %s: id %ld is outside the vocabulary of %d\n", cmd, path, v, (int)vocab);
+            st = FG_ERR_INVALID_ARGUMENT;
+        } else if (*n == cap) {
+            int32_t *more = realloc(*ids, (size_t)(cap *= 2) * sizeof **ids);
+            st = more ? FG_OK : FG_ERR_OUT_OF_MEMORY;
+            if (more)
+                *ids = more;
+        }
+        if (st == FG_OK)
+            (*ids)[(*n)++] = (int32_t)v;
+    }
+    if (st == FG_OK && (ferror(f) || !feof(f) || *n == 0)) {
+        fprintf(stderr, "fastgen %s: %s: expected whitespace-separated token ids\n", cmd, path);
+        st = FG_ERR_INVALID_ARGUMENT;
+    }
+    if (f)
+        fclose(f);
+    if (st) {
+        free(*ids);
+        *ids = NULL;
+    }
+    return st;
+}

@@ -1,0 +1,729 @@
+/* fastgen eval --sweep and --passkey: a driven method (fastgen-adaptive by
+ * default) against the fixed policies and the peer methods, at KV memory
+ * matched per prompt (DESIGN §5.2).
+ *
+ * For every prompt the full cache makes a greedy reference. The driven
+ * method runs at each budget; every other method then runs at the memory
+ * the driven run kept on that prompt at that budget: its ratio is bisected
+ * until its rows, summed over the same decode steps, match (a fixed policy's
+ * row count depends only on its ratio, the lengths and the token classes,
+ * so no run is needed to find it). Methods that take a budget themselves
+ * (the FastGen budget modes) run at the budget instead.
+ *
+ * --sweep teacher-forces every run on the reference and reports, per memory
+ * point and method: mean and max KL(full || compressed) of the next-token
+ * distribution, top-1 agreement, the tokens before the first top-1
+ * difference (where a free-running greedy decode would first part from the
+ * full cache), and the paired difference of mean KL against the driven
+ * method with a bootstrap 95% interval over the prompts.
+ *
+ * --passkey decodes greedily from each prompt (a number hidden in filler,
+ * asked for at the end) and counts the runs whose answer holds the number. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tools/cmd_eval_sweep.h"
+#include "tools/svg.h"
+
+#define SW_MAX_METHODS 12
+#define SW_MAX_POINTS 12
+static const float k_default_budgets[] = {0.25f, 0.35f, 0.5f, 0.65f, 0.8f, 0.9f};
+static const char *const k_default_methods[] = {"fastgen-adaptive", "h2o", "streamingllm", "tova", "snapkv", "adakv"};
+
+/* One run: a method at a memory point on a prompt. */
+typedef struct sw_result {
+    double kl, kl_max, top1, kept; /* means over the scored steps; kept: rows held / full over them */
+    int32_t agree;                 /* tokens before the first top-1 difference */
+    int32_t correct;               /* --passkey: the answer holds the number */
+    int made;                      /* the run happened (the prompt fitted) */
+} sw_result;
+
+typedef struct sweep {
+    cli_session s;
+    const eval_sweep_opts *x;
+    int32_t n_methods, n_points, n_cfg;
+    const char *methods[SW_MAX_METHODS];
+    float budgets[SW_MAX_POINTS];
+    int32_t n_steps, vocab, ctx_len;
+    float *ref_logits;  /* [n_steps][vocab] the full cache's, before each reference token */
+    int32_t *ref;       /* [n_steps] the reference tokens */
+    uint8_t *cls;       /* [ctx_len] classes of the prompt and the reference (4 sinks) */
+    float *logits;      /* [n_cfg][vocab] */
+    int32_t n_prompts;
+    sw_result *res;     /* [n_prompts][n_methods][n_points] */
+} sweep;
+
+static sw_result *result(sweep *w, int32_t p, int32_t m, int32_t b) {
+    return &w->res[((size_t)p * w->n_methods + m) * w->n_points + b];
+}
+
+/* ---------------------------------------------------------------- methods */
+
+/* Methods whose budget is a parameter of their own: they run at the point's budget. */
+static int takes_budget(const char *m) { return !strncmp(m, "fastgen-budget", 14) || !strncmp(m, "fastgen-adaptive", 16); }
+
+/* Options after a method's name, each after a colon ("fastgen-adaptive:window=64:defer=64"):
+ * window (observation_window), defer (defer_until), floor (alloc_floor),
+ * pool (score_pool, for a snapshot part), sink (n_sink), families (the shortlist entries to keep,
+ * as their digits: "02", H2O and full of fastgen-adaptive), flags (adaptive_flags: per-layer, mass, end,
+ * joined by +). Returns 0 on a bad option. */
+static int method_options(const char *opts, fg_compression_params *cp) {
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", opts);
+    for (char *kv = strtok(buf, ":"); kv; kv = strtok(NULL, ":")) {
+        char *eq = strchr(kv, '=');
+        if (!eq)
+            return 0;
+        *eq = '\0';
+        const char *key = kv, *val = eq + 1;
+        if (!strcmp(key, "window"))
+            cp->observation_window = atoi(val);
+        else if (!strcmp(key, "defer"))
+            cp->defer_until = atoi(val);
+        else if (!strcmp(key, "floor"))
+            cp->alloc_floor = (float)atof(val);
+        else if (!strcmp(key, "pool"))
+            cp->score_pool = atoi(val);
+        else if (!strcmp(key, "sink"))
+            cp->n_sink = atoi(val);
+        else if (!strcmp(key, "families")) {
+            const fg_compression_params all = *cp;
+            cp->n_policies = 0;
+            for (const char *c = val; *c; c++) {
+                if (*c < '0' || *c - '0' >= all.n_policies)
+                    return 0;
+                cp->shortlist[cp->n_policies++] = all.shortlist[*c - '0'];
+            }
+        } else if (!strcmp(key, "flags")) {
+            cp->adaptive_flags = 0;
+            char fb[64];
+            snprintf(fb, sizeof fb, "%s", val);
+            for (char *f = fb, *next; f && *f; f = next) {
+                next = strchr(f, '+');
+                if (next)
+                    *next++ = '\0';
+                if (!strcmp(f, "per-layer"))
+                    cp->adaptive_flags |= FG_ADAPTIVE_PER_LAYER;
+                else if (!strcmp(f, "mass"))
+                    cp->adaptive_flags |= FG_ADAPTIVE_MASS;
+                else if (!strcmp(f, "end"))
+                    cp->adaptive_flags |= FG_ADAPTIVE_ANCHOR_END;
+                else
+                    return 0;
+            }
+        } else {
+            return 0;
+        }
+    }
+    /* pool ranks only a snapshot part's keys: refused where there is none */
+    int snapshot = 0;
+    for (int32_t e = 0; e < cp->n_policies; e++)
+        snapshot |= (cp->shortlist[e].components & FG_KEEP_SNAPSHOT) != 0;
+    if (strstr(opts, "pool=") && !snapshot)
+        return 0;
+    return fg_compression_params_validate(cp) == FG_OK;
+}
+
+/* The parameters of `method` (a preset, options after a colon) with knob r:
+ * the budget, or the ratio of a one-entry preset (split evenly between a
+ * window and a frequent part when it has both; a snapshot part takes r of
+ * the prompt beside a window of r, which is the even split while r <= 0.5
+ * of a long prompt and reaches the full cache when the prompt is short). */
+static int method_params(const char *method, double r, fg_compression_params *cp) {
+    char name[64];
+    const char *colon = strchr(method, ':');
+    snprintf(name, sizeof name, "%.*s", colon ? (int)(colon - method) : (int)strlen(method), method);
+    if (fg_compression_params_preset(name, cp) != FG_OK)
+        return 0;
+    if (takes_budget(name))
+        cp->budget = (float)r;
+    else if (cp->n_policies != 1)
+        return 0;
+    fg_policy *e = &cp->shortlist[0];
+    const uint32_t c = e->components;
+    if (!takes_budget(name) && !(c & FG_KEEP_FULL)) {
+        const int local = (c & FG_KEEP_LOCAL) != 0, other = (c & (FG_KEEP_FREQUENT | FG_KEEP_SNAPSHOT)) != 0;
+        const int split = local && (c & FG_KEEP_FREQUENT);
+        e->ratio_local = local ? (float)(split ? r / 2 : r) : 0.0f;
+        e->ratio_frequent = other ? (float)(split ? r / 2 : r) : 0.0f;
+    }
+    return colon ? method_options(colon + 1, cp) : fg_compression_params_validate(cp) == FG_OK;
+}
+
+/* ceil(r t) as the library computes it (ratios in parts per million). */
+static int64_t ceil_ratio(float r, int64_t t) {
+    const int64_t ppm = llround((double)r * 1e6);
+    return (ppm * t + 999999) / 1000000;
+}
+
+/* Rows a one-entry preset keeps per KV head at length t >= n (the prompt's
+ * length n); spec[t]: special tokens among the first t (sinks included).
+ * -1: no count for this method. */
+static int64_t method_rows(const fg_compression_params *cp, int64_t t, int64_t n, const int32_t *spec) {
+    const fg_policy *e = &cp->shortlist[0];
+    const uint32_t c = e->components;
+    if (c & FG_KEEP_FULL)
+        return t;
+    if (c & (FG_KEEP_PUNCT) || e->local_tokens || e->frequent_tokens)
+        return -1;
+    int64_t rows = 0, w = 0;
+    if (c & FG_KEEP_LOCAL) {
+        w = ceil_ratio(e->ratio_local, t);
+        w = w < 1 ? 1 : w > t ? t : w;
+    }
+    const int pin = (c & FG_KEEP_SPECIAL) != 0;
+    if (pin) /* the special tokens, and the window's others */
+        rows = spec[t] + w - (spec[t] - spec[t - w]);
+    else
+        rows = w;
+    if (c & FG_KEEP_FREQUENT) { /* k(t) of the others */
+        const int64_t others = t - rows;
+        const int64_t k = ceil_ratio(e->ratio_frequent, t);
+        rows += k < others ? k : others;
+    } else if (c & FG_KEEP_SNAPSHOT) { /* k(n) of the prompt's others outside its window, for good */
+        int64_t wn = 0;
+        if (c & FG_KEEP_LOCAL) {
+            wn = ceil_ratio(e->ratio_local, n);
+            wn = wn < 1 ? 1 : wn > n ? n : wn;
+        }
+        int64_t others = n - wn - (pin ? spec[n - wn] : 0);
+        const int64_t k = ceil_ratio(e->ratio_frequent, n);
+        rows += k < others ? k : others;
+    }
+    return rows < t ? rows : t;
+}
+
+/* The ratio of `method` whose rows, summed over the lengths t0..t1-1,
+ * come closest to `kept` of the full cache's. Returns 0 when the method has
+ * no row count (it is then run at the budget, if it takes one). */
+static int matched_params(const char *method, double kept, int64_t t0, int64_t t1, int64_t n, const int32_t *spec,
+                          fg_compression_params *cp) {
+    if (!method_params(method, 0.5, cp) || cp->budget > 0.0f || method_rows(cp, t0, n, spec) < 0)
+        return 0; /* a budget mode runs at the budget */
+    double full = 0.0;
+    for (int64_t t = t0; t < t1; t++)
+        full += (double)t;
+    const double want = kept * full;
+    double lo = 0.0, hi = 1.0;
+    for (int it = 0; it < 40; it++) { /* the smallest ratio that reaches it */
+        const double mid = 0.5 * (lo + hi);
+        double rows = 0.0;
+        method_params(method, mid, cp);
+        for (int64_t t = t0; t < t1; t++)
+            rows += (double)method_rows(cp, t, n, spec);
+        if (rows < want)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    /* hi reaches it, lo falls short: the closer of the two */
+    double r_hi = 0.0, r_lo = 0.0;
+    method_params(method, lo, cp);
+    for (int64_t t = t0; t < t1; t++)
+        r_lo += (double)method_rows(cp, t, n, spec);
+    method_params(method, hi, cp);
+    for (int64_t t = t0; t < t1; t++)
+        r_hi += (double)method_rows(cp, t, n, spec);
+    method_params(method, want - r_lo < r_hi - want ? lo : hi, cp);
+    return 1;
+}
+
+/* ---------------------------------------------------------------- runs */
+
+static int32_t argmax(const float *x, int32_t n) {
+    int32_t b = 0;
+    for (int32_t i = 1; i < n; i++)
+        b = x[i] > x[b] ? i : b;
+    return b;
+}
+
+static double lse(const float *x, int32_t n) {
+    double m = -INFINITY, s = 0.0;
+    for (int32_t i = 0; i < n; i++)
+        m = x[i] > m ? x[i] : m;
+    for (int32_t i = 0; i < n; i++)
+        s += exp(x[i] - m);
+    return m + log(s);
+}
+
+/* KL(full || compressed) of one step. */
+static double step_kl(const float *full, const float *comp, int32_t V) {
+    const double lf = lse(full, V), lc = lse(comp, V);
+    double kl = 0.0;
+    for (int32_t v = 0; v < V; v++) {
+        const double a = full[v] - lf;
+        kl += exp(a) * (a - (comp[v] - lc));
+    }
+    return kl > 0.0 ? kl : 0.0;
+}
+
+/* Runs n configurations (params cps, results out[i]) on one prompt:
+ * teacher-forced on the reference (--sweep), or each decoding its own
+ * greedy tokens until it stops or has `answer_max` of them (--passkey, the
+ * answer checked for `key`). Memory is sampled after the prompt and after
+ * every decode step. */
+static fg_status run_batch(sweep *w, const int32_t *prompt, int32_t n_prompt, int32_t n, const fg_compression_params *cps,
+                           sw_result **out, const char *key) {
+    fgm_runner *r = w->s.runner;
+    fg_context *ctx = fgm_runner_context(r);
+    int32_t seqs[SW_MAX_METHODS * SW_MAX_POINTS], toks[SW_MAX_METHODS * SW_MAX_POINTS];
+    double held[SW_MAX_METHODS * SW_MAX_POINTS] = {0}, full[SW_MAX_METHODS * SW_MAX_POINTS] = {0};
+    char answer[SW_MAX_METHODS * SW_MAX_POINTS][256];
+    int32_t alen[SW_MAX_METHODS * SW_MAX_POINTS] = {0};
+    int done[SW_MAX_METHODS * SW_MAX_POINTS] = {0};
+    const int32_t V = w->vocab;
+    fg_status st = fgm_runner_prefill_many(r, n, cps, prompt, n_prompt, seqs, w->logits);
+    if (st)
+        return st;
+    for (int i = 1; i < n; i++) /* the prompt's logits: the same under every policy */
+        memcpy(w->logits + (size_t)i * V, w->logits, (size_t)V * sizeof *w->logits);
+    for (int i = 0; i < n; i++) {
+        memset(out[i], 0, sizeof *out[i]);
+        out[i]->agree = -1;
+        answer[i][0] = '\0';
+    }
+    for (int32_t t = 0; t < w->n_steps; t++) {
+        int32_t live[SW_MAX_METHODS * SW_MAX_POINTS], ids[SW_MAX_METHODS * SW_MAX_POINTS], m = 0;
+        for (int i = 0; i < n; i++) {
+            fg_memory_stats ms;
+            fg_memory(ctx, seqs[i], &ms);
+            held[i] += (double)ms.rows_kept;
+            full[i] += (double)ms.rows_full;
+            const float *lg = w->logits + (size_t)i * V;
+            if (!key) {
+                const double kl = step_kl(w->ref_logits + (size_t)t * V, lg, V);
+                out[i]->kl += kl;
+                out[i]->kl_max = kl > out[i]->kl_max ? kl : out[i]->kl_max;
+                const int same = argmax(lg, V) == argmax(w->ref_logits + (size_t)t * V, V);
+                out[i]->top1 += same;
+                if (!same && out[i]->agree < 0)
+                    out[i]->agree = t;
+                toks[i] = w->ref[t];
+            } else if (!done[i]) {
+                const int32_t prev = t ? toks[i] : prompt[n_prompt - 1];
+                toks[i] = argmax(lg, V);
+                const char *piece = fgm_tokenizer_decode(&w->s.tok, prev, toks[i]);
+                done[i] = toks[i] == w->s.tok.eos || w->s.tok.control[toks[i]]; /* end of text, or of the turn */
+                for (const char *c = piece; c && *c && alen[i] < (int32_t)sizeof answer[i] - 1; c++)
+                    answer[i][alen[i]++] = *c;
+                answer[i][alen[i]] = '\0';
+            }
+            if (!done[i]) {
+                live[m] = i;
+                ids[m++] = seqs[i];
+            }
+        }
+        if (t + 1 == w->n_steps || m == 0)
+            break;
+        int32_t mt[SW_MAX_METHODS * SW_MAX_POINTS];
+        for (int j = 0; j < m; j++)
+            mt[j] = toks[live[j]];
+        if ((st = fgm_runner_decode(r, m, ids, mt, w->logits)) != FG_OK)
+            break;
+        for (int j = m - 1; j >= 0; j--) /* row j to row live[j] >= j, the last first */
+            if (live[j] != j)
+                memcpy(w->logits + (size_t)live[j] * V, w->logits + (size_t)j * V, (size_t)V * sizeof *w->logits);
+    }
+    for (int i = 0; i < n; i++) {
+        const double steps = w->n_steps;
+        out[i]->kl /= steps;
+        out[i]->top1 /= steps;
+        out[i]->kept = full[i] > 0 ? held[i] / full[i] : 1.0;
+        out[i]->agree = out[i]->agree < 0 ? w->n_steps : out[i]->agree;
+        out[i]->correct = key && strstr(answer[i], key) != NULL;
+        out[i]->made = st == FG_OK;
+        fgm_runner_release(r, seqs[i]);
+    }
+    return st;
+}
+
+/* The full cache's greedy reference: logits before each of n_steps tokens. */
+static fg_status reference(sweep *w, const int32_t *prompt, int32_t n_prompt) {
+    fg_compression_params cp;
+    fg_compression_params_preset("full", &cp);
+    int32_t seq = -1;
+    const int32_t V = w->vocab;
+    fg_status st = fgm_runner_prefill(w->s.runner, &cp, prompt, n_prompt, &seq, w->ref_logits);
+    for (int32_t t = 0; st == FG_OK && t < w->n_steps; t++) {
+        w->ref[t] = argmax(w->ref_logits + (size_t)t * V, V);
+        if (t + 1 < w->n_steps)
+            st = fgm_runner_decode(w->s.runner, 1, &seq, &w->ref[t], w->ref_logits + (size_t)(t + 1) * V);
+    }
+    if (seq >= 0)
+        fgm_runner_release(w->s.runner, seq);
+    return st;
+}
+
+/* One prompt: the reference, the driven method at every budget, then every
+ * other method at the memory each driven run kept. */
+static fg_status sweep_prompt(sweep *w, int32_t p, const char *text, const char *key) {
+    int32_t *prompt = NULL, n_prompt = 0;
+    fg_status st = cli_encode(&w->s, text, &prompt, &n_prompt);
+    if (st)
+        return st;
+    if (n_prompt + w->n_steps > w->ctx_len) {
+        free(prompt);
+        return FG_ERR_CAPACITY;
+    }
+    st = reference(w, prompt, n_prompt);
+    /* the classes of the prompt and the reference, and the special tokens before each length */
+    int32_t *all = malloc((size_t)(n_prompt + w->n_steps) * sizeof *all);
+    int32_t *spec = malloc((size_t)(n_prompt + w->n_steps + 1) * sizeof *spec);
+    fg_compression_params cps[SW_MAX_METHODS * SW_MAX_POINTS];
+    sw_result *outs[SW_MAX_METHODS * SW_MAX_POINTS];
+    if (!all || !spec)
+        st = FG_ERR_OUT_OF_MEMORY;
+    if (st == FG_OK) {
+        memcpy(all, prompt, (size_t)n_prompt * sizeof *all);
+        memcpy(all + n_prompt, w->ref, (size_t)w->n_steps * sizeof *all);
+        st = fg_token_classes_classify(fgm_runner_classes(w->s.runner), all, n_prompt + w->n_steps, 4, w->cls);
+        spec[0] = 0;
+        for (int32_t t = 0; t < n_prompt + w->n_steps; t++)
+            spec[t + 1] = spec[t] + (w->cls[t] == FG_TOKEN_SPECIAL);
+    }
+    /* the driven method, then the others (a batch each) */
+    int n = 0;
+    for (int32_t b = 0; st == FG_OK && b < w->n_points; b++, n++) {
+        method_params(w->methods[0], w->budgets[b], &cps[n]);
+        outs[n] = result(w, p, 0, b);
+    }
+    if (st == FG_OK)
+        st = run_batch(w, prompt, n_prompt, n, cps, outs, key);
+    n = 0;
+    const int64_t t0 = n_prompt, t1 = n_prompt + w->n_steps; /* the lengths memory was sampled at */
+    for (int32_t m = 1; st == FG_OK && m < w->n_methods; m++)
+        for (int32_t b = 0; b < w->n_points; b++, n++) {
+            if (!matched_params(w->methods[m], result(w, p, 0, b)->kept, t0, t1, n_prompt, spec, &cps[n]))
+                method_params(w->methods[m], w->budgets[b], &cps[n]);
+            outs[n] = result(w, p, m, b);
+        }
+    if (st == FG_OK && n > 0)
+        st = run_batch(w, prompt, n_prompt, n, cps, outs, key);
+    free(all);
+    free(spec);
+    free(prompt);
+    return st;
+}
+
+/* ---------------------------------------------------------------- report */
+
+static uint64_t rng_next(uint64_t *s) {
+    *s ^= *s >> 12;
+    *s ^= *s << 25;
+    *s ^= *s >> 27;
+    return *s * 0x2545f4914f6cdd1dull;
+}
+
+static int by_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Percentile bootstrap 95% interval of the mean of d[0..n) (2000 resamples, a fixed seed). */
+static void bootstrap(const double *d, int32_t n, double *lo, double *hi) {
+    enum { R = 2000 };
+    static double means[R];
+    uint64_t s = 0x9e3779b97f4a7c15ull;
+    for (int r = 0; r < R; r++) {
+        double sum = 0.0;
+        for (int32_t i = 0; i < n; i++)
+            sum += d[rng_next(&s) % (uint64_t)n];
+        means[r] = sum / n;
+    }
+    qsort(means, R, sizeof means[0], by_double);
+    *lo = means[(int)(0.025 * R)];
+    *hi = means[(int)(0.975 * R) - 1];
+}
+
+/* Aggregates of one method at one point over the prompts that ran. */
+typedef struct sw_agg {
+    double kept, kept_lo, kept_hi, kl, kl_max, top1, agree, acc;
+    double d, d_lo, d_hi; /* KL (or accuracy) minus the driven method's, paired, and its interval */
+    int32_t n;
+} sw_agg;
+
+static sw_agg aggregate(sweep *w, int32_t m, int32_t b, int passkey) {
+    sw_agg a = {0};
+    a.kept_lo = INFINITY;
+    a.kept_hi = -INFINITY;
+    double *d = malloc((size_t)w->n_prompts * sizeof *d);
+    for (int32_t p = 0; p < w->n_prompts; p++) {
+        const sw_result *r = result(w, p, m, b), *r0 = result(w, p, 0, b);
+        if (!r->made || !r0->made)
+            continue;
+        a.kept += r->kept;
+        a.kept_lo = fmin(a.kept_lo, r->kept);
+        a.kept_hi = fmax(a.kept_hi, r->kept);
+        a.kl += r->kl;
+        a.kl_max = fmax(a.kl_max, r->kl_max);
+        a.top1 += r->top1;
+        a.agree += r->agree;
+        a.acc += r->correct;
+        if (d)
+            d[a.n] = passkey ? (double)(r->correct - r0->correct) : r->kl - r0->kl;
+        a.n++;
+    }
+    if (a.n > 0) {
+        a.kept /= a.n;
+        a.kl /= a.n;
+        a.top1 /= a.n;
+        a.agree /= a.n;
+        a.acc /= a.n;
+        double s = 0.0;
+        for (int32_t i = 0; d && i < a.n; i++)
+            s += d[i];
+        a.d = d ? s / a.n : NAN;
+        if (d)
+            bootstrap(d, a.n, &a.d_lo, &a.d_hi);
+    }
+    free(d);
+    return a;
+}
+
+/* The driven method against method m: it "wins" when the interval of
+ * (m - driven) KL lies above 0, "loses" when below, else "tie" (passkey:
+ * accuracy, so the signs turn). */
+static const char *verdict(const sw_agg *a, int passkey) {
+    const double lo = passkey ? -a->d_hi : a->d_lo, hi = passkey ? -a->d_lo : a->d_hi;
+    return lo > 0.0 ? "wins" : hi < 0.0 ? "loses" : "tie";
+}
+
+static int report(sweep *w, const cli_opts *o, double seconds, int passkey) {
+    const char *drv = w->methods[0];
+    sw_agg agg[SW_MAX_METHODS][SW_MAX_POINTS];
+    for (int32_t m = 0; m < w->n_methods; m++)
+        for (int32_t b = 0; b < w->n_points; b++)
+            agg[m][b] = aggregate(w, m, b, passkey);
+    if (o->json) {
+        printf("{\"task\": \"%s\", \"model\": ", passkey ? "passkey" : "sweep");
+        cli_json_string(stdout, o->model);
+        printf(", \"prompts\": %d, \"steps\": %d, \"driven\": \"%s\", \"points\": [", (int)w->n_prompts,
+               (int)w->n_steps, drv);
+        for (int32_t b = 0; b < w->n_points; b++) {
+            printf("%s{\"budget\": %.3f, \"methods\": [", b ? ", " : "", (double)w->budgets[b]);
+            for (int32_t m = 0; m < w->n_methods; m++) {
+                const sw_agg *a = &agg[m][b];
+                printf("%s{\"method\": \"%s\", \"prompts\": %d, \"kv_kept\": %.4f, \"kv_kept_range\": [%.4f, %.4f], "
+                       "\"kl_mean\": %.6f, \"kl_max\": %.6f, \"top1\": %.4f, \"agree\": %.2f, \"accuracy\": %.4f, "
+                       "\"diff\": %.6f, \"diff_ci95\": [%.6f, %.6f], \"per_prompt\": [",
+                       m ? ", " : "", w->methods[m], (int)a->n, a->kept, a->n ? a->kept_lo : 0.0,
+                       a->n ? a->kept_hi : 0.0, a->kl, a->kl_max, a->top1, a->agree, a->acc, a->d, a->d_lo, a->d_hi);
+                for (int32_t p = 0; p < w->n_prompts; p++) {
+                    const sw_result *r = result(w, p, m, b);
+                    printf("%s[%.4f, %.6f, %.4f, %d, %d]", p ? ", " : "", r->kept, r->kl, r->top1, (int)r->agree,
+                           (int)r->correct);
+                }
+                printf("]}");
+            }
+            printf("]}");
+        }
+        printf("]}\n");
+    } else {
+        printf("fastgen eval --%s: %d prompts x %d %s tokens, %s (%.1f s)\n", passkey ? "passkey" : "sweep",
+               (int)w->n_prompts, (int)w->n_steps, passkey ? "greedy" : "teacher-forced", o->model, seconds);
+        printf("every method at the KV memory %s kept on each prompt (its ratio bisected; budget modes at the "
+               "budget);\n%s = method - %s, paired, with a bootstrap 95%% interval over the prompts (wins: the interval is above 0)\n",
+               drv, passkey ? "d(acc)" : "dKL", drv);
+        int nw = 18; /* the method column */
+        for (int32_t m = 0; m < w->n_methods; m++)
+            nw = (int)strlen(w->methods[m]) > nw ? (int)strlen(w->methods[m]) : nw;
+        for (int32_t b = 0; b < w->n_points; b++) {
+            const sw_agg *a0 = &agg[0][b];
+            printf("\nbudget %.2f: %s kept %.1f%% (%.1f-%.1f%% over %d prompts)\n", (double)w->budgets[b], drv,
+                   100 * a0->kept, 100 * (a0->n ? a0->kept_lo : 0.0), 100 * (a0->n ? a0->kept_hi : 0.0), (int)a0->n);
+            if (passkey)
+                printf("  %-*s %7s %9s %26s\n", nw, "method", "KV kept", "accuracy", "d(acc) [95% interval]");
+            else
+                printf("  %-*s %7s %9s %9s %7s %6s %30s\n", nw, "method", "KV kept", "KL mean", "KL max", "top-1",
+                       "agree", "dKL [95% interval]");
+            for (int32_t m = 0; m < w->n_methods; m++) {
+                const sw_agg *a = &agg[m][b];
+                if (passkey)
+                    printf("  %-*s %6.1f%% %8.1f%%", nw, w->methods[m], 100 * a->kept, 100 * a->acc);
+                else
+                    printf("  %-*s %6.1f%% %9.4f %9.4f %6.1f%% %6.1f", nw, w->methods[m], 100 * a->kept, a->kl,
+                           a->kl_max, 100 * a->top1, a->agree);
+                if (m > 0)
+                    printf(passkey ? " %+7.3f [%+7.3f, %+7.3f] %s %s" : " %+9.4f [%+9.4f, %+9.4f] %s %s", a->d, a->d_lo,
+                           a->d_hi, drv, verdict(a, passkey));
+                printf("\n");
+            }
+        }
+        printf("\n");
+        for (int32_t b = 0; b < w->n_points; b++) { /* the best other method beside the driven one */
+            int32_t best = -1, better = 0, ties = 0, worse = 0;
+            for (int32_t m = 1; m < w->n_methods; m++) {
+                const sw_agg *a = &agg[m][b];
+                const double v = passkey ? -a->acc : a->kl;
+                if (best < 0 || v < (passkey ? -agg[best][b].acc : agg[best][b].kl))
+                    best = m;
+                const char *vd = verdict(a, passkey);
+                better += !strcmp(vd, "wins");
+                ties += !strcmp(vd, "tie");
+                worse += !strcmp(vd, "loses");
+            }
+            if (best < 0)
+                continue;
+            if (passkey)
+                printf("summary: budget %.2f kept %.1f%%: %s accuracy %.1f%%, best other %s %.1f%%; wins %d, "
+                       "ties %d, loses %d\n", (double)w->budgets[b], 100 * agg[0][b].kept, drv, 100 * agg[0][b].acc,
+                       w->methods[best], 100 * agg[best][b].acc, better, ties, worse);
+            else
+                printf("summary: budget %.2f kept %.1f%%: %s KL %.4f, best other %s %.4f; wins %d, ties %d, "
+                       "loses %d\n", (double)w->budgets[b], 100 * agg[0][b].kept, drv, agg[0][b].kl,
+                       w->methods[best], agg[best][b].kl, better, ties, worse);
+        }
+    }
+    if (o->svg) {
+        double xs[SW_MAX_METHODS][SW_MAX_POINTS], y0[SW_MAX_METHODS][SW_MAX_POINTS], y1[SW_MAX_METHODS][SW_MAX_POINTS];
+        fg_svg_series s0[SW_MAX_METHODS], s1[SW_MAX_METHODS];
+        for (int32_t m = 0; m < w->n_methods; m++) {
+            for (int32_t b = 0; b < w->n_points; b++) {
+                xs[m][b] = agg[m][b].kept;
+                y0[m][b] = passkey ? agg[m][b].acc : agg[m][b].kl;
+                y1[m][b] = passkey ? agg[m][b].acc : agg[m][b].top1;
+            }
+            s0[m] = (fg_svg_series){w->methods[m], w->n_points, xs[m], y0[m]};
+            s1[m] = (fg_svg_series){w->methods[m], w->n_points, xs[m], y1[m]};
+        }
+        const fg_svg_chart charts[2] = {
+            {passkey ? "Passkey accuracy vs KV memory kept" : "Mean KL(full || compressed) vs KV memory kept",
+             FG_SVG_MEMORY_LABEL, passkey ? "accuracy" : "mean KL", s0, w->n_methods, 1, passkey},
+            {"Top-1 agreement with the full cache vs KV memory kept", FG_SVG_MEMORY_LABEL, "top-1 agreement", s1,
+             w->n_methods, 1, 1},
+        };
+        FILE *fp = fopen(o->svg, "w");
+        int bad = !fp || fg_svg_charts(fp, charts, passkey ? 1 : 2) != 0;
+        if (fp)
+            bad |= fclose(fp) != 0;
+        if (bad) {
+            fprintf(stderr, "fastgen eval: cannot write %s\n", o->svg);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- driver */
+
+static int parse_list(const char *text, const char **names, float *values, int32_t max, int32_t *n, char *buf,
+                      size_t buf_size) {
+    snprintf(buf, buf_size, "%s", text);
+    *n = 0;
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        if (*n == max)
+            return 0;
+        if (names) {
+            names[(*n)++] = tok;
+        } else {
+            char *end;
+            const float v = strtof(tok, &end);
+            if (*end || !(v > 0.0f && v <= 1.0f))
+                return 0;
+            values[(*n)++] = v;
+        }
+    }
+    return *n > 0;
+}
+
+int eval_sweep(const cli_opts *o, const eval_sweep_opts *x, char **prompts, const char **keys, int32_t n_prompts) {
+    sweep w;
+    memset(&w, 0, sizeof w);
+    w.x = x;
+    static char mbuf[1024], bbuf[256];
+    if (x->methods) {
+        if (!parse_list(x->methods, w.methods, NULL, SW_MAX_METHODS, &w.n_methods, mbuf, sizeof mbuf))
+            return cli_usage("eval", "--methods takes 1 to %d comma-separated policy names", SW_MAX_METHODS);
+    } else {
+        w.n_methods = (int32_t)(sizeof k_default_methods / sizeof k_default_methods[0]);
+        memcpy(w.methods, k_default_methods, sizeof k_default_methods);
+    }
+    if (x->budgets) {
+        if (!parse_list(x->budgets, NULL, w.budgets, SW_MAX_POINTS, &w.n_points, bbuf, sizeof bbuf))
+            return cli_usage("eval", "--budgets takes 1 to %d comma-separated fractions in (0, 1]", SW_MAX_POINTS);
+    } else {
+        w.n_points = (int32_t)(sizeof k_default_budgets / sizeof k_default_budgets[0]);
+        memcpy(w.budgets, k_default_budgets, sizeof k_default_budgets);
+    }
+    for (int32_t m = 0; m < w.n_methods; m++) {
+        fg_compression_params cp;
+        if (!method_params(w.methods[m], 0.5, &cp))
+            return cli_usage("eval", "--methods: \"%s\" is not a policy a sweep can drive (a preset that takes a "
+                                     "budget, or a one-entry preset, with options each after a colon: window=, "
+                                     "defer=, floor=, pool=, sink=, families=, flags=)", w.methods[m]);
+    }
+    w.n_cfg = (w.n_methods > 1 ? w.n_methods - 1 : 1) * w.n_points;
+    if (w.n_points > w.n_cfg)
+        w.n_cfg = w.n_points;
+    w.n_steps = o->n;
+    w.n_prompts = n_prompts;
+
+    char err[512];
+    fg_status st = cli_load(o, &w.s, err, sizeof err);
+    int32_t longest = 0;
+    for (int32_t p = 0; st == FG_OK && p < n_prompts; p++) {
+        int32_t *ids = NULL, n = 0;
+        if (cli_encode(&w.s, prompts[p], &ids, &n) == FG_OK && n > longest)
+            longest = n;
+        free(ids);
+    }
+    if (st == FG_OK) {
+        fgm_runner_params rp = {.backend = o->backend, .kv_dtype = o->dtype, .max_seqs = w.n_cfg,
+                               .max_len = longest + o->n, .q8_activations = o->q8_activations,
+                               .prefill_chunk = o->prefill_chunk, .n_threads = o->threads};
+        st = fgm_runner_create(&w.s.model, &w.s.tok, &rp, &w.s.runner, err, sizeof err);
+    }
+    int rc = 1;
+    if (st) {
+        fprintf(stderr, "fastgen eval: %s\n", err);
+        goto done;
+    }
+    w.vocab = w.s.model.config.vocab_size;
+    w.ctx_len = longest + o->n < w.s.model.config.seq_len ? longest + o->n : w.s.model.config.seq_len;
+    w.ref = malloc((size_t)o->n * sizeof *w.ref);
+    w.ref_logits = malloc((size_t)o->n * w.vocab * sizeof *w.ref_logits);
+    w.logits = malloc((size_t)w.n_cfg * w.vocab * sizeof *w.logits);
+    w.cls = malloc((size_t)w.ctx_len + 1);
+    w.res = calloc((size_t)n_prompts * w.n_methods * w.n_points, sizeof *w.res);
+    if (!w.ref || !w.ref_logits || !w.logits || !w.cls || !w.res) {
+        fprintf(stderr, "fastgen eval: out of memory\n");
+        goto done;
+    }
+    const int show = !o->quiet && isatty(2);
+    const double t0 = cli_now();
+    int32_t n_done = 0;
+    for (int32_t p = 0; p < n_prompts; p++) {
+        if (show) {
+            fprintf(stderr, "\r  prompt %d/%d", (int)p + 1, (int)n_prompts);
+            fflush(stderr);
+        }
+        st = sweep_prompt(&w, p, prompts[p], keys ? keys[p] : NULL);
+        if (st == FG_ERR_CAPACITY) {
+            fprintf(stderr, "fastgen eval: prompt %d plus %d tokens does not fit the context; skipped\n", (int)p + 1,
+                    (int)o->n);
+            continue;
+        }
+        if (st) {
+            fprintf(stderr, "fastgen eval: %s\n", cli_reason(w.s.runner, st));
+            goto done;
+        }
+        n_done++;
+    }
+    if (show)
+        fprintf(stderr, "\n");
+    if (n_done == 0) {
+        fprintf(stderr, "fastgen eval: no prompt fits the context with -n %d; nothing to report\n", (int)o->n);
+        goto done;
+    }
+    rc = report(&w, o, cli_now() - t0, keys != NULL);
+done:
+    free(w.ref);
+    free(w.ref_logits);
+    free(w.logits);
+    free(w.cls);
+    free(w.res);
+    cli_close(&w.s);
+    return rc;
+}

@@ -1,0 +1,245 @@
+/* fastgen generate: text from a prompt, a conversation (--chat) or K forked samples (--samples). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "tools/cli.h"
+#include "tools/cmd_generate_serve.h"
+
+
+
+
+/* A growing string. */
+typedef struct text_buf {
+    char *s;
+    size_t len, cap;
+} text_buf;
+
+static void text_append(text_buf *t, const char *piece) {
+    size_t n = strlen(piece);
+    if (t->len + n + 1 > t->cap) {
+        size_t cap = t->cap ? t->cap * 2 : 256;
+        while (cap < t->len + n + 1)
+            cap *= 2;
+        char *s = realloc(t->s, cap);
+        if (!s)
+            return;
+        t->s = s;
+        t->cap = cap;
+    }
+    memcpy(t->s + t->len, piece, n + 1);
+    t->len += n;
+}
+
+/* ------------------------------------------------------------------ generate */
+
+static const char *k_generate_help_head =
+    "usage: fastgen generate [options]\n"
+    "\n"
+    "Generates text with a llama2.c model whose attention runs through fastgen,\n"
+    "then prints tokens/s and the KV bytes held against a full cache.\n"
+    "\n"
+    "options:\n";
+static const char *k_generate_help_tail =
+    "  -n, --steps N           tokens to generate after the prompt (default 64)\n"
+    "  --temp X                sampling temperature, 0 = greedy (default 0; --temperature too)\n"
+    "  --top-p P               nucleus sampling when the temperature is above 0 (default 0.9)\n"
+    "  --seed S                sampling seed (default 1)\n"
+    "  --json                  one JSON object: text, tokens, kv_bytes_held, kv_bytes_full, ...\n"
+    "  --chat FILE             a conversation: the user turns of FILE (separated by blank lines) are\n"
+    "                          appended to one sequence in turn, and the model answers each (-n tokens\n"
+    "                          at most); --json: turns[{user, reply}], stopped, kv_bytes_held, kv_bytes_full.\n"
+    "                          A turn that does not fit the rest of the context ends the run: the turns\n"
+    "                          before it are printed, \"stopped\" says why (null when all were answered)\n"
+    "                          and the exit status is 1\n"
+    "  --prompt-ids FILE       the prompt as token ids (whitespace-separated) instead of -p's text\n"
+    "  --ignore-eos            generate all N tokens, past the end of text (for timing)\n"
+    "  --append MODE           --chat's later turns: keep (each head keeps its policy; the default) or\n"
+    "                          reprofile (each head profiled again over the new turn)\n"
+    "  --samples K             K samples (temperature 1 unless --temp says otherwise, seeds S..S+K-1) forked\n"
+    "                          from one prefilled prompt, sharing its pages; --json: samples, kv_bytes_held\n"
+    "                          (shared pages once), kv_bytes_unshared (each counted whole), kv_bytes_full\n"
+    "                          (full caches that share the prompt's pages too)\n";
+
+typedef struct generate_extra {
+    const char *chat, *prompt_ids;
+    int32_t samples;
+    int ignore_eos;
+} generate_extra;
+
+static int generate_option(void *user, const char *opt, const char *val, int *used) {
+    generate_extra *x = user;
+    *used = 1;
+    if (!strcmp(opt, "--ignore-eos")) {
+        x->ignore_eos = 1;
+        *used = 0;
+        return 0;
+    }
+    if (!strcmp(opt, "--prompt-ids")) {
+        x->prompt_ids = val;
+        return val ? 0 : 1;
+    }
+    if (!strcmp(opt, "--chat")) {
+        x->chat = val;
+        return val ? 0 : 1;
+    }
+    if (!strcmp(opt, "--samples"))
+        return val && cli_parse_int(val, 1, 64, &x->samples) ? 0 : 1;
+    return 2;
+}
+
+
+/* The combinations generate refuses: an option the run would not use. */
+static int generate_checks(const cli_opts *o, const generate_extra *x) {
+    const char *cmd = "generate";
+    if (x->chat && x->samples)
+        return cli_usage(cmd, "--chat and --samples do not go together");
+    if (x->chat && (o->has_prompt || x->prompt_ids))
+        return cli_usage(cmd, "--chat takes its turns from its file: -p, -f and --prompt-ids do not go with it");
+    if (x->prompt_ids && o->has_prompt)
+        return cli_usage(cmd, "--prompt-ids gives the prompt: -p and -f do not go with it");
+    if (o->append_mode >= 0 && !x->chat)
+        return cli_usage(cmd, "--append says how --chat's later turns join the sequence: it needs --chat");
+    if (x->ignore_eos && x->chat)
+        return cli_usage(cmd, "--ignore-eos: a --chat reply ends at the end of its turn");
+    if (x->samples && (x->prompt_ids || x->ignore_eos))
+        return cli_usage(cmd, "--samples takes its prompt from -p or -f and stops each sample at its end of text: "
+                              "--prompt-ids and --ignore-eos do not go with it");
+    if (x->samples && o->has_temperature && o->temperature == 0.0f)
+        return cli_usage(cmd, "--samples with --temp 0 would give %d copies of the greedy text: pass a temperature "
+                              "above 0", (int)x->samples);
+    const int sampling = x->samples || o->temperature > 0.0f;
+    if (!sampling && (o->has_top_p || o->has_seed))
+        return cli_usage(cmd, "--top-p and --seed shape sampling: they need --temp above 0 (or --samples)");
+    return 0;
+}
+
+static int generate_one(cli_opts *op, const fg_compression_params *cpp, const generate_extra *xp);
+
+int cmd_generate(int argc, char **argv) {
+    char model[1024], tokp[1024];
+    cli_opts o;
+    fg_compression_params cp;
+    generate_extra x = {NULL, NULL, 0, 0};
+    int rc = cli_model_command("generate", k_generate_help_head, k_generate_help_tail,
+                           CLI_MODEL | CLI_PROMPT | CLI_POLICY | CLI_APPEND | CLI_RUN | CLI_STEPS | CLI_SAMPLE | CLI_JSON |
+                               CLI_QUIET,
+                           64, argc, argv, &o, &cp, model, tokp, sizeof model, generate_option, &x);
+    if (rc == 0)
+        rc = generate_checks(&o, &x);
+    if (rc) {
+        cli_opts_free(&o);
+        return rc < 0 ? 0 : rc;
+    }
+    if (x.chat)
+        rc = serve_chat(&o, &cp, x.chat);
+    else if (x.samples)
+        rc = serve_samples(&o, &cp, x.samples);
+    else
+        rc = generate_one(&o, &cp, &x);
+    cli_opts_free(&o);
+    return rc;
+}
+
+static int generate_one(cli_opts *op, const fg_compression_params *cpp, const generate_extra *xp) {
+    cli_opts o = *op;
+    const fg_compression_params cp = *cpp;
+    const generate_extra x = *xp;
+    int rc;
+
+    cli_session s;
+    if (cli_open_or_report(&o, 0, &s))
+        return 1;
+    const int32_t seq_len = s.model.config.seq_len, vocab = s.model.config.vocab_size;
+    int32_t *tokens = NULL, n_prompt = 0, seq = -1;
+    float *logits = malloc((size_t)vocab * sizeof *logits);
+    text_buf text = {0};
+    rc = 1;
+    if (!logits || (x.prompt_ids ? cli_read_ids("generate", x.prompt_ids, vocab, &tokens, &n_prompt)
+                                 : cli_encode(&s, o.prompt, &tokens, &n_prompt)) != FG_OK) {
+        fprintf(stderr, "fastgen generate: cannot %s the prompt\n", x.prompt_ids ? "read" : "encode");
+        goto done;
+    }
+    if (n_prompt > seq_len) {
+        fprintf(stderr, "fastgen generate: the prompt is %d tokens, longer than the model's context of %d\n",
+                (int)n_prompt, (int)seq_len);
+        goto done;
+    }
+    if (n_prompt + o.n > seq_len) {
+        fprintf(stderr, "fastgen generate: generating %d tokens, not %d: the context holds %d\n",
+                (int)(seq_len - n_prompt), (int)o.n, (int)seq_len);
+        o.n = seq_len - n_prompt;
+    }
+    int32_t *all = realloc(tokens, (size_t)(n_prompt + o.n + 1) * sizeof *all);
+    if (!all)
+        goto done;
+    tokens = all;
+
+    double t0 = cli_now();
+    fg_status st = fgm_runner_prefill(s.runner, &cp, tokens, n_prompt, &seq, logits);
+    if (st) {
+        fprintf(stderr, "fastgen generate: prefill: %s\n", cli_reason(s.runner, st));
+        goto done;
+    }
+    double t_prefill = cli_now() - t0;
+    for (int32_t i = 0; i < n_prompt; i++) /* BOS and other control tokens decode to nothing */
+        text_append(&text, fgm_tokenizer_decode(&s.tok, i ? tokens[i - 1] : s.tok.bos, tokens[i]));
+    if (!o.json) {
+        fputs(text.s ? text.s : "", stdout);
+        fflush(stdout);
+    }
+    fgm_sampler sampler = {o.temperature, o.top_p, o.seed * 0x9e3779b97f4a7c15ull + 1};
+    int32_t n_total = n_prompt;
+    t0 = cli_now();
+    for (int32_t step = 0; step < o.n; step++) {
+        int32_t next = fgm_sample(&sampler, logits, vocab);
+        if (!x.ignore_eos && (next == s.tok.bos || next == s.tok.eos))
+            break;
+        const char *piece = fgm_tokenizer_decode(&s.tok, tokens[n_total - 1], next);
+        text_append(&text, piece);
+        if (!o.json) {
+            fputs(piece, stdout);
+            fflush(stdout);
+        }
+        tokens[n_total++] = next;
+        if (step + 1 < o.n && (st = fgm_runner_decode(s.runner, 1, &seq, &next, logits))) {
+            fprintf(stderr, "\nfastgen generate: decode: %s\n", cli_reason(s.runner, st));
+            goto done;
+        }
+    }
+    double t_decode = cli_now() - t0;
+    fg_memory_stats mem;
+    fg_memory(fgm_runner_context(s.runner), seq, &mem);
+    const int32_t generated = n_total - n_prompt;
+    const double tps = t_decode > 0.0 ? generated / t_decode : 0.0;
+    if (o.json) {
+        printf("{\"text\": ");
+        cli_json_string(stdout, text.s ? text.s : "");
+        printf(", \"tokens\": [");
+        for (int32_t i = 0; i < n_total; i++)
+            printf("%s%d", i ? ", " : "", (int)tokens[i]);
+        printf("], \"n_prompt\": %d, \"n_generated\": %d, \"policy\": ", (int)n_prompt, (int)generated);
+        cli_json_string(stdout, o.policy);
+        printf(", \"backend\": ");
+        cli_json_string(stdout, fg_context_backend(fgm_runner_context(s.runner)));
+        printf(", \"kv_bytes_held\": %zu, \"kv_bytes_full\": %zu, \"rows_kept\": %lld, \"rows_full\": %lld, "
+               "\"prefill_s\": %.6f, \"tokens_per_s\": %.2f}\n",
+               mem.kv_bytes_held, mem.kv_bytes_full, (long long)mem.rows_kept, (long long)mem.rows_full, t_prefill,
+               tps);
+    } else {
+        char held[32], full[32];
+        cli_human_bytes((double)mem.kv_bytes_held, held, sizeof held);
+        cli_human_bytes((double)mem.kv_bytes_full, full, sizeof full);
+        printf("\n\n%d prompt + %d generated tokens, %.1f tokens/s (backend %s, policy %s)\n", (int)n_prompt,
+               (int)generated, tps, fg_context_backend(fgm_runner_context(s.runner)), o.policy);
+        printf("KV cache: %s held vs %s full (%.1f%%; %lld of %lld rows kept)\n", held, full,
+               100.0 * (double)mem.kv_bytes_held / (double)(mem.kv_bytes_full ? mem.kv_bytes_full : 1),
+               (long long)mem.rows_kept, (long long)mem.rows_full);
+    }
+    rc = 0;
+done:
+    free(tokens);
+    free(logits);
+    free(text.s);
+    cli_close(&s);
+    return rc;
+}

@@ -1,0 +1,50 @@
+/* fastgen: the command-line tool. Each command is tools/cmd_<name>.c. */
+#include <stdio.h>
+#include <string.h>
+
+#include "fastgen.h"
+#include "tools/cli.h"
+
+/* ------------------------------------------------------------------ main */
+
+static const char *k_help = "usage: fastgen <command> [options]\n"
+                            "\n"
+                            "commands:\n"
+                            "  generate  generate text with a llama2.c model, attention through fastgen\n"
+                            "  profile   the policy of every head and the recovery of every shortlist entry\n"
+                            "  eval      quality vs memory: FastGen against StreamingLLM, H2O, local, frequent\n"
+                            "  demo      the real model when one is found, else a synthetic workload\n"
+                            "  info      what a model file (GGUF or llama2.c) holds, and whether fastgen runs it\n"
+                            "  tokenize  the token ids of a text under a model's tokenizer\n"
+                            "  version   print the library version\n"
+                            "\n"
+                            "`fastgen <command> --help` describes each command.\n";
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fputs("fastgen: no command (generate, profile, eval, demo, info, tokenize, version; try `fastgen --help`)\n",
+              stderr);
+        return 2;
+    }
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
+        fputs(k_help, stdout);
+        return 0;
+    }
+    if (!strcmp(cmd, "generate"))
+        return cmd_generate(argc - 2, argv + 2);
+    if (!strcmp(cmd, "profile"))
+        return cmd_profile(argc - 2, argv + 2);
+    if (!strcmp(cmd, "eval"))
+        return cmd_eval(argc - 2, argv + 2);
+    if (!strcmp(cmd, "demo"))
+        return cmd_demo(argc - 2, argv + 2);
+    if (!strcmp(cmd, "info"))
+        return cmd_info(argc - 2, argv + 2);
+    if (!strcmp(cmd, "tokenize"))
+        return cmd_tokenize(argc - 2, argv + 2);
+    if (!strcmp(cmd, "version") || !strcmp(cmd, "--version"))
+        return cmd_version(argc - 2, argv + 2);
+    fprintf(stderr, "fastgen: unknown command \"%s\" (try `fastgen --help`)\n", cmd);
+    return 2;
+}

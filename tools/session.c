@@ -1,0 +1,125 @@
+/* The CLI's model session (model, tokenizer, runner) and its output helpers. */
+#include "tools/cli.h"
+
+#include "model/gguf.h"
+#include "model/io.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+fg_status cli_load(const cli_opts *o, cli_session *s, char *err, size_t n) {
+    memset(s, 0, sizeof *s);
+    fg_status st = fgm_model_load(o->model, &s->model, err, n);
+    if (st == FG_OK && s->model.gguf)
+        st = fgm_tokenizer_from_gguf(s->model.gguf, s->model.config.vocab_size, &s->tok, err, n);
+    else if (st == FG_OK && (st = fgm_tokenizer_load_file(o->tokenizer, s->model.config.vocab_size, &s->tok, err, n)) &&
+             o->tokenizer_defaulted) {
+        char why[512];
+        snprintf(why, sizeof why, "%s", err);
+        snprintf(err, n, "the tokenizer tried by default, %s (tok512.bin beside the model), does not fit %s (%s); "
+                 "-z FILE names the model's own", o->tokenizer, o->model, why);
+    }
+    if (st)
+        cli_close(s);
+    return st;
+}
+
+/* The prompt's progress on the terminal: a line that updates, erased at the end. */
+static void prefill_progress(void *user, int32_t done, int32_t total) {
+    (void)user;
+    if (done < total)
+        fprintf(stderr, "\r  prefill %3d%%", (int)(100 * (int64_t)done / total));
+    else
+        fputs("\r\033[K", stderr);
+    fflush(stderr);
+}
+
+fg_status cli_open(const cli_opts *o, int32_t max_seqs, int track_recovery, cli_session *s, char *err, size_t n) {
+    fg_status st = cli_load(o, s, err, n);
+    if (st == FG_OK) {
+        fgm_runner_params rp = {.backend = o->backend, .kv_dtype = o->dtype, .max_seqs = max_seqs,
+                               .track_recovery = track_recovery, .q8_activations = o->q8_activations,
+                               .prefill_chunk = o->prefill_chunk, .n_threads = o->threads};
+        st = fgm_runner_create(&s->model, &s->tok, &rp, &s->runner, err, n);
+    }
+    if (st == FG_OK && !o->quiet && isatty(2))
+        fgm_runner_set_progress(s->runner, prefill_progress, NULL);
+    if (st)
+        cli_close(s);
+    return st;
+}
+
+void cli_close(cli_session *s) {
+    fgm_runner_destroy(&s->runner);
+    fgm_tokenizer_free(&s->tok);
+    fgm_llama_free(&s->model);
+}
+
+fg_status cli_encode(const cli_session *s, const char *prompt, int32_t **tokens, int32_t *n) {
+    int32_t cap = (int32_t)strlen(prompt) + 2;
+    *tokens = malloc((size_t)cap * sizeof **tokens);
+    if (!*tokens)
+        return FG_ERR_OUT_OF_MEMORY;
+    fg_status st = fgm_tokenizer_encode(&s->tok, prompt, FGM_ENCODE_BOS | FGM_ENCODE_SPECIAL, *tokens, cap, n);
+    if (st) {
+        free(*tokens);
+        *tokens = NULL;
+    }
+    return st;
+}
+
+/* A JSON string: quotes, backslashes and control characters escaped, every
+ * byte that is not part of well-formed UTF-8 written as U+FFFD. */
+void cli_json_string(FILE *f, const char *s) {
+    fputc('"', f);
+    for (const unsigned char *p = (const unsigned char *)s; *p;) {
+        const int n = fgm_utf8_length((const char *)p);
+        if (n == 0)
+            fputs("\\ufffd", f);
+        else if (*p == '"' || *p == '\\')
+            fprintf(f, "\\%c", *p);
+        else if (*p == '\n')
+            fputs("\\n", f);
+        else if (*p == '\t')
+            fputs("\\t", f);
+        else if (*p < 0x20 || *p == 0x7f)
+            fprintf(f, "\\u%04x", *p);
+        else
+            fwrite(p, 1, (size_t)n, f);
+        p += n ? n : 1;
+    }
+    fputc('"', f);
+}
+
+const char *cli_reason(const fgm_runner *r, fg_status st) {
+    const char *e = r ? fgm_runner_error(r) : NULL;
+    return e && e[0] ? e : fg_status_string(st);
+}
+
+void cli_human_bytes(double b, char *buf, size_t n) {
+    const char *unit[] = {"B", "KiB", "MiB", "GiB"};
+    int u = 0;
+    while (b >= 1024.0 && u < 3) {
+        b /= 1024.0;
+        u++;
+    }
+    snprintf(buf, n, u ? "%.1f %s" : "%.0f %s", b, unit[u]);
+}
+
+double cli_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int cli_open_or_report(const cli_opts *o, int track, cli_session *s) {
+    char err[512];
+    fg_status st = cli_open(o, 1, track, s, err, sizeof err);
+    if (st) {
+        fprintf(stderr, "fastgen: %s\n", err);
+        return 1;
+    }
+    return 0;
+}

@@ -87,6 +87,10 @@ int32_t fg_policy_choose(const fg_compression_params *cp, const fg_profile_view 
 /* Key index where the window of a policy with `local` starts at the view's
  * length (n without local). */
 int32_t fg_policy_window_start(const fg_policy *policy, const fg_profile_view *pv);
+/* The distinct local windows w(t) of the shortlist's entries, appended to
+ * req->window (req->n_windows of them), and for each entry e the index of
+ * its window in window_of[e] (-1: the entry keeps no local window). */
+void fg_shortlist_windows(const fg_compression_params *cp, int32_t t, fg_profile_request *req, int32_t *window_of);
 /* Budget mode: choice[g] for each of n_heads heads, maximising the summed
  * recovery rec[g][e] within budget_rows summed cost[g][e] (both [n_heads][n_entries]):
  * every head starts at its cheapest entry, then the upgrade with the most
@@ -281,15 +285,74 @@ struct fg_context {
     char error[512];
 };
 
-/* ---- heads' pages and activation memory (core/context.c) */
+/* Returns fg_error(ctx, status, ...) from the calling entry point when cond fails. */
+#define FG_CHECK(cond, ctx, status, ...)                                                                               \
+    do {                                                                                                               \
+        if (!(cond))                                                                                                   \
+            return fg_error((ctx), (status), __VA_ARGS__);                                                             \
+    } while (0)
 
+/* ---- sequences and their pages (core/sequence.c) */
+
+/* The live sequence `seq` (FG_ERR_INVALID_ARGUMENT, with a message, if none). */
+fg_status fg_get_seq(const fg_context *ctx, int32_t seq, fg_seq **out);
+/* The live sequence `seq` and its head (layer, kv_head), validated. */
+fg_status fg_get_head(const fg_context *ctx, int32_t seq, int32_t layer, int32_t kv_head, fg_seq **s, fg_head **h);
+/* c becomes a copy of s that shares its pages (one more owner each). */
+fg_status fg_seq_clone(fg_context *ctx, const fg_seq *s, fg_seq *c);
+/* Token `token` may go to position p of sequence `seq` (s): inside the
+ * vocabulary, and the token another layer already has there, if any. */
+fg_status fg_check_token(fg_context *ctx, const fg_seq *s, int32_t seq, int32_t p, int32_t token);
+/* Frees everything a sequence holds (its pages, stages, adaptive state). */
+void fg_seq_release(fg_context *ctx, fg_seq *s);
 int32_t fg_pages_for(const fg_context *ctx, int32_t rows);
 /* Grows a head to n_pages pages. On failure the head keeps what it had. */
 fg_status fg_head_reserve(fg_context *ctx, fg_head *h, int32_t n_pages);
 void fg_head_shrink(fg_context *ctx, fg_head *h, int32_t n_pages);
+/* Copy-on-write: replaces the shared pages [first, last) of a head by copies
+ * of its own before a step writes them, recording each in ctx->cow. */
+fg_status fg_head_unshare(fg_context *ctx, fg_head *h, int32_t first, int32_t last);
+/* Undoes the copies of a failed step: the heads share their old pages again. */
+void fg_pages_reshare(fg_context *ctx);
+/* Gives back the pages a decode step reserved for its first n_heads heads
+ * (head i * Hkv + g of the batch is KV head g of sequence seqs[i]). */
+void fg_unreserve(fg_context *ctx, int32_t layer, const int32_t *seqs, int32_t n_heads);
+
+/* ---- prefill (core/prefill.c) */
+
+/* Positions [first, last) of a pass whose rows start at position pos0 (q:
+ * [][Hq][d] from pos0, activation memory) join the adaptive mode's observed
+ * rows of `layer`. */
+fg_status fg_observe_rows(fg_context *ctx, fg_seq *s, int32_t layer, int32_t pos0, int32_t first, int32_t last,
+                          const float *q);
+/* Whether every layer of a sequence has been prefilled. */
+int fg_all_prefilled(const fg_context *ctx, const fg_seq *s);
+/* Frees a chunked prefill's staged activations. */
+void fg_stage_free(fg_context *ctx, fg_prefill_stage *stage);
+/* Whether a sequence has a chunked prefill in progress on some layer. */
+int fg_stage_in_progress(const fg_context *ctx, const fg_seq *s);
+
+/* ---- scratch and activation memory (core/activations.c) */
+
+/* Host scratch: each *ptr = malloc(bytes), NULL where bytes is 0 (not
+ * needed). Returns 1 when every buffer asked for was allocated; else 0, and
+ * the caller frees what was (all pointers start NULL). */
+typedef struct fg_alloc_item {
+    void **ptr;
+    size_t bytes;
+} fg_alloc_item;
+int fg_alloc_all(const fg_alloc_item *items, size_t n);
+
 /* Activation memory: the backend's with FG_IO_DEVICE, else the host's. */
 fg_status fg_io_alloc(fg_context *ctx, size_t bytes, float **out);
 void fg_io_free(fg_context *ctx, float *p);
+/* Host floats into activation memory. */
 fg_status fg_io_write(fg_context *ctx, float *dst, const float *src, size_t bytes);
+/* Activation memory to activation memory (a queued copy with FG_IO_DEVICE). */
+fg_status fg_io_copy(fg_context *ctx, float *dst, const float *src, size_t bytes);
+/* `rows` rows of `width` floats, from src every spitch floats to dst every
+ * dpitch floats (one queued copy with FG_IO_DEVICE). */
+fg_status fg_io_copy_rows(fg_context *ctx, float *dst, size_t dpitch, const float *src, size_t spitch, size_t width,
+                          size_t rows);
 
 #endif /* FG_INTERNAL_H */

@@ -264,3 +264,18 @@ fg_step_plan fg_plan_step(const fg_policy *policy, int32_t t, const uint8_t *cls
     }
     return pl;
 }
+
+void fg_shortlist_windows(const fg_compression_params *cp, int32_t t, fg_profile_request *req, int32_t *window_of) {
+    for (int32_t e = 0; e < cp->n_policies; e++) {
+        window_of[e] = -1;
+        if (!(fg_effective_components(cp->shortlist[e].components) & FG_KEEP_LOCAL))
+            continue;
+        const int32_t w = fg_policy_window(&cp->shortlist[e], t);
+        int32_t i = 0;
+        while (i < req->n_windows && req->window[i] != w)
+            i++;
+        if (i == req->n_windows)
+            req->window[req->n_windows++] = w;
+        window_of[e] = i;
+    }
+}

@@ -4,7 +4,7 @@
 
 #include "backends/backend_host.h"
 #include "kernels_cpu/kernels_cpu.h"
-#include "kernels_cpu/kernels_ref.h"
+#include "kernels_ref/kernels_ref.h"
 
 static void cpu_destroy(fg_backend *be) {
     fg_cpu_state *st = be->impl;
@@ -29,7 +29,7 @@ fg_status fg_backend_cpu_init(fg_backend *be) {
     fg_cpu_state *st = calloc(1, sizeof *st);
     if (!st)
         return be->err(be->err_sink, FG_ERR_OUT_OF_MEMORY, "cpu backend: out of memory");
-    st->isa = fg_cpu_isa_detect();
+    st->isa = fg_cpu_features_get().isa;
     st->tuning = fg_cpu_tuning_detect();
     be->impl = st;
     be->ops = &k_cpu_ops;

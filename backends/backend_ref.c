@@ -5,7 +5,7 @@
 #include <sys/mman.h>
 
 #include "backends/backend_host.h"
-#include "kernels_cpu/kernels_ref.h"
+#include "kernels_ref/kernels_ref.h"
 
 fg_status fg_host_buffer_alloc(fg_backend *be, size_t bytes, void **out) {
     /* 64-byte aligned so that rows can be loaded with aligned vectors. From

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "backends/backend.h"
-#include "kernels_cpu/dtype.h"
+#include "common/dtype.h"
 
 typedef struct fg_backend_entry {
     const char *name;

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "kernels_cpu/kernels_cpu.h"
-#include "kernels_cpu/page.h"
+#include "common/slots.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>

@@ -77,7 +77,7 @@ __attribute__((target("avx2,fma"))) static float exp_sub_sum_avx2(float *x, int3
 
 float fg_exp_sub_sum(float *x, int32_t n, float sub) {
 #if defined(__x86_64__)
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+    if (fg_cpu_features_get().isa >= FG_ISA_AVX2)
         return exp_sub_sum_avx2(x, n, sub);
 #endif
     float s = 0.0f;

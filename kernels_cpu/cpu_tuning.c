@@ -73,7 +73,7 @@ fg_status fg_cpu_describe(char *buf, size_t size) {
     if (!buf || size == 0)
         return FG_ERR_INVALID_ARGUMENT;
     const fg_cpu_tuning t = fg_cpu_tuning_detect();
-    snprintf(buf, size, "%s; isa %s; decode prefetch %s (%s)", t.cpu, fg_cpu_isa_name(fg_cpu_isa_detect()),
+    snprintf(buf, size, "%s; isa %s; decode prefetch %s (%s)", t.cpu, fg_cpu_isa_name(fg_cpu_features_get().isa),
              t.pf_locality == FG_PF_NTA ? "nta" : "t0", t.source);
     return FG_OK;
 }

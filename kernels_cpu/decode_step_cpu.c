@@ -28,14 +28,13 @@
 #include <string.h>
 
 #include "kernels_cpu/kernels_cpu.h"
-#include "kernels_cpu/kernels_ref.h"
-#include "kernels_cpu/page.h"
+#include "common/rules.h"
+#include "common/slots.h"
 #include "kernels_cpu/exp_avx2.h"
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
+#include "common/cpu_features.h"
+#ifdef FG_X86
 #include <immintrin.h>
-#define FG_X86 1
 #endif
 
 
@@ -595,38 +594,6 @@ static score_scan_fn *isa_score_scan(fg_cpu_isa isa) {
     return score_scan_generic;
 }
 
-fg_cpu_isa fg_cpu_isa_detect(void) {
-    fg_cpu_isa best = FG_ISA_GENERIC;
-#ifdef FG_X86
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-        best = FG_ISA_AVX2;
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")) {
-        best = FG_ISA_AVX512;
-        unsigned a, b, c, d; /* CPUID leaf 7, subleaf 1: EAX bit 5 (not every compiler's __builtin_cpu_supports knows it) */
-        if (__get_cpuid_count(7, 1, &a, &b, &c, &d) && (a >> 5 & 1u))
-            best = FG_ISA_AVX512_BF16;
-    }
-#endif
-    /* FG_CPU_ISA=generic|avx2|avx512 asks for less (never more than the CPU has) */
-    const char *want = getenv("FG_CPU_ISA");
-    if (want && !strcmp(want, "generic"))
-        return FG_ISA_GENERIC;
-    if (want && !strcmp(want, "avx2") && best >= FG_ISA_AVX2)
-        return FG_ISA_AVX2;
-    if (want && !strcmp(want, "avx512") && best >= FG_ISA_AVX512)
-        return FG_ISA_AVX512;
-    return best;
-}
-
-const char *fg_cpu_isa_name(fg_cpu_isa isa) {
-    return isa == FG_ISA_AVX512_BF16 ? "avx512-bf16"
-           : isa == FG_ISA_AVX512    ? "avx512"
-           : isa == FG_ISA_AVX2      ? "avx2"
-                                     : "generic";
-}
-
 /* ------------------------------------------------------------------ the step */
 
 typedef struct head_plan {
@@ -687,7 +654,7 @@ static void merge_head(decode_job *j, int32_t i) {
     const int32_t G = j->G, d = j->d;
     fg_status hs;
     if (!hp->fast) {
-        hs = fg_ref_decode_step_head(layout, j->shape, hd);
+        hs = fg_cpu_decode_step_plain(layout, j->shape, hd);
     } else {
         const float *q = j->qs + (size_t)i * G * d;
         float M[FG_MAX_GROUP], Linv[FG_MAX_GROUP], new_score = 0.0f;
@@ -721,7 +688,7 @@ static void merge_head(decode_job *j, int32_t i) {
         hp->new_score = new_score;
         if (hp->raw == SIZE_MAX || hp->n_items == 0) {
             const fg_freq_scan none = FG_FREQ_SCAN_EMPTY;
-            hs = fg_ref_decode_finish_head(layout, hd, new_score, hp->raw == SIZE_MAX ? NULL : &none);
+            hs = fg_cpu_decode_finish_head(layout, hd, new_score, hp->raw == SIZE_MAX ? NULL : &none);
         } else {
             /* pooled attention of slot s: sum_h raw[h][s] e^(m_c - M) / (L G), one factor per item */
             for (int32_t c = 0; c < hp->n_items; c++) {
@@ -772,8 +739,8 @@ static void score_task(void *arg, int32_t task, int32_t thread) {
         return;
     fg_freq_scan scan = FG_FREQ_SCAN_EMPTY;
     for (int32_t c = 0; c < hp->n_items; c++)
-        fg_ref_freq_scan_merge(&scan, &j->items[hp->first_item + c].scan);
-    if (fg_ref_decode_finish_head(layout, hd, hp->new_score, &scan) != FG_OK)
+        fg_cpu_freq_scan_merge(&scan, &j->items[hp->first_item + c].scan);
+    if (fg_cpu_decode_finish_head(layout, hd, hp->new_score, &scan) != FG_OK)
         atomic_store(&j->bad, a->head);
 }
 
@@ -790,7 +757,7 @@ fg_status fg_cpu_decode_step(fg_backend *be, const fg_page_layout *layout, const
     size_t raw_floats = 0, step_rows = 0;
     for (int32_t i = 0; i < n_heads; i++) {
         const fg_decode_head *hd = &heads[i];
-        const int track = (hd->components & FG_KEEP_FREQUENT) && !(hd->components & FG_KEEP_FULL);
+        const int track = fg_tracks_scores(hd->components);
         n_items += fast_ok ? (hd->n_slots + FG_CPU_CHUNK - 1) / FG_CPU_CHUNK : 0;
         raw_floats += fast_ok && track ? (size_t)G * hd->n_slots : 0;
         step_rows += (size_t)hd->n_slots;
@@ -825,7 +792,7 @@ fg_status fg_cpu_decode_step(fg_backend *be, const fg_page_layout *layout, const
     size_t raw_at = 0;
     for (int32_t i = 0; i < n_heads; i++) {
         const fg_decode_head *hd = &heads[i];
-        const int track = (hd->components & FG_KEEP_FREQUENT) && !(hd->components & FG_KEEP_FULL);
+        const int track = fg_tracks_scores(hd->components);
         head_plan *hp = &plan[i];
         hp->fast = fast_ok;
         hp->first_item = item;

@@ -7,15 +7,50 @@
 #define FG_KERNELS_CPU_H
 
 #include "backends/backend.h"
-#include "kernels_cpu/kernels_ref.h"
 
-/* AVX512_BF16: AVX-512 plus vdpbf16ps, which dots bf16 cache rows with the
- * query rounded to bf16 (twice the multiply-adds of an f32 FMA). */
-typedef enum fg_cpu_isa { FG_ISA_GENERIC = 0, FG_ISA_AVX2 = 1, FG_ISA_AVX512 = 2, FG_ISA_AVX512_BF16 = 3 } fg_cpu_isa;
+/* The ISA levels (AVX512_BF16: AVX-512 plus vdpbf16ps, which dots bf16
+ * cache rows with the query rounded to bf16, twice the multiply-adds of an
+ * f32 FMA) and the one probe every op asks. */
+#include "common/cpu_features.h"
 
-/* The best ISA this CPU runs (FG_CPU_ISA=generic|avx2|avx512 in the environment asks for less). */
-fg_cpu_isa fg_cpu_isa_detect(void);
-const char *fg_cpu_isa_name(fg_cpu_isa isa);
+/* Steps 4a-b of docs/design.md §2.5 for a head that tracks scores, over slots [begin, end):
+ * window rows that left the window become frequent candidates, and the
+ * candidates are counted and the lowest-ranked found. Scans of consecutive
+ * ranges merge into the scan of their union. */
+typedef struct fg_freq_scan {
+    int32_t n_freq; /* candidates */
+    int32_t worst;  /* the lowest-ranked candidate's slot, -1 when none */
+    int32_t worst_pos;
+    float worst_rank;
+} fg_freq_scan;
+#define FG_FREQ_SCAN_EMPTY ((fg_freq_scan){0, -1, 0, 0.0f})
+void fg_cpu_freq_scan(const fg_page_layout *layout, const fg_decode_head *head, int32_t begin, int32_t end,
+                      fg_freq_scan *scan);
+void fg_cpu_freq_scan_merge(fg_freq_scan *into, const fg_freq_scan *from);
+/* Steps 3-4 of §2.5 (insert, window, frequent budget) once attention and the
+ * score update are done; new_score: the new token's pooled self-attention.
+ * `scanned`, or NULL: the scan of the head's slots [0, n_slots), made after
+ * their score update (a head that tracks scores only). */
+fg_status fg_cpu_decode_finish_head(const fg_page_layout *layout, const fg_decode_head *head, float new_score,
+                                    const fg_freq_scan *scanned);
+/* The whole step of one head as plain loops: the shapes the vector kernels
+ * do not take (a head dimension that is not a multiple of the vector
+ * lanes, groups of more than FG_MAX_GROUP query heads). */
+fg_status fg_cpu_decode_step_plain(const fg_page_layout *layout, const fg_shape *shape, const fg_decode_head *head);
+
+
+/* Asks for the metadata (positions, scores, flags: the end of the page) of
+ * page `index` of a head, unless it starts at or past slot `end`. The walks
+ * over a head's metadata touch a few lines every page, too far apart for
+ * the hardware prefetcher, so they ask FG_META_AHEAD pages ahead. */
+#define FG_META_AHEAD 4
+static inline void fg_prefetch_meta(const fg_page_layout *L, void *const *pages, int32_t end, int32_t index) {
+    if ((int64_t)index * L->page_tokens >= end)
+        return;
+    const unsigned char *page = (const unsigned char *)pages[index];
+    for (size_t off = L->pos_offset; off < L->page_bytes; off += 64)
+        __builtin_prefetch(page + off, 1, 3);
+}
 
 /* The decode kernel's constants that measured differently across CPUs,
  * picked per CPU when the backend opens (kernels_cpu/cpu_tuning.c): a small

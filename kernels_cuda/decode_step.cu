@@ -115,7 +115,7 @@ __global__ static void attend_chunks(fg_gpu_layout L, int32_t G, int32_t lanes, 
     const int32_t g0 = blockIdx.y * GBM, GB = fg_imin(GBM, G - g0);
     const int32_t lane = threadIdx.x % lanes, rg = threadIdx.x / lanes, RG = T / lanes;
     const bool lane_on = lane * EPL < d;
-    const bool track = (h.components & FG_KEEP_FREQUENT) && !(h.components & FG_KEEP_FULL);
+    const bool track = fg_tracks_scores(h.components);
     float *qs = sh, *red = qs + GBM * d; /* [GBM][d], then the area */
     const float scale = 1.0f / sqrtf((float)d);
     for (int32_t i = threadIdx.x; i < GB * d; i += T)
@@ -279,10 +279,6 @@ __device__ static inline int32_t block_min_int(int32_t x, int32_t *sh) {
 
 __device__ static inline float block_min(float x, float *sh) { return -fg_block_max(-x, sh); }
 
-__device__ static inline float rank_of(int32_t mode, float score, int32_t pos, int32_t t) {
-    return mode == FG_SCORE_MEAN ? score / (float)(t - pos) : score;
-}
-
 /* What merge_heads leaves for the later kernels of a head. */
 struct head_stat {
     unsigned long long victim; /* min of (rank bits, position) over the frequent rows once the window moved */
@@ -349,7 +345,7 @@ __global__ static void update_rows(fg_gpu_layout L, int32_t G, const decode_desc
     unsigned long long *kred = (unsigned long long *)(red + blockDim.x);
     const decode_item it = items[blockIdx.x];
     const decode_desc h = heads[it.head];
-    const bool track = (h.components & FG_KEEP_FREQUENT) && !(h.components & FG_KEEP_FULL);
+    const bool track = fg_tracks_scores(h.components);
     const bool flip = (h.components & FG_KEEP_LOCAL) && (h.components & FG_KEEP_FREQUENT);
     if (!track && !flip) /* the same for the whole block */
         return;
@@ -375,7 +371,7 @@ __global__ static void update_rows(fg_gpu_layout L, int32_t G, const decode_desc
         }
         if (track && flag == FG_SLOT_FREQUENT) {
             cnt++;
-            const unsigned long long k = rank_key(rank_of(h.score_mode, *score, pos, t), pos);
+            const unsigned long long k = rank_key(fg_rank_score(h.score_mode, *score, pos, t), pos);
             key = k < key ? k : key;
         }
     }
@@ -409,7 +405,7 @@ __global__ static void finish_heads(fg_gpu_layout L, const decode_desc *heads, v
     void *const *pages = ptab + h.page0;
     const int32_t d = L.head_dim, P = L.page_tokens, t = h.pos + 1;
     const float *kn = h.k, *vn = h.v;
-    const bool track = (h.components & FG_KEEP_FREQUENT) && !(h.components & FG_KEEP_FULL);
+    const bool track = fg_tracks_scores(h.components);
     int32_t n = h.n_slots;
 
     /* 3. insert the new token */
@@ -458,7 +454,7 @@ __global__ static void finish_heads(fg_gpu_layout L, const decode_desc *heads, v
             if (first) {
                 unsigned long long key = stat.victim;
                 if (new_freq) {
-                    const unsigned long long k = rank_key(rank_of(h.score_mode, stat.new_score, h.pos, t), h.pos);
+                    const unsigned long long k = rank_key(fg_rank_score(h.score_mode, stat.new_score, h.pos, t), h.pos);
                     key = k < key ? k : key;
                 }
                 victim_pos = (int32_t)(uint32_t)(key & 0xffffffffu);
@@ -468,7 +464,7 @@ __global__ static void finish_heads(fg_gpu_layout L, const decode_desc *heads, v
                     const unsigned char *page = (const unsigned char *)pages[s / P];
                     const int32_t j = s % P;
                     if (page[L.flags_offset + j] == FG_SLOT_FREQUENT)
-                        lo = fminf(lo, rank_of(h.score_mode, ((const float *)(page + L.score_offset))[j],
+                        lo = fminf(lo, fg_rank_score(h.score_mode, ((const float *)(page + L.score_offset))[j],
                                                ((const int32_t *)(page + L.pos_offset))[j], t));
                 }
                 const float worst_rank = block_min(lo, red);
@@ -477,7 +473,7 @@ __global__ static void finish_heads(fg_gpu_layout L, const decode_desc *heads, v
                     const unsigned char *page = (const unsigned char *)pages[s / P];
                     const int32_t j = s % P, p = ((const int32_t *)(page + L.pos_offset))[j];
                     if (page[L.flags_offset + j] == FG_SLOT_FREQUENT &&
-                        rank_of(h.score_mode, ((const float *)(page + L.score_offset))[j], p, t) == worst_rank)
+                        fg_rank_score(h.score_mode, ((const float *)(page + L.score_offset))[j], p, t) == worst_rank)
                         oldest = fg_imin(oldest, p);
                 }
                 victim_pos = block_min_int(oldest, ired);

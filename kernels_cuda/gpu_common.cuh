@@ -22,7 +22,8 @@
 #endif
 
 #include "backends/backend.h"
-#include "kernels_cpu/dtype.h"
+#include "common/dtype.h"
+#include "common/rules.h"
 
 #define FG_THREADS 256 /* threads per block in every kernel */
 

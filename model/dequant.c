@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <string.h>
 
-#include "kernels_cpu/dtype.h"
+#include "common/dtype.h"
 
 #define QK 32
 #define QK_K 256

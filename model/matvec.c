@@ -7,11 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels_cpu/dtype.h"
+#include "common/cpu_features.h"
+#include "common/dtype.h"
 #include "model/dequant.h"
 
 #if defined(__x86_64__)
-#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -173,30 +173,13 @@ FGM_AVX2_INLINE __m256i dpbusd_avx2(__m256i acc, __m256i a, __m256i b) {
 #define Q8_DPBUSD _mm256_dpbusd_epi32
 #include "model/matvec_q8.inc"
 
-/* What this CPU has, probed once: CPUID is slow (in a virtual machine it
- * traps to the hypervisor), and every product asks. F16C is CPUID leaf 1
- * ECX bit 29, VNNI leaf 7 ECX bit 11: not every compiler's
- * __builtin_cpu_supports knows them (clang 14 does neither). */
-enum { CAP_KNOWN = 1, CAP_AVX2 = 2, CAP_VNNI = 4 };
-static _Atomic int g_caps;
-static int cpu_caps(void) {
-    int caps = atomic_load_explicit(&g_caps, memory_order_relaxed);
-    if (caps)
-        return caps;
-    unsigned a, b, c, d;
-    caps = CAP_KNOWN;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __get_cpuid(1, &a, &b, &c, &d) &&
-        (c >> 29 & 1u)) {
-        caps |= CAP_AVX2;
-        if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
-            __get_cpuid_count(7, 0, &a, &b, &c, &d) && (c >> 11 & 1u))
-            caps |= CAP_VNNI;
-    }
-    atomic_store_explicit(&g_caps, caps, memory_order_relaxed); /* every thread computes the same */
-    return caps;
+/* What this CPU has (common/cpu_features.h, FG_CPU_ISA honoured): the f32
+ * kernel needs AVX2, FMA and F16C; the VNNI one AVX-512 VNNI. */
+static int have_avx2(void) {
+    const fg_cpu_features f = fg_cpu_features_get();
+    return f.isa >= FG_ISA_AVX2 && f.f16c;
 }
-static int have_avx2(void) { return (cpu_caps() & CAP_AVX2) != 0; }
-static int have_vnni(void) { return (cpu_caps() & CAP_VNNI) != 0; }
+static int have_vnni(void) { return fg_cpu_features_get().vnni && have_avx2(); }
 #endif
 
 /* Whether the vector kernel takes this type and width. */
@@ -344,28 +327,16 @@ static void run(fg_threadpool *pool, run_job *r) {
     fg_threadpool_run(out >= 2 * FGM_MATVEC_TASK_ROWS ? pool : NULL, tasks, run_rows, (void *)r);
 }
 
-/* The best quantized-activation kernel of this CPU; FG_CPU_ISA=avx2 (or
- * generic) asks for less, as it does of the library's kernels. */
-static kernel q8_kernel_probe(void) {
-    const char *want = getenv("FG_CPU_ISA");
-    if (want && !strcmp(want, "generic"))
-        return K_Q8_GENERIC;
+/* The best quantized-activation kernel of this CPU (FG_CPU_ISA=avx2 or
+ * generic asks for less, as of every op). */
+static kernel q8_kernel(void) {
 #if defined(__x86_64__)
-    if (have_vnni() && !(want && !strcmp(want, "avx2")))
+    if (have_vnni())
         return K_Q8_VNNI;
     if (have_avx2())
         return K_Q8_AVX2;
 #endif
     return K_Q8_GENERIC;
-}
-static _Atomic int g_q8_kernel = -1;
-static kernel q8_kernel(void) { /* probed once: getenv and CPUID cost more than a small product */
-    int k = atomic_load_explicit(&g_q8_kernel, memory_order_relaxed);
-    if (k < 0) {
-        k = (int)q8_kernel_probe();
-        atomic_store_explicit(&g_q8_kernel, k, memory_order_relaxed);
-    }
-    return (kernel)k;
 }
 
 /* The job for outs[0 .. n) with kernel k (fixed, or per type when k < 0). */

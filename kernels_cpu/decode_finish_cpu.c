@@ -1,30 +1,14 @@
-/* One decoding step of one head (DESIGN §2.5, steps 1-4):
- *   1. every query head of the group attends over the kept slots plus the
- *      new token's own key/value;
- *   2. heads with `frequent` add the pooled attention to each slot's score
- *      (FG_SCORE_LAST: the score becomes it);
- *   3. the new token is cached with the flag the host chose (or not at all);
- *   4. window rows that fell out of the window become frequent candidates or
- *      are dropped, then the lowest-ranked candidates go until k(t) remain.
- * A removed slot is refilled by moving the last slot into the hole. */
+/* Steps 3-4 of a decode step on the cpu backend (docs/design.md §2.5):
+ * insert, window, frequent budget, with the frequent-candidate scan split
+ * into ranges that the vector score update (decode_step_cpu.c) scans as it
+ * goes and merges here. Also the plain step for the shapes the vector
+ * kernels do not take. Written apart from the reference (kernels_ref/), so
+ * that backend_ops compares two implementations of eviction. */
 #include <math.h>
 
-#include "kernels_cpu/kernels_ref.h"
-#include "kernels_cpu/page.h"
-
-static float dot_row(const float *q, const void *row, fg_dtype dtype, int32_t d) {
-    float s = 0.0f;
-    for (int32_t c = 0; c < d; c++)
-        s += q[c] * fg_load_elem(row, dtype, c);
-    return s;
-}
-
-static float dot_f32(const float *a, const float *b, int32_t d) {
-    float s = 0.0f;
-    for (int32_t c = 0; c < d; c++)
-        s += a[c] * b[c];
-    return s;
-}
+#include "common/rules.h"
+#include "common/slots.h"
+#include "kernels_cpu/kernels_cpu.h"
 
 /* Removes slot s: the last slot moves into the hole. Returns the new count. */
 static int32_t remove_slot(const fg_page_layout *L, void *const *pages, int32_t s, int32_t n) {
@@ -33,7 +17,7 @@ static int32_t remove_slot(const fg_page_layout *L, void *const *pages, int32_t 
     return n - 1;
 }
 
-void fg_ref_freq_scan(const fg_page_layout *L, const fg_decode_head *hd, int32_t begin, int32_t end,
+void fg_cpu_freq_scan(const fg_page_layout *L, const fg_decode_head *hd, int32_t begin, int32_t end,
                       fg_freq_scan *scan) {
     const int32_t P = L->page_tokens, t = hd->pos + 1;
     for (int32_t s0 = begin; s0 < end;) {
@@ -60,7 +44,7 @@ void fg_ref_freq_scan(const fg_page_layout *L, const fg_decode_head *hd, int32_t
     }
 }
 
-void fg_ref_freq_scan_merge(fg_freq_scan *into, const fg_freq_scan *from) {
+void fg_cpu_freq_scan_merge(fg_freq_scan *into, const fg_freq_scan *from) {
     into->n_freq += from->n_freq;
     if (from->worst >= 0 && (into->worst < 0 || fg_ranks_below(from->worst_rank, from->worst_pos, into->worst_rank,
                                                                  into->worst_pos))) {
@@ -70,12 +54,9 @@ void fg_ref_freq_scan_merge(fg_freq_scan *into, const fg_freq_scan *from) {
     }
 }
 
-/* Steps 3-4 of one head, after attention and the score update: `new_score`
- * is the pooled attention the new token gave itself. Shared by every host
- * backend, so the bookkeeping of §2.5 exists once. */
-fg_status fg_ref_decode_finish_head(const fg_page_layout *L, const fg_decode_head *hd, float new_score,
+fg_status fg_cpu_decode_finish_head(const fg_page_layout *L, const fg_decode_head *hd, float new_score,
                                     const fg_freq_scan *scanned) {
-    const int track = (hd->components & FG_KEEP_FREQUENT) && !(hd->components & FG_KEEP_FULL);
+    const int track = fg_tracks_scores(hd->components);
     void *const *pages = hd->pages;
     const int32_t old_n = hd->n_slots;
     int32_t n = old_n;
@@ -116,8 +97,8 @@ fg_status fg_ref_decode_finish_head(const fg_page_layout *L, const fg_decode_hea
     if (scanned)
         scan = *scanned;
     else
-        fg_ref_freq_scan(L, hd, 0, old_n, &scan);
-    fg_ref_freq_scan(L, hd, old_n, n, &scan);
+        fg_cpu_freq_scan(L, hd, 0, old_n, &scan);
+    fg_cpu_freq_scan(L, hd, old_n, n, &scan);
 
     /* 4c. candidates down to the budget, lowest rank first (one, in a steady state) */
     while (scan.n_freq > hd->freq_budget) {
@@ -127,15 +108,29 @@ fg_status fg_ref_decode_finish_head(const fg_page_layout *L, const fg_decode_hea
         if (scan.n_freq - 1 <= hd->freq_budget)
             break;
         scan = FG_FREQ_SCAN_EMPTY;
-        fg_ref_freq_scan(L, hd, 0, n, &scan);
+        fg_cpu_freq_scan(L, hd, 0, n, &scan);
     }
     return n == hd->n_slots_after ? FG_OK : FG_ERR_INTERNAL;
 }
 
-fg_status fg_ref_decode_step_head(const fg_page_layout *L, const fg_shape *shape, const fg_decode_head *hd) {
+static float dot_row(const float *q, const void *row, fg_dtype dtype, int32_t d) {
+    float s = 0.0f;
+    for (int32_t c = 0; c < d; c++)
+        s += q[c] * fg_load_elem(row, dtype, c);
+    return s;
+}
+
+static float dot_f32(const float *a, const float *b, int32_t d) {
+    float s = 0.0f;
+    for (int32_t c = 0; c < d; c++)
+        s += a[c] * b[c];
+    return s;
+}
+
+fg_status fg_cpu_decode_step_plain(const fg_page_layout *L, const fg_shape *shape, const fg_decode_head *hd) {
     const int32_t G = shape->n_q_heads / shape->n_kv_heads, d = shape->head_dim;
     const float scale = 1.0f / sqrtf((float)d);
-    const int track = (hd->components & FG_KEEP_FREQUENT) && !(hd->components & FG_KEEP_FULL);
+    const int track = fg_tracks_scores(hd->components);
     void *const *pages = hd->pages;
     int32_t n = hd->n_slots;
 
@@ -180,15 +175,5 @@ fg_status fg_ref_decode_step_head(const fg_page_layout *L, const fg_shape *shape
         }
     }
 
-    return fg_ref_decode_finish_head(L, hd, new_score, NULL);
-}
-
-fg_status fg_ref_decode_step(fg_backend *be, const fg_page_layout *layout, const fg_shape *shape, int32_t n_heads,
-                             const fg_decode_head *heads) {
-    for (int32_t i = 0; i < n_heads; i++) {
-        fg_status st = fg_ref_decode_step_head(layout, shape, &heads[i]);
-        if (st != FG_OK)
-            return be->err(be->err_sink, st, "decode_step: head %d ended with a slot count the host did not expect", i);
-    }
-    return FG_OK;
+    return fg_cpu_decode_finish_head(L, hd, new_score, NULL);
 }

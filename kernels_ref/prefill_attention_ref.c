@@ -2,7 +2,7 @@
  * normaliser (pass 1 of DESIGN §2.3). */
 #include <math.h>
 
-#include "kernels_cpu/kernels_ref.h"
+#include "kernels_ref/kernels_ref.h"
 
 void fg_ref_prefill_attention_head(const fg_shape *shape, int32_t n, int32_t row_begin, int32_t h,
                                    const float *q,     /* [n][Hq][d] */

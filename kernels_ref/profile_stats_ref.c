@@ -3,7 +3,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "kernels_cpu/kernels_ref.h"
+#include "kernels_ref/kernels_ref.h"
 
 void fg_ref_profile_stats_head(const fg_shape *shape, const fg_profile_request *req, int32_t g,
                                const float *q,        /* [n][Hq][d] */

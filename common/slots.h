@@ -6,7 +6,7 @@
 #define FG_PAGE_H
 
 #include "backends/backend.h"
-#include "kernels_cpu/dtype.h"
+#include "common/dtype.h"
 
 typedef struct fg_slot_ref {
     unsigned char *page;
@@ -34,19 +34,6 @@ static inline uint8_t *fg_slot_flags(const fg_page_layout *L, fg_slot_ref r) {
     return r.page + L->flags_offset + r.row;
 }
 
-/* Asks for the metadata (positions, scores, flags: the end of the page) of
- * page `index` of a head, unless it starts at or past slot `end`. The walks
- * over a head's metadata touch a few lines every page, too far apart for
- * the hardware prefetcher, so they ask FG_META_AHEAD pages ahead. */
-#define FG_META_AHEAD 4
-static inline void fg_prefetch_meta(const fg_page_layout *L, void *const *pages, int32_t end, int32_t index) {
-    if ((int64_t)index * L->page_tokens >= end)
-        return;
-    const unsigned char *page = (const unsigned char *)pages[index];
-    for (size_t off = L->pos_offset; off < L->page_bytes; off += 64)
-        __builtin_prefetch(page + off, 1, 3);
-}
-
 /* Copies slot `from` over slot `to` (K, V and metadata). */
 static inline void fg_slot_move(const fg_page_layout *L, void *const *pages, int32_t to, int32_t from) {
     fg_slot_ref a = fg_slot(L, pages, to), b = fg_slot(L, pages, from);
@@ -67,16 +54,6 @@ static inline void fg_slot_write(const fg_page_layout *L, void *const *pages, in
     *fg_slot_pos(L, r) = pos;
     *fg_slot_score(L, r) = score;
     *fg_slot_flags(L, r) = flags;
-}
-
-/* Ranking of a frequent candidate at length t (§2.5): sum, or sum / age. */
-static inline float fg_rank_score(fg_score_mode mode, float score, int32_t pos, int32_t t) {
-    return mode == FG_SCORE_MEAN ? score / (float)(t - pos) : score;
-}
-
-/* True when candidate a ranks below b: lower score, ties to the older. */
-static inline int fg_ranks_below(float ra, int32_t pa, float rb, int32_t pb) {
-    return ra < rb || (ra == rb && pa < pb);
 }
 
 #endif /* FG_PAGE_H */

@@ -1,6 +1,6 @@
 /* Copies one head's slot metadata out of its pages. */
-#include "kernels_cpu/kernels_ref.h"
-#include "kernels_cpu/page.h"
+#include "kernels_ref/kernels_ref.h"
+#include "common/slots.h"
 
 fg_status fg_ref_read_slots(fg_backend *be, const fg_page_layout *layout, void *const *pages, int32_t n_slots,
                             int32_t *pos, uint8_t *flags, float *score) {

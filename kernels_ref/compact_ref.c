@@ -1,6 +1,6 @@
 /* Gathers the kept prompt rows of each head into its pages (DESIGN §2.4). */
-#include "kernels_cpu/kernels_ref.h"
-#include "kernels_cpu/page.h"
+#include "kernels_ref/kernels_ref.h"
+#include "common/slots.h"
 
 void fg_ref_compact_head(const fg_page_layout *layout, const fg_shape *shape,
                          const float *k,               /* [n][Hkv][d] */

@@ -1,0 +1,34 @@
+/*
+ * The decode rules that host and device code share (docs/design.md §2.5):
+ * which heads track scores, and how frequent candidates rank. Every backend
+ * includes this one header, so the reference, the cpu kernels and the GPU
+ * kernels cannot disagree on them.
+ */
+#ifndef FG_RULES_H
+#define FG_RULES_H
+
+#include <stdint.h>
+
+#include "common/dtype.h" /* FG_HD */
+#include "fastgen.h"
+
+/* A head tracks per-slot attention scores when it keeps frequent rows and
+ * is not a full cache. */
+FG_HD static inline int fg_tracks_scores(uint32_t components) {
+    return (components & FG_KEEP_FREQUENT) && !(components & FG_KEEP_FULL);
+}
+
+/* Ranking of a frequent candidate at length t: its accumulated score, or
+ * (FG_SCORE_MEAN) that score over its age. */
+FG_HD static inline float fg_rank_score(int32_t mode, float score, int32_t pos, int32_t t) {
+    return mode == FG_SCORE_MEAN ? score / (float)(t - pos) : score;
+}
+
+/* True when candidate a ranks below b: lower rank, ties to the older. The
+ * minimum of (rank, position) is unique, so the order of a walk over the
+ * candidates never matters. */
+FG_HD static inline int fg_ranks_below(float ra, int32_t pa, float rb, int32_t pb) {
+    return ra < rb || (ra == rb && pa < pb);
+}
+
+#endif /* FG_RULES_H */

@@ -1,0 +1,164 @@
+/* One decoding step of one head (docs/design.md §2.5, steps 1-4), as plain
+ * loops over the slots:
+ *   1. every query head of the group attends over the kept slots plus the
+ *      new token's own key/value;
+ *   2. heads that track scores add the pooled attention to each slot's
+ *      score (FG_SCORE_LAST: the score becomes it);
+ *   3. the new token is cached with the flag the host chose (or not at all);
+ *   4. window rows that fell out of the window become frequent candidates or
+ *      are dropped, then the lowest-ranked candidates go until k(t) remain.
+ * A removed slot is refilled by moving the last slot into the hole. */
+#include <math.h>
+
+#include "common/rules.h"
+#include "common/slots.h"
+#include "kernels_ref/kernels_ref.h"
+
+static float dot_row(const float *q, const void *row, fg_dtype dtype, int32_t d) {
+    float s = 0.0f;
+    for (int32_t c = 0; c < d; c++)
+        s += q[c] * fg_load_elem(row, dtype, c);
+    return s;
+}
+
+static float dot_f32(const float *a, const float *b, int32_t d) {
+    float s = 0.0f;
+    for (int32_t c = 0; c < d; c++)
+        s += a[c] * b[c];
+    return s;
+}
+
+/* Removes slot s: the last slot moves into the hole. Returns the new count. */
+static int32_t remove_slot(const fg_page_layout *L, void *const *pages, int32_t s, int32_t n) {
+    if (s != n - 1)
+        fg_slot_move(L, pages, s, n - 1);
+    return n - 1;
+}
+
+/* 4a-b over slots [0, n): window rows that left the window become frequent
+ * candidates; returns the lowest-ranked candidate's slot (-1 when none) and
+ * their count in *n_freq. */
+static int32_t freq_scan(const fg_page_layout *L, const fg_decode_head *hd, int32_t n, int32_t *n_freq) {
+    const int32_t t = hd->pos + 1;
+    int32_t worst = -1, worst_pos = 0;
+    float worst_rank = 0.0f;
+    *n_freq = 0;
+    for (int32_t s = 0; s < n; s++) {
+        fg_slot_ref r = fg_slot(L, hd->pages, s);
+        uint8_t *flags = fg_slot_flags(L, r);
+        const int32_t pos = *fg_slot_pos(L, r);
+        if (*flags == FG_SLOT_LOCAL && pos < hd->window_start)
+            *flags = FG_SLOT_FREQUENT;
+        if (*flags != FG_SLOT_FREQUENT)
+            continue;
+        ++*n_freq;
+        const float rank = fg_rank_score(hd->score_mode, *fg_slot_score(L, r), pos, t);
+        if (worst < 0 || fg_ranks_below(rank, pos, worst_rank, worst_pos)) {
+            worst = s;
+            worst_rank = rank;
+            worst_pos = pos;
+        }
+    }
+    return worst;
+}
+
+/* Steps 3-4, after attention and the score update: `new_score` is the
+ * pooled attention the new token gave itself. */
+static fg_status finish_head(const fg_page_layout *L, const fg_decode_head *hd, float new_score) {
+    const int track = fg_tracks_scores(hd->components);
+    void *const *pages = hd->pages;
+    int32_t n = hd->n_slots;
+
+    /* 3. insert the new token */
+    if (hd->insert_flag) {
+        fg_slot_write(L, pages, n, hd->k, hd->v, hd->pos, hd->insert_flag, track ? new_score : 0.0f);
+        n++;
+    }
+
+    if (!track) { /* 4a. rows leaving the window: frequent candidates, or dropped */
+        if (hd->components & FG_KEEP_LOCAL)
+            for (int32_t s = 0; s < n; s++) {
+                fg_slot_ref r = fg_slot(L, pages, s);
+                if (*fg_slot_flags(L, r) != FG_SLOT_LOCAL || *fg_slot_pos(L, r) >= hd->window_start)
+                    continue;
+                if (hd->components & FG_KEEP_FREQUENT) {
+                    *fg_slot_flags(L, r) = FG_SLOT_FREQUENT;
+                } else {
+                    n = remove_slot(L, pages, s, n); /* the last slot moves into s */
+                    s--;
+                }
+            }
+        return n == hd->n_slots_after ? FG_OK : FG_ERR_INTERNAL;
+    }
+
+    /* 4a-b, then 4c: candidates down to the budget, lowest rank first */
+    int32_t n_freq, worst = freq_scan(L, hd, n, &n_freq);
+    while (n_freq > hd->freq_budget) {
+        if (worst < 0)
+            return FG_ERR_INTERNAL; /* a scan that counted candidates must name one */
+        n = remove_slot(L, pages, worst, n);
+        worst = freq_scan(L, hd, n, &n_freq);
+    }
+    return n == hd->n_slots_after ? FG_OK : FG_ERR_INTERNAL;
+}
+
+fg_status fg_ref_decode_step_head(const fg_page_layout *L, const fg_shape *shape, const fg_decode_head *hd) {
+    const int32_t G = shape->n_q_heads / shape->n_kv_heads, d = shape->head_dim;
+    const float scale = 1.0f / sqrtf((float)d);
+    const int track = fg_tracks_scores(hd->components);
+    void *const *pages = hd->pages;
+    int32_t n = hd->n_slots;
+
+    /* 1-2. attention and score update, one query head at a time (FG_SCORE_LAST:
+     * the scores become this step's attention) */
+    if (track && hd->score_mode == FG_SCORE_LAST)
+        for (int32_t s = 0; s < n; s++)
+            *fg_slot_score(L, fg_slot(L, pages, s)) = 0.0f;
+    float new_score = 0.0f;
+    for (int32_t h = 0; h < G; h++) {
+        const float *q = hd->q + (size_t)h * d;
+        float *o = hd->out + (size_t)h * d;
+        const float s_new = dot_f32(q, hd->k, d) * scale;
+        float m = s_new;
+        for (int32_t s = 0; s < n; s++) {
+            float x = dot_row(q, fg_slot_k(L, fg_slot(L, pages, s)), L->dtype, d) * scale;
+            if (x > m)
+                m = x;
+        }
+        const float p_new = expf(s_new - m);
+        float sum = p_new;
+        for (int32_t c = 0; c < d; c++)
+            o[c] = p_new * hd->v[c];
+        for (int32_t s = 0; s < n; s++) {
+            fg_slot_ref r = fg_slot(L, pages, s);
+            float p = expf(dot_row(q, fg_slot_k(L, r), L->dtype, d) * scale - m);
+            sum += p;
+            const void *vr = fg_slot_v(L, r);
+            for (int32_t c = 0; c < d; c++)
+                o[c] += p * fg_load_elem(vr, L->dtype, c);
+        }
+        for (int32_t c = 0; c < d; c++)
+            o[c] /= sum;
+        if (track) {
+            const float inv = 1.0f / (sum * (float)G);
+            for (int32_t s = 0; s < n; s++) {
+                fg_slot_ref r = fg_slot(L, pages, s);
+                float p = expf(dot_row(q, fg_slot_k(L, r), L->dtype, d) * scale - m);
+                *fg_slot_score(L, r) += p * inv;
+            }
+            new_score += p_new * inv;
+        }
+    }
+
+    return finish_head(L, hd, new_score);
+}
+
+fg_status fg_ref_decode_step(fg_backend *be, const fg_page_layout *layout, const fg_shape *shape, int32_t n_heads,
+                             const fg_decode_head *heads) {
+    for (int32_t i = 0; i < n_heads; i++) {
+        fg_status st = fg_ref_decode_step_head(layout, shape, &heads[i]);
+        if (st != FG_OK)
+            return be->err(be->err_sink, st, "decode_step: head %d ended with a slot count the host did not expect", i);
+    }
+    return FG_OK;
+}

@@ -163,6 +163,13 @@ typedef fg_status fg_device_info_fn(fg_backend *be, fg_device_info *info);
  * reps runs timed by device events, in bytes moved per second. */
 typedef fg_status fg_bandwidth_fn(fg_backend *be, int copy, size_t bytes, int reps, double *bytes_per_s);
 
+/* Entry points outside the op table, for the benchmarks and tests: a GPU
+ * backend's "timer" (fg_timer_fn), "device_info" (fg_device_info_fn) and
+ * "bandwidth" (fg_bandwidth_fn), looked up by name as ggml looks up a
+ * backend's extras. NULL when the backend has none of that name. */
+typedef void (*fg_backend_proc)(void);
+typedef fg_backend_proc fg_get_proc_fn(const char *name);
+
 typedef struct fg_backend_ops {
     const char *name;
     fg_buffer_alloc_fn *buffer_alloc;
@@ -180,9 +187,7 @@ typedef struct fg_backend_ops {
     /* optional: NULL in the host backends */
     fg_synchronize_fn *synchronize;
     fg_set_stream_fn *set_stream;
-    fg_timer_fn *timer;
-    fg_device_info_fn *device_info;
-    fg_bandwidth_fn *bandwidth;
+    fg_get_proc_fn *get_proc; /* the backend's extras by name (fg_backend_get_proc) */
     fg_buffer_copy2d_fn *buffer_copy2d; /* optional (a memcpy per row when NULL) */
 } fg_backend_ops;
 
@@ -213,6 +218,8 @@ fg_error_fn fg_error_to_stderr;
 /* Registry (backends/registry.c). */
 fg_status fg_backend_open(const char *name, fg_threadpool *threads, fg_backend *be);
 void fg_backend_close(fg_backend *be);
+/* The extra `name` of a backend (see fg_get_proc_fn), NULL when none. */
+fg_backend_proc fg_backend_get_proc(const fg_backend *be, const char *name);
 /* Host <-> backend copies (memcpy for host-memory backends). */
 fg_status fg_backend_write(fg_backend *be, void *dst, const void *src, size_t bytes);
 fg_status fg_backend_read(fg_backend *be, void *dst, const void *src, size_t bytes);

@@ -38,6 +38,10 @@ void fg_backend_close(fg_backend *be) {
     be->impl = NULL;
 }
 
+fg_backend_proc fg_backend_get_proc(const fg_backend *be, const char *name) {
+    return be->ops && be->ops->get_proc ? be->ops->get_proc(name) : NULL;
+}
+
 fg_status fg_backend_write(fg_backend *be, void *dst, const void *src, size_t bytes) {
     if (be->ops->buffer_write)
         return be->ops->buffer_write(be, dst, src, bytes);

@@ -27,7 +27,7 @@ int main(int argc, char **argv) {
     const fg_shape sh = {32, Hkv, d};
     const int dev = bench_is_device(&be);
     fg_device_info dinfo = {.l2_bytes = bench_llc_bytes()};
-    if (dev && be.ops->device_info(&be, &dinfo))
+    if (dev && bench_device_info(&be)(&be, &dinfo))
         return 1;
     be.device_io = dev; /* on a GPU, the prompt's K and V live on the device */
     size_t probe_bytes = 4 * dinfo.l2_bytes;
@@ -39,7 +39,7 @@ int main(int argc, char **argv) {
         return 1;
     double copy_bw = 0.0;
     if (dev) {
-        if (be.ops->bandwidth(&be, 1, probe_bytes, 5, &copy_bw))
+        if (bench_bandwidth(&be)(&be, 1, probe_bytes, 5, &copy_bw))
             return 1;
         printf("# bench_compact: backend %s on %s%s, device copy bandwidth %.1f GB/s (read + write) at the start; "
                "each case re-measures it between its runs; timed by device events, K/V in device memory\n",
@@ -100,7 +100,7 @@ int main(int argc, char **argv) {
             for (int r = 0; r < REPS; r++) {
                 if (dev) {
                     double rate = 0.0;
-                    if (be.ops->bandwidth(&be, 1, probe_bytes, 1, &rate) || rate <= 0.0)
+                    if (bench_bandwidth(&be)(&be, 1, probe_bytes, 1, &rate) || rate <= 0.0)
                         return 1;
                     tc[r] = 2.0 * (double)probe_bytes / rate;
                 } else {

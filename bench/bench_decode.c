@@ -35,7 +35,7 @@
 
 #include "backends/backend.h"
 #include "bench_util.h"
-#include "kernels_cpu/dtype.h"
+#include "common/dtype.h"
 
 enum { T_SPECIAL, T_PUNCT, T_FREQ, T_LOCAL, T_FULL, N_TYPES };
 static const uint32_t k_type_comp[N_TYPES] = {
@@ -177,16 +177,16 @@ int main(int argc, char **argv) {
     if (!stream)
         return 1;
     /* a GPU backend: device events, device memory, the device's L2 and read bandwidth */
-    const int dev = be.ops->timer && be.ops->bandwidth && be.ops->device_info;
+    const int dev = bench_timer(&be) && bench_bandwidth(&be) && bench_device_info(&be);
     fg_device_info dinfo = {.l2_bytes = bench_llc_bytes()};
-    if (dev && be.ops->device_info(&be, &dinfo))
+    if (dev && bench_device_info(&be)(&be, &dinfo))
         return 1;
     size_t probe_bytes = dev ? (8 * dinfo.l2_bytes > ((size_t)1 << 30) ? 8 * dinfo.l2_bytes : (size_t)1 << 30) : 0;
     if (dinfo.emulated)
         probe_bytes = (size_t)64 << 20;
     double read_bw = 0.0;
     if (dev) {
-        if (be.ops->bandwidth(&be, 0, probe_bytes, 5, &read_bw))
+        if (bench_bandwidth(&be)(&be, 0, probe_bytes, 5, &read_bw))
             return 1;
         be.device_io = 1;
         printf("# bench_decode: backend %s on %s (%d SMs, L2 %zu MiB)%s, device read bandwidth %.1f GB/s at the start "
@@ -271,7 +271,7 @@ int main(int argc, char **argv) {
                     for (int rep = 0; rep < REPS; rep++) {
                         if (dev) {
                             double rate = 0.0;
-                            if (be.ops->bandwidth(&be, 0, probe_bytes, 1, &rate) || rate <= 0.0)
+                            if (bench_bandwidth(&be)(&be, 0, probe_bytes, 1, &rate) || rate <= 0.0)
                                 return 1;
                             t_stream[rep] = (double)probe_bytes / rate;
                         } else {
@@ -284,13 +284,13 @@ int main(int argc, char **argv) {
                             const fg_decode_head *h = c->heads + (size_t)(rep % c->R) * c->n_heads;
                             const fg_shape shape = {m->Hq, m->Hkv, m->d};
                             if (dev) { /* DEV_STEPS steps queued back to back (the host runs ahead), over the copies */
-                                if (be.ops->timer(&be, 0, NULL))
+                                if (bench_timer(&be)(&be, 0, NULL))
                                     return 1;
                                 for (int x2 = 0; x2 < DEV_STEPS; x2++)
                                     if (be.ops->decode_step(&be, &L, &shape, c->n_heads,
                                                             c->heads + (size_t)((rep * DEV_STEPS + x2) % c->R) * c->n_heads))
                                         return 1;
-                                if (be.ops->timer(&be, 1, &c->t[rep]))
+                                if (bench_timer(&be)(&be, 1, &c->t[rep]))
                                     return 1;
                                 c->t[rep] /= DEV_STEPS;
                                 (void)h;

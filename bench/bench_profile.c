@@ -1,5 +1,5 @@
 /*
- * bench_profile: profiling (pass 2 of DESIGN §2.3) against the prefill
+ * bench_profile: profiling (pass 2 of docs/design.md §2.3) against the prefill
  * attention of the same prompt, and both against an sgemm rate measured in
  * the same run on the profiling tile (64 x 256 x d, one single-threaded sgemm
  * per thread). Shape: one Llama-3-8B layer (32 q / 8 KV heads, d = 128),
@@ -125,7 +125,7 @@ int main(int argc, char **argv) {
     const fg_shape sh = {Hq, Hkv, d};
     const int dev = bench_is_device(&be);
     fg_device_info di = {.n_sm = 0};
-    if (dev && be.ops->device_info(&be, &di))
+    if (dev && bench_device_info(&be)(&be, &di))
         return 1;
     be.device_io = dev; /* on a GPU, q/k/v, the output and the row statistics live on the device */
     const double gemm = dev ? 0.0 : bench_sgemm_rate(64, 256, d);

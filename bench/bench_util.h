@@ -270,9 +270,18 @@ static inline fg_status bench_open_backend(int argc, char **argv, fg_backend *be
     return fg_backend_open(*name, bench_pool(), be);
 }
 
+/* A backend's benchmark extras (fg_get_proc_fn), NULL when it has none. */
+static inline fg_timer_fn *bench_timer(const fg_backend *be) { return (fg_timer_fn *)fg_backend_get_proc(be, "timer"); }
+static inline fg_bandwidth_fn *bench_bandwidth(const fg_backend *be) {
+    return (fg_bandwidth_fn *)fg_backend_get_proc(be, "bandwidth");
+}
+static inline fg_device_info_fn *bench_device_info(const fg_backend *be) {
+    return (fg_device_info_fn *)fg_backend_get_proc(be, "device_info");
+}
+
 /* A GPU backend: device memory, device-event timing, a bandwidth probe. */
 static inline int bench_is_device(const fg_backend *be) {
-    return be->ops->timer && be->ops->bandwidth && be->ops->device_info;
+    return bench_timer(be) && bench_bandwidth(be) && bench_device_info(be);
 }
 
 /* `bytes` of backend memory holding a copy of src (uninitialised when src
@@ -293,7 +302,7 @@ static inline void *bench_device_copy(fg_backend *be, const void *src, size_t by
 static inline double bench_region(fg_backend *be, int dev, int stop, double t0) {
     double sec = 0.0;
     if (dev)
-        return be->ops->timer(be, stop, &sec) ? -1.0 : sec;
+        return bench_timer(be)(be, stop, &sec) ? -1.0 : sec;
     return stop ? bench_now() - t0 : bench_now();
 }
 

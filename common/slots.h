@@ -2,8 +2,8 @@
  * Host-side access to one head's paged slots (see fg_page_layout). Slot s
  * lives in page s / page_tokens, row s % page_tokens.
  */
-#ifndef FG_PAGE_H
-#define FG_PAGE_H
+#ifndef FG_SLOTS_H
+#define FG_SLOTS_H
 
 #include "backends/backend.h"
 #include "common/dtype.h"
@@ -56,4 +56,4 @@ static inline void fg_slot_write(const fg_page_layout *L, void *const *pages, in
     *fg_slot_flags(L, r) = flags;
 }
 
-#endif /* FG_PAGE_H */
+#endif /* FG_SLOTS_H */

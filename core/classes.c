@@ -1,4 +1,4 @@
-/* Token classes (DESIGN §2.1): special ids and multi-token special markers,
+/* Token classes (docs/design.md §2.1): special ids and multi-token special markers,
  * punctuation from decoded pieces, sinks by position. */
 #include <stdlib.h>
 #include <string.h>

@@ -172,7 +172,7 @@ void fg_pool_trim(fg_pool *pool);
 size_t fg_pool_bytes(const fg_pool *pool);
 int64_t fg_pool_pages_total(const fg_pool *pool);
 
-/* ---- context state (core/context.c) */
+/* ---- context state (core/context.c creates it) */
 
 typedef struct fg_head {
     int32_t policy_index;

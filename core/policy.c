@@ -1,4 +1,4 @@
-/* Policy choice from profiling statistics (DESIGN §2.3-2.4) and the host
+/* Policy choice from profiling statistics (docs/design.md §2.3-2.4) and the host
  * mirror of a decode step's slot counts (§2.5). All formulas are linear in
  * the pooled attention, so they read only col and col_local. A snapshot is
  * chosen as a frequent set is, and then never changes. */

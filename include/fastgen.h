@@ -71,7 +71,7 @@ typedef enum fg_log_level { FG_LOG_ERROR = 0, FG_LOG_WARN = 1, FG_LOG_INFO = 2, 
 typedef void (*fg_log_fn)(void *user, fg_log_level level, const char *message);
 
 /* ---------------------------------------------------------------- token classes
- * DESIGN §2.1. Special: declared ids, every token of a declared multi-token
+ * docs/design.md §2.1. Special: declared ids, every token of a declared multi-token
  * sequence, and positions < n_sink. Punctuation: pieces made only of ASCII
  * punctuation and whitespace (byte-fallback "<0xNN>" pieces by their byte).
  * A token that is both is special. */
@@ -112,7 +112,7 @@ FG_API fg_status fg_token_classes_classify(const fg_token_classes *classes, cons
                                            int32_t n_sink, uint8_t *out);
 
 /* ---------------------------------------------------------------- policies
- * DESIGN §2.2. A policy is a union of components; a shortlist is an ordered
+ * docs/design.md §2.2. A policy is a union of components; a shortlist is an ordered
  * list of policies, cheapest first. A head takes the first entry whose
  * attention recovery reaches the threshold, else the last entry. */
 
@@ -386,7 +386,7 @@ FG_API fg_status fg_decode(fg_context *ctx, int32_t layer, int32_t n_seqs, const
  * (a new user turn, the next chunk of a long prompt): each token attends the
  * kept rows and the chunk's tokens before it. With FG_APPEND_KEEP (the
  * sequence's append_mode) the heads keep their policies, inserting and
- * evicting exactly as n decode steps would (DESIGN §2.5); with
+ * evicting exactly as n decode steps would (docs/design.md §2.5); with
  * FG_APPEND_REPROFILE every head is profiled again over the chunk and
  * recompacted (see fg_append_mode; the call then waits for the device).
  * Every layer appends the same tokens. All or nothing: on a failure the

@@ -6,7 +6,7 @@
  *     (0.748 / 0.777 against 0.766 / 0.785) and at G = 1, 4, 8; nta ahead
  *     on the SmolLM2 shape (G = 3, d = 64: 0.739 / 0.745 against 0.695 /
  *     0.702), so nta;
- *   Intel Xeon family 6 model 207 (Emerald Rapids), as reported in issue 26:
+ *   Intel Xeon family 6 model 207 (Emerald Rapids), as a user measured it:
  *     nta halved the speed (summary 0.43 against 0.80 with t0).
  * Any other CPU takes t0, the hint that never starves the loads. */
 #include <stdio.h>

@@ -1,5 +1,5 @@
 /*
- * The `cpu` decode step (DESIGN §2.5), built for memory bandwidth:
+ * The `cpu` decode step (docs/design.md §2.5), built for memory bandwidth:
  *   1. work items are (head, chunk of FG_CPU_CHUNK slots): heads keep from 3
  *      to 30k rows, so long heads are split and threads stay balanced. Each
  *      item reads its K and V rows once for all G query heads of the group

@@ -1,6 +1,6 @@
 /*
  * The optimised CPU kernels (the context's thread pool + SIMD). The reference kernels in
- * kernels_ref.h are their oracle; the `cpu` backend (backends/backend_cpu.c)
+ * kernels_ref/ are their oracle; the `cpu` backend (backends/backend_cpu.c)
  * puts them in its table.
  */
 #ifndef FG_KERNELS_CPU_H

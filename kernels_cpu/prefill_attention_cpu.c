@@ -1,4 +1,4 @@
-/* Causal prefill attention on tiles (pass 1 of DESIGN §2.3): for each query
+/* Causal prefill attention on tiles (pass 1 of docs/design.md §2.3): for each query
  * head and tile of FG_TQ rows, key tiles of FG_TK columns go through sgemm
  * (S = Q K^T), an online softmax, and sgemm again (O += P V). Never an n x n
  * buffer; row max and normaliser come out for profile_stats. */

@@ -1,4 +1,4 @@
-/* Pass 2 of DESIGN §2.3 on tiles: each work item owns the columns of one key
+/* Pass 2 of docs/design.md §2.3 on tiles: each work item owns the columns of one key
  * tile of one KV head, recomputes S = Q K^T for the rows that see them
  * (sgemm), turns S into pooled attention with the row max and normaliser of
  * pass 1, and sums columns (col, and col_local per window). Owning columns

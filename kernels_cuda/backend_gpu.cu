@@ -298,26 +298,39 @@ static void gpu_destroy(fg_backend *be) {
     free(st);
 }
 
-static const fg_backend_ops k_gpu_ops = {
-    FG_GPU_NAME,
-    gpu_malloc,
-    gpu_free,
-    gpu_write,
-    gpu_read,
-    FG_GPU(prefill_attention),
-    FG_GPU(profile_stats),
-    FG_GPU(compact),
-    FG_GPU(decode_step),
-    FG_GPU(read_slots),
-    gpu_destroy,
-    gpu_copy,
-    FG_GPU(synchronize),
-    gpu_set_stream,
-    gpu_timer,
-    gpu_device_info,
-    gpu_bandwidth,
-    gpu_copy2d,
-};
+/* The benchmark extras, by name (fg_get_proc_fn). */
+static fg_backend_proc gpu_get_proc(const char *name) {
+    if (!strcmp(name, "timer"))
+        return (fg_backend_proc)gpu_timer;
+    if (!strcmp(name, "device_info"))
+        return (fg_backend_proc)gpu_device_info;
+    if (!strcmp(name, "bandwidth"))
+        return (fg_backend_proc)gpu_bandwidth;
+    return NULL;
+}
+
+/* The table, each slot set by its name. */
+static fg_backend_ops gpu_ops_table() {
+    fg_backend_ops o = {};
+    o.name = FG_GPU_NAME;
+    o.buffer_alloc = gpu_malloc;
+    o.buffer_free = gpu_free;
+    o.buffer_write = gpu_write;
+    o.buffer_read = gpu_read;
+    o.prefill_attention = FG_GPU(prefill_attention);
+    o.profile_stats = FG_GPU(profile_stats);
+    o.compact = FG_GPU(compact);
+    o.decode_step = FG_GPU(decode_step);
+    o.read_slots = FG_GPU(read_slots);
+    o.destroy = gpu_destroy;
+    o.buffer_copy = gpu_copy;
+    o.synchronize = FG_GPU(synchronize);
+    o.set_stream = gpu_set_stream;
+    o.get_proc = gpu_get_proc;
+    o.buffer_copy2d = gpu_copy2d;
+    return o;
+}
+static const fg_backend_ops k_gpu_ops = gpu_ops_table();
 
 /* Creates what the state owns (a stream, events, device and pinned words:
  * all allocations); a failure leaves it for gpu_destroy. */

@@ -1,5 +1,5 @@
 /*
- * The decode step on the GPU (DESIGN §2.5), four kernels, after FlashDecoding:
+ * The decode step on the GPU (docs/design.md §2.5), four kernels, after FlashDecoding:
  *   attend_chunks  one block per (chunk of a head's cached rows, group of up
  *                  to 8 query heads). A row is read by a group of `lanes`
  *                  threads, each loading EPL contiguous elements (16 bytes

@@ -1,5 +1,5 @@
 /* Causal prefill attention on the GPU, keeping each row's max and normaliser
- * (pass 1 of DESIGN §2.3), tiled as in FlashAttention: a block takes a tile
+ * (pass 1 of docs/design.md §2.3), tiled as in FlashAttention: a block takes a tile
  * of 32 query rows of one query head, 8 lanes per row, each lane a stripe of
  * the head dimension in registers (its query and output accumulator), and
  * walks the keys in tiles staged through shared memory (K and V read once

@@ -1,4 +1,4 @@
-/* Pass 2 of DESIGN §2.3 on the GPU, tiled: a block owns a tile of BK keys
+/* Pass 2 of docs/design.md §2.3 on the GPU, tiled: a block owns a tile of BK keys
  * of one KV head, staged in shared memory with their positions; the query
  * rows that see them go by in tiles of BK rows, also through shared memory
  * (with their max and normaliser from pass 1), so each is read once per key

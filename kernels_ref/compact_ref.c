@@ -1,4 +1,4 @@
-/* Gathers the kept prompt rows of each head into its pages (DESIGN §2.4). */
+/* Gathers the kept prompt rows of each head into its pages (docs/design.md §2.4). */
 #include "kernels_ref/kernels_ref.h"
 #include "common/slots.h"
 

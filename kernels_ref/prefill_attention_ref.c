@@ -1,5 +1,5 @@
 /* Causal softmax attention over a prompt, keeping each row's max and
- * normaliser (pass 1 of DESIGN §2.3). */
+ * normaliser (pass 1 of docs/design.md §2.3). */
 #include <math.h>
 
 #include "kernels_ref/kernels_ref.h"

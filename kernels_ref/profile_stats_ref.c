@@ -1,4 +1,4 @@
-/* Pass 2 of DESIGN §2.3: per key, the pooled attention it received (col) and
+/* Pass 2 of docs/design.md §2.3: per key, the pooled attention it received (col) and
  * the part of it that came from rows whose local window holds it (col_local). */
 #include <math.h>
 #include <string.h>

@@ -75,7 +75,10 @@ static int run_backend(const char *backend, int32_t threads, fg_io io, const sha
     dev_io dv = {.be = {.err = fg_error_to_stderr}};
     if (io == FG_IO_DEVICE) {
         fg_device_info info;
-        if (fg_backend_open(backend, 0, &dv.be) || !dv.be.ops->device_info || dv.be.ops->device_info(&dv.be, &info))
+        if (fg_backend_open(backend, 0, &dv.be))
+            return 0;
+        fg_device_info_fn *device_info = (fg_device_info_fn *)fg_backend_get_proc(&dv.be, "device_info");
+        if (!device_info || device_info(&dv.be, &info))
             return 0;
         p.io = FG_IO_DEVICE;
         p.stream = info.stream;

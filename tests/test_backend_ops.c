@@ -11,7 +11,9 @@
  * NMSE in double: <= 1e-8 with fp32 caches, <= 5e-4 with fp16/bf16. Guard
  * regions after every output must stay untouched; NaN/Inf fail. Each
  * backend runs with 1 and 2 threads, which must agree bit for bit.
- * Usage: test_backend_ops [backend...]   (default: every backend that probes OK)
+ * Usage: test_backend_ops [--list] [--filter SUBSTRING] [backend...]
+ *   (default: every case, on every backend that probes OK; --filter runs
+ *   the cases whose name holds SUBSTRING, --list names them all)
  */
 #include <string.h>
 
@@ -20,7 +22,7 @@
 #include "tests/support/checks.h"
 #include "tests/support/harness.h"
 #include "kernels_cpu/kernels_cpu.h"
-#include "kernels_cpu/page.h"
+#include "common/slots.h"
 
 
 static void fill(float *x, size_t n, float scale) {
@@ -347,12 +349,161 @@ static void check_compact(backend_pair *bp, int32_t d, fg_dtype dt, int32_t n) {
     free(score);
 }
 
+/* ---- the cases: each a function, named in k_cases (--filter, --list) */
+
+/* The components, short, in the cases below. */
+#define S FG_KEEP_SPECIAL
+#define P FG_KEEP_PUNCT
+#define F FG_KEEP_FREQUENT
+#define L FG_KEEP_LOCAL
+#define N FG_KEEP_SNAPSHOT
+
+/* prefill_attention and profile_stats: odd and real shapes */
+static void case_prompt(backend_pair *bp) {
+    const int32_t prompt[][5] = {
+        /* d, G, Hkv, n, row_begin */
+        {64, 1, 2, 1, 0},    {64, 4, 1, 2, 0},   {80, 1, 2, 3, 0},   {128, 8, 1, 17, 0}, {128, 4, 2, 255, 0},
+        {256, 1, 1, 255, 100}, {7, 2, 3, 37, 0}, {80, 4, 1, 300, 290}, {64, 1, 1, 4099, 0},
+        {200, 1, 1, 70, 33}, {320, 2, 1, 40, 5}, /* GPU: the last tiled shape, and the untiled kernels */
+    };
+    for (size_t c = 0; c < sizeof prompt / sizeof prompt[0]; c++)
+        check_prompt(bp, prompt[c][0], prompt[c][1], prompt[c][2], prompt[c][3], prompt[c][4]);
+}
+
+/* compact: every dtype, byte for byte */
+static void case_compact(backend_pair *bp) {
+    for (int dt = 0; dt < 3; dt++) {
+        check_compact(bp, 128, (fg_dtype)dt, 300);
+        check_compact(bp, 7, (fg_dtype)dt, 50);
+        /* large enough for the cpu backend's non-temporal stores (about 2/3 of the rows are kept) */
+        const size_t row = 128 * fg_dtype_size((fg_dtype)dt);
+        check_compact(bp, 128, (fg_dtype)dt, (int32_t)(FG_CPU_STREAM_BYTES / (2 * row) * 2));
+    }
+}
+
+/* decode: batches of heads from 1 to 20000 rows, mixed policies */
+static void case_decode_mixed(backend_pair *bp) {
+    const uint32_t comps[] = {S, S | P, S | P | F, S | P | F | L, FG_KEEP_FULL, F | L, L, F};
+    const int32_t lengths[] = {1, 2, 3, 17, 255, 4099, 20000, 40};
+    const int32_t dims[] = {64, 80, 128, 256};
+    const int32_t groups[] = {1, 4, 8};
+    for (int r = 0; r < 9; r++) {
+        const int32_t d = dims[r % 4], G = groups[r % 3];
+        const fg_dtype dt = (fg_dtype)(r % 3);
+        int32_t lens[8];
+        uint32_t cs[8];
+        for (int j = 0; j < 8; j++) {
+            lens[j] = lengths[(j + r) % 8];
+            cs[j] = comps[(j + 2 * r) % 8];
+        }
+        check_decode(bp, d, G, dt, r % 2 ? 16 : 5, 8, lens, cs, 6, 0);
+    }
+}
+
+/* decode: a head dimension of 7 (no vector kernel takes it) */
+static void case_decode_odd_dim(backend_pair *bp) {
+    check_decode(bp, 7, 2, FG_DTYPE_F16, 3, 2, (const int32_t[]){9, 30}, (const uint32_t[]){S | P | F | L, F}, 20, 0);
+}
+
+/* decode: groups of more than 8 query heads (16-bit blocks widened once into scratch) */
+static void case_decode_wide_groups(backend_pair *bp) {
+    check_decode(bp, 64, 16, FG_DTYPE_F16, 16, 3, (const int32_t[]){3, 700, 1100},
+                 (const uint32_t[]){S | P | F | L, FG_KEEP_FULL, F}, 6, 0);
+    check_decode(bp, 128, 12, FG_DTYPE_BF16, 5, 2, (const int32_t[]){600, 40}, (const uint32_t[]){F | L, S | P}, 6, 0);
+}
+
+/* decode: ties everywhere: the older row is evicted first, on every backend alike */
+static void case_decode_ties(backend_pair *bp) {
+    check_decode(bp, 64, 4, FG_DTYPE_F32, 16, 4, (const int32_t[]){50, 300, 40, 120},
+                 (const uint32_t[]){S | P | F | L, F | L, F, S | P | F}, 40, 1);
+    check_decode(bp, 16, 1, FG_DTYPE_BF16, 4, 2, (const int32_t[]){64, 33}, (const uint32_t[]){F, F | L}, 40, 1);
+}
+
+/* decode: pages of 100 and 64 rows: the score scans' whole vectors and masked tails (SmolLM2's G = 3) */
+static void case_decode_big_pages(backend_pair *bp) {
+    check_decode(bp, 64, 3, FG_DTYPE_F16, 100, 3, (const int32_t[]){450, 130, 520},
+                 (const uint32_t[]){S | P | F | L, F | L, F}, 16, 0);
+    check_decode(bp, 64, 4, FG_DTYPE_F32, 64, 3, (const int32_t[]){350, 70, 600},
+                 (const uint32_t[]){F, S | P | F | L, F | L}, 16, 1);
+}
+
+/* decode: bf16 caches with queries that are bf16 values: every kernel within f32 rounding of ref */
+static void case_decode_bf16_queries(backend_pair *bp) {
+    g_bf16_queries = 1;
+    check_decode(bp, 128, 8, FG_DTYPE_BF16, 16, 4, (const int32_t[]){600, 33, 1100, 260},
+                 (const uint32_t[]){S | P | F | L, FG_KEEP_FULL, F | L, F}, 12, 0);
+    check_decode(bp, 64, 8, FG_DTYPE_BF16, 16, 3, (const int32_t[]){400, 700, 5},
+                 (const uint32_t[]){F, FG_KEEP_FULL, S | P | F | L}, 12, 0);
+    g_bf16_queries = 0;
+}
+
+/* decode: kept sets identical for 500 steps */
+static void case_decode_long(backend_pair *bp) {
+    check_decode(bp, 64, 4, FG_DTYPE_F32, 16, 4, (const int32_t[]){50, 300, 7, 120},
+                 (const uint32_t[]){S | P | F | L, F | L, F, S | P | F}, 500, 0);
+}
+
+/* decode: snapshots (SnapKV, AdaKV) beside TOVA's last-row scores (every third head) */
+static void case_decode_snapshots(backend_pair *bp) {
+    check_decode(bp, 64, 4, FG_DTYPE_F16, 16, 6, (const int32_t[]){200, 3000, 40, 9000, 120, 5},
+                 (const uint32_t[]){N | L, S | N, F, N, S | N | L, F}, 40, 0);
+    check_decode(bp, 128, 8, FG_DTYPE_BF16, 5, 3, (const int32_t[]){700, 64, 2500},
+                 (const uint32_t[]){F, F | L, N | L}, 30, 1);
+}
+
+#undef S
+#undef P
+#undef F
+#undef L
+#undef N
+
+typedef struct op_case {
+    const char *name;
+    void (*run)(backend_pair *bp);
+} op_case;
+
+static const op_case k_cases[] = {
+    {"prompt", case_prompt},
+    {"compact", case_compact},
+    {"decode-mixed", case_decode_mixed},
+    {"decode-odd-dim", case_decode_odd_dim},
+    {"decode-wide-groups", case_decode_wide_groups},
+    {"decode-ties", case_decode_ties},
+    {"decode-big-pages", case_decode_big_pages},
+    {"decode-bf16-queries", case_decode_bf16_queries},
+    {"decode-long", case_decode_long},
+    {"decode-snapshots", case_decode_snapshots},
+};
+
 int main(int argc, char **argv) {
     test_seed("test_backend_ops");
-    const char *all[] = {"cpu", "cuda", "hip"};
-    const char **names = argc > 1 ? (const char **)argv + 1 : all;
-    const int n_names = argc > 1 ? argc - 1 : 3;
-    int ran = 0;
+    const char *all[] = {"cpu", "cuda", "hip"}, *names[8], *filter = NULL;
+    int n_names = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--list")) {
+            for (size_t c = 0; c < sizeof k_cases / sizeof k_cases[0]; c++)
+                printf("%s\n", k_cases[c].name);
+            return 0;
+        } else if (!strcmp(argv[i], "--filter") && i + 1 < argc) {
+            filter = argv[++i];
+        } else if (argv[i][0] == '-' || n_names == (int)(sizeof names / sizeof names[0])) {
+            fprintf(stderr, "usage: test_backend_ops [--list] [--filter SUBSTRING] [backend...]\n");
+            return 2;
+        } else {
+            names[n_names++] = argv[i];
+        }
+    }
+    const int named = n_names > 0;
+    if (!named)
+        for (int i = 0; i < 3; i++)
+            names[n_names++] = all[i];
+    int ran = 0, cases = 0;
+    for (size_t c = 0; c < sizeof k_cases / sizeof k_cases[0]; c++)
+        cases += !filter || strstr(k_cases[c].name, filter) != NULL;
+    if (cases == 0) {
+        fprintf(stderr, "test_backend_ops: no case matches \"%s\" (--list names them)\n", filter);
+        return 2;
+    }
     fg_threadpool *two_threads = NULL; /* `two`: the kernels' tasks on two threads, `one` serially */
     EXPECT(fg_threadpool_create(2, &two_threads) == FG_OK, "a pool of two threads: %s", fg_last_error(NULL));
     for (int i = 0; i < n_names; i++) {
@@ -369,80 +520,17 @@ int main(int argc, char **argv) {
         fg_backend_open(names[i], NULL, &bp.one);
         fg_backend_open(names[i], two_threads, &bp.two);
         ran++;
-
-        /* prompt ops: odd and real shapes */
-        const int32_t prompt[][5] = {
-            /* d, G, Hkv, n, row_begin */
-            {64, 1, 2, 1, 0},    {64, 4, 1, 2, 0},   {80, 1, 2, 3, 0},   {128, 8, 1, 17, 0}, {128, 4, 2, 255, 0},
-            {256, 1, 1, 255, 100}, {7, 2, 3, 37, 0}, {80, 4, 1, 300, 290}, {64, 1, 1, 4099, 0},
-            {200, 1, 1, 70, 33}, {320, 2, 1, 40, 5}, /* GPU: the last tiled shape, and the untiled kernels */
-        };
-        for (size_t c = 0; c < sizeof prompt / sizeof prompt[0]; c++)
-            check_prompt(&bp, prompt[c][0], prompt[c][1], prompt[c][2], prompt[c][3], prompt[c][4]);
-
-        /* compact: every dtype, byte for byte */
-        for (int dt = 0; dt < 3; dt++) {
-            check_compact(&bp, 128, (fg_dtype)dt, 300);
-            check_compact(&bp, 7, (fg_dtype)dt, 50);
-            /* large enough for the cpu backend's non-temporal stores (about 2/3 of the rows are kept) */
-            const size_t row = 128 * fg_dtype_size((fg_dtype)dt);
-            check_compact(&bp, 128, (fg_dtype)dt, (int32_t)(FG_CPU_STREAM_BYTES / (2 * row) * 2));
-        }
-
-        /* decode: batches of heads from 1 to 20000 rows, mixed policies */
-        const uint32_t S = FG_KEEP_SPECIAL, P = FG_KEEP_PUNCT, F = FG_KEEP_FREQUENT, L = FG_KEEP_LOCAL;
-        const uint32_t comps[] = {S, S | P, S | P | F, S | P | F | L, FG_KEEP_FULL, F | L, L, F};
-        const int32_t lengths[] = {1, 2, 3, 17, 255, 4099, 20000, 40};
-        const int32_t dims[] = {64, 80, 128, 256};
-        const int32_t groups[] = {1, 4, 8};
-        for (int r = 0; r < 9; r++) {
-            const int32_t d = dims[r % 4], G = groups[r % 3];
-            const fg_dtype dt = (fg_dtype)(r % 3);
-            int32_t lens[8];
-            uint32_t cs[8];
-            for (int j = 0; j < 8; j++) {
-                lens[j] = lengths[(j + r) % 8];
-                cs[j] = comps[(j + 2 * r) % 8];
+        for (size_t c = 0; c < sizeof k_cases / sizeof k_cases[0]; c++)
+            if (!filter || strstr(k_cases[c].name, filter)) {
+                printf("%s %s\n", names[i], k_cases[c].name);
+                k_cases[c].run(&bp);
             }
-            check_decode(&bp, d, G, dt, r % 2 ? 16 : 5, 8, lens, cs, 6, 0);
-        }
-        check_decode(&bp, 7, 2, FG_DTYPE_F16, 3, 2, (const int32_t[]){9, 30}, (const uint32_t[]){S | P | F | L, F}, 20, 0);
-        /* groups of more than 8 query heads: 16-bit blocks widened once into scratch */
-        check_decode(&bp, 64, 16, FG_DTYPE_F16, 16, 3, (const int32_t[]){3, 700, 1100},
-                     (const uint32_t[]){S | P | F | L, FG_KEEP_FULL, F}, 6, 0);
-        check_decode(&bp, 128, 12, FG_DTYPE_BF16, 5, 2, (const int32_t[]){600, 40}, (const uint32_t[]){F | L, S | P}, 6, 0);
-        /* ties everywhere: the older row is evicted first, on every backend alike */
-        check_decode(&bp, 64, 4, FG_DTYPE_F32, 16, 4, (const int32_t[]){50, 300, 40, 120},
-                     (const uint32_t[]){S | P | F | L, F | L, F, S | P | F}, 40, 1);
-        check_decode(&bp, 16, 1, FG_DTYPE_BF16, 4, 2, (const int32_t[]){64, 33}, (const uint32_t[]){F, F | L}, 40, 1);
-        /* pages of 100 and 64 rows: the score scans' whole vectors and masked tails (SmolLM2's G = 3) */
-        check_decode(&bp, 64, 3, FG_DTYPE_F16, 100, 3, (const int32_t[]){450, 130, 520},
-                     (const uint32_t[]){S | P | F | L, F | L, F}, 16, 0);
-        check_decode(&bp, 64, 4, FG_DTYPE_F32, 64, 3, (const int32_t[]){350, 70, 600},
-                     (const uint32_t[]){F, S | P | F | L, F | L}, 16, 1);
-        /* bf16 caches with queries that are bf16 values: every kernel within f32 rounding of ref */
-        g_bf16_queries = 1;
-        check_decode(&bp, 128, 8, FG_DTYPE_BF16, 16, 4, (const int32_t[]){600, 33, 1100, 260},
-                     (const uint32_t[]){S | P | F | L, FG_KEEP_FULL, F | L, F}, 12, 0);
-        check_decode(&bp, 64, 8, FG_DTYPE_BF16, 16, 3, (const int32_t[]){400, 700, 5},
-                     (const uint32_t[]){F, FG_KEEP_FULL, S | P | F | L}, 12, 0);
-        g_bf16_queries = 0;
-        /* a long run: kept sets identical for 500 steps */
-        check_decode(&bp, 64, 4, FG_DTYPE_F32, 16, 4, (const int32_t[]){50, 300, 7, 120},
-                     (const uint32_t[]){S | P | F | L, F | L, F, S | P | F}, 500, 0);
-        /* snapshots (SnapKV, AdaKV) beside TOVA's last-row scores (every third head) */
-        const uint32_t N = FG_KEEP_SNAPSHOT;
-        check_decode(&bp, 64, 4, FG_DTYPE_F16, 16, 6, (const int32_t[]){200, 3000, 40, 9000, 120, 5},
-                     (const uint32_t[]){N | L, S | N, F, N, S | N | L, F}, 40, 0);
-        check_decode(&bp, 128, 8, FG_DTYPE_BF16, 5, 3, (const int32_t[]){700, 64, 2500},
-                     (const uint32_t[]){F, F | L, N | L}, 30, 1);
-
         fg_backend_close(&bp.ref);
         fg_backend_close(&bp.one);
         fg_backend_close(&bp.two);
     }
     fg_threadpool_destroy(&two_threads);
-    if (ran == 0 && argc > 1 && !test_backend_required()) /* the requested GPU backends are not here: skipped */
+    if (ran == 0 && named && !test_backend_required()) /* the requested GPU backends are not here: skipped */
         return 77;
     EXPECT(ran > 0, "no backend besides ref was tested");
     return test_finish();

@@ -86,7 +86,7 @@ static void random_case(bf_case *c) {
     }
 }
 
-/* The test's own classes: the rule of DESIGN §2.1 applied by hand. */
+/* The test's own classes: the rule of docs/design.md §2.1 applied by hand. */
 static void classify(bf_case *c) {
     for (int32_t p = 0; p < c->n; p++) {
         int32_t t = c->tokens[p];

@@ -1,5 +1,5 @@
 /*
- * Token classes (DESIGN §2.1): the punctuation rule on pieces, byte-fallback
+ * Token classes (docs/design.md §2.1): the punctuation rule on pieces, byte-fallback
  * pieces, overrides, multi-token special markers (in a prompt and completed
  * while decoding), and sinks by position.
  */

@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "tests/support/harness.h"
-#include "kernels_cpu/dtype.h"
+#include "common/dtype.h"
 #include "model/dequant.h"
 #include "model/matvec.h"
 #include "model/gguf.h"

@@ -1,5 +1,5 @@
 /*
- * Decode lockstep: a deliberately simple simulator of DESIGN §2.5 — sets of
+ * Decode lockstep: a deliberately simple simulator of docs/design.md §2.5 — sets of
  * positions, double-precision scores, no pages — runs beside the library for
  * >= 300 steps per policy. Two sequences with different policies and prompt
  * lengths share every batched decode call; a third forks from the first a

@@ -23,7 +23,7 @@
 
 #include "fastgen.h"
 #include "tests/support/harness.h"
-#include "kernels_cpu/dtype.h"
+#include "common/dtype.h"
 #include "tests/support/synth.h"
 
 enum { L = 2, HKV = 5, G = 2, HQ = G * HKV, D = 32, N = 48, MAXLEN = 160 };

@@ -1,4 +1,4 @@
-/* fastgen eval: quality against memory on a real model (DESIGN §5.2).
+/* fastgen eval: quality against memory on a real model (docs/design.md §5.2).
  *
  * For every prompt, the full cache generates a greedy reference of N tokens.
  * Every policy is then teacher-forced on that reference and compared with

@@ -1,4 +1,4 @@
-/* fastgen eval --chat (tools/eval_chat.c). */
+/* fastgen eval --chat (tools/cmd_eval_chat.c). */
 #ifndef FG_EVAL_CHAT_H
 #define FG_EVAL_CHAT_H
 

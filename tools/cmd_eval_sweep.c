@@ -1,6 +1,6 @@
 /* fastgen eval --sweep and --passkey: a driven method (fastgen-adaptive by
  * default) against the fixed policies and the peer methods, at KV memory
- * matched per prompt (DESIGN §5.2).
+ * matched per prompt (docs/design.md §5.2).
  *
  * For every prompt the full cache makes a greedy reference. The driven
  * method runs at each budget; every other method then runs at the memory

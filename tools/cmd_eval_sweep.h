@@ -1,4 +1,4 @@
-/* fastgen eval --sweep and --passkey (tools/eval_sweep.c). */
+/* fastgen eval --sweep and --passkey (tools/cmd_eval_sweep.c). */
 #ifndef FG_EVAL_SWEEP_H
 #define FG_EVAL_SWEEP_H
 

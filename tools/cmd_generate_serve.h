@@ -1,4 +1,4 @@
-/* fastgen generate --chat / --samples (tools/serve.c). */
+/* fastgen generate --chat / --samples (tools/cmd_generate_serve.c). */
 #ifndef FG_SERVE_H
 #define FG_SERVE_H
 

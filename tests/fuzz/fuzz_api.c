@@ -7,7 +7,7 @@
  * batch, tokens outside the vocabulary, layers out of range, NULL pointers,
  * decode before prefill or past max_seq_len, a second prefill, short
  * capacities). Each live sequence has the set simulator of the lockstep test
- * beside it (tests/sim.h): after every decode the kept positions of every
+ * beside it (tests/support/sim.h): after every decode the kept positions of every
  * head and the attention output (dense over the simulator's set) must match,
  * and after every refused call nothing may have changed. Any mismatch aborts.
  */

@@ -1,5 +1,5 @@
 /*
- * The set simulator of DESIGN §2.5 (sets of positions, double-precision
+ * The set simulator of docs/design.md §2.5 (sets of positions, double-precision
  * scores, no pages), shared by the lockstep test and the API fuzzer: it
  * starts from the library's prompt state and steps beside fg_decode, and
  * compare_sets checks the library's kept positions against it. Eviction ties
@@ -13,7 +13,7 @@
 
 #include "fastgen.h"
 #include "tests/support/harness.h"
-#include "kernels_cpu/dtype.h"
+#include "common/dtype.h"
 
 #ifndef MAXT
 #define MAXT 400

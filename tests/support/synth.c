@@ -1,4 +1,4 @@
-/* The synthetic workload of tools/synth.h. */
+/* The synthetic workload of tests/support/synth.h. */
 #include "tests/support/synth.h"
 
 #include <math.h>

@@ -1,5 +1,5 @@
 /*
- * Synthetic workload (DESIGN §5.1): a token stream and Q/K/V with planted
+ * Synthetic workload (docs/design.md §5.1): a token stream and Q/K/V with planted
  * head types, deterministic in (seed, layer, head, position), so a prompt
  * and its continuation are drawn from the same structure.
  *

@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/layout.h"
 #include "fastgen.h"
 
 #ifdef __cplusplus
@@ -18,16 +19,6 @@ extern "C" {
 
 typedef struct fg_backend fg_backend;
 
-/* Slot flags: which component keeps a cached row (same bits as FG_KEEP_*). */
-enum {
-    FG_SLOT_SPECIAL = FG_KEEP_SPECIAL,
-    FG_SLOT_PUNCT = FG_KEEP_PUNCT,
-    FG_SLOT_FREQUENT = FG_KEEP_FREQUENT,
-    FG_SLOT_LOCAL = FG_KEEP_LOCAL,
-    FG_SLOT_FULL = FG_KEEP_FULL,
-    FG_SLOT_SNAPSHOT = FG_KEEP_SNAPSHOT /* kept for good: no decode step touches it */
-};
-
 /* Attention shape shared by all ops. */
 typedef struct fg_shape {
     int32_t n_q_heads;  /* Hq */
@@ -35,20 +26,6 @@ typedef struct fg_shape {
     int32_t head_dim;   /* d */
 } fg_shape;
 
-/* Layout of one page: rows of one (sequence, layer, KV head).
- *   [k_offset]     K     [page_tokens][d] dtype
- *   [v_offset]     V     [page_tokens][d] dtype
- *   [pos_offset]   pos   [page_tokens] int32
- *   [score_offset] score [page_tokens] float
- *   [flags_offset] flags [page_tokens] uint8
- * page_bytes is a multiple of 64. */
-typedef struct fg_page_layout {
-    int32_t page_tokens;
-    int32_t head_dim;
-    fg_dtype dtype;
-    size_t k_offset, v_offset, pos_offset, score_offset, flags_offset;
-    size_t page_bytes;
-} fg_page_layout;
 
 /* ---- prefill_attention: causal softmax attention over a prompt, with the
  * per-row max and normaliser that profile_stats reuses (pass 1 of §2.3).
@@ -226,15 +203,7 @@ fg_status fg_backend_read(fg_backend *be, void *dst, const void *src, size_t byt
 fg_status fg_backend_copy(fg_backend *be, void *dst, const void *src, size_t bytes);
 fg_status fg_backend_copy2d(fg_backend *be, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
                             size_t rows);
-/* The first n_slots slots of one head (pages: backend addresses) read to
- * the host, after the backend's queued work: K and V as float [n_slots][d],
- * and pos / flags / score (each may be NULL). */
-fg_status fg_backend_read_rows(fg_backend *be, const fg_page_layout *layout, void *const *pages, int32_t n_slots,
-                               float *k, float *v, int32_t *pos, uint8_t *flags, float *score);
 
-/* Layout of a page for the given shape and storage type. */
-fg_page_layout fg_page_layout_make(int32_t page_tokens, int32_t head_dim, fg_dtype dtype);
-size_t fg_dtype_size(fg_dtype dtype);
 
 #ifdef __cplusplus
 }

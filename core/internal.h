@@ -314,6 +314,11 @@ void fg_head_shrink(fg_context *ctx, fg_head *h, int32_t n_pages);
 fg_status fg_head_unshare(fg_context *ctx, fg_head *h, int32_t first, int32_t last);
 /* Undoes the copies of a failed step: the heads share their old pages again. */
 void fg_pages_reshare(fg_context *ctx);
+/* The first n_slots slots of one head (pages: backend addresses) read to
+ * the host, after the backend's queued work: K and V as float [n_slots][d],
+ * and pos / flags / score (each may be NULL). */
+fg_status fg_backend_read_rows(fg_backend *be, const fg_page_layout *layout, void *const *pages, int32_t n_slots,
+                               float *k, float *v, int32_t *pos, uint8_t *flags, float *score);
 /* Gives back the pages a decode step reserved for its first n_heads heads
  * (head i * Hkv + g of the batch is KV head g of sequence seqs[i]). */
 void fg_unreserve(fg_context *ctx, int32_t layer, const int32_t *seqs, int32_t n_heads);

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/dtype.h"
 #include "core/internal.h"
 
 void fg_seq_release(fg_context *ctx, fg_seq *s) {
@@ -315,4 +316,38 @@ fg_status fg_check_token(fg_context *ctx, const fg_seq *s, int32_t seq, int32_t 
              "sequence %d: position %d is token %d in another layer, not %d", (int)seq, (int)p, (int)s->tokens[p],
              (int)token);
     return FG_OK;
+}
+
+fg_status fg_backend_read_rows(fg_backend *be, const fg_page_layout *L, void *const *pages, int32_t n_slots,
+                               float *k, float *v, int32_t *pos, uint8_t *flags, float *score) {
+    fg_status st = be->ops->synchronize ? be->ops->synchronize(be) : FG_OK;
+    if (st || n_slots <= 0)
+        return st;
+    unsigned char *page = be->ops->buffer_read ? malloc(L->page_bytes) : NULL;
+    if (be->ops->buffer_read && !page)
+        return be->err(be->err_sink, FG_ERR_OUT_OF_MEMORY, "out of host memory for a page of %zu bytes", L->page_bytes);
+    const int32_t P = L->page_tokens, d = L->head_dim;
+    const size_t row_bytes = (size_t)d * fg_dtype_size(L->dtype);
+    for (int32_t p = 0; p * P < n_slots && st == FG_OK; p++) {
+        const unsigned char *src = pages[p];
+        if (page) {
+            st = be->ops->buffer_read(be, page, src, L->page_bytes);
+            src = page;
+        }
+        for (int32_t r = 0; r < P && p * P + r < n_slots && st == FG_OK; r++) {
+            const size_t s = (size_t)p * P + r;
+            for (int32_t c = 0; c < d; c++) {
+                k[s * d + c] = fg_load_elem(src + L->k_offset + r * row_bytes, L->dtype, c);
+                v[s * d + c] = fg_load_elem(src + L->v_offset + r * row_bytes, L->dtype, c);
+            }
+            if (pos)
+                memcpy(&pos[s], src + L->pos_offset + r * sizeof(int32_t), sizeof(int32_t));
+            if (score)
+                memcpy(&score[s], src + L->score_offset + r * sizeof(float), sizeof(float));
+            if (flags)
+                flags[s] = src[L->flags_offset + r];
+        }
+    }
+    free(page);
+    return st;
 }

@@ -5,8 +5,8 @@
 #ifndef FG_SLOTS_H
 #define FG_SLOTS_H
 
-#include "backends/backend.h"
 #include "common/dtype.h"
+#include "common/layout.h"
 
 typedef struct fg_slot_ref {
     unsigned char *page;

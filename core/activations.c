@@ -55,8 +55,10 @@ fg_status fg_io_write(fg_context *ctx, float *dst, const float *src, size_t byte
 int fg_alloc_all(const fg_alloc_item *items, size_t n) {
     int ok = 1;
     for (size_t i = 0; i < n; i++) {
-        *items[i].ptr = items[i].bytes ? malloc(items[i].bytes) : NULL;
-        ok &= !items[i].bytes || *items[i].ptr != NULL;
+        if (!items[i].bytes)
+            continue; /* not needed here: the pointer stays as it is */
+        *items[i].ptr = malloc(items[i].bytes);
+        ok &= *items[i].ptr != NULL;
     }
     return ok;
 }

@@ -339,9 +339,10 @@ int fg_stage_in_progress(const fg_context *ctx, const fg_seq *s);
 
 /* ---- scratch and activation memory (core/activations.c) */
 
-/* Host scratch: each *ptr = malloc(bytes), NULL where bytes is 0 (not
- * needed). Returns 1 when every buffer asked for was allocated; else 0, and
- * the caller frees what was (all pointers start NULL). */
+/* Host scratch: each *ptr = malloc(bytes); an item of 0 bytes (not needed,
+ * or held elsewhere) is left as it is. Returns 1 when every buffer asked
+ * for was allocated; else 0, and the caller frees what was (its pointers
+ * start NULL). */
 typedef struct fg_alloc_item {
     void **ptr;
     size_t bytes;

@@ -309,8 +309,9 @@ static fg_backend_proc gpu_get_proc(const char *name) {
     return NULL;
 }
 
-/* The table, each slot set by its name. */
-static fg_backend_ops gpu_ops_table() {
+/* The table, each slot set by its name; constexpr, so the table is a
+ * constant like the host backends' and no initialisation order matters. */
+static constexpr fg_backend_ops gpu_ops_table() {
     fg_backend_ops o = {};
     o.name = FG_GPU_NAME;
     o.buffer_alloc = gpu_malloc;
@@ -330,7 +331,7 @@ static fg_backend_ops gpu_ops_table() {
     o.buffer_copy2d = gpu_copy2d;
     return o;
 }
-static const fg_backend_ops k_gpu_ops = gpu_ops_table();
+static constexpr fg_backend_ops k_gpu_ops = gpu_ops_table();
 
 /* Creates what the state owns (a stream, events, device and pinned words:
  * all allocations); a failure leaves it for gpu_destroy. */

@@ -26,7 +26,6 @@ typedef struct fg_shape {
     int32_t head_dim;   /* d */
 } fg_shape;
 
-
 /* ---- prefill_attention: causal softmax attention over a prompt, with the
  * per-row max and normaliser that profile_stats reuses (pass 1 of §2.3).
  * Rows [row_begin, n) are computed, each over keys 0..i (row_begin > 0: a
@@ -203,7 +202,6 @@ fg_status fg_backend_read(fg_backend *be, void *dst, const void *src, size_t byt
 fg_status fg_backend_copy(fg_backend *be, void *dst, const void *src, size_t bytes);
 fg_status fg_backend_copy2d(fg_backend *be, void *dst, size_t dpitch, const void *src, size_t spitch, size_t width,
                             size_t rows);
-
 
 #ifdef __cplusplus
 }

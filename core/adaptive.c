@@ -38,7 +38,6 @@
 
 #include "core/internal.h"
 
-
 /* Attention below this moves no predicted error measurably (the errors of
  * the levels that matter are many orders above); skipping it makes a pass
  * cost the keys the observed rows attend, not all of them. */

@@ -37,7 +37,6 @@
 #include <immintrin.h>
 #endif
 
-
 /* ------------------------------------------------------------------ ISA variants */
 
 #define CAT3_(a, b, c) a##_##b##_##c

@@ -38,7 +38,6 @@ fg_status fg_cpu_decode_finish_head(const fg_page_layout *layout, const fg_decod
  * lanes, groups of more than FG_MAX_GROUP query heads). */
 fg_status fg_cpu_decode_step_plain(const fg_page_layout *layout, const fg_shape *shape, const fg_decode_head *head);
 
-
 /* Asks for the metadata (positions, scores, flags: the end of the page) of
  * page `index` of a head, unless it starts at or past slot `end`. The walks
  * over a head's metadata touch a few lines every page, too far apart for

@@ -24,7 +24,6 @@
 #include "kernels_cpu/kernels_cpu.h"
 #include "common/slots.h"
 
-
 static void fill(float *x, size_t n, float scale) {
     for (size_t i = 0; i < n; i++)
         x[i] = scale * rng_gauss();

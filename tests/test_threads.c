@@ -101,7 +101,6 @@ static void *run_job(void *arg) {
     return NULL;
 }
 
-
 /* ---- the thread pool alone */
 
 /* A decode step long enough to run on the pool (FG_CPU_PAR_ROWS), full and

@@ -287,7 +287,6 @@ done:
     return rc;
 }
 
-
 /* ------------------------------------------------------------------ real model */
 
 /* The chat demo's document and question: a text every Debian system ships,

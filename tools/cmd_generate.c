@@ -5,9 +5,6 @@
 #include "tools/cli.h"
 #include "tools/cmd_generate_serve.h"
 
-
-
-
 /* A growing string. */
 typedef struct text_buf {
     char *s;
@@ -86,7 +83,6 @@ static int generate_option(void *user, const char *opt, const char *val, int *us
         return val && cli_parse_int(val, 1, 64, &x->samples) ? 0 : 1;
     return 2;
 }
-
 
 /* The combinations generate refuses: an option the run would not use. */
 static int generate_checks(const cli_opts *o, const generate_extra *x) {

@@ -2,7 +2,6 @@
 #include "model/matvec.h"
 
 #include <math.h>
-#include <stdatomic.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>

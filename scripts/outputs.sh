@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The outputs of fastgen generate / profile / eval / demo on the two story
-# models and SmolLM2, timing figures masked, one file per run: what a
+# The outputs of fastgen generate / profile / eval (plain, --sweep, --chat) /
+# demo on the two story models and SmolLM2, timing figures masked, one file per run: what a
 # refactor must leave byte-identical. Run it with the binary before and
 # after, then compare the folders:
 #   bash scripts/outputs.sh /tmp/before/fastgen /tmp/out-before
@@ -32,5 +32,7 @@ for m in "$shared/stories260K.bin" "$shared/babyllama105.bin -z $shared/tok105.b
 done
 run generate -m "$smollm2" -n 12 --f32-activations -p "Hello"
 run generate -m "$smollm2" --chat "$root/tests/data/smollm2-chat.txt" -n 12 --json
+run eval -m "$shared/stories260K.bin" --sweep --limit 2 -n 8 -q
+run eval -m "$shared/stories260K.bin" --chat "$root/tests/data/story-turns.txt" --limit 2 -n 8 -q
 run demo --synthetic --prompt 128 --steps 16 --layers 1
 echo "$i runs in $out"

@@ -114,6 +114,10 @@ void cli_human_bytes(double b, char *buf, size_t n);
 /* Why a runner call failed with st: the runner's message, else the status's name (never ""). */
 const char *cli_reason(const fgm_runner *r, fg_status st);
 double cli_now(void);
+/* The index of the largest of x[0..n) (the first on ties). */
+int32_t cli_argmax(const float *x, int32_t n);
+/* log sum_i exp(x[i]), in double. */
+double cli_logsumexp(const float *x, int32_t n);
 
 /* Subcommands. */
 int cmd_generate(int argc, char **argv);

@@ -51,23 +51,10 @@ static void cfg_name(int i, char *buf, size_t n) {
 }
 
 static double log_softmax_at(const float *logits, int32_t vocab, int32_t i, double *lse_out) {
-    double m = -INFINITY, s = 0.0;
-    for (int32_t v = 0; v < vocab; v++)
-        m = logits[v] > m ? logits[v] : m;
-    for (int32_t v = 0; v < vocab; v++)
-        s += exp(logits[v] - m);
-    double lse = m + log(s);
+    const double lse = cli_logsumexp(logits, vocab);
     if (lse_out)
         *lse_out = lse;
     return logits[i] - lse;
-}
-
-static int32_t argmax(const float *x, int32_t n) {
-    int32_t b = 0;
-    for (int32_t i = 1; i < n; i++)
-        if (x[i] > x[b])
-            b = i;
-    return b;
 }
 
 /* Compares step `t` of configuration `c` (logits) with the reference. */
@@ -87,7 +74,7 @@ static void score_step(eval_state *e, int c, int32_t t, const float *logits) {
     a->kl_max = kl > a->kl_max ? kl : a->kl_max;
     a->nll_sum -= logits[e->ref[t]] - lse_c;
     a->nll_full_sum -= pf[e->ref[t]] - lse_f;
-    a->top1 += argmax(logits, V) == argmax(pf, V);
+    a->top1 += cli_argmax(logits, V) == cli_argmax(pf, V);
     a->steps++;
 }
 
@@ -202,7 +189,7 @@ static fg_status eval_prompt(eval_state *e, const char *text) {
     fg_compression_params_preset("full", &cp[0]);
     st = fgm_runner_prefill(e->s.runner, &cp[0], prompt, n_prompt, &seq, e->ref_logits);
     for (int32_t t = 0; st == FG_OK && t < e->n_steps; t++) {
-        e->ref[t] = argmax(e->ref_logits + (size_t)t * V, V);
+        e->ref[t] = cli_argmax(e->ref_logits + (size_t)t * V, V);
         if (t + 1 < e->n_steps)
             st = fgm_runner_decode(e->s.runner, 1, &seq, &e->ref[t], e->ref_logits + (size_t)(t + 1) * V);
     }

@@ -48,24 +48,8 @@ typedef struct chat_state {
     int32_t conversations, turns_scored;
 } chat_state;
 
-static int32_t argmax(const float *x, int32_t n) {
-    int32_t b = 0;
-    for (int32_t i = 1; i < n; i++)
-        b = x[i] > x[b] ? i : b;
-    return b;
-}
-
-static double lse(const float *x, int32_t n) {
-    double m = -INFINITY, s = 0.0;
-    for (int32_t i = 0; i < n; i++)
-        m = x[i] > m ? x[i] : m;
-    for (int32_t i = 0; i < n; i++)
-        s += exp(x[i] - m);
-    return m + log(s);
-}
-
 static void score(chat_state *c, int cfg, int later, const float *full, const float *got) {
-    const double lf = lse(full, c->vocab), lg = lse(got, c->vocab);
+    const double lf = cli_logsumexp(full, c->vocab), lg = cli_logsumexp(got, c->vocab);
     double kl = 0.0;
     for (int32_t v = 0; v < c->vocab; v++) {
         const double a = full[v] - lf, b = got[v] - lg;
@@ -74,7 +58,7 @@ static void score(chat_state *c, int cfg, int later, const float *full, const fl
     chat_acc *x = &c->acc[cfg];
     x->kl_sum[later] += kl;
     x->kl_max = later && kl > x->kl_max ? kl : x->kl_max;
-    x->top1[later] += argmax(full, c->vocab) == argmax(got, c->vocab);
+    x->top1[later] += cli_argmax(full, c->vocab) == cli_argmax(got, c->vocab);
     x->steps[later]++;
 }
 
@@ -115,7 +99,7 @@ static fg_status reference(chat_state *c, char *const *turns, int32_t n_turns, i
         for (int32_t r = 0; r < c->reply_max && st == FG_OK; r++) {
             memcpy(c->ref + (size_t)n_ref++ * V, logits, (size_t)V * sizeof *logits);
             c->scored[t]++;
-            const int32_t next = argmax(logits, V);
+            const int32_t next = cli_argmax(logits, V);
             if (next == c->s.tok.eos || next == c->s.tok.bos)
                 break; /* the stop is scored, not decoded (the next turn's markup closes the reply) */
             c->toks[len++] = next;

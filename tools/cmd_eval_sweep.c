@@ -232,25 +232,9 @@ static int matched_params(const char *method, double kept, int64_t t0, int64_t t
 
 /* ---------------------------------------------------------------- runs */
 
-static int32_t argmax(const float *x, int32_t n) {
-    int32_t b = 0;
-    for (int32_t i = 1; i < n; i++)
-        b = x[i] > x[b] ? i : b;
-    return b;
-}
-
-static double lse(const float *x, int32_t n) {
-    double m = -INFINITY, s = 0.0;
-    for (int32_t i = 0; i < n; i++)
-        m = x[i] > m ? x[i] : m;
-    for (int32_t i = 0; i < n; i++)
-        s += exp(x[i] - m);
-    return m + log(s);
-}
-
 /* KL(full || compressed) of one step. */
 static double step_kl(const float *full, const float *comp, int32_t V) {
-    const double lf = lse(full, V), lc = lse(comp, V);
+    const double lf = cli_logsumexp(full, V), lc = cli_logsumexp(comp, V);
     double kl = 0.0;
     for (int32_t v = 0; v < V; v++) {
         const double a = full[v] - lf;
@@ -296,14 +280,14 @@ static fg_status run_batch(sweep *w, const int32_t *prompt, int32_t n_prompt, in
                 const double kl = step_kl(w->ref_logits + (size_t)t * V, lg, V);
                 out[i]->kl += kl;
                 out[i]->kl_max = kl > out[i]->kl_max ? kl : out[i]->kl_max;
-                const int same = argmax(lg, V) == argmax(w->ref_logits + (size_t)t * V, V);
+                const int same = cli_argmax(lg, V) == cli_argmax(w->ref_logits + (size_t)t * V, V);
                 out[i]->top1 += same;
                 if (!same && out[i]->agree < 0)
                     out[i]->agree = t;
                 toks[i] = w->ref[t];
             } else if (!done[i]) {
                 const int32_t prev = t ? toks[i] : prompt[n_prompt - 1];
-                toks[i] = argmax(lg, V);
+                toks[i] = cli_argmax(lg, V);
                 const char *piece = fgm_tokenizer_decode(&w->s.tok, prev, toks[i]);
                 done[i] = toks[i] == w->s.tok.eos || w->s.tok.control[toks[i]]; /* end of text, or of the turn */
                 for (const char *c = piece; c && *c && alen[i] < (int32_t)sizeof answer[i] - 1; c++)
@@ -347,7 +331,7 @@ static fg_status reference(sweep *w, const int32_t *prompt, int32_t n_prompt) {
     const int32_t V = w->vocab;
     fg_status st = fgm_runner_prefill(w->s.runner, &cp, prompt, n_prompt, &seq, w->ref_logits);
     for (int32_t t = 0; st == FG_OK && t < w->n_steps; t++) {
-        w->ref[t] = argmax(w->ref_logits + (size_t)t * V, V);
+        w->ref[t] = cli_argmax(w->ref_logits + (size_t)t * V, V);
         if (t + 1 < w->n_steps)
             st = fgm_runner_decode(w->s.runner, 1, &seq, &w->ref[t], w->ref_logits + (size_t)(t + 1) * V);
     }

@@ -4,6 +4,7 @@
 #include "model/gguf.h"
 #include "model/io.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -122,4 +123,20 @@ int cli_open_or_report(const cli_opts *o, int track, cli_session *s) {
         return 1;
     }
     return 0;
+}
+
+int32_t cli_argmax(const float *x, int32_t n) {
+    int32_t b = 0;
+    for (int32_t i = 1; i < n; i++)
+        b = x[i] > x[b] ? i : b;
+    return b;
+}
+
+double cli_logsumexp(const float *x, int32_t n) {
+    double m = -INFINITY, s = 0.0;
+    for (int32_t i = 0; i < n; i++)
+        m = x[i] > m ? x[i] : m;
+    for (int32_t i = 0; i < n; i++)
+        s += exp(x[i] - m);
+    return m + log(s);
 }

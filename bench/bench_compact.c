@@ -118,7 +118,7 @@ int main(int argc, char **argv) {
             if (dev)
                 be.ops->buffer_free(&be, akv);
             const double tm = bench_median(t, REPS);
-            const double bytes = (double)keep * Hkv * 2 * d * (4.0 + (double)fg_dtype_size(dt));
+            const double bytes = (double)keep * Hkv * 2 * (4.0 * d + (double)fg_row_bytes(dt, d));
             const double gbs = bytes / tm, bw = 2.0 * (double)probe_bytes / bench_median(tc, REPS);
             fracs[count++] = gbs / bw;
             if (csv)

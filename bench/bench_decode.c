@@ -105,7 +105,7 @@ static int build_case(fg_backend *be, bench_case *c, int mix, const model_shape 
     size_t pages_per_copy = 0;
     for (int32_t g = 0; g < Hkv; g++) {
         int32_t rows = case_rows(mix, g, Hkv, t);
-        c->bytes += (size_t)B * rows * 2 * m->d * fg_dtype_size(dtype);
+        c->bytes += (size_t)B * rows * 2 * fg_row_bytes(dtype, m->d);
         pages_per_copy += (size_t)B * ((rows + P) / P); /* room for one more row */
     }
     const size_t copy_bytes = pages_per_copy * L->page_bytes, target = 4 * cache_bytes;
@@ -242,8 +242,8 @@ int main(int argc, char **argv) {
                     for (int32_t r = 0; r < 16; r++) {
                         for (int32_t c = 0; c < m->d; c++)
                             row[c] = (float)(((r * 131 + c) * 2654435761u) % 2000) / 1000.0f - 1.0f;
-                        fg_store_row(tmpl + L.k_offset + (size_t)r * m->d * fg_dtype_size(dt), dt, row, m->d);
-                        fg_store_row(tmpl + L.v_offset + (size_t)r * m->d * fg_dtype_size(dt), dt, row, m->d);
+                        fg_store_row(tmpl + L.k_offset + (size_t)r * L.row_bytes, dt, row, m->d);
+                        fg_store_row(tmpl + L.v_offset + (size_t)r * L.row_bytes, dt, row, m->d);
                     }
                     /* with a GPU backend the step reads and writes device copies */
                     float *dq = q, *dk = k, *dv = v, *dout = out;

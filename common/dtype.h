@@ -1,10 +1,13 @@
 /*
- * fp16 / bf16 <-> fp32 conversions (round to nearest even), portable C.
- * Shared by the CPU kernels and the tests; accumulation is always fp32.
+ * The cache's storage types: fp16 / bf16 <-> fp32 conversions (round to
+ * nearest even) and the q8_0 / q4_0 blocks, portable C. Shared by every
+ * backend (host and device) and the tests; accumulation is always fp32.
  */
 #ifndef FG_DTYPE_H
 #define FG_DTYPE_H
 
+#include <math.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -75,7 +78,101 @@ FG_HD static inline uint16_t fg_f32_to_bf16(float f) {
 
 FG_HD static inline float fg_bf16_to_f32(uint16_t b) { return fg_bits_f32((uint32_t)b << 16); }
 
-/* Store n floats as dtype at dst. */
+/* ---------------------------------------------------------------- q8_0 / q4_0 */
+
+FG_HD static inline int fg_dtype_quantized(fg_dtype dtype) {
+    return dtype == FG_DTYPE_Q8_0 || dtype == FG_DTYPE_Q4_0;
+}
+
+/* Values per quantization block of a row of d values (see fg_dtype in
+ * fastgen.h): 32, 16 or 8, the largest that divides d; 0 when none does. */
+FG_HD static inline int32_t fg_qblock(int32_t d) {
+    return d % 32 == 0 ? 32 : d % 16 == 0 ? 16 : d % 8 == 0 ? 8 : 0;
+}
+
+/* Bytes of one block of qb values: the fp16 scale, then the values. */
+FG_HD static inline size_t fg_qblock_bytes(fg_dtype dtype, int32_t qb) {
+    return 2 + (size_t)(dtype == FG_DTYPE_Q8_0 ? qb : qb / 2);
+}
+
+/* Bytes of a cached row of d values (0 when the dtype cannot hold it). */
+FG_HD static inline size_t fg_row_bytes(fg_dtype dtype, int32_t d) {
+    switch (dtype) {
+    case FG_DTYPE_F32:
+        return (size_t)d * 4;
+    case FG_DTYPE_F16:
+    case FG_DTYPE_BF16:
+        return (size_t)d * 2;
+    case FG_DTYPE_Q8_0:
+    case FG_DTYPE_Q4_0: {
+        const int32_t qb = fg_qblock(d);
+        return qb ? (size_t)(d / qb) * fg_qblock_bytes(dtype, qb) : 0;
+    }
+    }
+    return 0;
+}
+
+FG_HD static inline void fg_put_f16(unsigned char *p, uint16_t h) { memcpy(p, &h, sizeof h); }
+FG_HD static inline float fg_get_f16(const unsigned char *p) {
+    uint16_t h;
+    memcpy(&h, p, sizeof h);
+    return fg_f16_to_f32(h);
+}
+
+/* One q8_0 block of qb values, as ggml's quantize_row_q8_0_ref: scale
+ * max|x| / 127, each value rounded to nearest (halves away from zero). A
+ * value that is not finite stores 0 (ggml leaves that case undefined). */
+FG_HD static inline void fg_quantize_q8_0(unsigned char *dst, const float *x, int32_t qb) {
+    float amax = 0.0f;
+    for (int32_t j = 0; j < qb; j++)
+        amax = fabsf(x[j]) > amax ? fabsf(x[j]) : amax;
+    const float scale = amax / 127.0f, inv = scale != 0.0f ? 1.0f / scale : 0.0f;
+    fg_put_f16(dst, fg_f32_to_f16(scale));
+    for (int32_t j = 0; j < qb; j++) {
+        const float q = roundf(x[j] * inv);
+        ((int8_t *)(dst + 2))[j] = (int8_t)(q >= -127.0f && q <= 127.0f ? q : 0.0f);
+    }
+}
+
+/* A q4_0 value: min(15, trunc(y + 8.5)) as ggml; 8 (that is, 0) when y is not finite. */
+FG_HD static inline unsigned fg_q4_nibble(float y) {
+    const float a = y + 8.5f;
+    return a >= 0.0f && a < 16.0f ? (unsigned)a : a >= 16.0f && a <= 3.4e38f ? 15u : 8u;
+}
+
+/* One q4_0 block of qb values, as ggml's quantize_row_q4_0_ref: the value of
+ * largest magnitude, with its sign, maps to -8; q = min(15, trunc(x / scale
+ * + 8.5)). A value that is not finite stores 8 (that is, 0). */
+FG_HD static inline void fg_quantize_q4_0(unsigned char *dst, const float *x, int32_t qb) {
+    float amax = 0.0f, max = 0.0f;
+    for (int32_t j = 0; j < qb; j++)
+        if (amax < fabsf(x[j])) {
+            amax = fabsf(x[j]);
+            max = x[j];
+        }
+    const float scale = max / -8.0f, inv = scale != 0.0f ? 1.0f / scale : 0.0f;
+    fg_put_f16(dst, fg_f32_to_f16(scale));
+    const int32_t half = qb / 2;
+    for (int32_t j = 0; j < half; j++)
+        dst[2 + j] = (unsigned char)(fg_q4_nibble(x[j] * inv) | fg_q4_nibble(x[j + half] * inv) << 4);
+}
+
+/* Value i of a quantized row of d values (the plain definition: q * scale). */
+FG_HD static inline float fg_load_quant(const unsigned char *row, fg_dtype dtype, int32_t d, int32_t i) {
+    const int32_t qb = fg_qblock(d), b = i / qb, j = i % qb;
+    const unsigned char *blk = row + (size_t)b * fg_qblock_bytes(dtype, qb);
+    const float scale = fg_get_f16(blk);
+    if (dtype == FG_DTYPE_Q8_0)
+        return (float)((const int8_t *)(blk + 2))[j] * scale;
+    const int32_t half = qb / 2;
+    const int q = j < half ? (blk[2 + j] & 0x0f) : (blk[2 + j - half] >> 4);
+    return (float)(q - 8) * scale;
+}
+
+/* ---------------------------------------------------------------- rows */
+
+/* Store a row of n floats as dtype at dst (quantized dtypes: n is the head
+ * dimension, cut into fg_qblock(n) blocks). */
 FG_HD static inline void fg_store_row(void *dst, fg_dtype dtype, const float *src, int32_t n) {
     switch (dtype) {
     case FG_DTYPE_F32:
@@ -89,23 +186,40 @@ FG_HD static inline void fg_store_row(void *dst, fg_dtype dtype, const float *sr
         for (int32_t i = 0; i < n; i++)
             ((uint16_t *)dst)[i] = fg_f32_to_bf16(src[i]);
         break;
+    case FG_DTYPE_Q8_0:
+    case FG_DTYPE_Q4_0: {
+        const int32_t qb = fg_qblock(n);
+        const size_t bb = fg_qblock_bytes(dtype, qb);
+        for (int32_t b = 0; b < n / qb; b++) {
+            unsigned char *blk = (unsigned char *)dst + (size_t)b * bb;
+            if (dtype == FG_DTYPE_Q8_0)
+                fg_quantize_q8_0(blk, src + (size_t)b * qb, qb);
+            else
+                fg_quantize_q4_0(blk, src + (size_t)b * qb, qb);
+        }
+        break;
+    }
     }
 }
 
-/* Element i of a row stored as dtype. */
-FG_HD static inline float fg_load_elem(const void *row, fg_dtype dtype, int32_t i) {
+/* Element i of a row of d values stored as dtype. */
+FG_HD static inline float fg_load_elem(const void *row, fg_dtype dtype, int32_t d, int32_t i) {
     switch (dtype) {
     case FG_DTYPE_F16:
         return fg_f16_to_f32(((const uint16_t *)row)[i]);
     case FG_DTYPE_BF16:
         return fg_bf16_to_f32(((const uint16_t *)row)[i]);
+    case FG_DTYPE_Q8_0:
+    case FG_DTYPE_Q4_0:
+        return fg_load_quant((const unsigned char *)row, dtype, d, i);
     case FG_DTYPE_F32:
     default:
         return ((const float *)row)[i];
     }
 }
 
-/* Round-trip a value through dtype (what the cache will hand back). */
+/* Round-trip a value through a per-value dtype (what the cache will hand
+ * back); quantized dtypes round whole blocks, see fg_store_row. */
 FG_HD static inline float fg_quantize(float x, fg_dtype dtype) {
     switch (dtype) {
     case FG_DTYPE_F16:

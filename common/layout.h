@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/dtype.h"
 #include "fastgen.h"
 
 #ifdef __cplusplus
@@ -26,8 +27,8 @@ enum {
 };
 
 /* Layout of one page: rows of one (sequence, layer, KV head).
- *   [k_offset]     K     [page_tokens][d] dtype
- *   [v_offset]     V     [page_tokens][d] dtype
+ *   [k_offset]     K     [page_tokens] rows of row_bytes (d values as dtype)
+ *   [v_offset]     V     [page_tokens] rows of row_bytes
  *   [pos_offset]   pos   [page_tokens] int32
  *   [score_offset] score [page_tokens] float
  *   [flags_offset] flags [page_tokens] uint8
@@ -36,19 +37,18 @@ typedef struct fg_page_layout {
     int32_t page_tokens;
     int32_t head_dim;
     fg_dtype dtype;
+    size_t row_bytes; /* fg_row_bytes(dtype, head_dim) */
     size_t k_offset, v_offset, pos_offset, score_offset, flags_offset;
     size_t page_bytes;
 } fg_page_layout;
-
-/* Bytes of one element of a cache row. */
-static inline size_t fg_dtype_size(fg_dtype dtype) { return dtype == FG_DTYPE_F32 ? 4 : 2; }
 
 static inline size_t fg_align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
 /* Layout of a page for the given shape and storage type. */
 static inline fg_page_layout fg_page_layout_make(int32_t page_tokens, int32_t head_dim, fg_dtype dtype) {
     fg_page_layout L;
-    size_t rows = (size_t)page_tokens * (size_t)head_dim * fg_dtype_size(dtype);
+    L.row_bytes = fg_row_bytes(dtype, head_dim);
+    size_t rows = (size_t)page_tokens * L.row_bytes;
     L.page_tokens = page_tokens;
     L.head_dim = head_dim;
     L.dtype = dtype;

@@ -19,10 +19,10 @@ static inline fg_slot_ref fg_slot(const fg_page_layout *L, void *const *pages, i
 }
 
 static inline void *fg_slot_k(const fg_page_layout *L, fg_slot_ref r) {
-    return r.page + L->k_offset + (size_t)r.row * (size_t)L->head_dim * fg_dtype_size(L->dtype);
+    return r.page + L->k_offset + (size_t)r.row * L->row_bytes;
 }
 static inline void *fg_slot_v(const fg_page_layout *L, fg_slot_ref r) {
-    return r.page + L->v_offset + (size_t)r.row * (size_t)L->head_dim * fg_dtype_size(L->dtype);
+    return r.page + L->v_offset + (size_t)r.row * L->row_bytes;
 }
 static inline int32_t *fg_slot_pos(const fg_page_layout *L, fg_slot_ref r) {
     return (int32_t *)(void *)(r.page + L->pos_offset) + r.row;
@@ -37,9 +37,8 @@ static inline uint8_t *fg_slot_flags(const fg_page_layout *L, fg_slot_ref r) {
 /* Copies slot `from` over slot `to` (K, V and metadata). */
 static inline void fg_slot_move(const fg_page_layout *L, void *const *pages, int32_t to, int32_t from) {
     fg_slot_ref a = fg_slot(L, pages, to), b = fg_slot(L, pages, from);
-    size_t row_bytes = (size_t)L->head_dim * fg_dtype_size(L->dtype);
-    memcpy(fg_slot_k(L, a), fg_slot_k(L, b), row_bytes);
-    memcpy(fg_slot_v(L, a), fg_slot_v(L, b), row_bytes);
+    memcpy(fg_slot_k(L, a), fg_slot_k(L, b), L->row_bytes);
+    memcpy(fg_slot_v(L, a), fg_slot_v(L, b), L->row_bytes);
     *fg_slot_pos(L, a) = *fg_slot_pos(L, b);
     *fg_slot_score(L, a) = *fg_slot_score(L, b);
     *fg_slot_flags(L, a) = *fg_slot_flags(L, b);

@@ -15,8 +15,10 @@ static fg_status validate_params(const fg_context_params *p) {
              "n_q_heads (%d) must be a multiple of n_kv_heads (%d)", (int)p->n_q_heads, (int)p->n_kv_heads);
     FG_CHECK(p->head_dim <= 1024, NULL, FG_ERR_INVALID_ARGUMENT, "head_dim %d is above the supported 1024",
              (int)p->head_dim);
-    FG_CHECK(p->kv_dtype == FG_DTYPE_F32 || p->kv_dtype == FG_DTYPE_F16 || p->kv_dtype == FG_DTYPE_BF16, NULL,
-             FG_ERR_INVALID_ARGUMENT, "unknown kv_dtype %d", (int)p->kv_dtype);
+    FG_CHECK(fg_dtype_name(p->kv_dtype), NULL, FG_ERR_INVALID_ARGUMENT, "unknown kv_dtype %d", (int)p->kv_dtype);
+    FG_CHECK(fg_kv_row_bytes(p->kv_dtype, p->head_dim) > 0, NULL, FG_ERR_INVALID_ARGUMENT,
+             "kv_dtype %s needs a head_dim that is a multiple of 8 (blocks of 8, 16 or 32 values), got %d",
+             fg_dtype_name(p->kv_dtype), (int)p->head_dim);
     FG_CHECK(p->max_seqs > 0 && p->max_seq_len > 0, NULL, FG_ERR_INVALID_ARGUMENT,
              "max_seqs (%d) and max_seq_len (%d) must be > 0", (int)p->max_seqs, (int)p->max_seq_len);
     FG_CHECK(p->page_tokens > 0 && p->page_tokens <= 4096, NULL, FG_ERR_INVALID_ARGUMENT,

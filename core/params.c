@@ -326,3 +326,30 @@ void fg_context_params_default(fg_context_params *p) {
     p->pool_chunk_pages = 256;
     fg_compression_params_default(&p->compression);
 }
+
+/* ---------------------------------------------------------------- cache dtypes */
+
+static const char *const k_dtype_names[] = {"f32", "f16", "bf16", "q8_0", "q4_0"};
+#define FG_N_DTYPES ((int)(sizeof k_dtype_names / sizeof k_dtype_names[0]))
+
+const char *fg_dtype_name(fg_dtype dtype) {
+    return (int)dtype >= 0 && (int)dtype < FG_N_DTYPES ? k_dtype_names[dtype] : NULL;
+}
+
+fg_status fg_dtype_parse(const char *text, fg_dtype *dtype) {
+    if (!text || !dtype)
+        return fg_error(NULL, FG_ERR_INVALID_ARGUMENT, "fg_dtype_parse: text and dtype must not be NULL");
+    for (int i = 0; i < FG_N_DTYPES; i++)
+        if (strcmp(text, k_dtype_names[i]) == 0) {
+            *dtype = (fg_dtype)i;
+            return FG_OK;
+        }
+    return fg_error(NULL, FG_ERR_INVALID_ARGUMENT, "unknown cache dtype \"%s\" (known: f32, f16, bf16, q8_0, q4_0)",
+                    text);
+}
+
+size_t fg_kv_row_bytes(fg_dtype dtype, int32_t head_dim) {
+    if (!fg_dtype_name(dtype) || head_dim <= 0)
+        return 0;
+    return fg_row_bytes(dtype, head_dim);
+}

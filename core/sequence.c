@@ -327,7 +327,7 @@ fg_status fg_backend_read_rows(fg_backend *be, const fg_page_layout *L, void *co
     if (be->ops->buffer_read && !page)
         return be->err(be->err_sink, FG_ERR_OUT_OF_MEMORY, "out of host memory for a page of %zu bytes", L->page_bytes);
     const int32_t P = L->page_tokens, d = L->head_dim;
-    const size_t row_bytes = (size_t)d * fg_dtype_size(L->dtype);
+    const size_t row_bytes = L->row_bytes;
     for (int32_t p = 0; p * P < n_slots && st == FG_OK; p++) {
         const unsigned char *src = pages[p];
         if (page) {
@@ -337,8 +337,8 @@ fg_status fg_backend_read_rows(fg_backend *be, const fg_page_layout *L, void *co
         for (int32_t r = 0; r < P && p * P + r < n_slots && st == FG_OK; r++) {
             const size_t s = (size_t)p * P + r;
             for (int32_t c = 0; c < d; c++) {
-                k[s * d + c] = fg_load_elem(src + L->k_offset + r * row_bytes, L->dtype, c);
-                v[s * d + c] = fg_load_elem(src + L->v_offset + r * row_bytes, L->dtype, c);
+                k[s * d + c] = fg_load_elem(src + L->k_offset + r * row_bytes, L->dtype, d, c);
+                v[s * d + c] = fg_load_elem(src + L->v_offset + r * row_bytes, L->dtype, d, c);
             }
             if (pos)
                 memcpy(&pos[s], src + L->pos_offset + r * sizeof(int32_t), sizeof(int32_t));

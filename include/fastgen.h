@@ -249,7 +249,36 @@ FG_API fg_status fg_policy_name(uint32_t components, char *buf, size_t buf_size)
 
 /* ---------------------------------------------------------------- context */
 
-typedef enum fg_dtype { FG_DTYPE_F32 = 0, FG_DTYPE_F16 = 1, FG_DTYPE_BF16 = 2 } fg_dtype;
+/* Storage of cached K/V rows. Accumulation is always fp32.
+ * Q8_0 and Q4_0 are ggml's formats of the same names: a row of head_dim
+ * values is cut into blocks along the head dimension, each stored as an
+ * fp16 scale followed by its values, quantized once when the row is written
+ * (round to nearest, as ggml quantizes):
+ *   Q8_0  [scale][qb int8]        x = q * scale,        scale = max|x| / 127
+ *   Q4_0  [scale][qb / 2 bytes]   x = (q - 8) * scale,  scale = (signed max) / -8;
+ *         byte j holds value j in its low nibble and value j + qb / 2 in its high one
+ * The block is qb = 32 values (ggml's block_q8_0 / block_q4_0, byte for byte,
+ * so an engine can hand rows across) when 32 divides head_dim, else 16, else
+ * 8 (one scale per block); quantized caches need head_dim to be a multiple
+ * of 8. K and V share one dtype (llama.cpp lets them differ; every kernel
+ * here reads both rows with one row format). fg_kv_row_bytes() gives a row's
+ * size. Profiling always sees the prompt's unquantized K/V. */
+typedef enum fg_dtype {
+    FG_DTYPE_F32 = 0,
+    FG_DTYPE_F16 = 1,
+    FG_DTYPE_BF16 = 2,
+    FG_DTYPE_Q8_0 = 3,
+    FG_DTYPE_Q4_0 = 4
+} fg_dtype;
+
+/* "f32", "f16", "bf16", "q8_0", "q4_0" (NULL for a value outside the enum). */
+FG_API const char *fg_dtype_name(fg_dtype dtype);
+/* The dtype named by text (the names above); FG_ERR_INVALID_ARGUMENT otherwise. */
+FG_API fg_status fg_dtype_parse(const char *text, fg_dtype *dtype);
+/* Bytes of one cached K (or V) row of head_dim values stored as dtype, scales
+ * included; 0 when the dtype cannot hold such a row (a quantized dtype and a
+ * head_dim that is not a multiple of 8, or an unknown dtype). */
+FG_API size_t fg_kv_row_bytes(fg_dtype dtype, int32_t head_dim);
 
 typedef struct fg_context fg_context;
 

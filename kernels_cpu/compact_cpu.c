@@ -65,6 +65,10 @@ __attribute__((target("avx2,f16c"))) static void stream_row_avx2(void *dst, fg_d
 typedef enum store_mode { STORE_SCALAR, STORE_SIMD, STORE_STREAM } store_mode;
 
 static void store_row(void *dst, fg_dtype dtype, const float *src, int32_t n, store_mode mode) {
+    if (fg_dtype_quantized(dtype)) {
+        fg_store_row(dst, dtype, src, n);
+        return;
+    }
 #if defined(__x86_64__)
     const uintptr_t align = dtype == FG_DTYPE_F32 ? 32 : 16;
     if (mode == STORE_STREAM && n % 8 == 0 && (uintptr_t)dst % align == 0) {
@@ -114,7 +118,7 @@ static void compact_span(void *arg, int32_t span, int32_t thread) {
     const compact_job *jb = arg;
     const fg_page_layout *L = jb->L;
     const int32_t Hkv = jb->shape->n_kv_heads, d = jb->shape->head_dim, P = L->page_tokens, n_heads = jb->n_heads;
-    const size_t row_bytes = (size_t)d * fg_dtype_size(L->dtype);
+    const size_t row_bytes = L->row_bytes;
     const float *k = jb->k, *v = jb->v;
     const fg_compact_head *heads = jb->heads;
     const store_mode mode = jb->mode;
@@ -144,7 +148,7 @@ fg_status fg_cpu_compact(fg_backend *be, const fg_page_layout *L, const fg_shape
                          const float *k, /* [n][Hkv][d] */
                          const float *v, /* [n][Hkv][d] */
                          int32_t n_heads, const fg_compact_head *heads) {
-    const size_t row_bytes = (size_t)shape->head_dim * fg_dtype_size(L->dtype);
+    const size_t row_bytes = L->row_bytes;
     const fg_cpu_state *st = be->impl;
     size_t written = 0;
     for (int32_t i = 0; i < n_heads; i++)

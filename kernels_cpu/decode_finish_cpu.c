@@ -116,7 +116,7 @@ fg_status fg_cpu_decode_finish_head(const fg_page_layout *L, const fg_decode_hea
 static float dot_row(const float *q, const void *row, fg_dtype dtype, int32_t d) {
     float s = 0.0f;
     for (int32_t c = 0; c < d; c++)
-        s += q[c] * fg_load_elem(row, dtype, c);
+        s += q[c] * fg_load_elem(row, dtype, d, c);
     return s;
 }
 
@@ -160,7 +160,7 @@ fg_status fg_cpu_decode_step_plain(const fg_page_layout *L, const fg_shape *shap
             sum += p;
             const void *vr = fg_slot_v(L, r);
             for (int32_t c = 0; c < d; c++)
-                o[c] += p * fg_load_elem(vr, L->dtype, c);
+                o[c] += p * fg_load_elem(vr, L->dtype, d, c);
         }
         for (int32_t c = 0; c < d; c++)
             o[c] /= sum;

@@ -154,6 +154,30 @@ static inline vec8 g_load_bf16(const uint16_t *p) {
     return r;
 }
 
+/* Lanes c .. c + 7 of a quantized row (blocks of 2^qs values, c % 8 == 0):
+ * q * scale, the plain definition (fg_load_quant). */
+static inline vec8 g_load_q8(const unsigned char *p, int32_t c, int32_t qs) {
+    const unsigned char *blk = p + (size_t)(c >> qs) * ((1u << qs) + 2);
+    const int8_t *q = (const int8_t *)(const void *)(blk + 2) + (c & ((1 << qs) - 1));
+    const float scale = fg_get_f16(blk);
+    vec8 r;
+    for (int i = 0; i < 8; i++)
+        r.v[i] = (float)q[i] * scale;
+    return r;
+}
+static inline vec8 g_load_q4(const unsigned char *p, int32_t c, int32_t qs) {
+    const int32_t half = 1 << (qs - 1), o = c & ((1 << qs) - 1);
+    const unsigned char *blk = p + (size_t)(c >> qs) * ((1u << (qs - 1)) + 2);
+    const float scale = fg_get_f16(blk);
+    vec8 r;
+    for (int i = 0; i < 8; i++) {
+        const int32_t j = o + i;
+        const int q = j < half ? (blk[2 + j] & 0x0f) : (blk[2 + j - half] >> 4);
+        r.v[i] = (float)(q - 8) * scale;
+    }
+    return r;
+}
+
 #define ISAN generic
 #define FG_TARGET
 #define VW 8
@@ -177,6 +201,8 @@ static inline vec8 g_load_bf16(const uint16_t *p) {
 #define VKEEP(v) (void)(v)
 #define VLOAD_F16(p) g_load_f16(p)
 #define VLOAD_BF16(p) g_load_bf16(p)
+#define VLOAD_Q8(p, c, qs) g_load_q8(p, c, qs)
+#define VLOAD_Q4(p, c, qs) g_load_q4(p, c, qs)
 #include "kernels_cpu/attend_chunk_dtypes.inc"
 
 #ifdef FG_X86
@@ -228,6 +254,38 @@ FG_TARGET static inline __attribute__((always_inline)) void hsum_rows256(const _
     _mm256_storeu_ps(z, fold256(u, n));
     fg_dot_rows(z, per, n, R, s);
 }
+/* Lanes c .. c + 7 of a quantized row in place (blocks of 2^qs values, c % 8
+ * == 0, so the lanes lie in one block): the values widened to fp32, times
+ * the block's scale. */
+FG_TARGET static inline float f16c_scale(const unsigned char *blk) {
+    uint16_t h;
+    memcpy(&h, blk, sizeof h);
+    return _cvtsh_ss(h);
+}
+FG_TARGET static inline __m256 q8_lanes256(const unsigned char *p, int32_t c, int32_t qs) {
+    const unsigned char *blk = p + (size_t)(c >> qs) * ((1u << qs) + 2);
+    const __m128i b = _mm_loadl_epi64((const __m128i *)(const void *)(blk + 2 + (c & ((1 << qs) - 1))));
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)), _mm256_set1_ps(f16c_scale(blk)));
+}
+FG_TARGET static inline __m256 q4_lanes256(const unsigned char *p, int32_t c, int32_t qs) {
+    const int32_t half = 1 << (qs - 1), o = c & ((1 << qs) - 1);
+    const unsigned char *blk = p + (size_t)(c >> qs) * ((1u << (qs - 1)) + 2);
+    const __m128i m15 = _mm_set1_epi8(0x0f);
+    __m128i b;
+    if (half >= 8) { /* the 8 lanes are one nibble of 8 bytes */
+        b = _mm_loadl_epi64((const __m128i *)(const void *)(blk + 2 + (o & (half - 1))));
+        if (o >= half)
+            b = _mm_srli_epi16(b, 4);
+        b = _mm_and_si128(b, m15);
+    } else { /* blocks of 8: the low nibbles of 4 bytes, then their high ones */
+        uint32_t w;
+        memcpy(&w, blk + 2, sizeof w);
+        const __m128i x = _mm_cvtsi32_si128((int)w);
+        b = _mm_unpacklo_epi32(_mm_and_si128(x, m15), _mm_and_si128(_mm_srli_epi16(x, 4), m15));
+    }
+    const __m256i q = _mm256_sub_epi32(_mm256_cvtepi8_epi32(b), _mm256_set1_epi32(8));
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(q), _mm256_set1_ps(f16c_scale(blk)));
+}
 #define VW 8
 #define VREGS 16
 #define vec __m256
@@ -248,6 +306,8 @@ FG_TARGET static inline __attribute__((always_inline)) void hsum_rows256(const _
 #define VLOAD_F16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(p)))
 #define VLOAD_BF16(p)                                                                                                  \
     _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)(p))), 16))
+#define VLOAD_Q8(p, c, qs) q8_lanes256(p, c, qs)
+#define VLOAD_Q4(p, c, qs) q4_lanes256(p, c, qs)
 #include "kernels_cpu/attend_chunk_dtypes.inc"
 
 /* AVX-512 (F, BW for the 16-bit widening, DQ, VL) */
@@ -307,6 +367,29 @@ FG_TARGET static inline __attribute__((always_inline)) void hsum_rows512(const _
     _mm512_storeu_ps(z, fold512(u, n));
     fg_dot_rows(z, per, n, R, s);
 }
+/* Lanes c .. c + 15 of a quantized row in place (blocks of 2^qs >= 16 values). */
+FG_TARGET static inline __m512 q8_lanes512(const unsigned char *p, int32_t c, int32_t qs) {
+    const unsigned char *blk = p + (size_t)(c >> qs) * ((1u << qs) + 2);
+    const __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(blk + 2 + (c & ((1 << qs) - 1))));
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b)), _mm512_set1_ps(f16c_scale(blk)));
+}
+FG_TARGET static inline __m512 q4_lanes512(const unsigned char *p, int32_t c, int32_t qs) {
+    const int32_t half = 1 << (qs - 1), o = c & ((1 << qs) - 1);
+    const unsigned char *blk = p + (size_t)(c >> qs) * ((1u << (qs - 1)) + 2);
+    const __m128i m15 = _mm_set1_epi8(0x0f);
+    __m128i b;
+    if (half >= 16) { /* the 16 lanes are one nibble of 16 bytes */
+        b = _mm_loadu_si128((const __m128i *)(const void *)(blk + 2));
+        if (o >= half)
+            b = _mm_srli_epi16(b, 4);
+        b = _mm_and_si128(b, m15);
+    } else { /* blocks of 16: the low nibbles of 8 bytes, then their high ones */
+        const __m128i x = _mm_loadl_epi64((const __m128i *)(const void *)(blk + 2));
+        b = _mm_unpacklo_epi64(_mm_and_si128(x, m15), _mm_and_si128(_mm_srli_epi16(x, 4), m15));
+    }
+    const __m512i q = _mm512_sub_epi32(_mm512_cvtepi8_epi32(b), _mm512_set1_epi32(8));
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(q), _mm512_set1_ps(f16c_scale(blk)));
+}
 #define VW 16
 #define VREGS 32
 #define vec __m512
@@ -328,6 +411,8 @@ FG_TARGET static inline __attribute__((always_inline)) void hsum_rows512(const _
 #define VLOAD_BF16(p)                                                                                                  \
     _mm512_castsi512_ps(                                                                                               \
         _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(p))), 16))
+#define VLOAD_Q8(p, c, qs) q8_lanes512(p, c, qs)
+#define VLOAD_Q4(p, c, qs) q4_lanes512(p, c, qs)
 #define FG_KEEP_ISA
 #include "kernels_cpu/attend_chunk_dtypes.inc"
 #undef FG_KEEP_ISA
@@ -345,14 +430,12 @@ FG_TARGET static inline __attribute__((always_inline)) void hsum_rows512(const _
 #define DTN bf16
 #define ROW_IS_F32 0
 #define ROW(p, c) ROW_BF16(p, c)
-#define ROW_BYTES(d) ((size_t)(d) * 2)
-#define ELEM_BYTES 2
+#define COL_BYTES(c) ((size_t)(c) * 2)
 #include "kernels_cpu/attend_chunk.inc"
 #undef DTN
 #undef ROW_IS_F32
 #undef ROW
-#undef ROW_BYTES
-#undef ELEM_BYTES
+#undef COL_BYTES
 #undef FG_DOT_BF16
 #include "kernels_cpu/attend_chunk_isa_end.inc"
 #endif /* FG_X86 */
@@ -565,8 +648,11 @@ static int bf16_dots(fg_cpu_isa isa, fg_dtype dtype, int32_t d, int32_t G) {
 
 static fg_attend_chunk_fn *isa_kernel(fg_cpu_isa isa, fg_dtype dtype, int32_t d, int32_t G) {
 #define PICK(isan)                                                                                                     \
-    return dtype == FG_DTYPE_F16 ? attend_chunk_f16_##isan : dtype == FG_DTYPE_BF16 ? attend_chunk_bf16_##isan         \
-                                                                                    : attend_chunk_f32_##isan
+    return dtype == FG_DTYPE_F16    ? attend_chunk_f16_##isan                                                          \
+           : dtype == FG_DTYPE_BF16 ? attend_chunk_bf16_##isan                                                         \
+           : dtype == FG_DTYPE_Q8_0 ? attend_chunk_q8_0_##isan                                                         \
+           : dtype == FG_DTYPE_Q4_0 ? attend_chunk_q4_0_##isan                                                         \
+                                    : attend_chunk_f32_##isan
 #ifdef FG_X86
     if (bf16_dots(isa, dtype, d, G))
         return attend_chunk_bf16_avx512bf16;

@@ -134,7 +134,7 @@ static void compact_one(fg_backend *be, const fg_page_layout *L, const fg_shape 
 static int pages_equal(const fg_page_layout *L, fg_backend *ba, const head_cache *a, fg_backend *bb,
                        const head_cache *b, int32_t n_slots) {
     const int32_t P = L->page_tokens;
-    const size_t row = (size_t)L->head_dim * fg_dtype_size(L->dtype);
+    const size_t row = L->row_bytes;
     unsigned char *x = malloc(L->page_bytes), *y = malloc(L->page_bytes);
     int same = 1;
     for (int32_t s0 = 0; s0 < n_slots && same; s0 += P) {
@@ -278,8 +278,15 @@ static void check_decode(backend_pair *bp, int32_t d, int32_t G, fg_dtype dt, in
      * (measured: 3.8e-6 at d = 128, 1.9e-6 at d = 64), far inside the limit.
      * Queries that are bf16 values already: summation order only, as the
      * f32 kernels. */
-    const double limit = dt == FG_DTYPE_F32 || g_bf16_queries ? 1e-8 : 5e-4;
-    const char *dn = dt == FG_DTYPE_F32 ? "f32" : dt == FG_DTYPE_F16 ? "f16" : "bf16";
+    /* q8_0 / q4_0 rows: every backend stores the same bytes (compact
+     * compares them) and reads a value back as q * scale, which fp32 holds
+     * exactly (an 8-bit integer times an fp16 scale has at most 19
+     * significant bits): the same values as f32 rows, so only the order of
+     * the sums differs, the f32 limit. Each backend quantizes the rows it
+     * inserts with the same arithmetic (fg_quantize_q8_0 / _q4_0, IEEE
+     * division and roundf on every device), so the kept sets stay exact. */
+    const double limit = dt == FG_DTYPE_F32 || fg_dtype_quantized(dt) || g_bf16_queries ? 1e-8 : 5e-4;
+    const char *dn = fg_dtype_name(dt);
     EXPECT(worst <= limit, "%s decode d=%d G=%d %s: NMSE %.3g", bp->name, (int)d, (int)G, dn, worst);
     EXPECT(same_sets, "%s decode d=%d G=%d %s: kept sets differ from ref", bp->name, (int)d, (int)G, dn);
     EXPECT(same_threads, "%s decode: 1 and 2 threads differ", bp->name);
@@ -375,7 +382,19 @@ static void case_compact(backend_pair *bp) {
         check_compact(bp, 128, (fg_dtype)dt, 300);
         check_compact(bp, 7, (fg_dtype)dt, 50);
         /* large enough for the cpu backend's non-temporal stores (about 2/3 of the rows are kept) */
-        const size_t row = 128 * fg_dtype_size((fg_dtype)dt);
+        const size_t row = fg_row_bytes((fg_dtype)dt, 128);
+        check_compact(bp, 128, (fg_dtype)dt, (int32_t)(FG_CPU_STREAM_BYTES / (2 * row) * 2));
+    }
+}
+
+/* compact into q8_0 / q4_0 rows: blocks of 32, 16 and 8 values, byte for byte */
+static void case_compact_quantized(backend_pair *bp) {
+    for (int dt = FG_DTYPE_Q8_0; dt <= FG_DTYPE_Q4_0; dt++) {
+        check_compact(bp, 128, (fg_dtype)dt, 300);
+        check_compact(bp, 16, (fg_dtype)dt, 70);
+        check_compact(bp, 24, (fg_dtype)dt, 50);
+        check_compact(bp, 8, (fg_dtype)dt, 40);
+        const size_t row = fg_row_bytes((fg_dtype)dt, 128);
         check_compact(bp, 128, (fg_dtype)dt, (int32_t)(FG_CPU_STREAM_BYTES / (2 * row) * 2));
     }
 }
@@ -450,6 +469,24 @@ static void case_decode_snapshots(backend_pair *bp) {
                  (const uint32_t[]){F, F | L, N | L}, 30, 1);
 }
 
+/* decode on q8_0 / q4_0 rows: blocks of 32, 16 and 8 values, every ISA's
+ * widths (d = 8 and 24: no 16-lane kernel), groups above 8 (widened into
+ * scratch), long heads */
+static void case_decode_quantized(backend_pair *bp) {
+    for (int dt = FG_DTYPE_Q8_0; dt <= FG_DTYPE_Q4_0; dt++) {
+        check_decode(bp, 128, 4, (fg_dtype)dt, 16, 4, (const int32_t[]){600, 33, 4099, 260},
+                     (const uint32_t[]){S | P | F | L, FG_KEEP_FULL, F | L, F}, 8, 0);
+        check_decode(bp, 64, 3, (fg_dtype)dt, 16, 3, (const int32_t[]){400, 700, 5},
+                     (const uint32_t[]){F, FG_KEEP_FULL, S | P | F | L}, 12, 0);
+        check_decode(bp, 16, 1, (fg_dtype)dt, 4, 2, (const int32_t[]){64, 33}, (const uint32_t[]){F, F | L}, 20, 1);
+        check_decode(bp, 8, 2, (fg_dtype)dt, 16, 2, (const int32_t[]){90, 300}, (const uint32_t[]){S | P | F | L, F},
+                     20, 0);
+        check_decode(bp, 24, 8, (fg_dtype)dt, 5, 2, (const int32_t[]){120, 41}, (const uint32_t[]){F | L, N | L}, 12, 0);
+        check_decode(bp, 64, 12, (fg_dtype)dt, 16, 2, (const int32_t[]){700, 40}, (const uint32_t[]){F | L, S | P}, 6,
+                     0);
+    }
+}
+
 #undef S
 #undef P
 #undef F
@@ -472,6 +509,8 @@ static const op_case k_cases[] = {
     {"decode-bf16-queries", case_decode_bf16_queries},
     {"decode-long", case_decode_long},
     {"decode-snapshots", case_decode_snapshots},
+    {"compact-quantized", case_compact_quantized},
+    {"decode-quantized", case_decode_quantized},
 };
 
 int main(int argc, char **argv) {

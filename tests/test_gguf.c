@@ -74,6 +74,37 @@ static void test_quants(void) {
     }
     printf("quants.gguf: %d of %zu types equal ggml's dequantization bit for bit\n", exact,
            sizeof types / sizeof types[0]);
+    /* the cache's q8_0 / q4_0 rows (common/dtype.h) are ggml's blocks: a row
+     * of `source` quantized as a cache row of 256 values (blocks of 32) gives
+     * ggml's bytes, and reads back as ggml's dequantization */
+    const fgm_gguf_tensor *src = fgm_gguf_tensor_find(&g, "source");
+    EXPECT(src && src->type == FGM_GGML_F32 && src->ne[0] == 256, "quants.gguf has source [256][rows]");
+    const fg_dtype kv[2] = {FG_DTYPE_Q8_0, FG_DTYPE_Q4_0};
+    const char *kv_names[2] = {"q8_0", "q4_0"};
+    for (int i = 0; src && i < 2; i++) {
+        char ref_name[64];
+        snprintf(ref_name, sizeof ref_name, "%s.ref", kv_names[i]);
+        const fgm_gguf_tensor *t = fgm_gguf_tensor_find(&g, kv_names[i]), *ref = fgm_gguf_tensor_find(&g, ref_name);
+        const size_t row = fg_row_bytes(kv[i], 256);
+        EXPECT(t && ref && (int64_t)row == fgm_type_row_bytes(t->type, 256), "%s: rows of %zu bytes", kv_names[i],
+               row);
+        if (!t || !ref)
+            continue;
+        unsigned char buf[256 * sizeof(float)];
+        int64_t bytes_differ = 0, values_differ = 0;
+        for (int64_t r = 0; r < src->ne[1]; r++) {
+            fg_store_row(buf, kv[i], (const float *)src->data + r * 256, 256);
+            bytes_differ += memcmp(buf, (const unsigned char *)t->data + r * (int64_t)row, row) != 0;
+            for (int32_t c = 0; c < 256; c++) {
+                const float x = fg_load_elem(buf, kv[i], 256, c);
+                values_differ += memcmp(&x, (const float *)ref->data + r * 256 + c, sizeof x) != 0;
+            }
+        }
+        EXPECT(bytes_differ == 0 && values_differ == 0,
+               "cache %s: %lld of %lld rows differ from ggml's quantization, %lld values from its dequantization",
+               kv_names[i], (long long)bytes_differ, (long long)src->ne[1], (long long)values_differ);
+    }
+    printf("quants.gguf: the cache's q8_0 and q4_0 rows equal ggml's blocks byte for byte\n");
     /* a type fastgen knows but cannot dequantize: the model loader names the tensor and the type */
     const fgm_type_info *q8k = fgm_type_info_of(FGM_GGML_Q8_K);
     EXPECT(q8k && !q8k->to_float && fgm_type_info_of(4) == NULL && fgm_type_info_of(1000) == NULL, "type table");

@@ -6,19 +6,21 @@
  * 8 KV, G = 4), a G = 8 model (32 q / 4 KV, as Qwen2-7B-class models) and
  * SmolLM2-135M (9 q / 3 KV, d = 64, G = 3: a small head dim; not in the
  * summary line, which stays comparable with earlier runs).
- * Contexts 1k, 4k, 16k; batch 1 and 8; f16 and f32 caches. Per group, the
+ * Contexts 1k, 4k, 16k; batch 1 and 8; f16, f32, q8_0 and q4_0 caches, one
+ * after the other per (shape, context, batch) (--dtypes LIST to choose). Per group, the
  * full cache (every head full) runs interleaved with a FastGen-like mix (per
  * layer: special-only, +punct, +frequent, +local and full heads) and uniform
  * keep ratios of 50/25/10 %. Each case rotates over enough layer copies to
  * touch >= 4x the last-level cache (cold), and runs the real `cpu` decode
  * step (attention, score update, window and budget checks; the cache is kept
- * stationary: nothing is inserted or evicted). Bytes = kept rows x 2 x d x
- * dtype size. The ceiling is a streaming read of >= 4x the LLC timed in the
+ * stationary: nothing is inserted or evicted). Bytes = kept rows x 2 x the
+ * row's bytes (scales included for q8_0 / q4_0). The ceiling is a streaming read of >= 4x the LLC timed in the
  * same interleaved loop, so the fraction of bandwidth compares runs made
  * moments apart (this machine's bandwidth drifts between runs). Last line:
  *   decode summary: bw_fraction=F efficiency=E
  * over the FastGen-mix cases at >= 4k context (medians), after one line per
- * group size G: the median fraction of its full-cache 16-bit cases at >= 4k.
+ * group size G: the median fraction of its full-cache 16-bit cases at >= 4k,
+ * and per quantized dtype the full-cache step's time over the 16-bit one's.
  * Options: --csv (CSV table), --quick (contexts 1k and 4k, batch 1 only),
  *          --model NAME (only that shape: llama2-7b, llama3-8b, g8-32x4, smollm2-135m),
  *          --bf16 (the 16-bit rows bf16 instead of f16: on AVX512_BF16 the
@@ -218,13 +220,33 @@ int main(int argc, char **argv) {
     int g_n[N_MODELS] = {0};
     const int32_t contexts[] = {1024, 4096, 16384};
     const int32_t batches[] = {1, 8};
-    const fg_dtype dtypes[] = {bf16 ? FG_DTYPE_BF16 : FG_DTYPE_F16, FG_DTYPE_F32};
+    /* the cache dtypes of each group, run one after the other (the first is
+     * the 16-bit one the quantized rows are compared with) */
+    fg_dtype dtypes[8] = {bf16 ? FG_DTYPE_BF16 : FG_DTYPE_F16, FG_DTYPE_F32, FG_DTYPE_Q8_0, FG_DTYPE_Q4_0};
+    size_t n_dt = 4;
+    const char *dt_list = bench_arg(argc, argv, "--dtypes");
+    if (dt_list) {
+        n_dt = 0;
+        char buf[128];
+        snprintf(buf, sizeof buf, "%s", dt_list);
+        for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+            if (n_dt == 8 || fg_dtype_parse(tok, &dtypes[n_dt]) != FG_OK) {
+                fprintf(stderr, "bench_decode: --dtypes takes up to 8 of f32,f16,bf16,q8_0,q4_0: %s\n", dt_list);
+                return 2;
+            }
+            n_dt++;
+        }
+    }
+    /* per quantized dtype: the full-cache step's time over the 16-bit one's in the same group, >= 4k */
+    double q_ratio[2][64];
+    int q_n[2] = {0, 0};
+    double t16_full = 0.0;
     double fracs[64], effs[64];
     int n_summary = 0;
     for (size_t mi = 0; mi < N_MODELS; mi++)
         for (size_t ci = 0; ci < (quick ? 2 : 3) && (!only || !strcmp(only, models[mi].name)); ci++)
             for (size_t bi = 0; bi < (quick ? 1 : 2); bi++)
-                for (size_t di = 0; di < 2; di++) {
+                for (size_t di = 0; di < n_dt; di++) {
                     const model_shape *m = &models[mi];
                     const int32_t t = contexts[ci], B = batches[bi];
                     const fg_dtype dt = dtypes[di];
@@ -310,7 +332,7 @@ int main(int argc, char **argv) {
                         const double tm = bench_median(c->t, REPS), gbs = (double)c->bytes / tm;
                         const double ideal = (double)cases[MIX_FULL].bytes / (double)c->bytes;
                         const double meas = t_full / tm, kept = 1.0 / ideal;
-                        const char *dn = dt == FG_DTYPE_F16 ? "f16" : dt == FG_DTYPE_BF16 ? "bf16" : "f32";
+                        const char *dn = fg_dtype_name(dt);
                         if (csv)
                             printf("%s,%d,%d,%s,%s,%.4f,%.4f,%.3f,%.4f,%.3f,%.3f\n", m->name, (int)t, (int)B, dn,
                                    k_mix_name[x], kept, 1e3 * tm, gbs / 1e9, gbs / bw, ideal, meas);
@@ -318,8 +340,14 @@ int main(int argc, char **argv) {
                             printf("%-12s %6d %5d %5s %-12s %5.1f%% %9.3f %8.2f %6.1f%% %8.2f %8.2f\n", m->name,
                                    (int)t, (int)B, dn, k_mix_name[x], 100 * kept, 1e3 * tm, gbs / 1e9,
                                    100 * gbs / bw, ideal, meas);
-                        if (x == MIX_FULL && t >= 4096 && dt != FG_DTYPE_F32 && g_n[mi] < 16)
+                        if (x == MIX_FULL && t >= 4096 && (dt == FG_DTYPE_F16 || dt == FG_DTYPE_BF16) &&
+                            g_n[mi] < 16)
                             g_fracs[mi][g_n[mi]++] = gbs / bw;
+                        if (x == MIX_FULL && (dt == FG_DTYPE_F16 || dt == FG_DTYPE_BF16))
+                            t16_full = tm;
+                        const int qi = dt == FG_DTYPE_Q8_0 ? 0 : dt == FG_DTYPE_Q4_0 ? 1 : -1;
+                        if (x == MIX_FULL && t >= 4096 && qi >= 0 && t16_full > 0.0 && q_n[qi] < 64)
+                            q_ratio[qi][q_n[qi]++] = tm / t16_full;
                         if (x == MIX_FASTGEN && t >= 4096 && m->in_summary && n_summary < 64) {
                             fracs[n_summary] = gbs / bw;
                             effs[n_summary++] = meas / ideal;
@@ -344,6 +372,13 @@ int main(int argc, char **argv) {
         if (g_n[mi])
             printf("decode G=%d (%s): median bw_fraction of the full-cache 16-bit cases at >= 4k = %.3f\n",
                    (int)(models[mi].Hq / models[mi].Hkv), models[mi].name, bench_median(g_fracs[mi], g_n[mi]));
+    for (int qi = 0; qi < 2; qi++)
+        if (q_n[qi]) {
+            const double med = bench_median(q_ratio[qi], q_n[qi]); /* sorts them */
+            printf("decode %s: full-cache step time / the 16-bit one's in the same group at >= 4k: median %.3f "
+                   "(%d cases, min %.3f, max %.3f)\n",
+                   qi ? "q4_0" : "q8_0", med, q_n[qi], q_ratio[qi][0], q_ratio[qi][q_n[qi] - 1]);
+        }
     printf("decode summary: bw_fraction=%.3f efficiency=%.3f\n", bench_median(fracs, n_summary),
            bench_median(effs, n_summary));
     return 0;

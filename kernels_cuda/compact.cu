@@ -36,19 +36,19 @@ __global__ static void compact_rows(fg_gpu_layout L, int32_t Hkv, int32_t vec, c
                                     const int32_t *from, const uint8_t *flags, const float *score) {
     const compact_desc h = heads[blockIdx.y];
     const int32_t d = L.head_dim, es = L.dtype == FG_DTYPE_F32 ? 4 : 2;
-    const int32_t per_row = vec ? d / 4 : d; /* threads' units in a row */
+    const int32_t per_row = vec ? d / 4 : fg_gpu_row_units(L); /* threads' units in a row */
     const int32_t first = blockIdx.x * ROWS_PER_BLOCK, rows = fg_imin(ROWS_PER_BLOCK, h.n_keep - first);
     for (int32_t u = threadIdx.x; u < rows * per_row; u += blockDim.x) {
         const int32_t s = first + u / per_row, c = u % per_row;
         unsigned char *page = (unsigned char *)pages[h.page0 + s / L.page_tokens];
         const int32_t j = s % L.page_tokens, p = pos[h.slot0 + s];
-        const size_t src = ((size_t)from[h.slot0 + s] * Hkv + h.kv_head) * d, dst = (size_t)j * d * es;
+        const size_t src = ((size_t)from[h.slot0 + s] * Hkv + h.kv_head) * d, dst = (size_t)j * L.row_bytes;
         if (vec) {
             store4(page + L.k_offset + dst + (size_t)c * 4 * es, L.dtype, ((const float4 *)(k + src))[c]);
             store4(page + L.v_offset + dst + (size_t)c * 4 * es, L.dtype, ((const float4 *)(v + src))[c]);
         } else {
-            fg_gpu_store(page + L.k_offset + dst, L.dtype, c, k[src + c]);
-            fg_gpu_store(page + L.v_offset + dst, L.dtype, c, v[src + c]);
+            fg_gpu_store_unit(L, page + L.k_offset + dst, c, k + src);
+            fg_gpu_store_unit(L, page + L.v_offset + dst, c, v + src);
         }
         if (c == 0) {
             ((int32_t *)(page + L.pos_offset))[j] = p;
@@ -110,7 +110,8 @@ extern "C" fg_status FG_GPU(compact)(fg_backend *be, const fg_page_layout *layou
         dv = (const float *)(base + o_v);
     }
     /* vectors of 4 when every source row and page row is aligned for them */
-    const int32_t vec = d % 4 == 0 && ((uintptr_t)dk % 16) == 0 && ((uintptr_t)dv % 16) == 0;
+    const int32_t vec = d % 4 == 0 && ((uintptr_t)dk % 16) == 0 && ((uintptr_t)dv % 16) == 0 &&
+                        !fg_dtype_quantized(layout->dtype); /* quantized rows: one thread a block */
     const dim3 grid((max_keep + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK, n_heads);
     FG_LAUNCH(compact_rows, grid, FG_THREADS, 0, st->stream, fg_gpu_layout_of(layout), Hkv, vec, dk, dv,
               (const compact_desc *)base, (void *const *)(base + o_ptab), (const int32_t *)(base + o_pos),

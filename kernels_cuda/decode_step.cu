@@ -43,8 +43,7 @@ struct decode_item {
 
 __device__ static inline const unsigned char *slot_row(const fg_gpu_layout &L, void *const *pages, int32_t s,
                                                        uint32_t off) {
-    const int32_t es = L.dtype == FG_DTYPE_F32 ? 4 : 2;
-    return (const unsigned char *)pages[s / L.page_tokens] + off + (size_t)(s % L.page_tokens) * L.head_dim * es;
+    return (const unsigned char *)pages[s / L.page_tokens] + off + (size_t)(s % L.page_tokens) * L.row_bytes;
 }
 
 /* Rows each row group loads before it computes on them: loads in flight
@@ -52,10 +51,20 @@ __device__ static inline const unsigned char *slot_row(const fg_gpu_layout &L, v
 #define ROWS_IN_FLIGHT 4
 
 /* A lane's EPL elements of ES bytes, raw, as 32-bit words (one when ES * EPL
- * is 2): loaded with 16-byte loads where they fit. */
+ * is 2): loaded with 16-byte loads where they fit. ES = 0: quantized rows,
+ * whose EPL values the lane reads dequantized, one fp32 word each. */
 template <int ES, int EPL> struct lane_words {
-    static constexpr int n = ES * EPL >= 4 ? ES * EPL / 4 : 1;
+    static constexpr int n = ES == 0 ? EPL : ES * EPL >= 4 ? ES * EPL / 4 : 1;
 };
+
+/* A lane's EPL values of a quantized row from column c0, as fp32 bits. */
+template <int EPL>
+__device__ static inline void load_quant_words(const fg_gpu_layout &L, const unsigned char *row, int32_t c0,
+                                               uint32_t *w) {
+FG_UNROLL
+    for (int e = 0; e < EPL; e++)
+        w[e] = fg_f32_bits(fg_gpu_qelem(L, row, c0 + e));
+}
 
 template <int ES, int EPL> __device__ static inline void load_words(const unsigned char *p, uint32_t *w) {
     constexpr int BYTES = ES * EPL;
@@ -81,7 +90,7 @@ FG_UNROLL
 
 /* Element e of loaded words, as a float (dtype tells f16 from bf16). */
 template <int ES> __device__ static inline float word_elem(const uint32_t *w, int e, int32_t dtype) {
-    if constexpr (ES == 4)
+    if constexpr (ES == 4 || ES == 0)
         return fg_bits_f32(w[e]);
     else
         return fg_gpu_half_to_float(dtype, (uint16_t)(w[e >> 1] >> ((e & 1) * 16)));
@@ -139,10 +148,16 @@ FG_UNROLL
         for (int u = 0; u < U; u++) {
             const int32_t r = it.begin + rg + (i * U + u) * RG;
             if (r < it.end && lane_on) {
-                const size_t at = (size_t)(r % P) * d * ES + (size_t)lane * EPL * ES;
                 const unsigned char *page = (const unsigned char *)pages[r / P];
-                load_words<ES, EPL>(page + L.k_offset + at, kw[u]);
-                load_words<ES, EPL>(page + L.v_offset + at, vw[u]);
+                if constexpr (ES == 0) {
+                    const size_t at = (size_t)(r % P) * L.row_bytes;
+                    load_quant_words<EPL>(L, page + L.k_offset + at, lane * EPL, kw[u]);
+                    load_quant_words<EPL>(L, page + L.v_offset + at, lane * EPL, vw[u]);
+                } else {
+                    const size_t at = (size_t)(r % P) * d * ES + (size_t)lane * EPL * ES;
+                    load_words<ES, EPL>(page + L.k_offset + at, kw[u]);
+                    load_words<ES, EPL>(page + L.v_offset + at, vw[u]);
+                }
             } else {
 FG_UNROLL
                 for (int w = 0; w < NW; w++)
@@ -246,7 +261,7 @@ FG_UNROLL
 
 /* Moves slot `from` over slot `to` (K, V and metadata), all threads. */
 __device__ static void move_slot(const fg_gpu_layout &L, void *const *pages, int32_t to, int32_t from) {
-    const int32_t words = L.head_dim * (L.dtype == FG_DTYPE_F32 ? 4 : 2) / 2; /* 16-bit words of a row */
+    const int32_t words = (int32_t)(L.row_bytes / 2); /* 16-bit words of a row (every row format is even) */
     uint16_t *kt = (uint16_t *)slot_row(L, pages, to, L.k_offset), *vt = (uint16_t *)slot_row(L, pages, to, L.v_offset);
     const uint16_t *kf = (const uint16_t *)slot_row(L, pages, from, L.k_offset);
     const uint16_t *vf = (const uint16_t *)slot_row(L, pages, from, L.v_offset);
@@ -403,7 +418,7 @@ __global__ static void finish_heads(fg_gpu_layout L, const decode_desc *heads, v
     const decode_desc h = heads[blockIdx.x];
     const head_stat stat = hs[blockIdx.x];
     void *const *pages = ptab + h.page0;
-    const int32_t d = L.head_dim, P = L.page_tokens, t = h.pos + 1;
+    const int32_t P = L.page_tokens, t = h.pos + 1;
     const float *kn = h.k, *vn = h.v;
     const bool track = fg_tracks_scores(h.components);
     int32_t n = h.n_slots;
@@ -412,9 +427,9 @@ __global__ static void finish_heads(fg_gpu_layout L, const decode_desc *heads, v
     if (h.insert_flag) {
         unsigned char *kr = (unsigned char *)slot_row(L, pages, n, L.k_offset);
         unsigned char *vr = (unsigned char *)slot_row(L, pages, n, L.v_offset);
-        for (int32_t c = threadIdx.x; c < d; c += blockDim.x) {
-            fg_gpu_store(kr, L.dtype, c, kn[c]);
-            fg_gpu_store(vr, L.dtype, c, vn[c]);
+        for (int32_t u = threadIdx.x; u < fg_gpu_row_units(L); u += blockDim.x) {
+            fg_gpu_store_unit(L, kr, u, kn);
+            fg_gpu_store_unit(L, vr, u, vn);
         }
         if (threadIdx.x == 0) {
             unsigned char *page = (unsigned char *)pages[n / P];
@@ -534,11 +549,22 @@ static int32_t elems_per_lane(int32_t d, int32_t es) {
     default: ATTEND_GBM(ES, 32) break;                                                                                 \
     }
 
+/* quantized rows: d is a multiple of 8, so a lane takes 4 to 32 values */
+#define ATTEND_EPL_QUANT                                                                                               \
+    switch (epl) {                                                                                                     \
+    case 4: ATTEND_GBM(0, 4) break;                                                                                    \
+    case 8: ATTEND_GBM(0, 8) break;                                                                                    \
+    case 16: ATTEND_GBM(0, 16) break;                                                                                  \
+    default: ATTEND_GBM(0, 32) break;                                                                                  \
+    }
+
 extern "C" fg_status FG_GPU(decode_step)(fg_backend *be, const fg_page_layout *layout, const fg_shape *shape,
                                          int32_t n_heads, const fg_decode_head *heads) {
     fg_gpu_state *st = (fg_gpu_state *)be->impl;
     const int32_t G = shape->n_q_heads / shape->n_kv_heads, d = shape->head_dim, P = layout->page_tokens;
-    const int32_t es = (int32_t)fg_dtype_size(layout->dtype), epl = elems_per_lane(d, es);
+    /* element bytes, 0 for quantized rows (read like fp32 ones: 4 values a lane at least) */
+    const int32_t es = fg_dtype_quantized(layout->dtype) ? 0 : layout->dtype == FG_DTYPE_F32 ? 4 : 2;
+    const int32_t epl = elems_per_lane(d, es ? es : 4);
     int32_t lanes = 1;
     while (lanes * epl < d)
         lanes *= 2;
@@ -627,8 +653,10 @@ extern "C" fg_status FG_GPU(decode_step)(fg_backend *be, const fg_page_layout *l
         const dim3 grid((unsigned)n_items, (unsigned)((G + gbm - 1) / gbm));
         if (es == 4)
             ATTEND_EPL(4)
-        else
+        else if (es == 2)
             ATTEND_EPL(2)
+        else
+            ATTEND_EPL_QUANT
     }
     float *dml = (float *)(base + o_ml);
     head_stat *dhs = (head_stat *)(base + o_hs);

@@ -106,14 +106,55 @@ static inline size_t fg_gpu_align(size_t x) { return (x + 255) / 256 * 256; }
 /* The page layout, as kernels read it. */
 struct fg_gpu_layout {
     int32_t page_tokens, head_dim, dtype;
-    uint32_t k_offset, v_offset, pos_offset, score_offset, flags_offset;
+    int32_t qshift; /* quantized rows: log2 of the values per block */
+    uint32_t row_bytes, k_offset, v_offset, pos_offset, score_offset, flags_offset;
 };
 
 static inline fg_gpu_layout fg_gpu_layout_of(const fg_page_layout *L) {
-    fg_gpu_layout g = {L->page_tokens,          L->head_dim,           (int32_t)L->dtype,
-                       (uint32_t)L->k_offset,   (uint32_t)L->v_offset, (uint32_t)L->pos_offset,
-                       (uint32_t)L->score_offset, (uint32_t)L->flags_offset};
+    const int32_t qb = fg_qblock(L->head_dim);
+    fg_gpu_layout g = {L->page_tokens,
+                       L->head_dim,
+                       (int32_t)L->dtype,
+                       qb == 32 ? 5 : qb == 16 ? 4 : 3,
+                       (uint32_t)L->row_bytes,
+                       (uint32_t)L->k_offset,
+                       (uint32_t)L->v_offset,
+                       (uint32_t)L->pos_offset,
+                       (uint32_t)L->score_offset,
+                       (uint32_t)L->flags_offset};
     return g;
+}
+
+/* Value c of a quantized row (q * scale: fp32 holds it exactly, so every
+ * backend reads the same value). */
+__device__ static inline float fg_gpu_qelem(const fg_gpu_layout &L, const unsigned char *row, int32_t c) {
+    const int32_t qb = 1 << L.qshift, j = c & (qb - 1);
+    const unsigned char *blk = row + (size_t)(c >> L.qshift) * fg_qblock_bytes((fg_dtype)L.dtype, qb);
+    const float scale = fg_get_f16(blk);
+    if (L.dtype == FG_DTYPE_Q8_0)
+        return (float)((const signed char *)blk)[2 + j] * scale;
+    const int32_t half = qb >> 1;
+    const int q = j < half ? (blk[2 + j] & 0x0f) : (blk[2 + j - half] >> 4);
+    return (float)(q - 8) * scale;
+}
+
+/* Unit u of a row written by `n` threads: a quantized row's block u (the
+ * same arithmetic as the host's fg_store_row), or element u. Units: d / qb,
+ * or d. */
+__device__ static inline int32_t fg_gpu_row_units(const fg_gpu_layout &L) {
+    return fg_dtype_quantized((fg_dtype)L.dtype) ? L.head_dim >> L.qshift : L.head_dim;
+}
+__device__ static inline void fg_gpu_store(unsigned char *row, int32_t dtype, int32_t i, float x);
+__device__ static inline void fg_gpu_store_unit(const fg_gpu_layout &L, unsigned char *row, int32_t u,
+                                                const float *src) {
+    if (L.dtype == FG_DTYPE_Q8_0)
+        fg_quantize_q8_0(row + (size_t)u * fg_qblock_bytes(FG_DTYPE_Q8_0, 1 << L.qshift), src + (u << L.qshift),
+                         1 << L.qshift);
+    else if (L.dtype == FG_DTYPE_Q4_0)
+        fg_quantize_q4_0(row + (size_t)u * fg_qblock_bytes(FG_DTYPE_Q4_0, 1 << L.qshift), src + (u << L.qshift),
+                         1 << L.qshift);
+    else
+        fg_gpu_store(row, L.dtype, u, src[u]);
 }
 
 __device__ static inline float fg_gpu_elem(const unsigned char *row, int32_t dtype, int32_t i) {

@@ -200,15 +200,7 @@ int cli_parse(const char *cmd, const char *help, unsigned accept, int argc, char
             o->seed = (uint64_t)s;
             o->has_seed = 1;
         } else if (!strcmp(a, "--dtype")) {
-            ok = val != NULL;
-            if (ok && !strcmp(val, "f32"))
-                o->dtype = FG_DTYPE_F32;
-            else if (ok && !strcmp(val, "f16"))
-                o->dtype = FG_DTYPE_F16;
-            else if (ok && !strcmp(val, "bf16"))
-                o->dtype = FG_DTYPE_BF16;
-            else
-                ok = 0;
+            ok = val && fg_dtype_parse(val, &o->dtype) == FG_OK;
         } else if (extra) {
             int r = extra(user, a, val, &used);
             if (r == 2)
@@ -347,7 +339,7 @@ const char *const cli_model_help =
     "  --ratio-frequent R      frequent budget ratio of every policy (default 0.3)\n"
     "  -f, --file FILE         the prompt is the whole of FILE (- for standard input)\n"
     "  --backend NAME          ref | cpu | cuda | hip (default cpu)\n"
-    "  --dtype NAME            f32 | f16 | bf16 KV cache storage (default f16)\n"
+    "  --dtype NAME            f32 | f16 | bf16 | q8_0 | q4_0 KV cache storage (default f16; K and V alike)\n"
     "  -t, --threads N         CPU threads (default: the cores this process may run on)\n"
     "  --q8-activations        q4_0 / q4_1 / q8_0 weights: activations quantized to 8 bits and integer\n"
     "                          dot products, as llama.cpp does (the default)\n"

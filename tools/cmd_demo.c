@@ -51,7 +51,7 @@ static const char *k_demo_help =
     "  --batch N       sequences decoded together (default 1)\n"
     "  -T X            recovery threshold (default 0.95)\n"
     "  --backend NAME  ref | cpu | cuda | hip (default cpu)\n"
-    "  --dtype NAME    f32 | f16 | bf16 cache storage (default f16)\n"
+    "  --dtype NAME    f32 | f16 | bf16 | q8_0 | q4_0 cache storage (default f16)\n"
     "  --seed S        workload seed (default 1)\n"
     "  -t, --threads N CPU threads (default: the cores this process may run on; the model demo takes it too)\n"
     "  --synthetic     use the synthetic workload even when a model is found\n";
@@ -105,14 +105,7 @@ static int demo_parse(int argc, char **argv, demo_opts *o) {
             ok = cli_parse_int(val, 0, 2147483647, &s);
             o->seed = (uint64_t)s;
         } else if (!strcmp(a, "--dtype")) {
-            if (!strcmp(val, "f32"))
-                o->dtype = FG_DTYPE_F32;
-            else if (!strcmp(val, "f16"))
-                o->dtype = FG_DTYPE_F16;
-            else if (!strcmp(val, "bf16"))
-                o->dtype = FG_DTYPE_BF16;
-            else
-                ok = 0;
+            ok = fg_dtype_parse(val, &o->dtype) == FG_OK;
         } else
             return cli_usage("demo", "unknown option: %s", a);
         if (!ok)
@@ -154,7 +147,7 @@ static int demo_synthetic(int argc, char **argv) {
     const int32_t n = o.prompt, Hq = o.q_heads, Hkv = o.kv_heads, d = o.dim, B = o.batch;
     printf("fastgen %s demo: synthetic workload, %d layers, %d q / %d kv heads, d=%d, %s cache, backend %s\n",
            fg_version(), (int)o.layers, (int)Hq, (int)Hkv, (int)d,
-           o.dtype == FG_DTYPE_F32 ? "f32" : o.dtype == FG_DTYPE_F16 ? "f16" : "bf16", fg_context_backend(ctx));
+           fg_dtype_name(o.dtype), fg_context_backend(ctx));
     printf("prompt %d tokens x %d sequences, then %d decode steps, T = %.2f\n\n", (int)n, (int)B, (int)o.steps,
            (double)o.threshold);
 

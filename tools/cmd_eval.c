@@ -242,7 +242,7 @@ static const char *k_eval_help =
     "  --limit K            only the first K prompts (--chat: conversations)\n"
     "  -n, --steps N        reference tokens per prompt (default 128)\n"
     "  --backend NAME       ref | cpu | cuda | hip (default cpu)\n"
-    "  --dtype NAME         f32 | f16 | bf16 KV cache storage (default f16)\n"
+    "  --dtype NAME         f32 | f16 | bf16 | q8_0 | q4_0 KV cache storage (default f16)\n"
     "  -t, --threads N      CPU threads (default: the cores this process may run on)\n"
     "  --q8-activations     q4_0 / q4_1 / q8_0 weights: 8-bit activations, integer dots (llama.cpp's scheme;\n"
     "                       the default)\n"

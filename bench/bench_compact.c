@@ -2,11 +2,11 @@
  * bench_compact: compaction (gathering the kept prompt rows of every head
  * into its pages) against this machine's copy bandwidth, measured in the
  * same run (memcpy over >= 4x the LLC, all threads, bytes read + written).
- * Bytes moved = kept rows x 2 (K, V) x d x (4 read + dtype size written).
+ * Bytes moved = kept rows x 2 (K, V) x (4 d read + the row's bytes written).
  * A copy of >= 4x the LLC is timed between the compactions (interleaved), and
  * each case's fraction is against those copies.
  * Shape: one Llama-3-8B layer (8 KV heads, d = 128), prompts of 4k, 16k and
- * 64k tokens, half of the rows kept, f32 and f16 caches; each prompt's K/V
+ * 64k tokens, half of the rows kept, f32, f16, q8_0 and q4_0 caches; each prompt's K/V
  * is >= 4x the LLC or rotated over enough copies to be. Last line:
  *   compact summary: copy_fraction=C     (median over the cases)
  * Options: --csv, --backend NAME.
@@ -58,12 +58,15 @@ int main(int argc, char **argv) {
     else
         printf("%7s %5s %10s %9s %8s %8s\n", "n", "dtype", "kept rows", "time ms", "GB/s", "of copy");
     const int32_t lengths[] = {4096, 16384, 65536};
-    double fracs[6];
-    int count = 0;
+    /* f32 and f16 enter the summary (comparable with earlier runs); q8_0
+     * and q4_0, which quantize as they write, have a line each */
+    const fg_dtype dts[] = {FG_DTYPE_F32, FG_DTYPE_F16, FG_DTYPE_Q8_0, FG_DTYPE_Q4_0};
+    double fracs[6], qfracs[2][3];
+    int count = 0, qcount[2] = {0, 0};
     for (int li = 0; li < 3; li++)
-        for (int di = 0; di < 2; di++) {
+        for (int di = 0; di < 4; di++) {
             const int32_t n = lengths[li];
-            const fg_dtype dt = di ? FG_DTYPE_F16 : FG_DTYPE_F32;
+            const fg_dtype dt = dts[di];
             const fg_page_layout L = fg_page_layout_make(16, d, dt);
             const size_t kv_bytes = (size_t)n * Hkv * d * sizeof(float);
             int32_t R = (int32_t)((4 * dinfo.l2_bytes + 2 * kv_bytes - 1) / (2 * kv_bytes));
@@ -120,12 +123,15 @@ int main(int argc, char **argv) {
             const double tm = bench_median(t, REPS);
             const double bytes = (double)keep * Hkv * 2 * (4.0 * d + (double)fg_row_bytes(dt, d));
             const double gbs = bytes / tm, bw = 2.0 * (double)probe_bytes / bench_median(tc, REPS);
-            fracs[count++] = gbs / bw;
+            if (di < 2)
+                fracs[count++] = gbs / bw;
+            else
+                qfracs[di - 2][qcount[di - 2]++] = gbs / bw;
             if (csv)
-                printf("%d,%s,%d,%.4f,%.3f,%.4f\n", (int)n, di ? "f16" : "f32", (int)(keep * Hkv), 1e3 * tm, gbs / 1e9,
+                printf("%d,%s,%d,%.4f,%.3f,%.4f\n", (int)n, fg_dtype_name(dt), (int)(keep * Hkv), 1e3 * tm, gbs / 1e9,
                        gbs / bw);
             else
-                printf("%7d %5s %10d %9.3f %8.2f %7.1f%%\n", (int)n, di ? "f16" : "f32", (int)(keep * Hkv), 1e3 * tm,
+                printf("%7d %5s %10d %9.3f %8.2f %7.1f%%\n", (int)n, fg_dtype_name(dt), (int)(keep * Hkv), 1e3 * tm,
                        gbs / 1e9, 100 * gbs / bw);
             free(kv);
             free(pos);
@@ -137,6 +143,9 @@ int main(int argc, char **argv) {
     fg_backend_close(&be);
     free(pa);
     free(pb);
+    for (int q = 0; q < 2; q++)
+        printf("compact %s (quantizing as it writes): copy_fraction=%.3f\n", q ? "q4_0" : "q8_0",
+               bench_median(qfracs[q], qcount[q]));
     printf("compact summary: copy_fraction=%.3f\n", bench_median(fracs, count));
     return 0;
 }

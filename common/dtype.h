@@ -134,6 +134,17 @@ FG_HD static inline void fg_quantize_q8_0(unsigned char *dst, const float *x, in
     }
 }
 
+/* a * b rounded once, never fused into a following add (device compilers
+ * contract by default; the host build does not): every backend quantizes to
+ * the same bytes. */
+FG_HD static inline float fg_mul_rn(float a, float b) {
+#if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
+    return __fmul_rn(a, b);
+#else
+    return a * b;
+#endif
+}
+
 /* A q4_0 value: min(15, trunc(y + 8.5)) as ggml; 8 (that is, 0) when y is not finite. */
 FG_HD static inline unsigned fg_q4_nibble(float y) {
     const float a = y + 8.5f;
@@ -154,7 +165,7 @@ FG_HD static inline void fg_quantize_q4_0(unsigned char *dst, const float *x, in
     fg_put_f16(dst, fg_f32_to_f16(scale));
     const int32_t half = qb / 2;
     for (int32_t j = 0; j < half; j++)
-        dst[2 + j] = (unsigned char)(fg_q4_nibble(x[j] * inv) | fg_q4_nibble(x[j + half] * inv) << 4);
+        dst[2 + j] = (unsigned char)(fg_q4_nibble(fg_mul_rn(x[j], inv)) | fg_q4_nibble(fg_mul_rn(x[j + half], inv)) << 4);
 }
 
 /* Value i of a quantized row of d values (the plain definition: q * scale). */

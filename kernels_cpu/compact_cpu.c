@@ -1,8 +1,9 @@
 /* Compaction on the CPU: a streaming gather of the kept prompt rows into
  * pages, parallel over spans of the prompt; large compactions write their
  * rows with non-temporal stores where aligned, 16-bit caches convert 8 values at a
- * time (F16C for fp16, integer rounding for bf16), bit-identical to the
- * scalar path. */
+ * time (F16C for fp16, integer rounding for bf16), and q8_0 / q4_0 blocks
+ * quantize 8 values at a time, all bit-identical to the scalar path. */
+#include <math.h>
 #include <string.h>
 
 #include "kernels_cpu/kernels_cpu.h"
@@ -46,6 +47,79 @@ __attribute__((target("avx2"))) static void store_bf16_avx2(uint16_t *dst, const
         dst[i] = fg_f32_to_bf16(src[i]);
 }
 
+/* The largest |x| of a block of qb (a multiple of 8) values; NaN ignored, as
+ * the scalar loop's comparisons do (max_ps returns its second operand when
+ * the first is NaN). */
+__attribute__((target("avx2"))) static inline float block_amax(const float *x, int32_t qb) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 m = _mm256_setzero_ps();
+    for (int32_t j = 0; j < qb; j += 8)
+        m = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)), m);
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    return _mm_cvtss_f32(h);
+}
+
+/* fg_quantize_q8_0, 8 values at a time, the same bytes: roundf (halves away
+ * from zero) as truncation plus a step where the remainder is >= 0.5. */
+__attribute__((target("avx2"))) static void quantize_q8_0_avx2(unsigned char *dst, const float *x, int32_t qb) {
+    const float scale = block_amax(x, qb) / 127.0f, inv = scale != 0.0f ? 1.0f / scale : 0.0f;
+    fg_put_f16(dst, fg_f32_to_f16(scale));
+    const __m256 sign = _mm256_set1_ps(-0.0f), half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f);
+    const __m256 lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f), vinv = _mm256_set1_ps(inv);
+    for (int32_t j = 0; j < qb; j += 8) {
+        const __m256 v = _mm256_mul_ps(_mm256_loadu_ps(x + j), vinv);
+        const __m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+        const __m256 up = _mm256_cmp_ps(_mm256_andnot_ps(sign, _mm256_sub_ps(v, t)), half, _CMP_GE_OQ);
+        __m256 r = _mm256_add_ps(t, _mm256_and_ps(up, _mm256_or_ps(_mm256_and_ps(v, sign), one)));
+        const __m256 ok = _mm256_and_ps(_mm256_cmp_ps(r, lo, _CMP_GE_OQ), _mm256_cmp_ps(r, hi, _CMP_LE_OQ));
+        r = _mm256_and_ps(r, ok); /* out of range or NaN: 0 */
+        const __m256i q = _mm256_cvttps_epi32(r);
+        const __m128i q16 = _mm_packs_epi32(_mm256_castsi256_si128(q), _mm256_extracti128_si256(q, 1));
+        _mm_storel_epi64((__m128i *)(void *)(dst + 2 + j), _mm_packs_epi16(q16, q16));
+    }
+}
+
+/* fg_quantize_q4_0, 8 values at a time, the same bytes. */
+__attribute__((target("avx2"))) static void quantize_q4_0_avx2(unsigned char *dst, const float *x, int32_t qb) {
+    const float amax = block_amax(x, qb);
+    float max = 0.0f; /* all zero (or NaN): 0, as the scalar loop leaves it */
+    for (int32_t j = 0; amax > 0.0f && j < qb; j++) /* the first value of largest magnitude, with its sign */
+        if (fabsf(x[j]) == amax) {
+            max = x[j];
+            break;
+        }
+    const float scale = max / -8.0f, inv = scale != 0.0f ? 1.0f / scale : 0.0f;
+    fg_put_f16(dst, fg_f32_to_f16(scale));
+    const __m256 vinv = _mm256_set1_ps(inv), off = _mm256_set1_ps(8.5f), zero = _mm256_setzero_ps();
+    const __m256 sixteen = _mm256_set1_ps(16.0f), big = _mm256_set1_ps(3.4e38f);
+    int32_t nib[32];
+    for (int32_t j = 0; j < qb; j += 8) {
+        const __m256 a = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(x + j), vinv), off);
+        const __m256 in = _mm256_and_ps(_mm256_cmp_ps(a, zero, _CMP_GE_OQ), _mm256_cmp_ps(a, sixteen, _CMP_LT_OQ));
+        const __m256 top = _mm256_and_ps(_mm256_cmp_ps(a, sixteen, _CMP_GE_OQ), _mm256_cmp_ps(a, big, _CMP_LE_OQ));
+        const __m256i t = _mm256_cvttps_epi32(_mm256_and_ps(a, in)); /* 0 outside [0, 16) */
+        __m256i q = _mm256_blendv_epi8(_mm256_set1_epi32(8), t, _mm256_castps_si256(in));
+        q = _mm256_blendv_epi8(q, _mm256_set1_epi32(15), _mm256_castps_si256(top));
+        _mm256_storeu_si256((__m256i *)(void *)(nib + j), q);
+    }
+    for (int32_t j = 0; j < qb / 2; j++)
+        dst[2 + j] = (unsigned char)(nib[j] | nib[j + qb / 2] << 4);
+}
+
+__attribute__((target("avx2"))) static void quantize_row_avx2(unsigned char *dst, fg_dtype dtype, const float *src,
+                                                              int32_t n) {
+    const int32_t qb = fg_qblock(n);
+    const size_t bb = fg_qblock_bytes(dtype, qb);
+    for (int32_t b = 0; b < n / qb; b++) {
+        if (dtype == FG_DTYPE_Q8_0)
+            quantize_q8_0_avx2(dst + (size_t)b * bb, src + (size_t)b * qb, qb);
+        else
+            quantize_q4_0_avx2(dst + (size_t)b * bb, src + (size_t)b * qb, qb);
+    }
+}
+
 /* A whole row with non-temporal stores (n % 8 == 0, dst aligned to 32 bytes
  * for fp32 and 16 for 16-bit rows): a large compaction writes far more than
  * the caches hold, so skipping the read-for-ownership of every written line
@@ -65,13 +139,13 @@ __attribute__((target("avx2,f16c"))) static void stream_row_avx2(void *dst, fg_d
 typedef enum store_mode { STORE_SCALAR, STORE_SIMD, STORE_STREAM } store_mode;
 
 static void store_row(void *dst, fg_dtype dtype, const float *src, int32_t n, store_mode mode) {
-    if (fg_dtype_quantized(dtype)) {
-        fg_store_row(dst, dtype, src, n);
+#if defined(__x86_64__)
+    if (fg_dtype_quantized(dtype) && mode != STORE_SCALAR) {
+        quantize_row_avx2(dst, dtype, src, n);
         return;
     }
-#if defined(__x86_64__)
     const uintptr_t align = dtype == FG_DTYPE_F32 ? 32 : 16;
-    if (mode == STORE_STREAM && n % 8 == 0 && (uintptr_t)dst % align == 0) {
+    if (mode == STORE_STREAM && !fg_dtype_quantized(dtype) && n % 8 == 0 && (uintptr_t)dst % align == 0) {
         stream_row_avx2(dst, dtype, src, n);
         return;
     }

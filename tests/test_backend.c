@@ -256,12 +256,13 @@ static void check_case(const char *backend, const shape_case *sc) {
     }
     EXPECT(ok, "backend %s runs", backend);
     if (ok) {
-        const double limit = sc->dtype == FG_DTYPE_F32 ? 1e-8 : 5e-4;
+        /* quantized values are exact in fp32: the f32 limit (see test_backend_ops) */
+        const double limit = sc->dtype == FG_DTYPE_F32 || fg_dtype_quantized(sc->dtype) ? 1e-8 : 5e-4;
         const size_t row_q = (size_t)Hq * d, maxlen = (size_t)total;
         double e_pre = nmse(one.prefill, ref.prefill, (size_t)sc->n * row_q);
         double e_dec = sc->steps ? nmse(one.decode, ref.decode, (size_t)sc->steps * 2 * row_q) : 0.0;
         const double e_app = nmse(one.append, ref.append, (size_t)2 * APPENDED * row_q);
-        const char *dt = sc->dtype == FG_DTYPE_F32 ? "f32" : sc->dtype == FG_DTYPE_F16 ? "f16" : "bf16";
+        const char *dt = fg_dtype_name(sc->dtype);
         EXPECT(e_pre <= 1e-8, "%s d=%d G=%d n=%d: prefill NMSE %.3g", backend, (int)d, (int)sc->G, (int)sc->n, e_pre);
         EXPECT(e_dec <= limit, "%s d=%d G=%d n=%d %s: decode NMSE %.3g", backend, (int)d, (int)sc->G, (int)sc->n, dt,
                e_dec);
@@ -369,6 +370,9 @@ int main(int argc, char **argv) {
         {64, 1, 2, 1, 40, FG_DTYPE_F32},   {64, 4, 2, 2, 40, FG_DTYPE_F16},   {80, 1, 3, 3, 40, FG_DTYPE_BF16},
         {128, 4, 2, 17, 60, FG_DTYPE_F32}, {128, 8, 1, 255, 30, FG_DTYPE_F16}, {7, 2, 5, 13, 50, FG_DTYPE_BF16},
         {256, 1, 2, 64, 20, FG_DTYPE_F32},
+        /* quantized rows: prefill compaction, decode insertion and append all quantize */
+        {64, 4, 2, 17, 40, FG_DTYPE_Q8_0}, {128, 1, 2, 5, 30, FG_DTYPE_Q4_0}, {16, 2, 3, 13, 40, FG_DTYPE_Q8_0},
+        {8, 3, 2, 9, 40, FG_DTYPE_Q4_0},
     };
     int ran = 0;
     for (int i = 0; i < n_names; i++) {

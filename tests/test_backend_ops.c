@@ -331,11 +331,19 @@ static void check_compact(backend_pair *bp, int32_t d, fg_dtype dt, int32_t n) {
     k[0] = 1e-6f; /* an fp16 subnormal, and values near the fp16 limits */
     k[1] = 65519.0f;
     v[0] = -3e-8f;
+    if (fg_dtype_quantized(dt)) /* blocks with edge cases (head 2, the one compacted, kept below) */
+        for (int32_t c = 0; c < d; c++) {
+            k[(0 * Hkv + 2) * (size_t)d + c] = c ? 0.0f : -0.0f;           /* all zero, -0 first */
+            k[(1 * Hkv + 2) * (size_t)d + c] = c == 3 ? NAN : (float)c;    /* a NaN */
+            k[(2 * Hkv + 2) * (size_t)d + c] = 0.75f;                      /* all equal */
+            k[(3 * Hkv + 2) * (size_t)d + c] = c % 2 ? -2.5f : 2.5f;       /* the largest magnitude twice, signs apart */
+            v[(3 * Hkv + 2) * (size_t)d + c] = c % 3 ? 1e-30f : -1e30f;    /* tiny and huge */
+        }
     int32_t *pos = malloc((size_t)n * sizeof *pos), kept = 0;
     uint8_t *flags = malloc((size_t)n);
     float *score = malloc((size_t)n * sizeof *score);
     for (int32_t j = 0; j < n; j++)
-        if (rng_int(0, 2)) {
+        if (rng_int(0, 2) || (fg_dtype_quantized(dt) && j < 4)) {
             pos[kept] = j;
             flags[kept] = FG_SLOT_FREQUENT;
             score[kept++] = (float)j;

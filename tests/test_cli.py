@@ -397,6 +397,29 @@ d16 = json.loads(run("generate", *model_args(), "-n", "8", "--json").stdout)
 d32 = json.loads(run("generate", *model_args(), "-n", "8", "--json", "--dtype", "f32").stdout)
 check(d32["kv_bytes_full"] == 2 * d16["kv_bytes_full"], "--dtype defaults to f16: %d vs %d bytes" %
       (d16["kv_bytes_full"], d32["kv_bytes_full"]))
+# q8_0 / q4_0 rows: the bytes of ggml's blocks (stories260K: d = 8, one scale per 8 values)
+for name, row in (("q8_0", 2 + 8), ("q4_0", 2 + 4)):
+    r = run("generate", *model_args(), "-n", "8", "--json", "--dtype", name)
+    dq = json.loads(r.stdout) if r.returncode == 0 else {"kv_bytes_full": -1, "rows_full": 0}
+    check(dq["kv_bytes_full"] * 16 == d16["kv_bytes_full"] * row and dq["rows_full"] == d16["rows_full"],
+          "--dtype %s holds %d bytes a row against f16's 16: %r" % (name, row, dq))
+    r = run("generate", *model_args(), "-n", "8", "--dtype", name)
+    check(r.returncode == 0 and ("stored as %s" % name) in r.stdout and "of an f16 full cache" in r.stdout,
+          "generate --dtype %s reports the bytes against f16's: %r" % (name, r.stdout[-300:]))
+r = run("eval", *model_args(), "--dtypes", "f16,q8_0")
+check(r.returncode == 2 and "--dtypes" in r.stderr, "--dtypes without --sweep is refused: %r" % r.stderr)
+r = run("eval", *model_args(), "--sweep", "--dtypes", "f16,q5_0", "--limit", "1")
+check(r.returncode == 2 and "q5_0" in r.stderr, "--dtypes with an unknown dtype is refused: %r" % r.stderr)
+r = run("eval", *model_args(), "--sweep", "--dtypes", "f16,q8_0,q4_0", "--budgets", "0.5", "--limit", "2", "-n", "16",
+        "--methods", "fastgen-adaptive,h2o", "--json")
+ok = r.returncode == 0
+js = json.loads(r.stdout) if ok else {}
+dts = js.get("dtypes", [])
+check(ok and [d["dtype"] for d in dts] == ["f16", "q8_0", "q4_0"] and js.get("reference_dtype") == "f16" and
+      abs(dts[1]["bytes_per_row"] - 10 / 16) < 1e-6 and
+      all(abs(m["kv_bytes"] - m["kv_kept"] * d["bytes_per_row"]) < 1e-3 for d in dts for p in d["points"]
+          for m in p["methods"]),
+      "eval --sweep --dtypes: one block per dtype, bytes against f16's: %r" % r.stdout[:400])
 # a tokenizer that does not fit: which file was tried, and -z
 r = run("generate", "-m", os.path.join(MODEL_DIR, "babyllama105.bin"), "-n", "4")
 check(r.returncode == 1 and "tok512.bin" in r.stderr and "-z" in r.stderr, "a default tokenizer that does not fit "

@@ -228,6 +228,30 @@ static void test_context_create(const fg_synth *syn) {
     BAD_PARAM(n_kv_heads, 3, FG_ERR_INVALID_ARGUMENT); /* 10 % 3 != 0 */
     BAD_PARAM(head_dim, 0, FG_ERR_INVALID_ARGUMENT);
     BAD_PARAM(kv_dtype, (fg_dtype)9, FG_ERR_INVALID_ARGUMENT);
+    { /* quantized rows need blocks of 8, 16 or 32 values */
+        fg_context_params bp = base_params(syn);
+        bp.kv_dtype = FG_DTYPE_Q4_0;
+        bp.head_dim = 12;
+        EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_context_create(&bp, &ctx));
+        EXPECT(ctx == NULL && strstr(fg_last_error(NULL), "q4_0") && strstr(fg_last_error(NULL), "multiple of 8"),
+               "a q4_0 cache of head_dim 12 is refused, saying why: %s", fg_last_error(NULL));
+    }
+    fg_dtype dt = FG_DTYPE_F32;
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_dtype_parse("q5_0", &dt));
+    EXPECT(dt == FG_DTYPE_F32 && strstr(fg_last_error(NULL), "q8_0"), "fg_dtype_parse lists the names: %s",
+           fg_last_error(NULL));
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_dtype_parse(NULL, &dt));
+    for (int i = 0; i <= FG_DTYPE_Q4_0; i++)
+        EXPECT(fg_dtype_parse(fg_dtype_name((fg_dtype)i), &dt) == FG_OK && dt == (fg_dtype)i, "dtype %d round-trips",
+               i);
+    EXPECT(fg_dtype_name((fg_dtype)5) == NULL && fg_dtype_name((fg_dtype)-1) == NULL, "no name outside the enum");
+    /* ggml's blocks: 2 + 32 bytes (q8_0) and 2 + 16 (q4_0) per 32 values; blocks of 16 and 8 below 32 */
+    EXPECT(fg_kv_row_bytes(FG_DTYPE_Q8_0, 64) == 68 && fg_kv_row_bytes(FG_DTYPE_Q4_0, 64) == 36 &&
+               fg_kv_row_bytes(FG_DTYPE_Q8_0, 16) == 18 && fg_kv_row_bytes(FG_DTYPE_Q4_0, 8) == 6 &&
+               fg_kv_row_bytes(FG_DTYPE_Q8_0, 24) == 30 && fg_kv_row_bytes(FG_DTYPE_F16, 64) == 128 &&
+               fg_kv_row_bytes(FG_DTYPE_Q8_0, 12) == 0 && fg_kv_row_bytes((fg_dtype)7, 64) == 0 &&
+               fg_kv_row_bytes(FG_DTYPE_F32, 0) == 0,
+           "fg_kv_row_bytes");
     BAD_PARAM(max_seqs, 0, FG_ERR_INVALID_ARGUMENT);
     BAD_PARAM(max_seq_len, -4, FG_ERR_INVALID_ARGUMENT);
     BAD_PARAM(page_tokens, 0, FG_ERR_INVALID_ARGUMENT);

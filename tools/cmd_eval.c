@@ -261,6 +261,9 @@ static const char *k_eval_help =
     "                       floor, pool (snapkv, adakv), sink, families=DIGITS, flags=per-layer+mass+end)\n"
     "  --budgets LIST       --sweep / --passkey: the driven method's budgets (default\n"
     "                       0.25,0.35,0.5,0.65,0.8,0.9)\n"
+    "  --dtypes LIST        --sweep / --passkey: every method on caches of each dtype (f16,q8_0,q4_0),\n"
+    "                       the budgets then bytes of the full --dtype cache, which makes the\n"
+    "                       reference: a dtype runs at rows min(1, budget / its bytes per row)\n"
     "  --passkey FILE       retrieval instead: each line KEY<TAB>PROMPT, the prompt hiding the number KEY;\n"
     "                       every method as --sweep, -n greedy tokens at most (default 12), accuracy:\n"
     "                       the runs whose answer holds KEY\n"
@@ -304,6 +307,10 @@ static int eval_option(void *user, const char *opt, const char *val, int *used) 
     }
     if (!strcmp(opt, "--budgets")) {
         x->sw.budgets = val;
+        return val ? 0 : 1;
+    }
+    if (!strcmp(opt, "--dtypes")) {
+        x->sw.dtypes = val;
         return val ? 0 : 1;
     }
     if (!strcmp(opt, "--limit"))
@@ -387,7 +394,7 @@ static const char *find_default_prompts(char *buf, size_t size) {
 int cmd_eval(int argc, char **argv) {
     cli_opts o;
     cli_defaults(&o, -1);
-    eval_extra x = {NULL, NULL, NULL, 0, 0, {NULL, NULL}};
+    eval_extra x = {NULL, NULL, NULL, 0, 0, {NULL, NULL, NULL}};
     int rc = cli_parse("eval", k_eval_help, CLI_MODEL | CLI_RUN | CLI_STEPS | CLI_JSON | CLI_CSV | CLI_SVG | CLI_QUIET,
                        argc, argv, &o, eval_option, &x);
     if (rc)
@@ -401,8 +408,8 @@ int cmd_eval(int argc, char **argv) {
         return cli_usage("eval", "-n must be at least 1");
     if (!!x.chat + !!x.passkey + !!x.sweep > 1)
         return cli_usage("eval", "--chat, --sweep and --passkey do not go together");
-    if ((x.sw.methods || x.sw.budgets) && !x.sweep && !x.passkey)
-        return cli_usage("eval", "--methods and --budgets go with --sweep or --passkey");
+    if ((x.sw.methods || x.sw.budgets || x.sw.dtypes) && !x.sweep && !x.passkey)
+        return cli_usage("eval", "--methods, --budgets and --dtypes go with --sweep or --passkey");
     if ((x.chat || x.passkey) && x.prompts)
         return cli_usage("eval", "--%s FILE holds the prompts: --prompts does not go with it",
                          x.chat ? "chat" : "passkey");

@@ -29,6 +29,7 @@
 
 #define SW_MAX_METHODS 12
 #define SW_MAX_POINTS 12
+#define SW_MAX_DTYPES 5
 static const float k_default_budgets[] = {0.25f, 0.35f, 0.5f, 0.65f, 0.8f, 0.9f};
 static const char *const k_default_methods[] = {"fastgen-adaptive", "h2o", "streamingllm", "tova", "snapkv", "adakv"};
 
@@ -43,6 +44,14 @@ typedef struct sw_result {
 typedef struct sweep {
     cli_session s;
     const eval_sweep_opts *x;
+    /* --dtypes: every method on caches of each dtype, its budgets read as
+     * bytes against the reference's full cache (--dtype, f16 by default; the
+     * reference runs on it): dtype i runs at row budget min(1, budget /
+     * bytes[i]), bytes[i] being its row's bytes over the reference's */
+    int32_t n_dt;
+    fg_dtype dts[SW_MAX_DTYPES];
+    double bytes[SW_MAX_DTYPES];
+    fgm_runner *runners[SW_MAX_DTYPES]; /* runners[i] for dts[i]; s.runner (the reference's) among them or not */
     int32_t n_methods, n_points, n_cfg;
     const char *methods[SW_MAX_METHODS];
     float budgets[SW_MAX_POINTS];
@@ -52,11 +61,17 @@ typedef struct sweep {
     uint8_t *cls;       /* [ctx_len] classes of the prompt and the reference (4 sinks) */
     float *logits;      /* [n_cfg][vocab] */
     int32_t n_prompts;
-    sw_result *res;     /* [n_prompts][n_methods][n_points] */
+    sw_result *res;     /* [n_dt][n_prompts][n_methods][n_points] */
 } sweep;
 
-static sw_result *result(sweep *w, int32_t p, int32_t m, int32_t b) {
-    return &w->res[((size_t)p * w->n_methods + m) * w->n_points + b];
+static sw_result *result(sweep *w, int32_t di, int32_t p, int32_t m, int32_t b) {
+    return &w->res[(((size_t)di * w->n_prompts + p) * w->n_methods + m) * w->n_points + b];
+}
+
+/* The row budget of dtype di at point b (see sweep). */
+static float row_budget(const sweep *w, int32_t di, int32_t b) {
+    const double r = w->budgets[b] / w->bytes[di];
+    return r < 1.0 ? (float)r : 1.0f;
 }
 
 /* ---------------------------------------------------------------- methods */
@@ -248,9 +263,8 @@ static double step_kl(const float *full, const float *comp, int32_t V) {
  * greedy tokens until it stops or has `answer_max` of them (--passkey, the
  * answer checked for `key`). Memory is sampled after the prompt and after
  * every decode step. */
-static fg_status run_batch(sweep *w, const int32_t *prompt, int32_t n_prompt, int32_t n, const fg_compression_params *cps,
-                           sw_result **out, const char *key) {
-    fgm_runner *r = w->s.runner;
+static fg_status run_batch(sweep *w, fgm_runner *r, const int32_t *prompt, int32_t n_prompt, int32_t n,
+                           const fg_compression_params *cps, sw_result **out, const char *key) {
     fg_context *ctx = fgm_runner_context(r);
     int32_t seqs[SW_MAX_METHODS * SW_MAX_POINTS], toks[SW_MAX_METHODS * SW_MAX_POINTS];
     double held[SW_MAX_METHODS * SW_MAX_POINTS] = {0}, full[SW_MAX_METHODS * SW_MAX_POINTS] = {0};
@@ -367,24 +381,25 @@ static fg_status sweep_prompt(sweep *w, int32_t p, const char *text, const char 
         for (int32_t t = 0; t < n_prompt + w->n_steps; t++)
             spec[t + 1] = spec[t] + (w->cls[t] == FG_TOKEN_SPECIAL);
     }
-    /* the driven method, then the others (a batch each) */
-    int n = 0;
-    for (int32_t b = 0; st == FG_OK && b < w->n_points; b++, n++) {
-        method_params(w->methods[0], w->budgets[b], &cps[n]);
-        outs[n] = result(w, p, 0, b);
-    }
-    if (st == FG_OK)
-        st = run_batch(w, prompt, n_prompt, n, cps, outs, key);
-    n = 0;
+    /* per cache dtype: the driven method, then the others (a batch each) */
     const int64_t t0 = n_prompt, t1 = n_prompt + w->n_steps; /* the lengths memory was sampled at */
-    for (int32_t m = 1; st == FG_OK && m < w->n_methods; m++)
+    for (int32_t di = 0; st == FG_OK && di < w->n_dt; di++) {
+        int n = 0;
         for (int32_t b = 0; b < w->n_points; b++, n++) {
-            if (!matched_params(w->methods[m], result(w, p, 0, b)->kept, t0, t1, n_prompt, spec, &cps[n]))
-                method_params(w->methods[m], w->budgets[b], &cps[n]);
-            outs[n] = result(w, p, m, b);
+            method_params(w->methods[0], row_budget(w, di, b), &cps[n]);
+            outs[n] = result(w, di, p, 0, b);
         }
-    if (st == FG_OK && n > 0)
-        st = run_batch(w, prompt, n_prompt, n, cps, outs, key);
+        st = run_batch(w, w->runners[di], prompt, n_prompt, n, cps, outs, key);
+        n = 0;
+        for (int32_t m = 1; st == FG_OK && m < w->n_methods; m++)
+            for (int32_t b = 0; b < w->n_points; b++, n++) {
+                if (!matched_params(w->methods[m], result(w, di, p, 0, b)->kept, t0, t1, n_prompt, spec, &cps[n]))
+                    method_params(w->methods[m], row_budget(w, di, b), &cps[n]);
+                outs[n] = result(w, di, p, m, b);
+            }
+        if (st == FG_OK && n > 0)
+            st = run_batch(w, w->runners[di], prompt, n_prompt, n, cps, outs, key);
+    }
     free(all);
     free(spec);
     free(prompt);
@@ -428,13 +443,13 @@ typedef struct sw_agg {
     int32_t n;
 } sw_agg;
 
-static sw_agg aggregate(sweep *w, int32_t m, int32_t b, int passkey) {
+static sw_agg aggregate(sweep *w, int32_t di, int32_t m, int32_t b, int passkey) {
     sw_agg a = {0};
     a.kept_lo = INFINITY;
     a.kept_hi = -INFINITY;
     double *d = malloc((size_t)w->n_prompts * sizeof *d);
     for (int32_t p = 0; p < w->n_prompts; p++) {
-        const sw_result *r = result(w, p, m, b), *r0 = result(w, p, 0, b);
+        const sw_result *r = result(w, di, p, m, b), *r0 = result(w, di, p, 0, b);
         if (!r->made || !r0->made)
             continue;
         a.kept += r->kept;
@@ -474,109 +489,231 @@ static const char *verdict(const sw_agg *a, int passkey) {
     return lo > 0.0 ? "wins" : hi < 0.0 ? "loses" : "tie";
 }
 
-static int report(sweep *w, const cli_opts *o, double seconds, int passkey) {
-    const char *drv = w->methods[0];
-    sw_agg agg[SW_MAX_METHODS][SW_MAX_POINTS];
-    for (int32_t m = 0; m < w->n_methods; m++)
-        for (int32_t b = 0; b < w->n_points; b++)
-            agg[m][b] = aggregate(w, m, b, passkey);
-    if (o->json) {
-        printf("{\"task\": \"%s\", \"model\": ", passkey ? "passkey" : "sweep");
-        cli_json_string(stdout, o->model);
-        printf(", \"prompts\": %d, \"steps\": %d, \"driven\": \"%s\", \"points\": [", (int)w->n_prompts,
-               (int)w->n_steps, drv);
-        for (int32_t b = 0; b < w->n_points; b++) {
-            printf("%s{\"budget\": %.3f, \"methods\": [", b ? ", " : "", (double)w->budgets[b]);
-            for (int32_t m = 0; m < w->n_methods; m++) {
-                const sw_agg *a = &agg[m][b];
-                printf("%s{\"method\": \"%s\", \"prompts\": %d, \"kv_kept\": %.4f, \"kv_kept_range\": [%.4f, %.4f], "
-                       "\"kl_mean\": %.6f, \"kl_max\": %.6f, \"top1\": %.4f, \"agree\": %.2f, \"accuracy\": %.4f, "
-                       "\"diff\": %.6f, \"diff_ci95\": [%.6f, %.6f], \"per_prompt\": [",
-                       m ? ", " : "", w->methods[m], (int)a->n, a->kept, a->n ? a->kept_lo : 0.0,
-                       a->n ? a->kept_hi : 0.0, a->kl, a->kl_max, a->top1, a->agree, a->acc, a->d, a->d_lo, a->d_hi);
-                for (int32_t p = 0; p < w->n_prompts; p++) {
-                    const sw_result *r = result(w, p, m, b);
-                    printf("%s[%.4f, %.6f, %.4f, %d, %d]", p ? ", " : "", r->kept, r->kl, r->top1, (int)r->agree,
-                           (int)r->correct);
-                }
-                printf("]}");
+typedef sw_agg sw_aggs[SW_MAX_METHODS][SW_MAX_POINTS];
+
+static void report_json_points(sweep *w, int32_t di, sw_aggs agg) {
+    printf("\"points\": [");
+    for (int32_t b = 0; b < w->n_points; b++) {
+        printf("%s{\"budget\": %.3f, \"methods\": [", b ? ", " : "", (double)w->budgets[b]);
+        for (int32_t m = 0; m < w->n_methods; m++) {
+            const sw_agg *a = &agg[m][b];
+            printf("%s{\"method\": \"%s\", \"prompts\": %d, \"kv_kept\": %.4f, \"kv_kept_range\": [%.4f, %.4f], ",
+                   m ? ", " : "", w->methods[m], (int)a->n, a->kept, a->n ? a->kept_lo : 0.0, a->n ? a->kept_hi : 0.0);
+            if (w->n_dt > 1)
+                printf("\"kv_bytes\": %.4f, ", a->kept * w->bytes[di]);
+            printf("\"kl_mean\": %.6f, \"kl_max\": %.6f, \"top1\": %.4f, \"agree\": %.2f, \"accuracy\": %.4f, "
+                   "\"diff\": %.6f, \"diff_ci95\": [%.6f, %.6f], \"per_prompt\": [",
+                   a->kl, a->kl_max, a->top1, a->agree, a->acc, a->d, a->d_lo, a->d_hi);
+            for (int32_t p = 0; p < w->n_prompts; p++) {
+                const sw_result *r = result(w, di, p, m, b);
+                printf("%s[%.4f, %.6f, %.4f, %d, %d]", p ? ", " : "", r->kept, r->kl, r->top1, (int)r->agree,
+                       (int)r->correct);
             }
             printf("]}");
         }
-        printf("]}\n");
+        printf("]}");
+    }
+    printf("]");
+}
+
+/* The tables of one cache dtype: per point, every method against the driven one. */
+static void report_tables(sweep *w, int32_t di, sw_aggs agg, int passkey) {
+    const char *drv = w->methods[0];
+    int nw = 18; /* the method column */
+    for (int32_t m = 0; m < w->n_methods; m++)
+        nw = (int)strlen(w->methods[m]) > nw ? (int)strlen(w->methods[m]) : nw;
+    for (int32_t b = 0; b < w->n_points; b++) {
+        const sw_agg *a0 = &agg[0][b];
+        if (w->n_dt > 1)
+            printf("\n%s, bytes %.2f (rows at %.3f): %s kept %.1f%% of the rows (%.1f-%.1f%% over %d prompts), %.1f%% "
+                   "of the bytes\n",
+                   fg_dtype_name(w->dts[di]), (double)w->budgets[b], (double)row_budget(w, di, b), drv, 100 * a0->kept,
+                   100 * (a0->n ? a0->kept_lo : 0.0), 100 * (a0->n ? a0->kept_hi : 0.0), (int)a0->n,
+                   100 * a0->kept * w->bytes[di]);
+        else
+            printf("\nbudget %.2f: %s kept %.1f%% (%.1f-%.1f%% over %d prompts)\n", (double)w->budgets[b], drv,
+                   100 * a0->kept, 100 * (a0->n ? a0->kept_lo : 0.0), 100 * (a0->n ? a0->kept_hi : 0.0), (int)a0->n);
+        if (passkey)
+            printf("  %-*s %7s %9s %26s\n", nw, "method", "KV kept", "accuracy", "d(acc) [95% interval]");
+        else
+            printf("  %-*s %7s %9s %9s %7s %6s %30s\n", nw, "method", "KV kept", "KL mean", "KL max", "top-1",
+                   "agree", "dKL [95% interval]");
+        for (int32_t m = 0; m < w->n_methods; m++) {
+            const sw_agg *a = &agg[m][b];
+            if (passkey)
+                printf("  %-*s %6.1f%% %8.1f%%", nw, w->methods[m], 100 * a->kept, 100 * a->acc);
+            else
+                printf("  %-*s %6.1f%% %9.4f %9.4f %6.1f%% %6.1f", nw, w->methods[m], 100 * a->kept, a->kl,
+                       a->kl_max, 100 * a->top1, a->agree);
+            if (m > 0)
+                printf(passkey ? " %+7.3f [%+7.3f, %+7.3f] %s %s" : " %+9.4f [%+9.4f, %+9.4f] %s %s", a->d, a->d_lo,
+                       a->d_hi, drv, verdict(a, passkey));
+            printf("\n");
+        }
+    }
+}
+
+/* The summary lines of one dtype: the driven method and the best other one per point. */
+static void report_summary(sweep *w, int32_t di, sw_aggs agg, int passkey) {
+    const char *drv = w->methods[0];
+    for (int32_t b = 0; b < w->n_points; b++) {
+        int32_t best = -1, better = 0, ties = 0, worse = 0;
+        for (int32_t m = 1; m < w->n_methods; m++) {
+            const sw_agg *a = &agg[m][b];
+            const double v = passkey ? -a->acc : a->kl;
+            if (best < 0 || v < (passkey ? -agg[best][b].acc : agg[best][b].kl))
+                best = m;
+            const char *vd = verdict(a, passkey);
+            better += !strcmp(vd, "wins");
+            ties += !strcmp(vd, "tie");
+            worse += !strcmp(vd, "loses");
+        }
+        if (best < 0)
+            continue;
+        char what[64] = "";
+        if (w->n_dt > 1)
+            snprintf(what, sizeof what, "%s ", fg_dtype_name(w->dts[di]));
+        if (passkey)
+            printf("summary: %sbudget %.2f kept %.1f%%: %s accuracy %.1f%%, best other %s %.1f%%; wins %d, "
+                   "ties %d, loses %d\n", what, (double)w->budgets[b], 100 * agg[0][b].kept, drv, 100 * agg[0][b].acc,
+                   w->methods[best], 100 * agg[best][b].acc, better, ties, worse);
+        else
+            printf("summary: %sbudget %.2f kept %.1f%%: %s KL %.4f, best other %s %.4f; wins %d, ties %d, "
+                   "loses %d\n", what, (double)w->budgets[b], 100 * agg[0][b].kept, drv, agg[0][b].kl,
+                   w->methods[best], agg[best][b].kl, better, ties, worse);
+    }
+}
+
+/* --dtypes: per byte budget, the best method of each dtype, and the best
+ * quantized combination against the best one of the reference's dtype,
+ * paired over the prompts with a bootstrap 95% interval. */
+static void report_bytes(sweep *w, sw_aggs *agg, int passkey, fg_dtype ref) {
+    printf("\nby bytes of the full %s cache (lower KL is better):\n", fg_dtype_name(ref));
+    int32_t r0 = -1; /* the reference's dtype among the runs */
+    for (int32_t di = 0; di < w->n_dt; di++)
+        r0 = r0 < 0 && w->dts[di] == ref ? di : r0;
+    double *d = malloc((size_t)w->n_prompts * sizeof *d);
+    for (int32_t b = 0; b < w->n_points; b++) {
+        printf("  bytes %.2f:", (double)w->budgets[b]);
+        int32_t best_m[SW_MAX_DTYPES], best_all = -1;
+        for (int32_t di = 0; di < w->n_dt; di++) {
+            best_m[di] = 0;
+            for (int32_t m = 1; m < w->n_methods; m++) {
+                const double v = passkey ? -agg[di][m][b].acc : agg[di][m][b].kl;
+                if (v < (passkey ? -agg[di][best_m[di]][b].acc : agg[di][best_m[di]][b].kl))
+                    best_m[di] = m;
+            }
+            const sw_agg *a = &agg[di][best_m[di]][b];
+            printf("%s %s %s %s %.4f (bytes %.3f)", di ? ";" : "", fg_dtype_name(w->dts[di]), w->methods[best_m[di]],
+                   passkey ? "accuracy" : "KL", passkey ? a->acc : a->kl, a->kept * w->bytes[di]);
+            const double v = passkey ? -a->acc : a->kl;
+            if (best_all < 0 || v < (passkey ? -agg[best_all][best_m[best_all]][b].acc
+                                             : agg[best_all][best_m[best_all]][b].kl))
+                best_all = di;
+        }
+        printf("\n    best: %s + %s", fg_dtype_name(w->dts[best_all]), w->methods[best_m[best_all]]);
+        /* the best of the other dtypes against the reference dtype's best, paired */
+        int32_t bq = -1;
+        for (int32_t di = 0; di < w->n_dt; di++)
+            if (di != r0 && (bq < 0 || agg[di][best_m[di]][b].kl < agg[bq][best_m[bq]][b].kl))
+                bq = di;
+        if (r0 >= 0 && bq >= 0 && d && !passkey) {
+            int32_t n = 0;
+            for (int32_t p = 0; p < w->n_prompts; p++) {
+                const sw_result *x = result(w, bq, p, best_m[bq], b), *y = result(w, r0, p, best_m[r0], b);
+                if (x->made && y->made)
+                    d[n++] = x->kl - y->kl;
+            }
+            double mean = 0.0, lo = NAN, hi = NAN;
+            for (int32_t i = 0; i < n; i++)
+                mean += d[i] / n;
+            if (n > 0)
+                bootstrap(d, n, &lo, &hi);
+            printf("; %s + %s - %s + %s: dKL %+.4f [%+.4f, %+.4f] over %d prompts (%s)", fg_dtype_name(w->dts[bq]),
+                   w->methods[best_m[bq]], fg_dtype_name(w->dts[r0]), w->methods[best_m[r0]], mean, lo, hi, (int)n,
+                   hi < 0.0 ? "better" : lo > 0.0 ? "worse" : "tie");
+        }
+        printf("\n");
+    }
+    free(d);
+}
+
+static int report(sweep *w, const cli_opts *o, double seconds, int passkey) {
+    const char *drv = w->methods[0];
+    sw_aggs *agg = calloc((size_t)w->n_dt, sizeof *agg);
+    if (!agg) {
+        fprintf(stderr, "fastgen eval: out of memory\n");
+        return 1;
+    }
+    for (int32_t di = 0; di < w->n_dt; di++)
+        for (int32_t m = 0; m < w->n_methods; m++)
+            for (int32_t b = 0; b < w->n_points; b++)
+                agg[di][m][b] = aggregate(w, di, m, b, passkey);
+    if (o->json) {
+        printf("{\"task\": \"%s\", \"model\": ", passkey ? "passkey" : "sweep");
+        cli_json_string(stdout, o->model);
+        printf(", \"prompts\": %d, \"steps\": %d, \"driven\": \"%s\", ", (int)w->n_prompts, (int)w->n_steps, drv);
+        if (w->n_dt == 1) {
+            report_json_points(w, 0, agg[0]);
+        } else {
+            printf("\"reference_dtype\": \"%s\", \"dtypes\": [", fg_dtype_name(o->dtype));
+            for (int32_t di = 0; di < w->n_dt; di++) {
+                printf("%s{\"dtype\": \"%s\", \"bytes_per_row\": %.4f, ", di ? ", " : "", fg_dtype_name(w->dts[di]),
+                       w->bytes[di]);
+                report_json_points(w, di, agg[di]);
+                printf("}");
+            }
+            printf("]");
+        }
+        printf("}\n");
     } else {
         printf("fastgen eval --%s: %d prompts x %d %s tokens, %s (%.1f s)\n", passkey ? "passkey" : "sweep",
                (int)w->n_prompts, (int)w->n_steps, passkey ? "greedy" : "teacher-forced", o->model, seconds);
         printf("every method at the KV memory %s kept on each prompt (its ratio bisected; budget modes at the "
                "budget);\n%s = method - %s, paired, with a bootstrap 95%% interval over the prompts (wins: the interval is above 0)\n",
                drv, passkey ? "d(acc)" : "dKL", drv);
-        int nw = 18; /* the method column */
-        for (int32_t m = 0; m < w->n_methods; m++)
-            nw = (int)strlen(w->methods[m]) > nw ? (int)strlen(w->methods[m]) : nw;
-        for (int32_t b = 0; b < w->n_points; b++) {
-            const sw_agg *a0 = &agg[0][b];
-            printf("\nbudget %.2f: %s kept %.1f%% (%.1f-%.1f%% over %d prompts)\n", (double)w->budgets[b], drv,
-                   100 * a0->kept, 100 * (a0->n ? a0->kept_lo : 0.0), 100 * (a0->n ? a0->kept_hi : 0.0), (int)a0->n);
-            if (passkey)
-                printf("  %-*s %7s %9s %26s\n", nw, "method", "KV kept", "accuracy", "d(acc) [95% interval]");
-            else
-                printf("  %-*s %7s %9s %9s %7s %6s %30s\n", nw, "method", "KV kept", "KL mean", "KL max", "top-1",
-                       "agree", "dKL [95% interval]");
-            for (int32_t m = 0; m < w->n_methods; m++) {
-                const sw_agg *a = &agg[m][b];
-                if (passkey)
-                    printf("  %-*s %6.1f%% %8.1f%%", nw, w->methods[m], 100 * a->kept, 100 * a->acc);
-                else
-                    printf("  %-*s %6.1f%% %9.4f %9.4f %6.1f%% %6.1f", nw, w->methods[m], 100 * a->kept, a->kl,
-                           a->kl_max, 100 * a->top1, a->agree);
-                if (m > 0)
-                    printf(passkey ? " %+7.3f [%+7.3f, %+7.3f] %s %s" : " %+9.4f [%+9.4f, %+9.4f] %s %s", a->d, a->d_lo,
-                           a->d_hi, drv, verdict(a, passkey));
-                printf("\n");
-            }
+        if (w->n_dt > 1) {
+            printf("caches of %d dtypes against the full %s cache's reference; budgets are bytes of that cache:",
+                   (int)w->n_dt, fg_dtype_name(o->dtype));
+            for (int32_t di = 0; di < w->n_dt; di++)
+                printf("%s %s rows are %.3f of its bytes", di ? "," : "", fg_dtype_name(w->dts[di]), w->bytes[di]);
+            printf("\n");
         }
+        for (int32_t di = 0; di < w->n_dt; di++)
+            report_tables(w, di, agg[di], passkey);
         printf("\n");
-        for (int32_t b = 0; b < w->n_points; b++) { /* the best other method beside the driven one */
-            int32_t best = -1, better = 0, ties = 0, worse = 0;
-            for (int32_t m = 1; m < w->n_methods; m++) {
-                const sw_agg *a = &agg[m][b];
-                const double v = passkey ? -a->acc : a->kl;
-                if (best < 0 || v < (passkey ? -agg[best][b].acc : agg[best][b].kl))
-                    best = m;
-                const char *vd = verdict(a, passkey);
-                better += !strcmp(vd, "wins");
-                ties += !strcmp(vd, "tie");
-                worse += !strcmp(vd, "loses");
-            }
-            if (best < 0)
-                continue;
-            if (passkey)
-                printf("summary: budget %.2f kept %.1f%%: %s accuracy %.1f%%, best other %s %.1f%%; wins %d, "
-                       "ties %d, loses %d\n", (double)w->budgets[b], 100 * agg[0][b].kept, drv, 100 * agg[0][b].acc,
-                       w->methods[best], 100 * agg[best][b].acc, better, ties, worse);
-            else
-                printf("summary: budget %.2f kept %.1f%%: %s KL %.4f, best other %s %.4f; wins %d, ties %d, "
-                       "loses %d\n", (double)w->budgets[b], 100 * agg[0][b].kept, drv, agg[0][b].kl,
-                       w->methods[best], agg[best][b].kl, better, ties, worse);
-        }
+        for (int32_t di = 0; di < w->n_dt; di++)
+            report_summary(w, di, agg[di], passkey);
+        if (w->n_dt > 1)
+            report_bytes(w, agg, passkey, o->dtype);
     }
+    int rc = 0;
     if (o->svg) {
-        double xs[SW_MAX_METHODS][SW_MAX_POINTS], y0[SW_MAX_METHODS][SW_MAX_POINTS], y1[SW_MAX_METHODS][SW_MAX_POINTS];
-        fg_svg_series s0[SW_MAX_METHODS], s1[SW_MAX_METHODS];
-        for (int32_t m = 0; m < w->n_methods; m++) {
-            for (int32_t b = 0; b < w->n_points; b++) {
-                xs[m][b] = agg[m][b].kept;
-                y0[m][b] = passkey ? agg[m][b].acc : agg[m][b].kl;
-                y1[m][b] = passkey ? agg[m][b].acc : agg[m][b].top1;
+        enum { NS = SW_MAX_DTYPES * SW_MAX_METHODS };
+        static double xs[NS][SW_MAX_POINTS], y0[NS][SW_MAX_POINTS], y1[NS][SW_MAX_POINTS];
+        static char names[NS][96];
+        fg_svg_series s0[NS], s1[NS];
+        int32_t ns = 0;
+        for (int32_t di = 0; di < w->n_dt; di++)
+            for (int32_t m = 0; m < w->n_methods; m++, ns++) {
+                for (int32_t b = 0; b < w->n_points; b++) {
+                    const sw_agg *a = &agg[di][m][b];
+                    xs[ns][b] = w->n_dt > 1 ? a->kept * w->bytes[di] : a->kept;
+                    y0[ns][b] = passkey ? a->acc : a->kl;
+                    y1[ns][b] = passkey ? a->acc : a->top1;
+                }
+                if (w->n_dt > 1)
+                    snprintf(names[ns], sizeof names[ns], "%s %s", w->methods[m], fg_dtype_name(w->dts[di]));
+                else
+                    snprintf(names[ns], sizeof names[ns], "%s", w->methods[m]);
+                s0[ns] = (fg_svg_series){names[ns], w->n_points, xs[ns], y0[ns]};
+                s1[ns] = (fg_svg_series){names[ns], w->n_points, xs[ns], y1[ns]};
             }
-            s0[m] = (fg_svg_series){w->methods[m], w->n_points, xs[m], y0[m]};
-            s1[m] = (fg_svg_series){w->methods[m], w->n_points, xs[m], y1[m]};
-        }
+        const char *xl = w->n_dt > 1 ? "KV bytes kept / full cache of the reference dtype" : FG_SVG_MEMORY_LABEL;
         const fg_svg_chart charts[2] = {
-            {passkey ? "Passkey accuracy vs KV memory kept" : "Mean KL(full || compressed) vs KV memory kept",
-             FG_SVG_MEMORY_LABEL, passkey ? "accuracy" : "mean KL", s0, w->n_methods, 1, passkey},
-            {"Top-1 agreement with the full cache vs KV memory kept", FG_SVG_MEMORY_LABEL, "top-1 agreement", s1,
-             w->n_methods, 1, 1},
+            {passkey ? "Passkey accuracy vs KV memory kept" : "Mean KL(full || compressed) vs KV memory kept", xl,
+             passkey ? "accuracy" : "mean KL", s0, ns, 1, passkey},
+            {"Top-1 agreement with the full cache vs KV memory kept", xl, "top-1 agreement", s1, ns, 1, 1},
         };
         FILE *fp = fopen(o->svg, "w");
         int bad = !fp || fg_svg_charts(fp, charts, passkey ? 1 : 2) != 0;
@@ -584,10 +721,11 @@ static int report(sweep *w, const cli_opts *o, double seconds, int passkey) {
             bad |= fclose(fp) != 0;
         if (bad) {
             fprintf(stderr, "fastgen eval: cannot write %s\n", o->svg);
-            return 1;
+            rc = 1;
         }
     }
-    return 0;
+    free(agg);
+    return rc;
 }
 
 /* ---------------------------------------------------------------- driver */
@@ -638,6 +776,19 @@ int eval_sweep(const cli_opts *o, const eval_sweep_opts *x, char **prompts, cons
                                      "budget, or a one-entry preset, with options each after a colon: window=, "
                                      "defer=, floor=, pool=, sink=, families=, flags=)", w.methods[m]);
     }
+    w.n_dt = 1;
+    w.dts[0] = o->dtype;
+    if (x->dtypes) {
+        char dbuf[128];
+        snprintf(dbuf, sizeof dbuf, "%s", x->dtypes);
+        w.n_dt = 0;
+        for (char *tok = strtok(dbuf, ","); tok; tok = strtok(NULL, ",")) {
+            if (w.n_dt == SW_MAX_DTYPES || fg_dtype_parse(tok, &w.dts[w.n_dt]) != FG_OK)
+                return cli_usage("eval", "--dtypes takes up to %d of f32, f16, bf16, q8_0, q4_0, comma-separated: %s",
+                                 SW_MAX_DTYPES, x->dtypes);
+            w.n_dt++;
+        }
+    }
     w.n_cfg = (w.n_methods > 1 ? w.n_methods - 1 : 1) * w.n_points;
     if (w.n_points > w.n_cfg)
         w.n_cfg = w.n_points;
@@ -653,11 +804,20 @@ int eval_sweep(const cli_opts *o, const eval_sweep_opts *x, char **prompts, cons
             longest = n;
         free(ids);
     }
-    if (st == FG_OK) {
-        fgm_runner_params rp = {.backend = o->backend, .kv_dtype = o->dtype, .max_seqs = w.n_cfg,
-                               .max_len = longest + o->n, .q8_activations = o->q8_activations,
-                               .prefill_chunk = o->prefill_chunk, .n_threads = o->threads};
-        st = fgm_runner_create(&w.s.model, &w.s.tok, &rp, &w.s.runner, err, sizeof err);
+    /* the reference's runner (--dtype), and one per other dtype of --dtypes */
+    for (int32_t di = -1; st == FG_OK && di < w.n_dt; di++) {
+        if (di >= 0 && w.dts[di] == o->dtype) {
+            w.runners[di] = w.s.runner;
+            continue;
+        }
+        fgm_runner_params rp = {.backend = o->backend, .kv_dtype = di < 0 ? o->dtype : w.dts[di],
+                                .max_seqs = w.n_cfg, .max_len = longest + o->n, .q8_activations = o->q8_activations,
+                                .prefill_chunk = o->prefill_chunk, .n_threads = o->threads};
+        st = fgm_runner_create(&w.s.model, &w.s.tok, &rp, di < 0 ? &w.s.runner : &w.runners[di], err, sizeof err);
+    }
+    for (int32_t di = 0; st == FG_OK && di < w.n_dt; di++) {
+        const int32_t hd = w.s.model.config.head_size;
+        w.bytes[di] = (double)fg_kv_row_bytes(w.dts[di], hd) / (double)fg_kv_row_bytes(o->dtype, hd);
     }
     int rc = 1;
     if (st) {
@@ -670,7 +830,7 @@ int eval_sweep(const cli_opts *o, const eval_sweep_opts *x, char **prompts, cons
     w.ref_logits = malloc((size_t)o->n * w.vocab * sizeof *w.ref_logits);
     w.logits = malloc((size_t)w.n_cfg * w.vocab * sizeof *w.logits);
     w.cls = malloc((size_t)w.ctx_len + 1);
-    w.res = calloc((size_t)n_prompts * w.n_methods * w.n_points, sizeof *w.res);
+    w.res = calloc((size_t)w.n_dt * n_prompts * w.n_methods * w.n_points, sizeof *w.res);
     if (!w.ref || !w.ref_logits || !w.logits || !w.cls || !w.res) {
         fprintf(stderr, "fastgen eval: out of memory\n");
         goto done;
@@ -708,6 +868,9 @@ done:
     free(w.logits);
     free(w.cls);
     free(w.res);
+    for (int32_t di = 0; di < w.n_dt; di++)
+        if (w.runners[di] && w.runners[di] != w.s.runner)
+            fgm_runner_destroy(&w.runners[di]);
     cli_close(&w.s);
     return rc;
 }

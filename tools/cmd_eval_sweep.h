@@ -7,6 +7,7 @@
 typedef struct eval_sweep_opts {
     const char *methods; /* comma-separated presets, the driven one first; NULL: the default set */
     const char *budgets; /* comma-separated budgets of the driven method; NULL: the default points */
+    const char *dtypes;  /* comma-separated cache dtypes, budgets then in bytes of the --dtype cache; NULL: --dtype */
 } eval_sweep_opts;
 
 /* The sweep over prompts[0..n) (keys == NULL), or the passkey task (keys[i]:

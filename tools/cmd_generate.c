@@ -227,9 +227,17 @@ static int generate_one(cli_opts *op, const fg_compression_params *cpp, const ge
         cli_human_bytes((double)mem.kv_bytes_full, full, sizeof full);
         printf("\n\n%d prompt + %d generated tokens, %.1f tokens/s (backend %s, policy %s)\n", (int)n_prompt,
                (int)generated, tps, fg_context_backend(fgm_runner_context(s.runner)), o.policy);
-        printf("KV cache: %s held vs %s full (%.1f%%; %lld of %lld rows kept)\n", held, full,
-               100.0 * (double)mem.kv_bytes_held / (double)(mem.kv_bytes_full ? mem.kv_bytes_full : 1),
+        printf("KV cache: %s held vs %s full (%.1f%%; %lld of %lld rows kept)\n", held, full, 100.0 * (double)mem.kv_bytes_held / (double)(mem.kv_bytes_full ? mem.kv_bytes_full : 1),
                (long long)mem.rows_kept, (long long)mem.rows_full);
+        if (o.dtype != FG_DTYPE_F16) { /* the bytes against the default f16 cache's */
+            const int32_t hd = s.model.config.head_size;
+            const double f16_full = (double)mem.kv_bytes_full * (double)fg_kv_row_bytes(FG_DTYPE_F16, hd) /
+                                    (double)fg_kv_row_bytes(o.dtype, hd);
+            char f16s[32];
+            cli_human_bytes(f16_full, f16s, sizeof f16s);
+            printf("KV cache rows stored as %s: %.1f%% of an f16 full cache (%s)\n", fg_dtype_name(o.dtype),
+                   100.0 * (double)mem.kv_bytes_held / f16_full, f16s);
+        }
     }
     rc = 0;
 done:

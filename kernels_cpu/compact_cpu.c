@@ -63,9 +63,16 @@ __attribute__((target("avx2"))) static inline float block_amax(const float *x, i
 
 /* fg_quantize_q8_0, 8 values at a time, the same bytes: roundf (halves away
  * from zero) as truncation plus a step where the remainder is >= 0.5. */
-__attribute__((target("avx2"))) static void quantize_q8_0_avx2(unsigned char *dst, const float *x, int32_t qb) {
+/* The scale as fp16 (F16C rounds to nearest even as fg_f32_to_f16 does; a
+ * scale is never NaN, the one input where the two may differ). */
+__attribute__((target("avx2,f16c"))) static inline void put_scale(unsigned char *dst, float scale) {
+    fg_put_f16(dst, (uint16_t)_cvtss_sh(scale, _MM_FROUND_TO_NEAREST_INT));
+}
+
+__attribute__((target("avx2,f16c"))) static void quantize_q8_0_avx2(unsigned char *dst, const float *x,
+                                                                    int32_t qb) {
     const float scale = block_amax(x, qb) / 127.0f, inv = scale != 0.0f ? 1.0f / scale : 0.0f;
-    fg_put_f16(dst, fg_f32_to_f16(scale));
+    put_scale(dst, scale);
     const __m256 sign = _mm256_set1_ps(-0.0f), half = _mm256_set1_ps(0.5f), one = _mm256_set1_ps(1.0f);
     const __m256 lo = _mm256_set1_ps(-127.0f), hi = _mm256_set1_ps(127.0f), vinv = _mm256_set1_ps(inv);
     for (int32_t j = 0; j < qb; j += 8) {
@@ -82,7 +89,8 @@ __attribute__((target("avx2"))) static void quantize_q8_0_avx2(unsigned char *ds
 }
 
 /* fg_quantize_q4_0, 8 values at a time, the same bytes. */
-__attribute__((target("avx2"))) static void quantize_q4_0_avx2(unsigned char *dst, const float *x, int32_t qb) {
+__attribute__((target("avx2,f16c"))) static void quantize_q4_0_avx2(unsigned char *dst, const float *x,
+                                                                    int32_t qb) {
     const float amax = block_amax(x, qb);
     float max = 0.0f; /* all zero (or NaN): 0, as the scalar loop leaves it */
     for (int32_t j = 0; amax > 0.0f && j < qb; j++) /* the first value of largest magnitude, with its sign */
@@ -91,7 +99,7 @@ __attribute__((target("avx2"))) static void quantize_q4_0_avx2(unsigned char *ds
             break;
         }
     const float scale = max / -8.0f, inv = scale != 0.0f ? 1.0f / scale : 0.0f;
-    fg_put_f16(dst, fg_f32_to_f16(scale));
+    put_scale(dst, scale);
     const __m256 vinv = _mm256_set1_ps(inv), off = _mm256_set1_ps(8.5f), zero = _mm256_setzero_ps();
     const __m256 sixteen = _mm256_set1_ps(16.0f), big = _mm256_set1_ps(3.4e38f);
     int32_t nib[32];
@@ -108,7 +116,7 @@ __attribute__((target("avx2"))) static void quantize_q4_0_avx2(unsigned char *ds
         dst[2 + j] = (unsigned char)(nib[j] | nib[j + qb / 2] << 4);
 }
 
-__attribute__((target("avx2"))) static void quantize_row_avx2(unsigned char *dst, fg_dtype dtype, const float *src,
+__attribute__((target("avx2,f16c"))) static void quantize_row_avx2(unsigned char *dst, fg_dtype dtype, const float *src,
                                                               int32_t n) {
     const int32_t qb = fg_qblock(n);
     const size_t bb = fg_qblock_bytes(dtype, qb);

@@ -154,21 +154,20 @@ static inline vec8 g_load_bf16(const uint16_t *p) {
     return r;
 }
 
-/* Lanes c .. c + 7 of a quantized row (blocks of 2^qs values, c % 8 == 0):
- * q * scale, the plain definition (fg_load_quant). */
-static inline vec8 g_load_q8(const unsigned char *p, int32_t c, int32_t qs) {
+/* Lanes c .. c + 7 of a quantized row (blocks of 2^qs values, c % 8 == 0)
+ * whose block's scale is `scale`: q * scale, the plain definition
+ * (fg_load_quant). */
+static inline vec8 g_load_q8(const unsigned char *p, int32_t c, int32_t qs, float scale) {
     const unsigned char *blk = p + (size_t)(c >> qs) * ((1u << qs) + 2);
     const int8_t *q = (const int8_t *)(const void *)(blk + 2) + (c & ((1 << qs) - 1));
-    const float scale = fg_get_f16(blk);
     vec8 r;
     for (int i = 0; i < 8; i++)
         r.v[i] = (float)q[i] * scale;
     return r;
 }
-static inline vec8 g_load_q4(const unsigned char *p, int32_t c, int32_t qs) {
+static inline vec8 g_load_q4(const unsigned char *p, int32_t c, int32_t qs, float scale) {
     const int32_t half = 1 << (qs - 1), o = c & ((1 << qs) - 1);
     const unsigned char *blk = p + (size_t)(c >> qs) * ((1u << (qs - 1)) + 2);
-    const float scale = fg_get_f16(blk);
     vec8 r;
     for (int i = 0; i < 8; i++) {
         const int32_t j = o + i;
@@ -201,8 +200,9 @@ static inline vec8 g_load_q4(const unsigned char *p, int32_t c, int32_t qs) {
 #define VKEEP(v) (void)(v)
 #define VLOAD_F16(p) g_load_f16(p)
 #define VLOAD_BF16(p) g_load_bf16(p)
-#define VLOAD_Q8(p, c, qs) g_load_q8(p, c, qs)
-#define VLOAD_Q4(p, c, qs) g_load_q4(p, c, qs)
+#define VLOAD_Q8(p, c, qs, s) g_load_q8(p, c, qs, s)
+#define VLOAD_Q4(p, c, qs, s) g_load_q4(p, c, qs, s)
+#define QSCALE(blk) fg_get_f16(blk)
 #include "kernels_cpu/attend_chunk_dtypes.inc"
 
 #ifdef FG_X86
@@ -262,12 +262,12 @@ FG_TARGET static inline float f16c_scale(const unsigned char *blk) {
     memcpy(&h, blk, sizeof h);
     return _cvtsh_ss(h);
 }
-FG_TARGET static inline __m256 q8_lanes256(const unsigned char *p, int32_t c, int32_t qs) {
+FG_TARGET static inline __m256 q8_lanes256(const unsigned char *p, int32_t c, int32_t qs, float scale) {
     const unsigned char *blk = p + (size_t)(c >> qs) * ((1u << qs) + 2);
     const __m128i b = _mm_loadl_epi64((const __m128i *)(const void *)(blk + 2 + (c & ((1 << qs) - 1))));
-    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)), _mm256_set1_ps(f16c_scale(blk)));
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)), _mm256_set1_ps(scale));
 }
-FG_TARGET static inline __m256 q4_lanes256(const unsigned char *p, int32_t c, int32_t qs) {
+FG_TARGET static inline __m256 q4_lanes256(const unsigned char *p, int32_t c, int32_t qs, float scale) {
     const int32_t half = 1 << (qs - 1), o = c & ((1 << qs) - 1);
     const unsigned char *blk = p + (size_t)(c >> qs) * ((1u << (qs - 1)) + 2);
     const __m128i m15 = _mm_set1_epi8(0x0f);
@@ -284,7 +284,7 @@ FG_TARGET static inline __m256 q4_lanes256(const unsigned char *p, int32_t c, in
         b = _mm_unpacklo_epi32(_mm_and_si128(x, m15), _mm_and_si128(_mm_srli_epi16(x, 4), m15));
     }
     const __m256i q = _mm256_sub_epi32(_mm256_cvtepi8_epi32(b), _mm256_set1_epi32(8));
-    return _mm256_mul_ps(_mm256_cvtepi32_ps(q), _mm256_set1_ps(f16c_scale(blk)));
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(q), _mm256_set1_ps(scale));
 }
 #define VW 8
 #define VREGS 16
@@ -306,8 +306,9 @@ FG_TARGET static inline __m256 q4_lanes256(const unsigned char *p, int32_t c, in
 #define VLOAD_F16(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(p)))
 #define VLOAD_BF16(p)                                                                                                  \
     _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)(const void *)(p))), 16))
-#define VLOAD_Q8(p, c, qs) q8_lanes256(p, c, qs)
-#define VLOAD_Q4(p, c, qs) q4_lanes256(p, c, qs)
+#define VLOAD_Q8(p, c, qs, s) q8_lanes256(p, c, qs, s)
+#define VLOAD_Q4(p, c, qs, s) q4_lanes256(p, c, qs, s)
+#define QSCALE(blk) f16c_scale(blk)
 #include "kernels_cpu/attend_chunk_dtypes.inc"
 
 /* AVX-512 (F, BW for the 16-bit widening, DQ, VL) */
@@ -368,12 +369,12 @@ FG_TARGET static inline __attribute__((always_inline)) void hsum_rows512(const _
     fg_dot_rows(z, per, n, R, s);
 }
 /* Lanes c .. c + 15 of a quantized row in place (blocks of 2^qs >= 16 values). */
-FG_TARGET static inline __m512 q8_lanes512(const unsigned char *p, int32_t c, int32_t qs) {
+FG_TARGET static inline __m512 q8_lanes512(const unsigned char *p, int32_t c, int32_t qs, float scale) {
     const unsigned char *blk = p + (size_t)(c >> qs) * ((1u << qs) + 2);
     const __m128i b = _mm_loadu_si128((const __m128i *)(const void *)(blk + 2 + (c & ((1 << qs) - 1))));
-    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b)), _mm512_set1_ps(f16c_scale(blk)));
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b)), _mm512_set1_ps(scale));
 }
-FG_TARGET static inline __m512 q4_lanes512(const unsigned char *p, int32_t c, int32_t qs) {
+FG_TARGET static inline __m512 q4_lanes512(const unsigned char *p, int32_t c, int32_t qs, float scale) {
     const int32_t half = 1 << (qs - 1), o = c & ((1 << qs) - 1);
     const unsigned char *blk = p + (size_t)(c >> qs) * ((1u << (qs - 1)) + 2);
     const __m128i m15 = _mm_set1_epi8(0x0f);
@@ -388,7 +389,7 @@ FG_TARGET static inline __m512 q4_lanes512(const unsigned char *p, int32_t c, in
         b = _mm_unpacklo_epi64(_mm_and_si128(x, m15), _mm_and_si128(_mm_srli_epi16(x, 4), m15));
     }
     const __m512i q = _mm512_sub_epi32(_mm512_cvtepi8_epi32(b), _mm512_set1_epi32(8));
-    return _mm512_mul_ps(_mm512_cvtepi32_ps(q), _mm512_set1_ps(f16c_scale(blk)));
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(q), _mm512_set1_ps(scale));
 }
 #define VW 16
 #define VREGS 32
@@ -411,8 +412,9 @@ FG_TARGET static inline __m512 q4_lanes512(const unsigned char *p, int32_t c, in
 #define VLOAD_BF16(p)                                                                                                  \
     _mm512_castsi512_ps(                                                                                               \
         _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)(p))), 16))
-#define VLOAD_Q8(p, c, qs) q8_lanes512(p, c, qs)
-#define VLOAD_Q4(p, c, qs) q4_lanes512(p, c, qs)
+#define VLOAD_Q8(p, c, qs, s) q8_lanes512(p, c, qs, s)
+#define VLOAD_Q4(p, c, qs, s) q4_lanes512(p, c, qs, s)
+#define QSCALE(blk) f16c_scale(blk)
 #define FG_KEEP_ISA
 #include "kernels_cpu/attend_chunk_dtypes.inc"
 #undef FG_KEEP_ISA
@@ -834,7 +836,8 @@ fg_status fg_cpu_decode_step(fg_backend *be, const fg_page_layout *layout, const
     fg_cpu_state *st = be->impl;
     const int32_t G = shape->n_q_heads / shape->n_kv_heads, d = shape->head_dim;
     const float scale = 1.0f / sqrtf((float)d);
-    const int fast_ok = d % isa_lanes(st->isa) == 0 && G <= FG_MAX_GROUP;
+    const int fast_ok = d % isa_lanes(st->isa) == 0 && G <= FG_MAX_GROUP &&
+                        (!fg_dtype_quantized(layout->dtype) || d / fg_qblock(d) <= FG_QSCALES);
     const int threads = fg_cpu_threads(be);
 
     /* plan: work items and workspace offsets (host arithmetic only) */

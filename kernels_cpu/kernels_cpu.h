@@ -75,6 +75,7 @@ typedef struct fg_cpu_state {
 
 #define FG_CPU_CHUNK 512 /* slots per decode work item */
 #define FG_CPU_BLOCK 16  /* rows a decode work item scores at once: one rescale, one V pass */
+#define FG_QSCALES 32    /* quantized rows: the most blocks a row may have for the vector kernels */
 #define FG_CPU_PAR_ROWS 8192 /* kept rows x query heads per KV head below which a decode step runs serially */
 #define FG_MAX_GROUP 64  /* query heads per KV head on the SIMD path */
 /* compactions that write at least this many K/V bytes bypass the caches

@@ -225,6 +225,10 @@ int main(int argc, char **argv) {
     fg_dtype dtypes[8] = {bf16 ? FG_DTYPE_BF16 : FG_DTYPE_F16, FG_DTYPE_F32, FG_DTYPE_Q8_0, FG_DTYPE_Q4_0};
     size_t n_dt = 4;
     const char *dt_list = bench_arg(argc, argv, "--dtypes");
+    if (dt_list && bf16) {
+        fprintf(stderr, "bench_decode: --bf16 picks the 16-bit rows of the default list; with --dtypes name bf16\n");
+        return 2;
+    }
     if (dt_list) {
         n_dt = 0;
         char buf[128];
@@ -247,6 +251,8 @@ int main(int argc, char **argv) {
         for (size_t ci = 0; ci < (quick ? 2 : 3) && (!only || !strcmp(only, models[mi].name)); ci++)
             for (size_t bi = 0; bi < (quick ? 1 : 2); bi++)
                 for (size_t di = 0; di < n_dt; di++) {
+                    if (di == 0) /* a new group: its own 16-bit time */
+                        t16_full = 0.0;
                     const model_shape *m = &models[mi];
                     const int32_t t = contexts[ci], B = batches[bi];
                     const fg_dtype dt = dtypes[di];
@@ -348,7 +354,8 @@ int main(int argc, char **argv) {
                         const int qi = dt == FG_DTYPE_Q8_0 ? 0 : dt == FG_DTYPE_Q4_0 ? 1 : -1;
                         if (x == MIX_FULL && t >= 4096 && qi >= 0 && t16_full > 0.0 && q_n[qi] < 64)
                             q_ratio[qi][q_n[qi]++] = tm / t16_full;
-                        if (x == MIX_FASTGEN && t >= 4096 && m->in_summary && n_summary < 64) {
+                        const int unquantized = !fg_dtype_quantized(dt); /* the summary stays comparable */
+                        if (x == MIX_FASTGEN && t >= 4096 && m->in_summary && unquantized && n_summary < 64) {
                             fracs[n_summary] = gbs / bw;
                             effs[n_summary++] = meas / ideal;
                         }

@@ -120,8 +120,10 @@ FG_HD static inline float fg_get_f16(const unsigned char *p) {
 }
 
 /* One q8_0 block of qb values, as ggml's quantize_row_q8_0_ref: scale
- * max|x| / 127, each value rounded to nearest (halves away from zero). A
- * value that is not finite stores 0 (ggml leaves that case undefined). */
+ * max|x| / 127, each value rounded to nearest (halves away from zero). A NaN
+ * stores 0 and does not enter the scale; an inf, or a magnitude past fp16's
+ * range times 127, makes the fp16 scale inf and the block reads back as
+ * inf / NaN, as in ggml (no int8 conversion is ever undefined here). */
 FG_HD static inline void fg_quantize_q8_0(unsigned char *dst, const float *x, int32_t qb) {
     float amax = 0.0f;
     for (int32_t j = 0; j < qb; j++)
@@ -135,8 +137,9 @@ FG_HD static inline void fg_quantize_q8_0(unsigned char *dst, const float *x, in
 }
 
 /* a * b rounded once, never fused into a following add (device compilers
- * contract by default; the host build does not): every backend quantizes to
- * the same bytes. */
+ * contract by default; the host build, ISO C11, does not: a build with
+ * -ffp-contract=fast and FMA could quantize q4_0 differently from the
+ * device): every backend quantizes to the same bytes. */
 FG_HD static inline float fg_mul_rn(float a, float b) {
 #if defined(__CUDA_ARCH__) || defined(__HIP_DEVICE_COMPILE__)
     return __fmul_rn(a, b);
@@ -145,15 +148,16 @@ FG_HD static inline float fg_mul_rn(float a, float b) {
 #endif
 }
 
-/* A q4_0 value: min(15, trunc(y + 8.5)) as ggml; 8 (that is, 0) when y is not finite. */
+/* A q4_0 value: min(15, trunc(y + 8.5)) as ggml; 8 (that is, 0) for a NaN. */
 FG_HD static inline unsigned fg_q4_nibble(float y) {
     const float a = y + 8.5f;
-    return a >= 0.0f && a < 16.0f ? (unsigned)a : a >= 16.0f && a <= 3.4e38f ? 15u : 8u;
+    return a >= 0.0f && a < 16.0f ? (unsigned)a : a >= 16.0f ? 15u : 8u;
 }
 
 /* One q4_0 block of qb values, as ggml's quantize_row_q4_0_ref: the value of
  * largest magnitude, with its sign, maps to -8; q = min(15, trunc(x / scale
- * + 8.5)). A value that is not finite stores 8 (that is, 0). */
+ * + 8.5)). A NaN stores 8 (that is, 0); an inf makes the scale inf, as in
+ * q8_0. */
 FG_HD static inline void fg_quantize_q4_0(unsigned char *dst, const float *x, int32_t qb) {
     float amax = 0.0f, max = 0.0f;
     for (int32_t j = 0; j < qb; j++)

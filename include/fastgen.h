@@ -262,7 +262,9 @@ FG_API fg_status fg_policy_name(uint32_t components, char *buf, size_t buf_size)
  * 8 (one scale per block); quantized caches need head_dim to be a multiple
  * of 8. K and V share one dtype (llama.cpp lets them differ; every kernel
  * here reads both rows with one row format). fg_kv_row_bytes() gives a row's
- * size. Profiling always sees the prompt's unquantized K/V. */
+ * size. Profiling at prefill sees the prompt's unquantized K/V; what is read
+ * back from the cache later (the adaptive mode's decisions, re-profiling on
+ * append) is the quantized rows' values. */
 typedef enum fg_dtype {
     FG_DTYPE_F32 = 0,
     FG_DTYPE_F16 = 1,

@@ -101,12 +101,12 @@ __attribute__((target("avx2,f16c"))) static void quantize_q4_0_avx2(unsigned cha
     const float scale = max / -8.0f, inv = scale != 0.0f ? 1.0f / scale : 0.0f;
     put_scale(dst, scale);
     const __m256 vinv = _mm256_set1_ps(inv), off = _mm256_set1_ps(8.5f), zero = _mm256_setzero_ps();
-    const __m256 sixteen = _mm256_set1_ps(16.0f), big = _mm256_set1_ps(3.4e38f);
+    const __m256 sixteen = _mm256_set1_ps(16.0f);
     int32_t nib[32];
     for (int32_t j = 0; j < qb; j += 8) {
         const __m256 a = _mm256_add_ps(_mm256_mul_ps(_mm256_loadu_ps(x + j), vinv), off);
         const __m256 in = _mm256_and_ps(_mm256_cmp_ps(a, zero, _CMP_GE_OQ), _mm256_cmp_ps(a, sixteen, _CMP_LT_OQ));
-        const __m256 top = _mm256_and_ps(_mm256_cmp_ps(a, sixteen, _CMP_GE_OQ), _mm256_cmp_ps(a, big, _CMP_LE_OQ));
+        const __m256 top = _mm256_cmp_ps(a, sixteen, _CMP_GE_OQ);
         const __m256i t = _mm256_cvttps_epi32(_mm256_and_ps(a, in)); /* 0 outside [0, 16) */
         __m256i q = _mm256_blendv_epi8(_mm256_set1_epi32(8), t, _mm256_castps_si256(in));
         q = _mm256_blendv_epi8(q, _mm256_set1_epi32(15), _mm256_castps_si256(top));

@@ -49,9 +49,11 @@ typedef struct sweep {
      * reference runs on it): dtype i runs at row budget min(1, budget /
      * bytes[i]), bytes[i] being its row's bytes over the reference's */
     int32_t n_dt;
+    int by_bytes; /* --dtypes given: the report is in bytes, per dtype */
     fg_dtype dts[SW_MAX_DTYPES];
     double bytes[SW_MAX_DTYPES];
     fgm_runner *runners[SW_MAX_DTYPES]; /* runners[i] for dts[i]; s.runner (the reference's) among them or not */
+    fgm_runner *failed;                 /* the runner of the last call that failed (its message) */
     int32_t n_methods, n_points, n_cfg;
     const char *methods[SW_MAX_METHODS];
     float budgets[SW_MAX_POINTS];
@@ -390,6 +392,7 @@ static fg_status sweep_prompt(sweep *w, int32_t p, const char *text, const char 
             outs[n] = result(w, di, p, 0, b);
         }
         st = run_batch(w, w->runners[di], prompt, n_prompt, n, cps, outs, key);
+        w->failed = st ? w->runners[di] : NULL;
         n = 0;
         for (int32_t m = 1; st == FG_OK && m < w->n_methods; m++)
             for (int32_t b = 0; b < w->n_points; b++, n++) {
@@ -397,8 +400,10 @@ static fg_status sweep_prompt(sweep *w, int32_t p, const char *text, const char 
                     method_params(w->methods[m], row_budget(w, di, b), &cps[n]);
                 outs[n] = result(w, di, p, m, b);
             }
-        if (st == FG_OK && n > 0)
+        if (st == FG_OK && n > 0) {
             st = run_batch(w, w->runners[di], prompt, n_prompt, n, cps, outs, key);
+            w->failed = st ? w->runners[di] : NULL;
+        }
     }
     free(all);
     free(spec);
@@ -499,7 +504,7 @@ static void report_json_points(sweep *w, int32_t di, sw_aggs agg) {
             const sw_agg *a = &agg[m][b];
             printf("%s{\"method\": \"%s\", \"prompts\": %d, \"kv_kept\": %.4f, \"kv_kept_range\": [%.4f, %.4f], ",
                    m ? ", " : "", w->methods[m], (int)a->n, a->kept, a->n ? a->kept_lo : 0.0, a->n ? a->kept_hi : 0.0);
-            if (w->n_dt > 1)
+            if (w->by_bytes)
                 printf("\"kv_bytes\": %.4f, ", a->kept * w->bytes[di]);
             printf("\"kl_mean\": %.6f, \"kl_max\": %.6f, \"top1\": %.4f, \"agree\": %.2f, \"accuracy\": %.4f, "
                    "\"diff\": %.6f, \"diff_ci95\": [%.6f, %.6f], \"per_prompt\": [",
@@ -524,7 +529,7 @@ static void report_tables(sweep *w, int32_t di, sw_aggs agg, int passkey) {
         nw = (int)strlen(w->methods[m]) > nw ? (int)strlen(w->methods[m]) : nw;
     for (int32_t b = 0; b < w->n_points; b++) {
         const sw_agg *a0 = &agg[0][b];
-        if (w->n_dt > 1)
+        if (w->by_bytes)
             printf("\n%s, bytes %.2f (rows at %.3f): %s kept %.1f%% of the rows (%.1f-%.1f%% over %d prompts), %.1f%% "
                    "of the bytes\n",
                    fg_dtype_name(w->dts[di]), (double)w->budgets[b], (double)row_budget(w, di, b), drv, 100 * a0->kept,
@@ -571,7 +576,7 @@ static void report_summary(sweep *w, int32_t di, sw_aggs agg, int passkey) {
         if (best < 0)
             continue;
         char what[64] = "";
-        if (w->n_dt > 1)
+        if (w->by_bytes)
             snprintf(what, sizeof what, "%s ", fg_dtype_name(w->dts[di]));
         if (passkey)
             printf("summary: %sbudget %.2f kept %.1f%%: %s accuracy %.1f%%, best other %s %.1f%%; wins %d, "
@@ -588,7 +593,8 @@ static void report_summary(sweep *w, int32_t di, sw_aggs agg, int passkey) {
  * quantized combination against the best one of the reference's dtype,
  * paired over the prompts with a bootstrap 95% interval. */
 static void report_bytes(sweep *w, sw_aggs *agg, int passkey, fg_dtype ref) {
-    printf("\nby bytes of the full %s cache (lower KL is better):\n", fg_dtype_name(ref));
+    printf("\nby bytes of the full %s cache (%s is better):\n", fg_dtype_name(ref),
+           passkey ? "higher accuracy" : "lower KL");
     int32_t r0 = -1; /* the reference's dtype among the runs */
     for (int32_t di = 0; di < w->n_dt; di++)
         r0 = r0 < 0 && w->dts[di] == ref ? di : r0;
@@ -632,6 +638,8 @@ static void report_bytes(sweep *w, sw_aggs *agg, int passkey, fg_dtype ref) {
             printf("; %s + %s - %s + %s: dKL %+.4f [%+.4f, %+.4f] over %d prompts (%s)", fg_dtype_name(w->dts[bq]),
                    w->methods[best_m[bq]], fg_dtype_name(w->dts[r0]), w->methods[best_m[r0]], mean, lo, hi, (int)n,
                    hi < 0.0 ? "better" : lo > 0.0 ? "worse" : "tie");
+        } else if (r0 < 0 && !passkey) {
+            printf(" (no paired difference: %s, the reference's dtype, is not among --dtypes)", fg_dtype_name(ref));
         }
         printf("\n");
     }
@@ -672,7 +680,7 @@ static int report(sweep *w, const cli_opts *o, double seconds, int passkey) {
         printf("every method at the KV memory %s kept on each prompt (its ratio bisected; budget modes at the "
                "budget);\n%s = method - %s, paired, with a bootstrap 95%% interval over the prompts (wins: the interval is above 0)\n",
                drv, passkey ? "d(acc)" : "dKL", drv);
-        if (w->n_dt > 1) {
+        if (w->by_bytes) {
             printf("caches of %d dtypes against the full %s cache's reference; budgets are bytes of that cache:",
                    (int)w->n_dt, fg_dtype_name(o->dtype));
             for (int32_t di = 0; di < w->n_dt; di++)
@@ -684,7 +692,7 @@ static int report(sweep *w, const cli_opts *o, double seconds, int passkey) {
         printf("\n");
         for (int32_t di = 0; di < w->n_dt; di++)
             report_summary(w, di, agg[di], passkey);
-        if (w->n_dt > 1)
+        if (w->by_bytes)
             report_bytes(w, agg, passkey, o->dtype);
     }
     int rc = 0;
@@ -698,18 +706,18 @@ static int report(sweep *w, const cli_opts *o, double seconds, int passkey) {
             for (int32_t m = 0; m < w->n_methods; m++, ns++) {
                 for (int32_t b = 0; b < w->n_points; b++) {
                     const sw_agg *a = &agg[di][m][b];
-                    xs[ns][b] = w->n_dt > 1 ? a->kept * w->bytes[di] : a->kept;
+                    xs[ns][b] = w->by_bytes ? a->kept * w->bytes[di] : a->kept;
                     y0[ns][b] = passkey ? a->acc : a->kl;
                     y1[ns][b] = passkey ? a->acc : a->top1;
                 }
-                if (w->n_dt > 1)
+                if (w->by_bytes)
                     snprintf(names[ns], sizeof names[ns], "%s %s", w->methods[m], fg_dtype_name(w->dts[di]));
                 else
                     snprintf(names[ns], sizeof names[ns], "%s", w->methods[m]);
                 s0[ns] = (fg_svg_series){names[ns], w->n_points, xs[ns], y0[ns]};
                 s1[ns] = (fg_svg_series){names[ns], w->n_points, xs[ns], y1[ns]};
             }
-        const char *xl = w->n_dt > 1 ? "KV bytes kept / full cache of the reference dtype" : FG_SVG_MEMORY_LABEL;
+        const char *xl = w->by_bytes ? "KV bytes kept / full cache of the reference dtype" : FG_SVG_MEMORY_LABEL;
         const fg_svg_chart charts[2] = {
             {passkey ? "Passkey accuracy vs KV memory kept" : "Mean KL(full || compressed) vs KV memory kept", xl,
              passkey ? "accuracy" : "mean KL", s0, ns, 1, passkey},
@@ -778,6 +786,7 @@ int eval_sweep(const cli_opts *o, const eval_sweep_opts *x, char **prompts, cons
     }
     w.n_dt = 1;
     w.dts[0] = o->dtype;
+    w.by_bytes = x->dtypes != NULL;
     if (x->dtypes) {
         char dbuf[128];
         snprintf(dbuf, sizeof dbuf, "%s", x->dtypes);
@@ -850,7 +859,7 @@ int eval_sweep(const cli_opts *o, const eval_sweep_opts *x, char **prompts, cons
             continue;
         }
         if (st) {
-            fprintf(stderr, "fastgen eval: %s\n", cli_reason(w.s.runner, st));
+            fprintf(stderr, "fastgen eval: %s\n", cli_reason(w.failed ? w.failed : w.s.runner, st));
             goto done;
         }
         n_done++;

@@ -549,13 +549,12 @@ static int32_t elems_per_lane(int32_t d, int32_t es) {
     default: ATTEND_GBM(ES, 32) break;                                                                                 \
     }
 
-/* quantized rows: d is a multiple of 8, so a lane takes 4 to 32 values */
+/* quantized rows: d is a multiple of 8 and at most 256 (checked), so a lane
+ * takes 4 or 8 values (two instantiations, not four: the build's time) */
 #define ATTEND_EPL_QUANT                                                                                               \
     switch (epl) {                                                                                                     \
     case 4: ATTEND_GBM(0, 4) break;                                                                                    \
-    case 8: ATTEND_GBM(0, 8) break;                                                                                    \
-    case 16: ATTEND_GBM(0, 16) break;                                                                                  \
-    default: ATTEND_GBM(0, 32) break;                                                                                  \
+    default: ATTEND_GBM(0, 8) break;                                                                                   \
     }
 
 extern "C" fg_status FG_GPU(decode_step)(fg_backend *be, const fg_page_layout *layout, const fg_shape *shape,
@@ -568,6 +567,9 @@ extern "C" fg_status FG_GPU(decode_step)(fg_backend *be, const fg_page_layout *l
     int32_t lanes = 1;
     while (lanes * epl < d)
         lanes *= 2;
+    if (es == 0 && d > 256)
+        return be->err(be->err_sink, FG_ERR_UNAVAILABLE,
+                       FG_GPU_NAME ": decode on q8_0 / q4_0 rows supports head dimensions up to 256 (d = %d)", (int)d);
     if (G > 64 || lanes > 32)
         return be->err(be->err_sink, FG_ERR_UNAVAILABLE,
                        FG_GPU_NAME ": decode supports up to 64 query heads per KV head and head dimensions that "

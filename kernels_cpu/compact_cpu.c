@@ -61,14 +61,14 @@ __attribute__((target("avx2"))) static inline float block_amax(const float *x, i
     return _mm_cvtss_f32(h);
 }
 
-/* fg_quantize_q8_0, 8 values at a time, the same bytes: roundf (halves away
- * from zero) as truncation plus a step where the remainder is >= 0.5. */
 /* The scale as fp16 (F16C rounds to nearest even as fg_f32_to_f16 does; a
  * scale is never NaN, the one input where the two may differ). */
 __attribute__((target("avx2,f16c"))) static inline void put_scale(unsigned char *dst, float scale) {
     fg_put_f16(dst, (uint16_t)_cvtss_sh(scale, _MM_FROUND_TO_NEAREST_INT));
 }
 
+/* fg_quantize_q8_0, 8 values at a time, the same bytes: roundf (halves away
+ * from zero) as truncation plus a step where the remainder is >= 0.5. */
 __attribute__((target("avx2,f16c"))) static void quantize_q8_0_avx2(unsigned char *dst, const float *x,
                                                                     int32_t qb) {
     const float scale = block_amax(x, qb) / 127.0f, inv = scale != 0.0f ? 1.0f / scale : 0.0f;

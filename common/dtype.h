@@ -172,16 +172,21 @@ FG_HD static inline void fg_quantize_q4_0(unsigned char *dst, const float *x, in
         dst[2 + j] = (unsigned char)(fg_q4_nibble(fg_mul_rn(x[j], inv)) | fg_q4_nibble(fg_mul_rn(x[j + half], inv)) << 4);
 }
 
+/* Value j of a quantized block of qb values before its scale: q (q8_0), or
+ * q - 8 (q4_0: the low nibble of byte j, or the high one of byte j - qb / 2).
+ * Every reader of quantized rows, host and device, goes through it. */
+FG_HD static inline int fg_qvalue(const unsigned char *blk, fg_dtype dtype, int32_t qb, int32_t j) {
+    if (dtype == FG_DTYPE_Q8_0)
+        return ((const int8_t *)(blk + 2))[j];
+    const int32_t half = qb / 2;
+    return (j < half ? (blk[2 + j] & 0x0f) : (blk[2 + j - half] >> 4)) - 8;
+}
+
 /* Value i of a quantized row of d values (the plain definition: q * scale). */
 FG_HD static inline float fg_load_quant(const unsigned char *row, fg_dtype dtype, int32_t d, int32_t i) {
-    const int32_t qb = fg_qblock(d), b = i / qb, j = i % qb;
-    const unsigned char *blk = row + (size_t)b * fg_qblock_bytes(dtype, qb);
-    const float scale = fg_get_f16(blk);
-    if (dtype == FG_DTYPE_Q8_0)
-        return (float)((const int8_t *)(blk + 2))[j] * scale;
-    const int32_t half = qb / 2;
-    const int q = j < half ? (blk[2 + j] & 0x0f) : (blk[2 + j - half] >> 4);
-    return (float)(q - 8) * scale;
+    const int32_t qb = fg_qblock(d);
+    const unsigned char *blk = row + (size_t)(i / qb) * fg_qblock_bytes(dtype, qb);
+    return (float)fg_qvalue(blk, dtype, qb, i % qb) * fg_get_f16(blk);
 }
 
 /* ---------------------------------------------------------------- rows */

@@ -153,7 +153,7 @@ static void store_row(void *dst, fg_dtype dtype, const float *src, int32_t n, st
         return;
     }
     const uintptr_t align = dtype == FG_DTYPE_F32 ? 32 : 16;
-    if (mode == STORE_STREAM && !fg_dtype_quantized(dtype) && n % 8 == 0 && (uintptr_t)dst % align == 0) {
+    if (mode == STORE_STREAM && n % 8 == 0 && (uintptr_t)dst % align == 0) {
         stream_row_avx2(dst, dtype, src, n);
         return;
     }

@@ -156,24 +156,21 @@ static inline vec8 g_load_bf16(const uint16_t *p) {
 
 /* Lanes c .. c + 7 of a quantized row (blocks of 2^qs values, c % 8 == 0)
  * whose block's scale is `scale`: q * scale, the plain definition
- * (fg_load_quant). */
+ * (fg_load_quant, through fg_qvalue). */
 static inline vec8 g_load_q8(const unsigned char *p, int32_t c, int32_t qs, float scale) {
     const unsigned char *blk = p + (size_t)(c >> qs) * ((1u << qs) + 2);
-    const int8_t *q = (const int8_t *)(const void *)(blk + 2) + (c & ((1 << qs) - 1));
+    const int32_t o = c & ((1 << qs) - 1);
     vec8 r;
     for (int i = 0; i < 8; i++)
-        r.v[i] = (float)q[i] * scale;
+        r.v[i] = (float)fg_qvalue(blk, FG_DTYPE_Q8_0, 1 << qs, o + i) * scale;
     return r;
 }
 static inline vec8 g_load_q4(const unsigned char *p, int32_t c, int32_t qs, float scale) {
-    const int32_t half = 1 << (qs - 1), o = c & ((1 << qs) - 1);
+    const int32_t o = c & ((1 << qs) - 1);
     const unsigned char *blk = p + (size_t)(c >> qs) * ((1u << (qs - 1)) + 2);
     vec8 r;
-    for (int i = 0; i < 8; i++) {
-        const int32_t j = o + i;
-        const int q = j < half ? (blk[2 + j] & 0x0f) : (blk[2 + j - half] >> 4);
-        r.v[i] = (float)(q - 8) * scale;
-    }
+    for (int i = 0; i < 8; i++)
+        r.v[i] = (float)fg_qvalue(blk, FG_DTYPE_Q4_0, 1 << qs, o + i) * scale;
     return r;
 }
 

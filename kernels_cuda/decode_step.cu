@@ -57,13 +57,20 @@ template <int ES, int EPL> struct lane_words {
     static constexpr int n = ES == 0 ? EPL : ES * EPL >= 4 ? ES * EPL / 4 : 1;
 };
 
-/* A lane's EPL values of a quantized row from column c0, as fp32 bits. */
+/* A lane's EPL values of a quantized row from column c0, as fp32 bits:
+ * q * scale, which fp32 holds exactly, so every backend reads the same
+ * values. c0 is a multiple of EPL (4 or 8) and a block holds 8 values or
+ * more, so the lane's values lie in one block: one scale a row. */
 template <int EPL>
 __device__ static inline void load_quant_words(const fg_gpu_layout &L, const unsigned char *row, int32_t c0,
                                                uint32_t *w) {
+    const int32_t qb = 1 << L.qshift;
+    const fg_dtype dtype = (fg_dtype)L.dtype;
+    const unsigned char *blk = row + (size_t)(c0 >> L.qshift) * fg_qblock_bytes(dtype, qb);
+    const float scale = fg_get_f16(blk);
 FG_UNROLL
     for (int e = 0; e < EPL; e++)
-        w[e] = fg_f32_bits(fg_gpu_qelem(L, row, c0 + e));
+        w[e] = fg_f32_bits((float)fg_qvalue(blk, dtype, qb, (c0 & (qb - 1)) + e) * scale);
 }
 
 template <int ES, int EPL> __device__ static inline void load_words(const unsigned char *p, uint32_t *w) {

@@ -125,19 +125,6 @@ static inline fg_gpu_layout fg_gpu_layout_of(const fg_page_layout *L) {
     return g;
 }
 
-/* Value c of a quantized row (q * scale: fp32 holds it exactly, so every
- * backend reads the same value). */
-__device__ static inline float fg_gpu_qelem(const fg_gpu_layout &L, const unsigned char *row, int32_t c) {
-    const int32_t qb = 1 << L.qshift, j = c & (qb - 1);
-    const unsigned char *blk = row + (size_t)(c >> L.qshift) * fg_qblock_bytes((fg_dtype)L.dtype, qb);
-    const float scale = fg_get_f16(blk);
-    if (L.dtype == FG_DTYPE_Q8_0)
-        return (float)((const signed char *)blk)[2 + j] * scale;
-    const int32_t half = qb >> 1;
-    const int q = j < half ? (blk[2 + j] & 0x0f) : (blk[2 + j - half] >> 4);
-    return (float)(q - 8) * scale;
-}
-
 /* Unit u of a row written by `n` threads: a quantized row's block u (the
  * same arithmetic as the host's fg_store_row), or element u. Units: d / qb,
  * or d. */

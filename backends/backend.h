@@ -70,7 +70,8 @@ typedef struct fg_compact_head {
     const int32_t *pos;   /* [n_keep] prompt positions, ascending */
     const uint8_t *flags; /* [n_keep] FG_SLOT_* */
     const float *score;   /* [n_keep] initial cumulative score */
-    void *const *pages;   /* [ceil(n_keep / page_tokens)] */
+    void *const *pages;   /* [ceil(n_keep / page_tokens)] row pages: slot s in row s */
+    void *const *meta;    /* [ceil(n_keep / page_tokens)] meta pages */
     const int32_t *src;   /* [n_keep] rows of k / v they come from, ascending; NULL: pos */
 } fg_compact_head;
 
@@ -82,7 +83,11 @@ typedef fg_status fg_compact_fn(fg_backend *be, const fg_page_layout *layout, co
 /* ---- decode_step: §2.5 steps 1-4 for one (sequence, KV head). The host has
  * computed everything that does not depend on attention values. */
 typedef struct fg_decode_head {
-    void *const *pages;    /* [ceil(max(n_slots + 1, 1) / page_tokens)] */
+    void *const *pages;    /* row pages: every row a slot or the free list names, and a fresh one */
+    void *const *meta;     /* meta pages: slots [0, n_slots + 1) and the free list */
+    int32_t n_pages;       /* entries of each table */
+    int32_t priv_from;     /* rows below it are shared: the step writes none (common/slots.h) */
+    int32_t row_base;      /* >= 0: first reset the rows' counters (fg_rows_reset) */
     int32_t n_slots;       /* rows before the step */
     int32_t n_slots_after; /* rows after the step (host mirror; checked) */
     uint32_t components;   /* policy of the head */
@@ -100,8 +105,8 @@ typedef struct fg_decode_head {
 typedef fg_status fg_decode_step_fn(fg_backend *be, const fg_page_layout *layout, const fg_shape *shape,
                                     int32_t n_heads, const fg_decode_head *heads);
 
-/* ---- read_slots: copy slot metadata of one head to the host (synchronising). */
-typedef fg_status fg_read_slots_fn(fg_backend *be, const fg_page_layout *layout, void *const *pages, int32_t n_slots,
+/* ---- read_slots: copy slot metadata of one head (its meta pages) to the host (synchronising). */
+typedef fg_status fg_read_slots_fn(fg_backend *be, const fg_page_layout *layout, void *const *meta, int32_t n_slots,
                                    int32_t *pos,     /* [n_slots] */
                                    uint8_t *flags,   /* [n_slots] or NULL */
                                    float *score);    /* [n_slots] or NULL */

@@ -77,8 +77,9 @@ int main(int argc, char **argv) {
             uint8_t *flags = malloc((size_t)keep);
             float *score = malloc((size_t)keep * sizeof *score);
             unsigned char *pages = NULL; /* backend memory: the device's for a GPU backend */
-            be.ops->buffer_alloc(&be, (size_t)Hkv * np * L.page_bytes, (void **)&pages);
-            void **ptrs = malloc((size_t)Hkv * np * sizeof *ptrs);
+            const size_t meta0 = (size_t)Hkv * np * L.page_bytes; /* the row pages, then the meta pages */
+            be.ops->buffer_alloc(&be, meta0 + (size_t)Hkv * np * L.meta_bytes, (void **)&pages);
+            void **ptrs = malloc((size_t)2 * Hkv * np * sizeof *ptrs), **mptrs = ptrs + (size_t)Hkv * np;
             if (!kv || !pos || !flags || !score || !pages || !ptrs) {
                 fprintf(stderr, "bench_compact: out of memory\n");
                 return 1;
@@ -92,9 +93,12 @@ int main(int argc, char **argv) {
             }
             fg_compact_head heads[8];
             for (int32_t g = 0; g < Hkv; g++) {
-                for (int32_t p = 0; p < np; p++)
+                for (int32_t p = 0; p < np; p++) {
                     ptrs[g * np + p] = pages + ((size_t)g * np + p) * L.page_bytes;
-                heads[g] = (fg_compact_head){g, keep, pos, flags, score, ptrs + (size_t)g * np, NULL};
+                    mptrs[g * np + p] = pages + meta0 + ((size_t)g * np + p) * L.meta_bytes;
+                }
+                heads[g] = (fg_compact_head){g,    keep, pos, flags, score, ptrs + (size_t)g * np, mptrs + (size_t)g * np,
+                                             NULL};
             }
             float *akv = kv;
             if (dev && !(akv = bench_device_copy(&be, kv, (size_t)R * 2 * kv_bytes)))

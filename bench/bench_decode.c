@@ -110,11 +110,12 @@ static int build_case(fg_backend *be, bench_case *c, int mix, const model_shape 
         c->bytes += (size_t)B * rows * 2 * fg_row_bytes(dtype, m->d);
         pages_per_copy += (size_t)B * ((rows + P) / P); /* room for one more row */
     }
-    const size_t copy_bytes = pages_per_copy * L->page_bytes, target = 4 * cache_bytes;
+    const size_t unit = L->page_bytes + L->meta_bytes; /* a row page, then its meta page */
+    const size_t copy_bytes = pages_per_copy * unit, target = 4 * cache_bytes;
     c->R = (int32_t)((target + copy_bytes - 1) / copy_bytes);
     if (c->R < 1)
         c->R = 1;
-    c->page_ptrs = malloc(pages_per_copy * c->R * sizeof(void *));
+    c->page_ptrs = malloc(2 * pages_per_copy * c->R * sizeof(void *));
     c->heads = malloc((size_t)c->R * c->n_heads * sizeof *c->heads);
     unsigned char *staging = aligned_alloc(64, copy_bytes); /* one layer copy, written at once */
     if (!c->page_ptrs || !c->heads || !staging || be->ops->buffer_alloc(be, copy_bytes * c->R, (void **)&c->mem))
@@ -125,19 +126,26 @@ static int build_case(fg_backend *be, bench_case *c, int mix, const model_shape 
             for (int32_t g = 0; g < Hkv; g++) {
                 const int32_t rows = case_rows(mix, g, Hkv, t), np = (rows + P) / P;
                 const int type = case_type(mix, g, Hkv), track = type == T_FREQ || type == T_LOCAL;
-                void **pp = c->page_ptrs + page;
+                void **pp = c->page_ptrs + 2 * page, **mp = pp + np;
                 for (int32_t p = 0; p < np; p++, page++) {
-                    /* a page: the template rows, then this head's metadata */
-                    unsigned char *sp = staging + (page - (size_t)r * pages_per_copy) * L->page_bytes;
+                    /* a page: the template rows; its meta page: this head's metadata, slot s in row s */
+                    unsigned char *sp = staging + (page - (size_t)r * pages_per_copy) * unit, *sm = sp + L->page_bytes;
                     memcpy(sp, page_template, L->page_bytes);
+                    memset(sm, 0, L->meta_bytes);
                     for (int32_t j = 0; j < P && p * P + j < rows; j++) {
-                        ((int32_t *)(void *)(sp + L->pos_offset))[j] = p * P + j;
-                        sp[L->flags_offset + j] = track ? FG_SLOT_FREQUENT : (uint8_t)k_type_comp[type];
+                        ((int32_t *)(void *)(sm + L->pos_offset))[j] = p * P + j;
+                        ((int32_t *)(void *)(sm + L->row_offset))[j] = p * P + j;
+                        sm[L->flags_offset + j] = track ? FG_SLOT_FREQUENT : (uint8_t)k_type_comp[type];
                     }
-                    pp[p] = c->mem + page * L->page_bytes;
+                    pp[p] = c->mem + page * unit;
+                    mp[p] = c->mem + page * unit + L->page_bytes;
                 }
                 c->heads[(size_t)r * c->n_heads + b * Hkv + g] = (fg_decode_head){
                     .pages = pp,
+                    .meta = mp,
+                    .n_pages = np,
+                    .priv_from = 0,
+                    .row_base = rows,
                     .n_slots = rows,
                     .n_slots_after = rows,
                     .components = k_type_comp[type],

@@ -1,7 +1,7 @@
 /*
  * The page layout every layer shares, host and device: the slot flags, and
- * where K, V and each slot's metadata lie in a page. A page holds the rows of
- * one (sequence, layer, KV head).
+ * where K, V and each slot's metadata lie. A page holds entries of one
+ * (sequence, layer, KV head).
  */
 #ifndef FG_LAYOUT_H
 #define FG_LAYOUT_H
@@ -26,25 +26,35 @@ enum {
     FG_SLOT_SNAPSHOT = FG_KEEP_SNAPSHOT /* kept for good: no decode step touches it */
 };
 
-/* Layout of one page: rows of one (sequence, layer, KV head).
- *   [k_offset]     K     [page_tokens] rows of row_bytes (d values as dtype)
- *   [v_offset]     V     [page_tokens] rows of row_bytes
- *   [pos_offset]   pos   [page_tokens] int32
- *   [score_offset] score [page_tokens] float
- *   [flags_offset] flags [page_tokens] uint8
- * page_bytes is a multiple of 64. */
+/* A head's cache lies in two kinds of pages, both page_tokens entries long,
+ * in two page tables of the same length:
+ *   row pages  [k_offset] K [page_tokens] rows of row_bytes (d values as dtype)
+ *              [v_offset] V [page_tokens] rows of row_bytes
+ *   meta pages [pos_offset]   pos   [page_tokens] int32
+ *              [score_offset] score [page_tokens] float
+ *              [row_offset]   row   [page_tokens] int32: where the slot's K/V lie
+ *              [flags_offset] flags [page_tokens] uint8
+ *              [hdr_offset]   int32 hw, nfree (meaningful in meta page 0)
+ * Slot s's metadata is entry s % page_tokens of meta page s / page_tokens;
+ * its K and V are row r = row[s] of the row pages (row r % page_tokens of
+ * row page r / page_tokens). Rows never move when a slot is evicted; only
+ * metadata does, so forks share their row pages and copy only the small
+ * meta pages (common/slots.h has the bookkeeping). Both page sizes are
+ * multiples of 64. */
 typedef struct fg_page_layout {
     int32_t page_tokens;
     int32_t head_dim;
     fg_dtype dtype;
     size_t row_bytes; /* fg_row_bytes(dtype, head_dim) */
-    size_t k_offset, v_offset, pos_offset, score_offset, flags_offset;
-    size_t page_bytes;
+    size_t k_offset, v_offset;
+    size_t page_bytes; /* a row page */
+    size_t pos_offset, score_offset, row_offset, flags_offset, hdr_offset;
+    size_t meta_bytes; /* a meta page */
 } fg_page_layout;
 
 static inline size_t fg_align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
-/* Layout of a page for the given shape and storage type. */
+/* Layout of both pages for the given shape and storage type. */
 static inline fg_page_layout fg_page_layout_make(int32_t page_tokens, int32_t head_dim, fg_dtype dtype) {
     fg_page_layout L;
     L.row_bytes = fg_row_bytes(dtype, head_dim);
@@ -54,10 +64,14 @@ static inline fg_page_layout fg_page_layout_make(int32_t page_tokens, int32_t he
     L.dtype = dtype;
     L.k_offset = 0;
     L.v_offset = fg_align_up(rows, 64);
-    L.pos_offset = L.v_offset + fg_align_up(rows, 64);
-    L.score_offset = L.pos_offset + fg_align_up((size_t)page_tokens * sizeof(int32_t), 16);
-    L.flags_offset = L.score_offset + fg_align_up((size_t)page_tokens * sizeof(float), 16);
-    L.page_bytes = fg_align_up(L.flags_offset + (size_t)page_tokens, 64);
+    L.page_bytes = L.v_offset + fg_align_up(rows, 64);
+    const size_t words = fg_align_up((size_t)page_tokens * 4, 16);
+    L.pos_offset = 0;
+    L.score_offset = words;
+    L.row_offset = 2 * words;
+    L.flags_offset = 3 * words;
+    L.hdr_offset = L.flags_offset + fg_align_up((size_t)page_tokens, 16);
+    L.meta_bytes = fg_align_up(L.hdr_offset + 2 * sizeof(int32_t), 64);
     return L;
 }
 

@@ -544,9 +544,7 @@ void fg_adaptive_abort(fg_context *ctx, fg_adaptive_plan **pplan) {
         return;
     fg_adaptive_plan *plan = *pplan;
     for (int32_t i = 0; plan->fresh && i < plan->n_units; i++) {
-        fg_head_shrink(ctx, &plan->fresh[i], 0);
-        free(plan->fresh[i].page_ids);
-        free(plan->fresh[i].pages);
+        fg_head_free(ctx, &plan->fresh[i]);
     }
     free(plan->fresh);
     fg_adaptive_destroy(ctx, &plan->ad);
@@ -606,7 +604,7 @@ static fg_status unit_curves_all(fg_context *ctx, const fg_seq *s, compress_scra
         }
         for (int32_t g = 0; g < Hkv; g++) {
             const int32_t unit = l * Hkv + g;
-            fg_status st = fg_backend_read_rows(&ctx->be, &ctx->layout, s->heads[unit].pages, t, u->k, u->v,
+            fg_status st = fg_backend_read_rows(&ctx->be, &ctx->layout, &s->heads[unit], t, u->k, u->v,
                                                 u->slot_pos, NULL, NULL);
             if (st)
                 return st;
@@ -650,7 +648,7 @@ static fg_status unit_compact(fg_context *ctx, const fg_seq *s, int32_t unit, in
     const int32_t d = ctx->params.head_dim, G = ctx->params.n_q_heads / ctx->params.n_kv_heads, t = s->length[0];
     const fg_head *h = &s->heads[unit];
     unit_scratch *u = &w->u;
-    fg_status st = fg_backend_read_rows(&ctx->be, &ctx->layout, h->pages, t, u->k, u->v, NULL, NULL, NULL);
+    fg_status st = fg_backend_read_rows(&ctx->be, &ctx->layout, h, t, u->k, u->v, NULL, NULL, NULL);
     if (st)
         return st;
     fr->policy_index = FG_AD_FAMILY(choice);
@@ -664,6 +662,7 @@ static fg_status unit_compact(fg_context *ctx, const fg_seq *s, int32_t unit, in
     if ((st = fg_head_reserve(ctx, fr, fg_pages_for(ctx, kept))))
         return st;
     fr->n_slots = kept;
+    fg_head_compacted(fr);
     const float *k = u->k, *v = u->v;
     if (ctx->be.device_io) {
         if ((st = fg_io_write(ctx, w->dk, u->k, (size_t)t * d * sizeof(float))) ||
@@ -674,7 +673,8 @@ static fg_status unit_compact(fg_context *ctx, const fg_seq *s, int32_t unit, in
     }
     const fg_shape shape = {G, 1, d};
     const fg_compact_head ch = {.kv_head = 0, .n_keep = kept, .pos = w->keep_pos, .flags = w->keep_flags,
-                                .score = w->keep_score, .pages = fr->pages, .src = w->keep_src};
+                                .score = w->keep_score, .pages = fr->pages, .meta = fr->meta,
+                                .src = w->keep_src};
     st = ctx->be.ops->compact(&ctx->be, &ctx->layout, &shape, t, k, v, 1, &ch);
     if (st == FG_OK && ctx->be.device_io && ctx->be.ops->synchronize)
         st = ctx->be.ops->synchronize(&ctx->be); /* written before the buffers take the next head's rows */

@@ -40,9 +40,7 @@ static void reprofile_free(fg_context *ctx, reprofile_scratch *w) {
     for (size_t i = 0; i < sizeof host / sizeof host[0]; i++)
         free(host[i]);
     for (int32_t g = 0; w->fresh && g < ctx->params.n_kv_heads; g++) {
-        fg_head_shrink(ctx, &w->fresh[g], 0);
-        free(w->fresh[g].page_ids);
-        free(w->fresh[g].pages);
+        fg_head_free(ctx, &w->fresh[g]);
     }
     free(w->fresh);
     if (ctx->be.device_io && ctx->be.ops->synchronize)
@@ -92,7 +90,7 @@ static fg_status reprofile_head(fg_context *ctx, fg_seq *s, int32_t layer, int32
     const size_t row = (size_t)d * sizeof(float);
 
     /* the kept rows, in position order, then the chunk's */
-    fg_status st = fg_backend_read_rows(&ctx->be, &ctx->layout, h->pages, m, w->slot_k, w->slot_v, w->slot_pos, NULL,
+    fg_status st = fg_backend_read_rows(&ctx->be, &ctx->layout, h, m, w->slot_k, w->slot_v, w->slot_pos, NULL,
                                         w->slot_score);
     if (st)
         return st;
@@ -153,8 +151,10 @@ static fg_status reprofile_head(fg_context *ctx, fg_seq *s, int32_t layer, int32
     if ((st = fg_head_reserve(ctx, f, fg_pages_for(ctx, kept))))
         return st;
     f->n_slots = kept;
+    fg_head_compacted(f);
     const fg_compact_head ch = {.kv_head = 0, .n_keep = kept, .pos = w->keep_pos, .flags = w->keep_flags,
-                                .score = w->keep_score, .pages = f->pages, .src = w->keep_src};
+                                .score = w->keep_score, .pages = f->pages, .meta = f->meta,
+                                .src = w->keep_src};
     return ops->compact(&ctx->be, &ctx->layout, &shape, N, w->k, w->v, 1, &ch);
 }
 
@@ -236,6 +236,8 @@ static fg_status append_reprofile(fg_context *ctx, fg_seq *s, int32_t seq, int32
             *h = *f;
             f->page_ids = old.page_ids; /* freed with the scratch */
             f->pages = old.pages;
+            f->meta_ids = old.meta_ids;
+            f->meta = old.meta;
             f->n_pages = 0;
             f->cap_pages = old.cap_pages;
         }

@@ -102,6 +102,10 @@ fg_status fg_context_create(const fg_context_params *params, fg_context **out) {
         return st;
     }
     fg_pool_init(&ctx->pool, &ctx->be, ctx, ctx->layout.page_bytes, params->pool_chunk_pages, params->max_pool_bytes);
+    fg_pool_init(&ctx->meta_pool, &ctx->be, ctx, ctx->layout.meta_bytes, params->pool_chunk_pages,
+                 params->max_pool_bytes);
+    ctx->pool.peer = &ctx->meta_pool;
+    ctx->meta_pool.peer = &ctx->pool;
     *out = ctx;
     return FG_OK;
 }
@@ -115,6 +119,7 @@ void fg_context_destroy(fg_context **pctx) {
             if (ctx->seqs[i].in_use)
                 fg_seq_release(ctx, &ctx->seqs[i]);
     fg_pool_release(&ctx->pool);
+    fg_pool_release(&ctx->meta_pool);
     free(ctx->seqs);
     free(ctx->dheads);
     free(ctx->plans);

@@ -108,15 +108,22 @@ fg_status fg_decode(fg_context *ctx, int32_t layer, int32_t n_seqs, const int32_
             fg_head *h = &s->heads[(size_t)layer * Hkv + g];
             fg_step_plan pl = fg_plan_step(&h->pol, p + 1, s->cls, ctx->new_cls[i], h->n_slots, h->n_freq);
             ctx->plans[hi] = pl;
-            /* pages shared with a fork are copied before the step writes them: every
-               page where scores, the window or evictions may change a slot, else only
-               the page the new row goes to */
+            /* meta pages shared with a fork are copied before the step writes them:
+               every page where scores, the window or evictions may change a slot,
+               else the one the new slot goes to and page 0 (the rows' counters).
+               Row pages are never copied: the step writes rows the head alone
+               owns (at or above priv_from). A new row may be a fresh one: at
+               most rows_bound + 1 of them. */
             const int rewrites = (h->components & (FG_KEEP_FREQUENT | FG_KEEP_LOCAL)) && !(h->components & FG_KEEP_FULL);
-            const int32_t first = rewrites ? 0 : h->n_slots / P, last = rewrites || pl.insert_flag ? h->n_pages : 0;
+            const int writes = rewrites || pl.insert_flag || h->row_base >= 0;
             int32_t before = h->n_pages;
-            st = fg_head_unshare(ctx, h, first, last);
+            st = fg_head_unshare(ctx, h, 0, writes ? 1 : 0);
+            if (st == FG_OK && writes)
+                st = fg_head_unshare(ctx, h, rewrites ? 1 : h->n_slots / P, h->n_pages);
+            const int32_t ins = pl.insert_flag ? 1 : 0;
+            const int32_t rows = h->rows_bound + ins > h->n_slots + ins ? h->rows_bound + ins : h->n_slots + ins;
             if (st == FG_OK)
-                st = fg_head_reserve(ctx, h, fg_pages_for(ctx, h->n_slots + (pl.insert_flag ? 1 : 0)));
+                st = fg_head_reserve(ctx, h, fg_pages_for(ctx, rows));
             ctx->added_pages[hi] = h->n_pages - before;
             if (st) {
                 fg_unreserve(ctx, layer, seqs, hi + 1);
@@ -125,6 +132,10 @@ fg_status fg_decode(fg_context *ctx, int32_t layer, int32_t n_seqs, const int32_
             }
             ctx->dheads[hi] = (fg_decode_head){
                 .pages = h->pages,
+                .meta = h->meta,
+                .n_pages = h->n_pages,
+                .priv_from = h->priv_from,
+                .row_base = h->n_pages > 0 ? h->row_base : -1,
                 .n_slots = h->n_slots,
                 .n_slots_after = pl.n_slots,
                 .components = h->components,
@@ -177,9 +188,21 @@ fg_status fg_decode(fg_context *ctx, int32_t layer, int32_t n_seqs, const int32_
         for (int32_t g = 0; g < Hkv; g++) {
             fg_head *h = &s->heads[(size_t)layer * Hkv + g];
             const fg_step_plan *pl = &ctx->plans[i * Hkv + g];
+            const int32_t ins = pl->insert_flag ? 1 : 0, fresh_max = h->priv_from + h->n_slots + ins;
+            if (h->n_pages > 0)
+                h->row_base = -1; /* the step reset the counters */
+            /* a fresh row is taken only when every row the head owns is kept:
+               then hw - priv_from <= n_slots before the step */
+            if (ins && h->rows_bound < fresh_max)
+                h->rows_bound++;
             h->n_slots = pl->n_slots;
             h->n_freq = pl->n_freq;
-            fg_head_shrink(ctx, h, (h->n_slots + P - 1) / P);
+            /* a head that shares nothing keeps slot s in row s: pages past the
+               kept rows go, and the free rows with them (the counters restart) */
+            if (h->priv_from == 0 && h->n_pages > (h->n_slots + P - 1) / P) {
+                fg_head_shrink(ctx, h, (h->n_slots + P - 1) / P);
+                h->rows_bound = h->row_base = h->n_slots;
+            }
         }
         if (p == s->n_tokens) {
             s->tokens[p] = tokens[i];

@@ -48,7 +48,7 @@ fg_status fg_head_positions(fg_context *ctx, int32_t seq, int32_t layer, int32_t
     FG_CHECK(positions || h->n_slots == 0, ctx, FG_ERR_INVALID_ARGUMENT, "fg_head_positions: positions is NULL");
     FG_CHECK(capacity >= h->n_slots, ctx, FG_ERR_CAPACITY, "fg_head_positions: capacity %d < %d kept rows",
              (int)capacity, (int)h->n_slots);
-    st = ctx->be.ops->read_slots(&ctx->be, &ctx->layout, h->pages, h->n_slots, positions, NULL, NULL);
+    st = ctx->be.ops->read_slots(&ctx->be, &ctx->layout, h->meta, h->n_slots, positions, NULL, NULL);
     if (st)
         return st;
     qsort(positions, (size_t)h->n_slots, sizeof *positions, cmp_i32);
@@ -58,7 +58,7 @@ fg_status fg_head_positions(fg_context *ctx, int32_t seq, int32_t layer, int32_t
 static void add_seq_memory(const fg_context *ctx, const fg_seq *s, fg_memory_stats *m) {
     const int32_t Hkv = ctx->params.n_kv_heads;
     const size_t page_kv = (size_t)ctx->layout.page_tokens * kv_row_bytes(ctx);
-    const size_t page_meta = ctx->layout.page_bytes - page_kv;
+    const size_t page_meta = ctx->layout.meta_bytes;
     for (int32_t l = 0; l < ctx->params.n_layers; l++) {
         if (!s->length[l])
             continue;
@@ -109,11 +109,11 @@ fg_status fg_memory(const fg_context *ctx, int32_t seq, fg_memory_stats *stats) 
     if (seq < 0) { /* pages shared by forks count once, in what is held and in the full cache alike */
         const size_t page_kv = (size_t)ctx->layout.page_tokens * kv_row_bytes(ctx);
         m.kv_bytes_held = (size_t)ctx->pool.in_use * page_kv;
-        m.meta_bytes_held = (size_t)ctx->pool.in_use * (ctx->layout.page_bytes - page_kv);
+        m.meta_bytes_held = (size_t)ctx->meta_pool.in_use * ctx->layout.meta_bytes;
         m.kv_bytes_full -= (size_t)shared_full_pages(ctx) * page_kv;
     }
-    m.pool_bytes = fg_pool_bytes(&ctx->pool);
-    m.pages_in_use = ctx->pool.in_use;
+    m.pool_bytes = fg_pool_bytes(&ctx->pool) + fg_pool_bytes(&ctx->meta_pool);
+    m.pages_in_use = ctx->pool.in_use; /* row pages (each has a meta page) */
     m.pages_free = fg_pool_pages_total(&ctx->pool) - ctx->pool.in_use;
     *stats = m;
     return FG_OK;
@@ -122,5 +122,6 @@ fg_status fg_memory(const fg_context *ctx, int32_t seq, fg_memory_stats *stats) 
 fg_status fg_trim(fg_context *ctx) {
     FG_CHECK(ctx, NULL, FG_ERR_INVALID_ARGUMENT, "fg_trim: context must not be NULL");
     fg_pool_trim(&ctx->pool);
+    fg_pool_trim(&ctx->meta_pool);
     return FG_OK;
 }

@@ -150,7 +150,8 @@ typedef struct fg_pool {
     fg_context *ctx;     /* error sink */
     size_t page_bytes;
     int32_t chunk_pages;
-    size_t max_bytes;
+    size_t max_bytes;    /* with the peer's bytes */
+    const struct fg_pool *peer;
     fg_pool_chunk *chunks;
     int32_t n_chunks, cap_chunks;
     int32_t n_live;      /* chunks holding memory */
@@ -181,15 +182,21 @@ typedef struct fg_head {
     float recovery[FG_MAX_SHORTLIST];
     int32_t n_slots;                     /* host mirror of the kept rows */
     int32_t n_freq;                      /* of which frequent */
-    int32_t n_pages, cap_pages;
-    int32_t *page_ids;                   /* [cap_pages] */
+    /* rows (common/slots.h): rows below priv_from may be shared with forks;
+     * rows_bound bounds the device's high water mark hw; row_base >= 0 is a
+     * reset of the rows' counters the next step makes */
+    int32_t priv_from, rows_bound, row_base;
+    int32_t n_pages, cap_pages;          /* of each table */
+    int32_t *page_ids;                   /* [cap_pages] row pages (ctx->pool) */
     void **pages;                        /* [cap_pages] backend addresses */
+    int32_t *meta_ids;                   /* [cap_pages] meta pages (ctx->meta_pool) */
+    void **meta;                         /* [cap_pages] backend addresses */
 } fg_head;
 
-/* A shared page a decode step replaced by its own copy. */
+/* A shared meta page a decode step replaced by its own copy. */
 typedef struct fg_cow_entry {
     fg_head *head;
-    int32_t page;   /* index in the head's page table */
+    int32_t page;   /* index in the head's meta page table */
     int32_t old_id; /* the shared page */
     void *old_addr;
 } fg_cow_entry;
@@ -271,7 +278,8 @@ struct fg_context {
     fg_threadpool *threads;     /* the pool the CPU work runs on: params.threadpool or own_threads */
     fg_threadpool *own_threads; /* the context's own pool, when none was given */
     fg_token_classes *classes;
-    fg_pool pool;
+    fg_pool pool;      /* row pages */
+    fg_pool meta_pool; /* meta pages */
     fg_seq *seqs;          /* [max_seqs] */
     /* decode scratch, grown on demand (never shrunk) */
     fg_decode_head *dheads;
@@ -306,18 +314,22 @@ fg_status fg_check_token(fg_context *ctx, const fg_seq *s, int32_t seq, int32_t 
 /* Frees everything a sequence holds (its pages, stages, adaptive state). */
 void fg_seq_release(fg_context *ctx, fg_seq *s);
 int32_t fg_pages_for(const fg_context *ctx, int32_t rows);
-/* Grows a head to n_pages pages. On failure the head keeps what it had. */
+/* Grows a head to n_pages pages (row and meta). On failure the head keeps what it had. */
 fg_status fg_head_reserve(fg_context *ctx, fg_head *h, int32_t n_pages);
 void fg_head_shrink(fg_context *ctx, fg_head *h, int32_t n_pages);
-/* Copy-on-write: replaces the shared pages [first, last) of a head by copies
- * of its own before a step writes them, recording each in ctx->cow. */
+/* Frees a head's pages and page tables. */
+void fg_head_free(fg_context *ctx, fg_head *h);
+/* A head whose n_slots slots were just compacted: slot s in row s, nothing shared. */
+void fg_head_compacted(fg_head *h);
+/* Copy-on-write: replaces the shared meta pages [first, last) of a head by
+ * copies of its own before a step writes them, recording each in ctx->cow. */
 fg_status fg_head_unshare(fg_context *ctx, fg_head *h, int32_t first, int32_t last);
 /* Undoes the copies of a failed step: the heads share their old pages again. */
 void fg_pages_reshare(fg_context *ctx);
-/* The first n_slots slots of one head (pages: backend addresses) read to
- * the host, after the backend's queued work: K and V as float [n_slots][d],
- * and pos / flags / score (each may be NULL). */
-fg_status fg_backend_read_rows(fg_backend *be, const fg_page_layout *layout, void *const *pages, int32_t n_slots,
+/* The first n_slots slots of one head read to the host, after the
+ * backend's queued work: K and V as float [n_slots][d], and pos / flags /
+ * score (each may be NULL). */
+fg_status fg_backend_read_rows(fg_backend *be, const fg_page_layout *layout, const fg_head *h, int32_t n_slots,
                                float *k, float *v, int32_t *pos, uint8_t *flags, float *score);
 /* Gives back the pages a decode step reserved for its first n_heads heads
  * (head i * Hkv + g of the batch is KV head g of sequence seqs[i]). */

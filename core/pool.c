@@ -2,7 +2,8 @@
  * A page counts its owners (a fork shares its parent's pages); it goes back
  * on its chunk's free stack when the last owner frees it, and fg_pool_trim()
  * returns chunks with no page in use to the backend. Page ids are
- * chunk * chunk_pages + index and never move. */
+ * chunk * chunk_pages + index and never move. Two pools may share one cap
+ * (row and meta pages: max_pool_bytes). */
 #include <stdlib.h>
 
 #include "core/internal.h"
@@ -45,7 +46,8 @@ int64_t fg_pool_pages_total(const fg_pool *pool) { return (int64_t)pool->n_live 
 /* A new chunk in the lowest released slot, or at the end. */
 static fg_status grow(fg_pool *pool, int32_t *chunk_index) {
     size_t chunk_bytes = (size_t)pool->chunk_pages * pool->page_bytes;
-    if (pool->max_bytes && fg_pool_bytes(pool) + chunk_bytes > pool->max_bytes)
+    const size_t held = fg_pool_bytes(pool) + (pool->peer ? fg_pool_bytes(pool->peer) : 0);
+    if (pool->max_bytes && held + chunk_bytes > pool->max_bytes)
         return fg_error(pool->ctx, FG_ERR_OUT_OF_MEMORY,
                         "page pool is at its cap of %zu bytes (max_pool_bytes); %zu more would be needed",
                         pool->max_bytes, chunk_bytes);

@@ -234,6 +234,7 @@ static fg_status prefill_layer(fg_context *ctx, fg_seq *s, int32_t layer, const 
             return st;
         }
         w->compact[g].pages = heads[g].pages;
+        w->compact[g].meta = heads[g].meta;
     }
     st = ops->compact(&ctx->be, &ctx->layout, &ctx->shape, n, k, v, Hkv, w->compact);
     if (st) {
@@ -241,8 +242,10 @@ static fg_status prefill_layer(fg_context *ctx, fg_seq *s, int32_t layer, const 
             fg_head_shrink(ctx, &heads[g], 0);
         return st;
     }
-    for (int32_t g = 0; g < Hkv; g++)
+    for (int32_t g = 0; g < Hkv; g++) {
         heads[g].n_slots = w->compact[g].n_keep;
+        fg_head_compacted(&heads[g]);
+    }
     s->length[layer] = n;
     if (s->ad && !stats) { /* a chunked prefill observed its rows chunk by chunk */
         fg_adaptive_forget(s->ad, layer);

@@ -6,18 +6,14 @@
 #include <string.h>
 
 #include "common/dtype.h"
+#include "common/slots.h"
 #include "core/internal.h"
 
 void fg_seq_release(fg_context *ctx, fg_seq *s) {
     if (s->heads) {
         int32_t n_heads = ctx->params.n_layers * ctx->params.n_kv_heads;
-        for (int32_t i = 0; i < n_heads; i++) {
-            fg_head *h = &s->heads[i];
-            for (int32_t p = 0; p < h->n_pages; p++)
-                fg_pool_free(&ctx->pool, h->page_ids[p]);
-            free(h->page_ids);
-            free(h->pages);
-        }
+        for (int32_t i = 0; i < n_heads; i++)
+            fg_head_free(ctx, &s->heads[i]);
     }
     if (s->stage)
         for (int32_t l = 0; l < ctx->params.n_layers; l++)
@@ -117,22 +113,30 @@ fg_status fg_seq_clone(fg_context *ctx, const fg_seq *s, fg_seq *c) {
         const int32_t n = ph->n_pages > 0 ? ph->n_pages : 1;
         h->page_ids = malloc((size_t)n * sizeof *h->page_ids);
         h->pages = malloc((size_t)n * sizeof *h->pages);
-        ok = h->page_ids && h->pages;
+        h->meta_ids = malloc((size_t)n * sizeof *h->meta_ids);
+        h->meta = malloc((size_t)n * sizeof *h->meta);
+        ok = h->page_ids && h->pages && h->meta_ids && h->meta;
         if (!ok)
             break;
-        int32_t *ids = h->page_ids;
-        void **pages = h->pages;
-        *h = *ph; /* policy, recoveries, counts; a page table of its own */
+        int32_t *ids = h->page_ids, *meta_ids = h->meta_ids;
+        void **pages = h->pages, **meta = h->meta;
+        *h = *ph; /* policy, recoveries, counts; page tables of its own */
         h->page_ids = ids;
         h->pages = pages;
+        h->meta_ids = meta_ids;
+        h->meta = meta;
         h->n_pages = 0;
         h->cap_pages = n;
         if (ph->n_pages > 0) { /* a head not prefilled yet has no page table */
             memcpy(h->page_ids, ph->page_ids, (size_t)ph->n_pages * sizeof *h->page_ids);
             memcpy(h->pages, ph->pages, (size_t)ph->n_pages * sizeof *h->pages);
+            memcpy(h->meta_ids, ph->meta_ids, (size_t)ph->n_pages * sizeof *h->meta_ids);
+            memcpy(h->meta, ph->meta, (size_t)ph->n_pages * sizeof *h->meta);
         }
-        for (int32_t p = 0; p < ph->n_pages; p++)
+        for (int32_t p = 0; p < ph->n_pages; p++) {
             fg_pool_ref(&ctx->pool, ph->page_ids[p]);
+            fg_pool_ref(&ctx->meta_pool, ph->meta_ids[p]);
+        }
         h->n_pages = ph->n_pages;
     }
     if (!ok) {
@@ -178,6 +182,16 @@ fg_status fg_seq_fork(fg_context *ctx, int32_t parent, int32_t *child_out) {
              (int)ctx->params.max_seqs);
     st = fg_seq_clone(ctx, s, &ctx->seqs[id]);
     if (st == FG_OK) {
+        /* both now share every row page of every head: their next steps write
+           rows past them only (common/slots.h), and forget their free rows */
+        const size_t n_heads = (size_t)ctx->params.n_layers * ctx->params.n_kv_heads;
+        for (int side = 0; side < 2; side++)
+            for (size_t i = 0; i < n_heads; i++) {
+                fg_head *h = &(side ? &ctx->seqs[id] : s)->heads[i];
+                if (h->n_pages == 0)
+                    continue;
+                h->priv_from = h->rows_bound = h->row_base = h->n_pages * ctx->layout.page_tokens;
+            }
         ctx->seqs[id].parent = parent;
         ctx->seqs[id].fork_len = s->length[0];
         *child_out = id;
@@ -210,6 +224,7 @@ fg_status fg_seq_destroy(fg_context *ctx, int32_t seq) {
     }
     fg_seq_release(ctx, s);
     fg_pool_trim(&ctx->pool);
+    fg_pool_trim(&ctx->meta_pool);
     return FG_OK;
 }
 
@@ -229,40 +244,70 @@ int32_t fg_pages_for(const fg_context *ctx, int32_t rows) {
     return (rows + ctx->layout.page_tokens - 1) / ctx->layout.page_tokens;
 }
 
+/* Grows a page table to cap entries (it stays as it was on failure). */
+static int grow_table(int32_t **ids, void ***addrs, int32_t cap) {
+    int32_t *i = realloc(*ids, (size_t)cap * sizeof *i);
+    if (i)
+        *ids = i;
+    void **a = i ? realloc(*addrs, (size_t)cap * sizeof *a) : NULL;
+    if (a)
+        *addrs = a;
+    return i && a;
+}
+
 /* Grows a head to n_pages pages. On failure the head keeps what it had. */
 fg_status fg_head_reserve(fg_context *ctx, fg_head *h, int32_t n_pages) {
     if (n_pages > h->cap_pages) {
         int32_t cap = h->cap_pages ? h->cap_pages : 4;
         while (cap < n_pages)
             cap *= 2;
-        int32_t *ids = realloc(h->page_ids, (size_t)cap * sizeof *ids);
-        if (ids)
-            h->page_ids = ids;
-        void **pages = ids ? realloc(h->pages, (size_t)cap * sizeof *pages) : NULL;
-        if (pages)
-            h->pages = pages;
-        FG_CHECK(ids && pages, ctx, FG_ERR_OUT_OF_MEMORY, "out of host memory for a page table");
+        FG_CHECK(grow_table(&h->page_ids, &h->pages, cap) && grow_table(&h->meta_ids, &h->meta, cap), ctx,
+                 FG_ERR_OUT_OF_MEMORY, "out of host memory for a page table");
         h->cap_pages = cap;
     }
     while (h->n_pages < n_pages) {
-        fg_status st = fg_pool_alloc(&ctx->pool, &h->page_ids[h->n_pages], &h->pages[h->n_pages]);
+        const int32_t p = h->n_pages;
+        fg_status st = fg_pool_alloc(&ctx->pool, &h->page_ids[p], &h->pages[p]);
         if (st)
             return st;
+        if ((st = fg_pool_alloc(&ctx->meta_pool, &h->meta_ids[p], &h->meta[p])) != FG_OK) {
+            fg_pool_free(&ctx->pool, h->page_ids[p]);
+            return st;
+        }
         h->n_pages++;
     }
     return FG_OK;
 }
 
 void fg_head_shrink(fg_context *ctx, fg_head *h, int32_t n_pages) {
-    while (h->n_pages > n_pages)
-        fg_pool_free(&ctx->pool, h->page_ids[--h->n_pages]);
+    while (h->n_pages > n_pages) {
+        --h->n_pages;
+        fg_pool_free(&ctx->pool, h->page_ids[h->n_pages]);
+        fg_pool_free(&ctx->meta_pool, h->meta_ids[h->n_pages]);
+    }
 }
 
-/* Copy-on-write: replaces the shared pages [first, last) of a head by copies
- * of its own before a step writes them, recording each in ctx->cow. */
+void fg_head_free(fg_context *ctx, fg_head *h) {
+    fg_head_shrink(ctx, h, 0);
+    free(h->page_ids);
+    free(h->pages);
+    free(h->meta_ids);
+    free(h->meta);
+    h->page_ids = h->meta_ids = NULL;
+    h->pages = h->meta = NULL;
+    h->cap_pages = 0;
+}
+
+void fg_head_compacted(fg_head *h) {
+    h->priv_from = 0;
+    h->rows_bound = h->row_base = h->n_slots;
+}
+
+/* Copy-on-write: replaces the shared meta pages [first, last) of a head by
+ * copies of its own before a step writes them, recording each in ctx->cow. */
 fg_status fg_head_unshare(fg_context *ctx, fg_head *h, int32_t first, int32_t last) {
     for (int32_t p = first; p < last && p < h->n_pages; p++) {
-        if (!fg_pool_shared(&ctx->pool, h->page_ids[p]))
+        if (!fg_pool_shared(&ctx->meta_pool, h->meta_ids[p]))
             continue;
         if (ctx->n_cow == ctx->cap_cow) {
             int32_t cap = ctx->cap_cow ? 2 * ctx->cap_cow : 64;
@@ -273,15 +318,15 @@ fg_status fg_head_unshare(fg_context *ctx, fg_head *h, int32_t first, int32_t la
         }
         int32_t id;
         void *addr;
-        fg_status st = fg_pool_alloc(&ctx->pool, &id, &addr);
-        if (st == FG_OK && (st = fg_backend_copy(&ctx->be, addr, h->pages[p], ctx->layout.page_bytes)) != FG_OK)
-            fg_pool_free(&ctx->pool, id);
+        fg_status st = fg_pool_alloc(&ctx->meta_pool, &id, &addr);
+        if (st == FG_OK && (st = fg_backend_copy(&ctx->be, addr, h->meta[p], ctx->layout.meta_bytes)) != FG_OK)
+            fg_pool_free(&ctx->meta_pool, id);
         if (st)
             return st;
-        ctx->cow[ctx->n_cow++] = (fg_cow_entry){h, p, h->page_ids[p], h->pages[p]};
-        fg_pool_free(&ctx->pool, h->page_ids[p]); /* one owner less: the others keep it */
-        h->page_ids[p] = id;
-        h->pages[p] = addr;
+        ctx->cow[ctx->n_cow++] = (fg_cow_entry){h, p, h->meta_ids[p], h->meta[p]};
+        fg_pool_free(&ctx->meta_pool, h->meta_ids[p]); /* one owner less: the others keep it */
+        h->meta_ids[p] = id;
+        h->meta[p] = addr;
     }
     return FG_OK;
 }
@@ -290,10 +335,10 @@ fg_status fg_head_unshare(fg_context *ctx, fg_head *h, int32_t first, int32_t la
 void fg_pages_reshare(fg_context *ctx) {
     while (ctx->n_cow > 0) {
         const fg_cow_entry *c = &ctx->cow[--ctx->n_cow];
-        fg_pool_ref(&ctx->pool, c->old_id);
-        fg_pool_free(&ctx->pool, c->head->page_ids[c->page]);
-        c->head->page_ids[c->page] = c->old_id;
-        c->head->pages[c->page] = c->old_addr;
+        fg_pool_ref(&ctx->meta_pool, c->old_id);
+        fg_pool_free(&ctx->meta_pool, c->head->meta_ids[c->page]);
+        c->head->meta_ids[c->page] = c->old_id;
+        c->head->meta[c->page] = c->old_addr;
     }
 }
 
@@ -318,36 +363,50 @@ fg_status fg_check_token(fg_context *ctx, const fg_seq *s, int32_t seq, int32_t 
     return FG_OK;
 }
 
-fg_status fg_backend_read_rows(fg_backend *be, const fg_page_layout *L, void *const *pages, int32_t n_slots,
-                               float *k, float *v, int32_t *pos, uint8_t *flags, float *score) {
+fg_status fg_backend_read_rows(fg_backend *be, const fg_page_layout *L, const fg_head *h, int32_t n_slots, float *k,
+                               float *v, int32_t *pos, uint8_t *flags, float *score) {
     fg_status st = be->ops->synchronize ? be->ops->synchronize(be) : FG_OK;
     if (st || n_slots <= 0)
         return st;
-    unsigned char *page = be->ops->buffer_read ? malloc(L->page_bytes) : NULL;
-    if (be->ops->buffer_read && !page)
-        return be->err(be->err_sink, FG_ERR_OUT_OF_MEMORY, "out of host memory for a page of %zu bytes", L->page_bytes);
-    const int32_t P = L->page_tokens, d = L->head_dim;
-    const size_t row_bytes = L->row_bytes;
-    for (int32_t p = 0; p * P < n_slots && st == FG_OK; p++) {
-        const unsigned char *src = pages[p];
-        if (page) {
-            st = be->ops->buffer_read(be, page, src, L->page_bytes);
-            src = page;
-        }
-        for (int32_t r = 0; r < P && p * P + r < n_slots && st == FG_OK; r++) {
-            const size_t s = (size_t)p * P + r;
-            for (int32_t c = 0; c < d; c++) {
-                k[s * d + c] = fg_load_elem(src + L->k_offset + r * row_bytes, L->dtype, d, c);
-                v[s * d + c] = fg_load_elem(src + L->v_offset + r * row_bytes, L->dtype, d, c);
-            }
-            if (pos)
-                memcpy(&pos[s], src + L->pos_offset + r * sizeof(int32_t), sizeof(int32_t));
-            if (score)
-                memcpy(&score[s], src + L->score_offset + r * sizeof(float), sizeof(float));
-            if (flags)
-                flags[s] = src[L->flags_offset + r];
+    /* a host copy of every page (backends with their own memory), or the pages themselves */
+    const int32_t P = L->page_tokens, d = L->head_dim, n_pages = h->n_pages;
+    unsigned char *copy = NULL;
+    void **rows = h->pages, **meta = h->meta;
+    if (be->ops->buffer_read) {
+        const size_t bytes = (size_t)n_pages * (L->page_bytes + L->meta_bytes + 2 * sizeof(void *));
+        copy = malloc(bytes);
+        if (!copy)
+            return be->err(be->err_sink, FG_ERR_OUT_OF_MEMORY, "out of host memory for %zu bytes of pages", bytes);
+        rows = (void **)(void *)copy;
+        meta = rows + n_pages;
+        unsigned char *at = copy + (size_t)n_pages * 2 * sizeof(void *);
+        for (int32_t p = 0; p < n_pages && st == FG_OK; p++) {
+            rows[p] = at;
+            meta[p] = at + L->page_bytes;
+            at += L->page_bytes + L->meta_bytes;
+            st = be->ops->buffer_read(be, rows[p], h->pages[p], L->page_bytes);
+            if (st == FG_OK)
+                st = be->ops->buffer_read(be, meta[p], h->meta[p], L->meta_bytes);
         }
     }
-    free(page);
+    for (int32_t s = 0; s < n_slots && st == FG_OK; s++) {
+        const int32_t r = *fg_slot_row(L, meta, s);
+        if (r < 0 || r >= n_pages * P) {
+            st = be->err(be->err_sink, FG_ERR_INTERNAL, "slot %d names row %d outside the head's %d rows", (int)s,
+                         (int)r, (int)(n_pages * P));
+            break;
+        }
+        for (int32_t c = 0; c < d; c++) {
+            k[(size_t)s * d + c] = fg_load_elem(fg_row_k(L, rows, r), L->dtype, d, c);
+            v[(size_t)s * d + c] = fg_load_elem(fg_row_v(L, rows, r), L->dtype, d, c);
+        }
+        if (pos)
+            pos[s] = *fg_slot_pos(L, meta, s);
+        if (score)
+            score[s] = *fg_slot_score(L, meta, s);
+        if (flags)
+            flags[s] = *fg_slot_flags(L, meta, s);
+    }
+    free(copy);
     return st;
 }

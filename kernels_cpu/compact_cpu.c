@@ -210,14 +210,15 @@ static void compact_span(void *arg, int32_t span, int32_t thread) {
         const int32_t *from = hd->src ? hd->src : hd->pos; /* rows of k / v, ascending */
         const int32_t s0 = lower_bound(from, hd->n_keep, p0), s1 = lower_bound(from, hd->n_keep, p1);
         for (int32_t s = s0; s < s1; s++) {
-            unsigned char *page = hd->pages[s / P];
+            unsigned char *page = hd->pages[s / P], *meta = hd->meta[s / P];
             const int32_t j = s % P;
             const size_t src = ((size_t)from[s] * Hkv + hd->kv_head) * d;
-            store_row(page + L->k_offset + (size_t)j * row_bytes, L->dtype, k + src, d, mode);
+            store_row(page + L->k_offset + (size_t)j * row_bytes, L->dtype, k + src, d, mode); /* row s */
             store_row(page + L->v_offset + (size_t)j * row_bytes, L->dtype, v + src, d, mode);
-            ((int32_t *)(void *)(page + L->pos_offset))[j] = hd->pos[s];
-            ((float *)(void *)(page + L->score_offset))[j] = hd->score[s];
-            page[L->flags_offset + j] = hd->flags[s];
+            ((int32_t *)(void *)(meta + L->pos_offset))[j] = hd->pos[s];
+            ((float *)(void *)(meta + L->score_offset))[j] = hd->score[s];
+            ((int32_t *)(void *)(meta + L->row_offset))[j] = s;
+            meta[L->flags_offset + j] = hd->flags[s];
         }
     }
 #if defined(__x86_64__)

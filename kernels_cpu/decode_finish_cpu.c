@@ -10,19 +10,12 @@
 #include "common/slots.h"
 #include "kernels_cpu/kernels_cpu.h"
 
-/* Removes slot s: the last slot moves into the hole. Returns the new count. */
-static int32_t remove_slot(const fg_page_layout *L, void *const *pages, int32_t s, int32_t n) {
-    if (s != n - 1)
-        fg_slot_move(L, pages, s, n - 1);
-    return n - 1;
-}
-
 void fg_cpu_freq_scan(const fg_page_layout *L, const fg_decode_head *hd, int32_t begin, int32_t end,
                       fg_freq_scan *scan) {
     const int32_t P = L->page_tokens, t = hd->pos + 1;
     for (int32_t s0 = begin; s0 < end;) {
-        fg_prefetch_meta(L, hd->pages, end, s0 / P + FG_META_AHEAD);
-        unsigned char *page = hd->pages[s0 / P];
+        fg_prefetch_meta(L, hd->meta, end, s0 / P + FG_META_AHEAD);
+        unsigned char *page = hd->meta[s0 / P];
         uint8_t *flags = page + L->flags_offset;
         const int32_t *pos = (const int32_t *)(const void *)(page + L->pos_offset);
         const float *score = (const float *)(const void *)(page + L->score_offset);
@@ -57,13 +50,15 @@ void fg_cpu_freq_scan_merge(fg_freq_scan *into, const fg_freq_scan *from) {
 fg_status fg_cpu_decode_finish_head(const fg_page_layout *L, const fg_decode_head *hd, float new_score,
                                     const fg_freq_scan *scanned) {
     const int track = fg_tracks_scores(hd->components);
-    void *const *pages = hd->pages;
+    void *const *pages = hd->pages, *const *meta = hd->meta;
     const int32_t old_n = hd->n_slots;
     int32_t n = old_n;
 
+    if (hd->row_base >= 0)
+        fg_rows_reset(L, meta, hd->row_base);
     /* 3. insert the new token */
     if (hd->insert_flag) {
-        fg_slot_write(L, pages, n, hd->k, hd->v, hd->pos, hd->insert_flag, track ? new_score : 0.0f);
+        fg_slot_write(L, pages, meta, n, hd->k, hd->v, hd->pos, hd->insert_flag, track ? new_score : 0.0f);
         n++;
     }
 
@@ -71,8 +66,8 @@ fg_status fg_cpu_decode_finish_head(const fg_page_layout *L, const fg_decode_hea
     if (!track) { /* 4a. rows leaving the window: frequent candidates, or dropped (metadata page by page) */
         if (hd->components & FG_KEEP_LOCAL)
             for (int32_t s0 = 0; s0 < n; s0 += P) {
-                fg_prefetch_meta(L, pages, n, s0 / P + FG_META_AHEAD);
-                unsigned char *page = pages[s0 / P];
+                fg_prefetch_meta(L, meta, n, s0 / P + FG_META_AHEAD);
+                unsigned char *page = meta[s0 / P];
                 uint8_t *flags = page + L->flags_offset;
                 const int32_t *pos = (const int32_t *)(const void *)(page + L->pos_offset);
                 for (int32_t j = 0; j < P && s0 + j < n; j++) {
@@ -81,7 +76,7 @@ fg_status fg_cpu_decode_finish_head(const fg_page_layout *L, const fg_decode_hea
                     if (hd->components & FG_KEEP_FREQUENT) {
                         flags[j] = FG_SLOT_FREQUENT;
                     } else {
-                        n = remove_slot(L, pages, s0 + j, n); /* the last slot moves into j */
+                        n = fg_slot_remove(L, pages, meta, s0 + j, n, hd->priv_from); /* the last slot moves into j */
                         j--;
                     }
                 }
@@ -104,7 +99,7 @@ fg_status fg_cpu_decode_finish_head(const fg_page_layout *L, const fg_decode_hea
     while (scan.n_freq > hd->freq_budget) {
         if (scan.worst < 0 || scan.worst >= n)
             return FG_ERR_INTERNAL; /* a scan that counted candidates must name one */
-        n = remove_slot(L, pages, scan.worst, n);
+        n = fg_slot_remove(L, pages, meta, scan.worst, n, hd->priv_from);
         if (scan.n_freq - 1 <= hd->freq_budget)
             break;
         scan = FG_FREQ_SCAN_EMPTY;
@@ -131,14 +126,14 @@ fg_status fg_cpu_decode_step_plain(const fg_page_layout *L, const fg_shape *shap
     const int32_t G = shape->n_q_heads / shape->n_kv_heads, d = shape->head_dim;
     const float scale = 1.0f / sqrtf((float)d);
     const int track = fg_tracks_scores(hd->components);
-    void *const *pages = hd->pages;
+    void *const *pages = hd->pages, *const *meta = hd->meta;
     int32_t n = hd->n_slots;
 
     /* 1-2. attention and score update, one query head at a time (FG_SCORE_LAST:
      * the scores become this step's attention) */
     if (track && hd->score_mode == FG_SCORE_LAST)
         for (int32_t s = 0; s < n; s++)
-            *fg_slot_score(L, fg_slot(L, pages, s)) = 0.0f;
+            *fg_slot_score(L, meta, s) = 0.0f;
     float new_score = 0.0f;
     for (int32_t h = 0; h < G; h++) {
         const float *q = hd->q + (size_t)h * d;
@@ -146,7 +141,7 @@ fg_status fg_cpu_decode_step_plain(const fg_page_layout *L, const fg_shape *shap
         const float s_new = dot_f32(q, hd->k, d) * scale;
         float m = s_new;
         for (int32_t s = 0; s < n; s++) {
-            float x = dot_row(q, fg_slot_k(L, fg_slot(L, pages, s)), L->dtype, d) * scale;
+            float x = dot_row(q, fg_slot_k(L, pages, meta, s), L->dtype, d) * scale;
             if (x > m)
                 m = x;
         }
@@ -155,10 +150,9 @@ fg_status fg_cpu_decode_step_plain(const fg_page_layout *L, const fg_shape *shap
         for (int32_t c = 0; c < d; c++)
             o[c] = p_new * hd->v[c];
         for (int32_t s = 0; s < n; s++) {
-            fg_slot_ref r = fg_slot(L, pages, s);
-            float p = expf(dot_row(q, fg_slot_k(L, r), L->dtype, d) * scale - m);
+            float p = expf(dot_row(q, fg_slot_k(L, pages, meta, s), L->dtype, d) * scale - m);
             sum += p;
-            const void *vr = fg_slot_v(L, r);
+            const void *vr = fg_slot_v(L, pages, meta, s);
             for (int32_t c = 0; c < d; c++)
                 o[c] += p * fg_load_elem(vr, L->dtype, d, c);
         }
@@ -167,9 +161,8 @@ fg_status fg_cpu_decode_step_plain(const fg_page_layout *L, const fg_shape *shap
         if (track) {
             const float inv = 1.0f / (sum * (float)G);
             for (int32_t s = 0; s < n; s++) {
-                fg_slot_ref r = fg_slot(L, pages, s);
-                float p = expf(dot_row(q, fg_slot_k(L, r), L->dtype, d) * scale - m);
-                *fg_slot_score(L, r) += p * inv;
+                float p = expf(dot_row(q, fg_slot_k(L, pages, meta, s), L->dtype, d) * scale - m);
+                *fg_slot_score(L, meta, s) += p * inv;
             }
             new_score += p_new * inv;
         }

@@ -65,13 +65,36 @@ static inline __attribute__((always_inline)) void fg_prefetch_span(const unsigne
     }
 }
 
-/* Rows of the block that starts at slot s: consecutive rows of one page, at
- * most FG_CPU_BLOCK, none past end. */
+/* Slots of the block that starts at slot s: consecutive slots of one meta
+ * page, at most FG_CPU_BLOCK, none past end. */
 static inline int32_t fg_block_rows(int32_t s, int32_t end, int32_t P) {
     int32_t B = P - s % P;
     if (B > FG_CPU_BLOCK)
         B = FG_CPU_BLOCK;
     return B < end - s ? B : end - s;
+}
+
+/* K and V of the B slots from s: the rows their row ids name (one run of
+ * consecutive rows of a page, as an unshared head keeps them, costs one
+ * lookup). */
+static inline void fg_block_row_ptrs(const fg_page_layout *L, void *const *pages, void *const *meta, int32_t s,
+                                     int32_t B, const unsigned char **k, const unsigned char **v) {
+    const int32_t *row = fg_slot_row(L, meta, s), P = L->page_tokens, r0 = row[0];
+    int run = r0 % P + B <= P;
+    for (int32_t j = 1; j < B && run; j++)
+        run = row[j] == r0 + j;
+    if (run) {
+        const unsigned char *kb = fg_row_k(L, pages, r0), *vb = fg_row_v(L, pages, r0);
+        for (int32_t j = 0; j < B; j++) {
+            k[j] = kb + (size_t)j * L->row_bytes;
+            v[j] = vb + (size_t)j * L->row_bytes;
+        }
+    } else {
+        for (int32_t j = 0; j < B; j++) {
+            k[j] = fg_row_k(L, pages, row[j]);
+            v[j] = fg_row_v(L, pages, row[j]);
+        }
+    }
 }
 
 /* The dot products of R rows with hn query heads, reduced: s[h * FG_CPU_BLOCK
@@ -452,7 +475,7 @@ FG_TARGET static inline __m512 q4_lanes512(const unsigned char *p, int32_t c, in
  * does not matter. */
 typedef struct scan_args {
     const fg_page_layout *layout;
-    void *const *pages;
+    void *const *meta;
     const float *raw; /* raw[h * stride + (s - begin)]: slot s's e^(score - m_item[h]) */
     size_t stride;
     int32_t begin, end;
@@ -466,7 +489,7 @@ typedef struct scan_args {
 
 typedef void score_scan_fn(const scan_args *g, fg_freq_scan *scan);
 
-/* The slots of one page from slot s0 on: their metadata and raw scores. */
+/* The slots of one meta page from slot s0 on: their metadata and raw scores. */
 typedef struct scan_run {
     float *score;
     uint8_t *flags;
@@ -478,8 +501,8 @@ typedef struct scan_run {
 static inline scan_run page_run(const scan_args *g, int32_t s0) {
     const fg_page_layout *L = g->layout;
     const int32_t P = L->page_tokens, j0 = s0 % P;
-    fg_prefetch_meta(L, g->pages, g->end, s0 / P + FG_META_AHEAD);
-    unsigned char *page = g->pages[s0 / P];
+    fg_prefetch_meta(L, g->meta, g->end, s0 / P + FG_META_AHEAD);
+    unsigned char *page = g->meta[s0 / P];
     const scan_run r = {(float *)(void *)(page + L->score_offset) + j0, page + L->flags_offset + j0,
                         (const int32_t *)(const void *)(page + L->pos_offset) + j0, g->raw + (s0 - g->begin),
                         g->end - s0 < P - j0 ? g->end - s0 : P - j0};
@@ -813,7 +836,7 @@ static void score_task(void *arg, int32_t task, int32_t thread) {
     fg_attend_chunk *a = &j->items[j->track[task]];
     const fg_page_layout *layout = j->layout;
     const fg_decode_head *hd = &j->heads[a->head];
-    const scan_args g = {layout, hd->pages, a->raw, a->raw_stride, a->begin, a->end, a->m, j->G,
+    const scan_args g = {layout, hd->meta, a->raw, a->raw_stride, a->begin, a->end, a->m, j->G,
                          hd->score_mode == FG_SCORE_LAST ? 0.0f : 1.0f, hd->score_mode == FG_SCORE_MEAN, hd->pos + 1,
                          hd->window_start};
     a->scan = FG_FREQ_SCAN_EMPTY;
@@ -895,6 +918,7 @@ fg_status fg_cpu_decode_step(fg_backend *be, const fg_page_layout *layout, const
             a->layout = layout;
             a->head = i;
             a->pages = hd->pages;
+            a->meta = hd->meta;
             a->begin = c * FG_CPU_CHUNK;
             a->end = a->begin + FG_CPU_CHUNK < hd->n_slots ? a->begin + FG_CPU_CHUNK : hd->n_slots;
             a->G = G;

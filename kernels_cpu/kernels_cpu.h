@@ -38,16 +38,16 @@ fg_status fg_cpu_decode_finish_head(const fg_page_layout *layout, const fg_decod
  * lanes, groups of more than FG_MAX_GROUP query heads). */
 fg_status fg_cpu_decode_step_plain(const fg_page_layout *layout, const fg_shape *shape, const fg_decode_head *head);
 
-/* Asks for the metadata (positions, scores, flags: the end of the page) of
- * page `index` of a head, unless it starts at or past slot `end`. The walks
+/* Asks for the metadata (positions, scores, rows, flags) of meta page
+ * `index` of a head, unless it starts at or past slot `end`. The walks
  * over a head's metadata touch a few lines every page, too far apart for
  * the hardware prefetcher, so they ask FG_META_AHEAD pages ahead. */
 #define FG_META_AHEAD 4
-static inline void fg_prefetch_meta(const fg_page_layout *L, void *const *pages, int32_t end, int32_t index) {
+static inline void fg_prefetch_meta(const fg_page_layout *L, void *const *meta, int32_t end, int32_t index) {
     if ((int64_t)index * L->page_tokens >= end)
         return;
-    const unsigned char *page = (const unsigned char *)pages[index];
-    for (size_t off = L->pos_offset; off < L->page_bytes; off += 64)
+    const unsigned char *page = (const unsigned char *)meta[index];
+    for (size_t off = 0; off < L->meta_bytes; off += 64)
         __builtin_prefetch(page + off, 1, 3);
 }
 
@@ -85,7 +85,7 @@ typedef struct fg_cpu_state {
 /* One decode work item: G query heads over slots [begin, end) of a head. */
 typedef struct fg_attend_chunk {
     const fg_page_layout *layout;
-    void *const *pages;
+    void *const *pages, *const *meta; /* row and meta pages */
     int32_t begin, end;
     int32_t G, d;
     const float *q;    /* [G][d] already scaled by 1/sqrt(d) */

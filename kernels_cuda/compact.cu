@@ -3,7 +3,7 @@
  * several rows at once, each thread one vector of 4 elements of a row (a
  * 16-byte load, an 8- or 16-byte store), so a warp gathers whole rows; rows
  * whose d or addresses do not allow vectors go element by element. The
- * host's part (descriptors, page tables, positions, flags, scores) goes up in
+ * host's part (descriptors, row and meta page tables, positions, flags, scores) goes up in
  * one copy from a pinned buffer. */
 #include <stdlib.h>
 #include <string.h>
@@ -15,7 +15,8 @@
 struct compact_desc {
     int32_t kv_head, n_keep;
     int64_t slot0; /* into pos / flags / score */
-    int64_t page0; /* into pages */
+    int64_t page0; /* into pages: the row pages, then as many meta pages */
+    int32_t n_pages;
 };
 
 /* Four floats from src stored at dst as dtype (dst aligned to the stored size). */
@@ -40,7 +41,8 @@ __global__ static void compact_rows(fg_gpu_layout L, int32_t Hkv, int32_t vec, c
     const int32_t first = blockIdx.x * ROWS_PER_BLOCK, rows = fg_imin(ROWS_PER_BLOCK, h.n_keep - first);
     for (int32_t u = threadIdx.x; u < rows * per_row; u += blockDim.x) {
         const int32_t s = first + u / per_row, c = u % per_row;
-        unsigned char *page = (unsigned char *)pages[h.page0 + s / L.page_tokens];
+        unsigned char *page = (unsigned char *)pages[h.page0 + s / L.page_tokens]; /* row s */
+        unsigned char *meta = (unsigned char *)pages[h.page0 + h.n_pages + s / L.page_tokens];
         const int32_t j = s % L.page_tokens, p = pos[h.slot0 + s];
         const size_t src = ((size_t)from[h.slot0 + s] * Hkv + h.kv_head) * d, dst = (size_t)j * L.row_bytes;
         if (vec) {
@@ -51,9 +53,10 @@ __global__ static void compact_rows(fg_gpu_layout L, int32_t Hkv, int32_t vec, c
             fg_gpu_store_unit(L, page + L.v_offset + dst, c, v + src);
         }
         if (c == 0) {
-            ((int32_t *)(page + L.pos_offset))[j] = p;
-            ((float *)(page + L.score_offset))[j] = score[h.slot0 + s];
-            page[L.flags_offset + j] = flags[h.slot0 + s];
+            ((int32_t *)(meta + L.pos_offset))[j] = p;
+            ((float *)(meta + L.score_offset))[j] = score[h.slot0 + s];
+            ((int32_t *)(meta + L.row_offset))[j] = s;
+            meta[L.flags_offset + j] = flags[h.slot0 + s];
         }
     }
 }
@@ -66,7 +69,7 @@ extern "C" fg_status FG_GPU(compact)(fg_backend *be, const fg_page_layout *layou
     int32_t max_keep = 0;
     for (int32_t i = 0; i < n_heads; i++) {
         slots += heads[i].n_keep;
-        pages += (heads[i].n_keep + P - 1) / P;
+        pages += 2 * ((heads[i].n_keep + P - 1) / P);
         max_keep = heads[i].n_keep > max_keep ? heads[i].n_keep : max_keep;
     }
     if (max_keep == 0)
@@ -91,14 +94,15 @@ extern "C" fg_status FG_GPU(compact)(fg_backend *be, const fg_page_layout *layou
     for (int32_t i = 0; i < n_heads; i++) {
         const fg_compact_head *h = &heads[i];
         const int32_t np = (h->n_keep + P - 1) / P;
-        desc[i] = compact_desc{h->kv_head, h->n_keep, so, po};
+        desc[i] = compact_desc{h->kv_head, h->n_keep, so, po, np};
         memcpy(host + o_pos + (size_t)so * 4, h->pos, (size_t)h->n_keep * 4);
         memcpy(host + o_from + (size_t)so * 4, h->src ? h->src : h->pos, (size_t)h->n_keep * 4);
         memcpy(host + o_score + (size_t)so * 4, h->score, (size_t)h->n_keep * 4);
         memcpy(host + o_flags + (size_t)so, h->flags, (size_t)h->n_keep);
         memcpy(ptab + po, h->pages, (size_t)np * sizeof(void *));
+        memcpy(ptab + po + np, h->meta, (size_t)np * sizeof(void *));
         so += h->n_keep;
-        po += np;
+        po += 2 * np;
     }
     if ((s = FG_GPU(stage_upload)(be, base, host, up_bytes)))
         return s;

@@ -29,9 +29,9 @@
 struct decode_desc {
     const float *q, *k, *v; /* [G][d], [d], [d]: device addresses */
     float *out;             /* [G][d] */
-    int64_t page0;          /* into the page table */
+    int64_t page0;          /* into the page table: n_pages row pages, then as many meta pages */
     int64_t praw;           /* its logits: [G][n_slots] */
-    int32_t n_slots, n_after;
+    int32_t n_slots, n_after, n_pages, priv_from, row_base;
     uint32_t components;
     int32_t score_mode, pos, insert_flag, window_start, freq_budget;
     int32_t item0, n_items; /* its chunks */
@@ -41,9 +41,9 @@ struct decode_item {
     int32_t head, begin, end;
 };
 
-__device__ static inline const unsigned char *slot_row(const fg_gpu_layout &L, void *const *pages, int32_t s,
-                                                       uint32_t off) {
-    return (const unsigned char *)pages[s / L.page_tokens] + off + (size_t)(s % L.page_tokens) * L.row_bytes;
+/* The row pages and meta pages of a head. */
+__device__ static inline void *const *meta_pages(const decode_desc &h, void *const *ptab) {
+    return ptab + h.page0 + h.n_pages;
 }
 
 /* Rows each row group loads before it computes on them: loads in flight
@@ -126,7 +126,7 @@ __global__ static void attend_chunks(fg_gpu_layout L, int32_t G, int32_t lanes, 
     FG_DYNAMIC_SHARED(float, sh);
     const decode_item it = items[blockIdx.x];
     const decode_desc h = heads[it.head];
-    void *const *pages = ptab + h.page0;
+    void *const *pages = ptab + h.page0, *const *meta = meta_pages(h, ptab);
     const int32_t d = L.head_dim, P = L.page_tokens, T = blockDim.x, dtype = L.dtype;
     const int32_t g0 = blockIdx.y * GBM, GB = fg_imin(GBM, G - g0);
     const int32_t lane = threadIdx.x % lanes, rg = threadIdx.x / lanes, RG = T / lanes;
@@ -155,13 +155,14 @@ FG_UNROLL
         for (int u = 0; u < U; u++) {
             const int32_t r = it.begin + rg + (i * U + u) * RG;
             if (r < it.end && lane_on) {
-                const unsigned char *page = (const unsigned char *)pages[r / P];
+                const int32_t row = *fg_slot_row(&L.pl, meta, r);
+                const unsigned char *page = (const unsigned char *)pages[row / P];
                 if constexpr (ES == 0) {
-                    const size_t at = (size_t)(r % P) * L.row_bytes;
+                    const size_t at = (size_t)(row % P) * L.row_bytes;
                     load_quant_words<EPL>(L, page + L.k_offset + at, lane * EPL, kw[u]);
                     load_quant_words<EPL>(L, page + L.v_offset + at, lane * EPL, vw[u]);
                 } else {
-                    const size_t at = (size_t)(r % P) * d * ES + (size_t)lane * EPL * ES;
+                    const size_t at = (size_t)(row % P) * d * ES + (size_t)lane * EPL * ES;
                     load_words<ES, EPL>(page + L.k_offset + at, kw[u]);
                     load_words<ES, EPL>(page + L.v_offset + at, vw[u]);
                 }
@@ -266,22 +267,23 @@ FG_UNROLL
     }
 }
 
-/* Moves slot `from` over slot `to` (K, V and metadata), all threads. */
-__device__ static void move_slot(const fg_gpu_layout &L, void *const *pages, int32_t to, int32_t from) {
-    const int32_t words = (int32_t)(L.row_bytes / 2); /* 16-bit words of a row (every row format is even) */
-    uint16_t *kt = (uint16_t *)slot_row(L, pages, to, L.k_offset), *vt = (uint16_t *)slot_row(L, pages, to, L.v_offset);
-    const uint16_t *kf = (const uint16_t *)slot_row(L, pages, from, L.k_offset);
-    const uint16_t *vf = (const uint16_t *)slot_row(L, pages, from, L.v_offset);
-    for (int32_t w = threadIdx.x; w < words; w += blockDim.x) {
-        kt[w] = kf[w];
-        vt[w] = vf[w];
-    }
-    if (threadIdx.x == 0) {
-        unsigned char *pt = (unsigned char *)pages[to / L.page_tokens], *pf = (unsigned char *)pages[from / L.page_tokens];
-        const int32_t jt = to % L.page_tokens, jf = from % L.page_tokens;
-        ((int32_t *)(pt + L.pos_offset))[jt] = ((int32_t *)(pf + L.pos_offset))[jf];
-        ((float *)(pt + L.score_offset))[jt] = ((float *)(pf + L.score_offset))[jf];
-        pt[L.flags_offset + jt] = pf[L.flags_offset + jf];
+/* Removes slot `s` of n (common/slots.h: thread 0 keeps the books, then all
+ * threads copy the row it moves, if any). */
+__device__ static void remove_slot(const fg_gpu_layout &L, void *const *pages, void *const *meta, int32_t s, int32_t n,
+                                   int32_t priv_from, int32_t *sh) {
+    if (threadIdx.x == 0)
+        sh[0] = fg_rows_remove(&L.pl, meta, s, n, priv_from, &sh[1]);
+    __syncthreads();
+    const int32_t from = sh[0], to = sh[1];
+    if (from >= 0) {
+        const int32_t words = (int32_t)(L.row_bytes / 2); /* 16-bit words of a row (every row format is even) */
+        uint16_t *kt = (uint16_t *)fg_row_k(&L.pl, pages, to), *vt = (uint16_t *)fg_row_v(&L.pl, pages, to);
+        const uint16_t *kf = (const uint16_t *)fg_row_k(&L.pl, pages, from);
+        const uint16_t *vf = (const uint16_t *)fg_row_v(&L.pl, pages, from);
+        for (int32_t w = threadIdx.x; w < words; w += blockDim.x) {
+            kt[w] = kf[w];
+            vt[w] = vf[w];
+        }
     }
     __syncthreads();
 }
@@ -371,13 +373,13 @@ __global__ static void update_rows(fg_gpu_layout L, int32_t G, const decode_desc
     const bool flip = (h.components & FG_KEEP_LOCAL) && (h.components & FG_KEEP_FREQUENT);
     if (!track && !flip) /* the same for the whole block */
         return;
-    void *const *pages = ptab + h.page0;
+    void *const *meta = meta_pages(h, ptab);
     const int32_t P = L.page_tokens, t = h.pos + 1, n = h.n_slots;
     const float *M = ml + (size_t)it.head * 2 * G, *Linv = M + G;
     int32_t cnt = 0;
     unsigned long long key = ~0ull;
     for (int32_t s = it.begin + threadIdx.x; s < it.end; s += blockDim.x) {
-        unsigned char *page = (unsigned char *)pages[s / P];
+        unsigned char *page = (unsigned char *)meta[s / P];
         const int32_t j = s % P, pos = ((const int32_t *)(page + L.pos_offset))[j];
         float *score = (float *)(page + L.score_offset) + j;
         if (track) {
@@ -424,25 +426,30 @@ __global__ static void finish_heads(fg_gpu_layout L, const decode_desc *heads, v
     int32_t *ired = (int32_t *)(red + blockDim.x);
     const decode_desc h = heads[blockIdx.x];
     const head_stat stat = hs[blockIdx.x];
-    void *const *pages = ptab + h.page0;
+    void *const *pages = ptab + h.page0, *const *meta = meta_pages(h, ptab);
     const int32_t P = L.page_tokens, t = h.pos + 1;
     const float *kn = h.k, *vn = h.v;
     const bool track = fg_tracks_scores(h.components);
     int32_t n = h.n_slots;
 
-    /* 3. insert the new token */
+    /* 3. insert the new token (thread 0 takes its row) */
+    if (threadIdx.x == 0) {
+        if (h.row_base >= 0)
+            fg_rows_reset(&L.pl, meta, h.row_base);
+        if (h.insert_flag) {
+            ired[0] = fg_rows_take(&L.pl, meta, n);
+            *fg_slot_pos(&L.pl, meta, n) = h.pos;
+            *fg_slot_score(&L.pl, meta, n) = track ? stat.new_score : 0.0f;
+            *fg_slot_flags(&L.pl, meta, n) = (uint8_t)h.insert_flag;
+        }
+    }
+    __syncthreads();
     if (h.insert_flag) {
-        unsigned char *kr = (unsigned char *)slot_row(L, pages, n, L.k_offset);
-        unsigned char *vr = (unsigned char *)slot_row(L, pages, n, L.v_offset);
+        const int32_t row = ired[0];
+        unsigned char *kr = fg_row_k(&L.pl, pages, row), *vr = fg_row_v(&L.pl, pages, row);
         for (int32_t u = threadIdx.x; u < fg_gpu_row_units(L); u += blockDim.x) {
             fg_gpu_store_unit(L, kr, u, kn);
             fg_gpu_store_unit(L, vr, u, vn);
-        }
-        if (threadIdx.x == 0) {
-            unsigned char *page = (unsigned char *)pages[n / P];
-            ((int32_t *)(page + L.pos_offset))[n % P] = h.pos;
-            ((float *)(page + L.score_offset))[n % P] = track ? stat.new_score : 0.0f;
-            page[L.flags_offset + n % P] = (uint8_t)h.insert_flag;
         }
         n++;
         __syncthreads();
@@ -453,7 +460,7 @@ __global__ static void finish_heads(fg_gpu_layout L, const decode_desc *heads, v
         for (;;) { /* the lowest slot that leaves, then the last slot fills it */
             int32_t mine = INT32_MAX;
             for (int32_t s = threadIdx.x; s < n; s += blockDim.x) {
-                const unsigned char *page = (const unsigned char *)pages[s / P];
+                const unsigned char *page = (const unsigned char *)meta[s / P];
                 if (page[L.flags_offset + s % P] == FG_SLOT_LOCAL &&
                     ((const int32_t *)(page + L.pos_offset))[s % P] < h.window_start)
                     mine = fg_imin(mine, s);
@@ -461,8 +468,7 @@ __global__ static void finish_heads(fg_gpu_layout L, const decode_desc *heads, v
             const int32_t hole = block_min_int(mine, ired);
             if (hole == INT32_MAX)
                 break;
-            if (hole != n - 1)
-                move_slot(L, pages, hole, n - 1);
+            remove_slot(L, pages, meta, hole, n, h.priv_from, ired);
             n--;
         }
     }
@@ -483,7 +489,7 @@ __global__ static void finish_heads(fg_gpu_layout L, const decode_desc *heads, v
             } else {
                 float lo = INFINITY;
                 for (int32_t s = threadIdx.x; s < n; s += blockDim.x) {
-                    const unsigned char *page = (const unsigned char *)pages[s / P];
+                    const unsigned char *page = (const unsigned char *)meta[s / P];
                     const int32_t j = s % P;
                     if (page[L.flags_offset + j] == FG_SLOT_FREQUENT)
                         lo = fminf(lo, fg_rank_score(h.score_mode, ((const float *)(page + L.score_offset))[j],
@@ -492,7 +498,7 @@ __global__ static void finish_heads(fg_gpu_layout L, const decode_desc *heads, v
                 const float worst_rank = block_min(lo, red);
                 int32_t oldest = INT32_MAX;
                 for (int32_t s = threadIdx.x; s < n; s += blockDim.x) {
-                    const unsigned char *page = (const unsigned char *)pages[s / P];
+                    const unsigned char *page = (const unsigned char *)meta[s / P];
                     const int32_t j = s % P, p = ((const int32_t *)(page + L.pos_offset))[j];
                     if (page[L.flags_offset + j] == FG_SLOT_FREQUENT &&
                         fg_rank_score(h.score_mode, ((const float *)(page + L.score_offset))[j], p, t) == worst_rank)
@@ -502,11 +508,10 @@ __global__ static void finish_heads(fg_gpu_layout L, const decode_desc *heads, v
             }
             int32_t mine = INT32_MAX;
             for (int32_t s = threadIdx.x; s < n; s += blockDim.x)
-                if (((const int32_t *)((const unsigned char *)pages[s / P] + L.pos_offset))[s % P] == victim_pos)
+                if (*fg_slot_pos(&L.pl, meta, s) == victim_pos)
                     mine = s;
             const int32_t victim = block_min_int(mine, ired);
-            if (victim != n - 1)
-                move_slot(L, pages, victim, n - 1);
+            remove_slot(L, pages, meta, victim, n, h.priv_from, ired);
             n--;
             n_freq--;
         }
@@ -592,7 +597,7 @@ extern "C" fg_status FG_GPU(decode_step)(fg_backend *be, const fg_page_layout *l
     /* sizes: the upload (descriptors, chunks, page tables, host q / k / v) and the device work area */
     int64_t pages = 0, raw = 0, rows = 0;
     for (int32_t i = 0; i < n_heads; i++) {
-        pages += (heads[i].n_slots + (heads[i].insert_flag ? 1 : 0) + P - 1) / P;
+        pages += 2 * (int64_t)heads[i].n_pages;
         raw += (int64_t)G * heads[i].n_slots;
         rows += heads[i].n_slots;
     }
@@ -629,9 +634,11 @@ extern "C" fg_status FG_GPU(decode_step)(fg_backend *be, const fg_page_layout *l
     int32_t io = 0;
     for (int32_t i = 0; i < n_heads; i++) {
         const fg_decode_head *hd = &heads[i];
-        const int32_t np = (hd->n_slots + (hd->insert_flag ? 1 : 0) + P - 1) / P;
+        const int32_t np = hd->n_pages;
         const int32_t ni = (hd->n_slots + chunk - 1) / chunk;
-        decode_desc x = {hd->q, hd->k, hd->v, hd->out, po, ro, hd->n_slots, hd->n_slots_after, hd->components,
+        decode_desc x = {hd->q,          hd->k,        hd->v,           hd->out,       po,
+                         ro,             hd->n_slots,  hd->n_slots_after, np,          hd->priv_from,
+                         hd->row_base,   hd->components,
                          (int32_t)hd->score_mode, hd->pos, hd->insert_flag, hd->window_start, hd->freq_budget, io, ni};
         if (host_io) {
             memcpy(qs + (size_t)i * G * d, hd->q, (size_t)G * d * sizeof(float));
@@ -646,7 +653,8 @@ extern "C" fg_status FG_GPU(decode_step)(fg_backend *be, const fg_page_layout *l
         for (int32_t c = 0; c < ni; c++)
             items[io + c] = decode_item{i, c * chunk, (c + 1) * chunk < hd->n_slots ? (c + 1) * chunk : hd->n_slots};
         memcpy(ptab + po, hd->pages, (size_t)np * sizeof(void *));
-        po += np;
+        memcpy(ptab + po + np, hd->meta, (size_t)np * sizeof(void *));
+        po += 2 * np;
         ro += (int64_t)G * hd->n_slots;
         io += ni;
     }

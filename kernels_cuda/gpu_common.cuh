@@ -24,6 +24,7 @@
 #include "backends/backend.h"
 #include "common/dtype.h"
 #include "common/rules.h"
+#include "common/slots.h"
 
 #define FG_THREADS 256 /* threads per block in every kernel */
 
@@ -103,11 +104,13 @@ fg_status FG_GPU(synchronize)(fg_backend *be);
 
 static inline size_t fg_gpu_align(size_t x) { return (x + 255) / 256 * 256; }
 
-/* The page layout, as kernels read it. */
+/* The page layout, as kernels read it (pos, score, row and flags lie in the
+ * meta pages; pl, the whole layout, for common/slots.h). */
 struct fg_gpu_layout {
     int32_t page_tokens, head_dim, dtype;
     int32_t qshift; /* quantized rows: log2 of the values per block */
-    uint32_t row_bytes, k_offset, v_offset, pos_offset, score_offset, flags_offset;
+    uint32_t row_bytes, k_offset, v_offset, pos_offset, score_offset, flags_offset, row_offset;
+    fg_page_layout pl;
 };
 
 static inline fg_gpu_layout fg_gpu_layout_of(const fg_page_layout *L) {
@@ -121,7 +124,9 @@ static inline fg_gpu_layout fg_gpu_layout_of(const fg_page_layout *L) {
                        (uint32_t)L->v_offset,
                        (uint32_t)L->pos_offset,
                        (uint32_t)L->score_offset,
-                       (uint32_t)L->flags_offset};
+                       (uint32_t)L->flags_offset,
+                       (uint32_t)L->row_offset,
+                       *L};
     return g;
 }
 

@@ -9,7 +9,7 @@ void fg_ref_compact_head(const fg_page_layout *layout, const fg_shape *shape,
     const int32_t Hkv = shape->n_kv_heads, d = shape->head_dim;
     for (int32_t s = 0; s < head->n_keep; s++) {
         size_t row = ((size_t)(head->src ? head->src[s] : head->pos[s]) * Hkv + head->kv_head) * d;
-        fg_slot_write(layout, head->pages, s, k + row, v + row, head->pos[s], head->flags[s], head->score[s]);
+        fg_slot_write_at(layout, head->pages, head->meta, s, k + row, v + row, head->pos[s], head->flags[s], head->score[s]);
     }
 }
 

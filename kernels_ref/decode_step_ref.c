@@ -7,7 +7,8 @@
  *   3. the new token is cached with the flag the host chose (or not at all);
  *   4. window rows that fell out of the window become frequent candidates or
  *      are dropped, then the lowest-ranked candidates go until k(t) remain.
- * A removed slot is refilled by moving the last slot into the hole. */
+ * A removed slot is refilled by moving the last slot's metadata into the hole
+ * (common/slots.h: fg_slot_remove). */
 #include <math.h>
 
 #include "common/rules.h"
@@ -28,13 +29,6 @@ static float dot_f32(const float *a, const float *b, int32_t d) {
     return s;
 }
 
-/* Removes slot s: the last slot moves into the hole. Returns the new count. */
-static int32_t remove_slot(const fg_page_layout *L, void *const *pages, int32_t s, int32_t n) {
-    if (s != n - 1)
-        fg_slot_move(L, pages, s, n - 1);
-    return n - 1;
-}
-
 /* 4a-b over slots [0, n): window rows that left the window become frequent
  * candidates; returns the lowest-ranked candidate's slot (-1 when none) and
  * their count in *n_freq. */
@@ -44,15 +38,14 @@ static int32_t freq_scan(const fg_page_layout *L, const fg_decode_head *hd, int3
     float worst_rank = 0.0f;
     *n_freq = 0;
     for (int32_t s = 0; s < n; s++) {
-        fg_slot_ref r = fg_slot(L, hd->pages, s);
-        uint8_t *flags = fg_slot_flags(L, r);
-        const int32_t pos = *fg_slot_pos(L, r);
+        uint8_t *flags = fg_slot_flags(L, hd->meta, s);
+        const int32_t pos = *fg_slot_pos(L, hd->meta, s);
         if (*flags == FG_SLOT_LOCAL && pos < hd->window_start)
             *flags = FG_SLOT_FREQUENT;
         if (*flags != FG_SLOT_FREQUENT)
             continue;
         ++*n_freq;
-        const float rank = fg_rank_score(hd->score_mode, *fg_slot_score(L, r), pos, t);
+        const float rank = fg_rank_score(hd->score_mode, *fg_slot_score(L, hd->meta, s), pos, t);
         if (worst < 0 || fg_ranks_below(rank, pos, worst_rank, worst_pos)) {
             worst = s;
             worst_rank = rank;
@@ -66,25 +59,26 @@ static int32_t freq_scan(const fg_page_layout *L, const fg_decode_head *hd, int3
  * pooled attention the new token gave itself. */
 static fg_status finish_head(const fg_page_layout *L, const fg_decode_head *hd, float new_score) {
     const int track = fg_tracks_scores(hd->components);
-    void *const *pages = hd->pages;
+    void *const *pages = hd->pages, *const *meta = hd->meta;
     int32_t n = hd->n_slots;
 
+    if (hd->row_base >= 0)
+        fg_rows_reset(L, meta, hd->row_base);
     /* 3. insert the new token */
     if (hd->insert_flag) {
-        fg_slot_write(L, pages, n, hd->k, hd->v, hd->pos, hd->insert_flag, track ? new_score : 0.0f);
+        fg_slot_write(L, pages, meta, n, hd->k, hd->v, hd->pos, hd->insert_flag, track ? new_score : 0.0f);
         n++;
     }
 
     if (!track) { /* 4a. rows leaving the window: frequent candidates, or dropped */
         if (hd->components & FG_KEEP_LOCAL)
             for (int32_t s = 0; s < n; s++) {
-                fg_slot_ref r = fg_slot(L, pages, s);
-                if (*fg_slot_flags(L, r) != FG_SLOT_LOCAL || *fg_slot_pos(L, r) >= hd->window_start)
+                if (*fg_slot_flags(L, meta, s) != FG_SLOT_LOCAL || *fg_slot_pos(L, meta, s) >= hd->window_start)
                     continue;
                 if (hd->components & FG_KEEP_FREQUENT) {
-                    *fg_slot_flags(L, r) = FG_SLOT_FREQUENT;
+                    *fg_slot_flags(L, meta, s) = FG_SLOT_FREQUENT;
                 } else {
-                    n = remove_slot(L, pages, s, n); /* the last slot moves into s */
+                    n = fg_slot_remove(L, pages, meta, s, n, hd->priv_from); /* the last slot moves into s */
                     s--;
                 }
             }
@@ -96,7 +90,7 @@ static fg_status finish_head(const fg_page_layout *L, const fg_decode_head *hd, 
     while (n_freq > hd->freq_budget) {
         if (worst < 0)
             return FG_ERR_INTERNAL; /* a scan that counted candidates must name one */
-        n = remove_slot(L, pages, worst, n);
+        n = fg_slot_remove(L, pages, meta, worst, n, hd->priv_from);
         worst = freq_scan(L, hd, n, &n_freq);
     }
     return n == hd->n_slots_after ? FG_OK : FG_ERR_INTERNAL;
@@ -106,14 +100,14 @@ fg_status fg_ref_decode_step_head(const fg_page_layout *L, const fg_shape *shape
     const int32_t G = shape->n_q_heads / shape->n_kv_heads, d = shape->head_dim;
     const float scale = 1.0f / sqrtf((float)d);
     const int track = fg_tracks_scores(hd->components);
-    void *const *pages = hd->pages;
+    void *const *pages = hd->pages, *const *meta = hd->meta;
     int32_t n = hd->n_slots;
 
     /* 1-2. attention and score update, one query head at a time (FG_SCORE_LAST:
      * the scores become this step's attention) */
     if (track && hd->score_mode == FG_SCORE_LAST)
         for (int32_t s = 0; s < n; s++)
-            *fg_slot_score(L, fg_slot(L, pages, s)) = 0.0f;
+            *fg_slot_score(L, meta, s) = 0.0f;
     float new_score = 0.0f;
     for (int32_t h = 0; h < G; h++) {
         const float *q = hd->q + (size_t)h * d;
@@ -121,7 +115,7 @@ fg_status fg_ref_decode_step_head(const fg_page_layout *L, const fg_shape *shape
         const float s_new = dot_f32(q, hd->k, d) * scale;
         float m = s_new;
         for (int32_t s = 0; s < n; s++) {
-            float x = dot_row(q, fg_slot_k(L, fg_slot(L, pages, s)), L->dtype, d) * scale;
+            float x = dot_row(q, fg_slot_k(L, pages, meta, s), L->dtype, d) * scale;
             if (x > m)
                 m = x;
         }
@@ -130,10 +124,9 @@ fg_status fg_ref_decode_step_head(const fg_page_layout *L, const fg_shape *shape
         for (int32_t c = 0; c < d; c++)
             o[c] = p_new * hd->v[c];
         for (int32_t s = 0; s < n; s++) {
-            fg_slot_ref r = fg_slot(L, pages, s);
-            float p = expf(dot_row(q, fg_slot_k(L, r), L->dtype, d) * scale - m);
+            float p = expf(dot_row(q, fg_slot_k(L, pages, meta, s), L->dtype, d) * scale - m);
             sum += p;
-            const void *vr = fg_slot_v(L, r);
+            const void *vr = fg_slot_v(L, pages, meta, s);
             for (int32_t c = 0; c < d; c++)
                 o[c] += p * fg_load_elem(vr, L->dtype, d, c);
         }
@@ -142,9 +135,8 @@ fg_status fg_ref_decode_step_head(const fg_page_layout *L, const fg_shape *shape
         if (track) {
             const float inv = 1.0f / (sum * (float)G);
             for (int32_t s = 0; s < n; s++) {
-                fg_slot_ref r = fg_slot(L, pages, s);
-                float p = expf(dot_row(q, fg_slot_k(L, r), L->dtype, d) * scale - m);
-                *fg_slot_score(L, r) += p * inv;
+                float p = expf(dot_row(q, fg_slot_k(L, pages, meta, s), L->dtype, d) * scale - m);
+                *fg_slot_score(L, meta, s) += p * inv;
             }
             new_score += p_new * inv;
         }

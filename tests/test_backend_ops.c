@@ -87,10 +87,12 @@ static void check_prompt(backend_pair *bp, int32_t d, int32_t G, int32_t Hkv, in
 
 /* ------------------------------------------------------------------ caches for compact and decode */
 
-/* One head's cache in one backend: pages with room for `cap` rows. */
+/* One head's cache in one backend: row and meta pages with room for `cap`
+ * rows, and the rows' state the next step is given (common/slots.h). */
 typedef struct head_cache {
-    void **pages;
+    void **pages, **meta;
     int32_t n_pages;
+    int32_t priv_from, row_base;
 } head_cache;
 
 /* Pages are backend memory (the device's on a GPU): the test reaches them only
@@ -98,19 +100,56 @@ typedef struct head_cache {
 static void cache_alloc(fg_backend *be, const fg_page_layout *L, int32_t cap, head_cache *c) {
     c->n_pages = (cap + L->page_tokens - 1) / L->page_tokens;
     c->pages = calloc((size_t)c->n_pages, sizeof(void *));
+    c->meta = calloc((size_t)c->n_pages, sizeof(void *));
+    c->priv_from = 0;
+    c->row_base = -1;
     unsigned char *zero = calloc(1, L->page_bytes);
     int ok = 1;
     for (int32_t p = 0; p < c->n_pages && ok; p++)
         ok = be->ops->buffer_alloc(be, L->page_bytes, &c->pages[p]) == FG_OK &&
-             fg_backend_write(be, c->pages[p], zero, L->page_bytes) == FG_OK;
+             fg_backend_write(be, c->pages[p], zero, L->page_bytes) == FG_OK &&
+             be->ops->buffer_alloc(be, L->meta_bytes, &c->meta[p]) == FG_OK &&
+             fg_backend_write(be, c->meta[p], zero, L->meta_bytes) == FG_OK;
     EXPECT(ok, "%s: %d pages allocated and zeroed", be->ops->name, (int)c->n_pages);
     free(zero);
 }
 
 static void cache_free(fg_backend *be, head_cache *c) {
-    for (int32_t p = 0; p < c->n_pages; p++)
+    for (int32_t p = 0; p < c->n_pages; p++) {
         be->ops->buffer_free(be, c->pages[p]);
+        be->ops->buffer_free(be, c->meta[p]);
+    }
     free(c->pages);
+    free(c->meta);
+}
+
+/* A host copy of a cache's pages (tables into it, as fg_slot_* read them). */
+typedef struct host_cache {
+    unsigned char *mem;
+    void **pages, **meta;
+} host_cache;
+
+static host_cache cache_read(fg_backend *be, const fg_page_layout *L, const head_cache *c) {
+    host_cache h;
+    const size_t unit = L->page_bytes + L->meta_bytes;
+    h.mem = malloc((size_t)c->n_pages * unit);
+    h.pages = malloc((size_t)c->n_pages * sizeof(void *));
+    h.meta = malloc((size_t)c->n_pages * sizeof(void *));
+    int ok = h.mem && h.pages && h.meta;
+    for (int32_t p = 0; p < c->n_pages && ok; p++) {
+        h.pages[p] = h.mem + (size_t)p * unit;
+        h.meta[p] = h.mem + (size_t)p * unit + L->page_bytes;
+        ok = fg_backend_read(be, h.pages[p], c->pages[p], L->page_bytes) == FG_OK &&
+             fg_backend_read(be, h.meta[p], c->meta[p], L->meta_bytes) == FG_OK;
+    }
+    EXPECT(ok, "%s: a cache read back", be->ops->name);
+    return h;
+}
+
+static void host_cache_free(host_cache *h) {
+    free(h->mem);
+    free(h->pages);
+    free(h->meta);
 }
 
 /* A head as a prefill would leave it: a random profile, a policy, its kept rows. */
@@ -126,28 +165,25 @@ static void compact_one(fg_backend *be, const fg_page_layout *L, const fg_shape 
                         const float *v, int32_t g, const int32_t *pos, const uint8_t *flags, const float *score,
                         int32_t n_keep, head_cache *c) {
     fg_compact_head ch = {.kv_head = g, .n_keep = n_keep, .pos = pos, .flags = flags, .score = score,
-                          .pages = c->pages};
+                          .pages = c->pages, .meta = c->meta};
     EXPECT(be->ops->compact(be, L, sh, n, k, v, 1, &ch) == FG_OK, "compact");
+    c->row_base = n_keep; /* the first step sets hw = n_keep, nfree = 0 */
 }
 
-/* The first n_slots rows of two caches, each read back through its backend, compared byte for byte. */
+/* The first n_slots slots of two caches, each read back through its
+ * backend, compared byte for byte: row ids, K and V rows, pos and flags. */
 static int pages_equal(const fg_page_layout *L, fg_backend *ba, const head_cache *a, fg_backend *bb,
                        const head_cache *b, int32_t n_slots) {
-    const int32_t P = L->page_tokens;
-    const size_t row = L->row_bytes;
-    unsigned char *x = malloc(L->page_bytes), *y = malloc(L->page_bytes);
+    host_cache x = cache_read(ba, L, a), y = cache_read(bb, L, b);
     int same = 1;
-    for (int32_t s0 = 0; s0 < n_slots && same; s0 += P) {
-        const int32_t rows = n_slots - s0 < P ? n_slots - s0 : P;
-        same = fg_backend_read(ba, x, a->pages[s0 / P], L->page_bytes) == FG_OK &&
-               fg_backend_read(bb, y, b->pages[s0 / P], L->page_bytes) == FG_OK &&
-               !memcmp(x + L->k_offset, y + L->k_offset, rows * row) &&
-               !memcmp(x + L->v_offset, y + L->v_offset, rows * row) &&
-               !memcmp(x + L->pos_offset, y + L->pos_offset, rows * 4) &&
-               !memcmp(x + L->flags_offset, y + L->flags_offset, rows);
-    }
-    free(x);
-    free(y);
+    for (int32_t s = 0; s < n_slots && same; s++)
+        same = *fg_slot_row(L, x.meta, s) == *fg_slot_row(L, y.meta, s) &&
+               !memcmp(fg_slot_k(L, x.pages, x.meta, s), fg_slot_k(L, y.pages, y.meta, s), L->row_bytes) &&
+               !memcmp(fg_slot_v(L, x.pages, x.meta, s), fg_slot_v(L, y.pages, y.meta, s), L->row_bytes) &&
+               *fg_slot_pos(L, x.meta, s) == *fg_slot_pos(L, y.meta, s) &&
+               *fg_slot_flags(L, x.meta, s) == *fg_slot_flags(L, y.meta, s);
+    host_cache_free(&x);
+    host_cache_free(&y);
     return same;
 }
 
@@ -158,7 +194,7 @@ static int cmp_i32(const void *a, const void *b) {
 
 /* Kept positions, sorted (slot order may differ between backends). */
 static void kept_positions(fg_backend *be, const fg_page_layout *L, const head_cache *c, int32_t n, int32_t *pos) {
-    be->ops->read_slots(be, L, c->pages, n, pos, NULL, NULL);
+    be->ops->read_slots(be, L, c->meta, n, pos, NULL, NULL);
     qsort(pos, (size_t)n, sizeof *pos, cmp_i32);
 }
 
@@ -167,6 +203,10 @@ static void kept_positions(fg_backend *be, const fg_page_layout *L, const head_c
  * so with such queries it must agree with ref as tightly as the f32 FMA
  * kernels do. */
 static int g_bf16_queries;
+/* check_decode with caches as a fork finds them: every compacted row page
+ * shared (priv_from past them), so the steps take fresh rows and must leave
+ * the shared rows as they were. */
+static int g_shared_rows;
 
 /* Decode over a batch of heads of the given lengths and policies, `steps` steps.
  * ties: zero queries (every row gets the same attention) and integer profile
@@ -181,7 +221,7 @@ static void check_decode(backend_pair *bp, int32_t d, int32_t G, fg_dtype dt, in
         max_len = lengths[i] > max_len ? lengths[i] : max_len;
         min_len = lengths[i] < min_len ? lengths[i] : min_len;
     }
-    const int32_t cap = max_len + steps + 1;
+    const int32_t cap = max_len + steps + 1 + page_tokens; /* shared rows: up to a page past the compacted ones */
     sim_head *hs = calloc((size_t)n_heads, sizeof *hs);
     head_cache(*caches)[3] = calloc((size_t)n_heads, sizeof *caches);
     float **K = calloc((size_t)n_heads, sizeof *K), **V = calloc((size_t)n_heads, sizeof *V);
@@ -225,8 +265,15 @@ static void check_decode(backend_pair *bp, int32_t d, int32_t G, fg_dtype dt, in
         for (int b = 0; b < 3; b++) {
             cache_alloc(bes[b], &L, cap, &caches[i][b]);
             compact_one(bes[b], &L, &sh, h->t, K[i], V[i], 0, pos, flags, score, h->n_slots, &caches[i][b]);
+            if (g_shared_rows)
+                caches[i][b].priv_from = caches[i][b].row_base =
+                    (h->n_slots + page_tokens - 1) / page_tokens * page_tokens;
         }
     }
+    /* the shared rows as compaction left them (ref's) */
+    host_cache *before = calloc((size_t)n_heads, sizeof *before);
+    for (int32_t i = 0; g_shared_rows && i < n_heads; i++)
+        before[i] = cache_read(&bp->ref, &L, &caches[i][0]);
     fg_decode_head *dh[3];
     float *out[3];
     for (int b = 0; b < 3; b++) {
@@ -241,7 +288,9 @@ static void check_decode(backend_pair *bp, int32_t d, int32_t G, fg_dtype dt, in
             sim_head *h = &hs[i];
             plans[i] = fg_plan_step(&h->pol, h->t + 1, h->cls, h->cls[h->t], h->n_slots, h->n_freq);
             for (int b = 0; b < 3; b++)
-                dh[b][i] = (fg_decode_head){.pages = caches[i][b].pages, .n_slots = h->n_slots,
+                dh[b][i] = (fg_decode_head){.pages = caches[i][b].pages, .meta = caches[i][b].meta,
+                                            .n_pages = caches[i][b].n_pages, .priv_from = caches[i][b].priv_from,
+                                            .row_base = caches[i][b].row_base, .n_slots = h->n_slots,
                                             .n_slots_after = plans[i].n_slots, .components = h->comp,
                                             .score_mode = h->mode, .pos = h->t, .insert_flag = plans[i].insert_flag,
                                             .window_start = plans[i].window_start, .freq_budget = plans[i].freq_budget,
@@ -260,6 +309,8 @@ static void check_decode(backend_pair *bp, int32_t d, int32_t G, fg_dtype dt, in
             h->n_slots = plans[i].n_slots;
             h->n_freq = plans[i].n_freq;
             h->t++;
+            for (int b = 0; b < 3; b++)
+                caches[i][b].row_base = -1;
             kept_positions(&bp->ref, &L, &caches[i][0], h->n_slots, pos);
             kept_positions(bes[1], &L, &caches[i][1], h->n_slots, pos2);
             same_sets &= memcmp(pos, pos2, (size_t)h->n_slots * sizeof *pos) == 0;
@@ -291,6 +342,20 @@ static void check_decode(backend_pair *bp, int32_t d, int32_t G, fg_dtype dt, in
     EXPECT(same_sets, "%s decode d=%d G=%d %s: kept sets differ from ref", bp->name, (int)d, (int)G, dn);
     EXPECT(same_threads, "%s decode: 1 and 2 threads differ", bp->name);
     EXPECT(guards, "%s decode wrote past its output", bp->name);
+    /* shared rows: every backend left them as they were */
+    int untouched = 1;
+    for (int32_t i = 0; g_shared_rows && i < n_heads; i++) {
+        const int32_t shared_pages = caches[i][0].priv_from / page_tokens;
+        for (int b = 0; b < 3; b++) {
+            host_cache now = cache_read(bes[b], &L, &caches[i][b]);
+            for (int32_t p = 0; p < shared_pages; p++)
+                untouched &= memcmp(now.pages[p], before[i].pages[p], L.page_bytes) == 0;
+            host_cache_free(&now);
+        }
+        host_cache_free(&before[i]);
+    }
+    free(before);
+    EXPECT(untouched, "%s decode d=%d %s: a step wrote a shared row", bp->name, (int)d, dn);
     printf("  %-4s decode d=%-3d G=%d %-4s page=%-2d heads=%d (rows %d..%d) steps=%-3d NMSE %.1e\n", bp->name, (int)d,
            (int)G, dn, (int)page_tokens, (int)n_heads, (int)min_len, (int)max_len, (int)steps, worst);
     for (int32_t i = 0; i < n_heads; i++) {
@@ -495,6 +560,21 @@ static void case_decode_quantized(backend_pair *bp) {
     }
 }
 
+/* decode on rows a fork shares: new rows go to fresh ones and free ones
+ * the head owns, evictions move metadata only when the hole's row is
+ * shared, and no step writes a shared row (every policy, long enough for
+ * free rows to be reused, odd pages, a quantized dtype) */
+static void case_decode_shared(backend_pair *bp) {
+    g_shared_rows = 1;
+    check_decode(bp, 64, 4, FG_DTYPE_F16, 16, 6, (const int32_t[]){50, 300, 7, 120, 33, 200},
+                 (const uint32_t[]){S | P | F | L, F | L, F, S | P | F, FG_KEEP_FULL, L}, 120, 0);
+    check_decode(bp, 128, 8, FG_DTYPE_BF16, 5, 3, (const int32_t[]){700, 64, 250},
+                 (const uint32_t[]){F, F | L, N | L}, 40, 1);
+    check_decode(bp, 64, 3, FG_DTYPE_Q8_0, 16, 3, (const int32_t[]){400, 90, 5},
+                 (const uint32_t[]){F | L, S | P | F | L, L}, 60, 0);
+    g_shared_rows = 0;
+}
+
 #undef S
 #undef P
 #undef F
@@ -519,6 +599,7 @@ static const op_case k_cases[] = {
     {"decode-snapshots", case_decode_snapshots},
     {"compact-quantized", case_compact_quantized},
     {"decode-quantized", case_decode_quantized},
+    {"decode-shared", case_decode_shared},
 };
 
 int main(int argc, char **argv) {

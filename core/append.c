@@ -273,10 +273,14 @@ fg_status fg_seq_append(fg_context *ctx, int32_t seq, int32_t layer, const int32
              (int)ctx->params.max_seq_len);
     if (s->cp.append_mode == FG_APPEND_REPROFILE)
         return append_reprofile(ctx, s, seq, layer, tokens, n, q, k, v, out);
-    /* the state before the chunk, sharing its pages: a failure anywhere in it restores this */
+    /* the state before the chunk, sharing its pages (the steps write none
+       of them): a failure anywhere in it restores this */
     fg_seq before;
     if ((st = fg_seq_clone(ctx, s, &before)))
         return st;
+    const int32_t Hkv = ctx->params.n_kv_heads;
+    for (int32_t g = 0; g < Hkv; g++)
+        fg_head_share(ctx, &s->heads[(size_t)layer * Hkv + g]);
     const size_t rq = (size_t)ctx->params.n_q_heads * ctx->params.head_dim;
     const size_t rk = (size_t)ctx->params.n_kv_heads * ctx->params.head_dim;
     for (int32_t i = 0; i < n && st == FG_OK; i++)
@@ -287,5 +291,7 @@ fg_status fg_seq_append(fg_context *ctx, int32_t seq, int32_t layer, const int32
         return st; /* fg_decode's message stays */
     }
     fg_seq_release(ctx, &before);
+    for (int32_t g = 0; g < Hkv; g++)
+        fg_head_tidy(ctx, s, (size_t)layer * Hkv + g);
     return FG_OK;
 }

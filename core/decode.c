@@ -111,15 +111,18 @@ fg_status fg_decode(fg_context *ctx, int32_t layer, int32_t n_seqs, const int32_
             /* meta pages shared with a fork are copied before the step writes them:
                every page where scores, the window or evictions may change a slot,
                else the one the new slot goes to and page 0 (the rows' counters).
-               Row pages are never copied: the step writes rows the head alone
-               owns (at or above priv_from). A new row may be a fresh one: at
-               most rows_bound + 1 of them. */
+               The step writes rows at or above priv_from only (common/slots.h):
+               of the row pages, only the one holding priv_from may still be
+               shared, and it is copied before a new row or an eviction writes
+               it. A new row may be a fresh one: at most rows_bound + 1 of them. */
             const int rewrites = (h->components & (FG_KEEP_FREQUENT | FG_KEEP_LOCAL)) && !(h->components & FG_KEEP_FULL);
             const int writes = rewrites || pl.insert_flag || h->row_base >= 0;
             int32_t before = h->n_pages;
-            st = fg_head_unshare(ctx, h, 0, writes ? 1 : 0);
+            st = fg_head_unshare(ctx, h, 1, 0, writes ? 1 : 0);
             if (st == FG_OK && writes)
-                st = fg_head_unshare(ctx, h, rewrites ? 1 : h->n_slots / P, h->n_pages);
+                st = fg_head_unshare(ctx, h, 1, rewrites ? 1 : h->n_slots / P, h->n_pages);
+            if (st == FG_OK && (rewrites || pl.insert_flag))
+                st = fg_head_unshare(ctx, h, 0, h->priv_from / P, h->n_pages);
             const int32_t ins = pl.insert_flag ? 1 : 0;
             const int32_t rows = h->rows_bound + ins > h->n_slots + ins ? h->rows_bound + ins : h->n_slots + ins;
             if (st == FG_OK)
@@ -188,21 +191,19 @@ fg_status fg_decode(fg_context *ctx, int32_t layer, int32_t n_seqs, const int32_
         for (int32_t g = 0; g < Hkv; g++) {
             fg_head *h = &s->heads[(size_t)layer * Hkv + g];
             const fg_step_plan *pl = &ctx->plans[i * Hkv + g];
-            const int32_t ins = pl->insert_flag ? 1 : 0, fresh_max = h->priv_from + h->n_slots + ins;
+            const int32_t ins = pl->insert_flag ? 1 : 0, fresh_max = h->row_floor + h->n_slots + ins;
             if (h->n_pages > 0)
                 h->row_base = -1; /* the step reset the counters */
-            /* a fresh row is taken only when every row the head owns is kept:
-               then hw - priv_from <= n_slots before the step */
+            /* a fresh row is taken only when no row the head may write is free:
+               then hw <= row_floor + the slots before the step */
             if (ins && h->rows_bound < fresh_max)
                 h->rows_bound++;
+            /* an eviction below priv_from leaves its row dead, and the last
+               slot's row where it was */
+            if (h->priv_from > 0 && pl->n_slots < h->n_slots + ins)
+                h->in_order = 0;
             h->n_slots = pl->n_slots;
             h->n_freq = pl->n_freq;
-            /* a head that shares nothing keeps slot s in row s: pages past the
-               kept rows go, and the free rows with them (the counters restart) */
-            if (h->priv_from == 0 && h->n_pages > (h->n_slots + P - 1) / P) {
-                fg_head_shrink(ctx, h, (h->n_slots + P - 1) / P);
-                h->rows_bound = h->row_base = h->n_slots;
-            }
         }
         if (p == s->n_tokens) {
             s->tokens[p] = tokens[i];
@@ -211,5 +212,20 @@ fg_status fg_decode(fg_context *ctx, int32_t layer, int32_t n_seqs, const int32_
         }
         s->length[layer] = p + 1;
     }
+    /* 5. heads sharing pages that no longer pay for themselves, or sharing
+       none any more, get slot s in row s again (fg_head_tidy); a head that
+       shares nothing keeps slot s in row s: pages past the kept rows go, and
+       the free rows with them (the counters restart) */
+    for (int32_t i = 0; i < n_seqs; i++)
+        for (int32_t g = 0; g < Hkv; g++)
+            fg_head_tidy(ctx, &ctx->seqs[seqs[i]], (size_t)layer * Hkv + g);
+    for (int32_t i = 0; i < n_seqs; i++)
+        for (int32_t g = 0; g < Hkv; g++) {
+            fg_head *h = &ctx->seqs[seqs[i]].heads[(size_t)layer * Hkv + g];
+            if (h->priv_from == 0 && h->n_pages > (h->n_slots + P - 1) / P) {
+                fg_head_shrink(ctx, h, (h->n_slots + P - 1) / P);
+                h->rows_bound = h->row_base = h->n_slots;
+            }
+        }
     return FG_OK;
 }

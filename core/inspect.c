@@ -28,6 +28,8 @@ fg_status fg_head_inspect(const fg_context *ctx, int32_t seq, int32_t layer, int
     size_t page_kv = (size_t)ctx->layout.page_tokens * kv_row_bytes(ctx);
     info->kv_bytes_held = (size_t)h->n_pages * page_kv;
     info->kv_bytes_full = (size_t)fg_pages_for(ctx, info->length) * page_kv;
+    for (int32_t p = 0; p < h->n_pages; p++)
+        info->kv_bytes_shared += fg_pool_shared(&ctx->pool, h->page_ids[p]) ? page_kv : 0;
     return FG_OK;
 }
 

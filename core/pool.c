@@ -127,8 +127,10 @@ void fg_pool_ref(fg_pool *pool, int32_t page_id) {
     pool->chunks[page_id / pool->chunk_pages].refs[page_id % pool->chunk_pages]++;
 }
 
-int fg_pool_shared(const fg_pool *pool, int32_t page_id) {
-    return pool->chunks[page_id / pool->chunk_pages].refs[page_id % pool->chunk_pages] > 1;
+int fg_pool_shared(const fg_pool *pool, int32_t page_id) { return fg_pool_refs(pool, page_id) > 1; }
+
+int32_t fg_pool_refs(const fg_pool *pool, int32_t page_id) {
+    return pool->chunks[page_id / pool->chunk_pages].refs[page_id % pool->chunk_pages];
 }
 
 void fg_pool_trim(fg_pool *pool) {

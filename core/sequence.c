@@ -182,16 +182,12 @@ fg_status fg_seq_fork(fg_context *ctx, int32_t parent, int32_t *child_out) {
              (int)ctx->params.max_seqs);
     st = fg_seq_clone(ctx, s, &ctx->seqs[id]);
     if (st == FG_OK) {
-        /* both now share every row page of every head: their next steps write
-           rows past them only (common/slots.h), and forget their free rows */
+        /* both now share every page of every head (fg_head_share) */
         const size_t n_heads = (size_t)ctx->params.n_layers * ctx->params.n_kv_heads;
-        for (int side = 0; side < 2; side++)
-            for (size_t i = 0; i < n_heads; i++) {
-                fg_head *h = &(side ? &ctx->seqs[id] : s)->heads[i];
-                if (h->n_pages == 0)
-                    continue;
-                h->priv_from = h->rows_bound = h->row_base = h->n_pages * ctx->layout.page_tokens;
-            }
+        for (size_t i = 0; i < n_heads; i++) {
+            fg_head_share(ctx, &s->heads[i]);
+            fg_head_share(ctx, &ctx->seqs[id].heads[i]);
+        }
         ctx->seqs[id].parent = parent;
         ctx->seqs[id].fork_len = s->length[0];
         *child_out = id;
@@ -299,15 +295,149 @@ void fg_head_free(fg_context *ctx, fg_head *h) {
 }
 
 void fg_head_compacted(fg_head *h) {
-    h->priv_from = 0;
+    h->priv_from = h->row_floor = 0;
     h->rows_bound = h->row_base = h->n_slots;
+    h->in_order = 1;
 }
 
-/* Copy-on-write: replaces the shared meta pages [first, last) of a head by
- * copies of its own before a step writes them, recording each in ctx->cow. */
-fg_status fg_head_unshare(fg_context *ctx, fg_head *h, int32_t first, int32_t last) {
+void fg_head_share(fg_context *ctx, fg_head *h) {
+    if (h->n_pages == 0)
+        return; /* nothing to share: its first rows will be its own */
+    /* slot s in row s: the counters restart at n_slots with nothing lost;
+       else rows the head no longer keeps in its last page stay dead */
+    h->row_base = h->rows_bound = h->in_order ? h->n_slots : h->rows_bound;
+    h->priv_from = h->row_base / ctx->layout.page_tokens * ctx->layout.page_tokens;
+    h->row_floor = h->in_order ? h->priv_from : h->row_base;
+}
+
+/* fg_head_tidy for one head: 1 when it gathered its rows (it gave up its
+ * share of every page it shared). */
+static int tidy_one(fg_context *ctx, fg_head *h) {
+    if (h->priv_from == 0 || h->n_pages == 0)
+        return 0; /* slot s in row s already */
+    /* the head's share of its pages (a page of r owners counts 1 / r), in
+       row pages and in bytes of both kinds, against what it would hold alone:
+       summed over the heads that share them, a family of forks then never
+       holds more than its members would apart */
+    const fg_page_layout *L = &ctx->layout;
+    double rows = 0.0, meta = 0.0;
+    int shared = 0;
+    for (int32_t p = 0; p < h->n_pages; p++) {
+        const int32_t r = fg_pool_refs(&ctx->pool, h->page_ids[p]), m = fg_pool_refs(&ctx->meta_pool, h->meta_ids[p]);
+        shared |= r > 1 || m > 1;
+        rows += 1.0 / r;
+        meta += 1.0 / m;
+    }
+    if (!shared && h->in_order) { /* its rows are in order: only the bookkeeping changes */
+        h->priv_from = h->row_floor = 0;
+        return 0;
+    }
+    const double alone = fg_pages_for(ctx, h->n_slots), eps = 1e-9; /* sums of 1 / r */
+    const int pays = rows <= alone + eps && rows * (double)L->page_bytes + meta * (double)L->meta_bytes <=
+                                                (alone + eps) * (double)(L->page_bytes + L->meta_bytes);
+    return !(shared && pays) && fg_head_repack(ctx, h) == FG_OK && shared;
+}
+
+void fg_head_tidy(fg_context *ctx, fg_seq *s, size_t i) {
+    if (!tidy_one(ctx, &s->heads[i]))
+        return;
+    /* the pages it gave up cost their other owners more: the same head of
+       every other sequence (forks share no other), until none gathers */
+    for (int again = 1; again;) {
+        again = 0;
+        for (int32_t j = 0; j < ctx->params.max_seqs; j++)
+            if (ctx->seqs[j].in_use && &ctx->seqs[j] != s && ctx->seqs[j].heads)
+                again |= tidy_one(ctx, &ctx->seqs[j].heads[i]);
+    }
+}
+
+fg_status fg_head_repack(fg_context *ctx, fg_head *h) {
+    const fg_page_layout *L = &ctx->layout;
+    const int32_t P = L->page_tokens, n = h->n_slots, n_old = h->n_pages;
+    fg_backend *be = &ctx->be;
+    fg_status st = be->ops->synchronize ? be->ops->synchronize(be) : FG_OK; /* the steps that wrote it are done */
+    if (st)
+        return st;
+    fg_head f = {0};
+    if ((st = fg_head_reserve(ctx, &f, fg_pages_for(ctx, n)))) {
+        fg_head_free(ctx, &f);
+        return st;
+    }
+    /* the old metadata on the host, rewritten for the new pages: slot s in row s */
+    unsigned char *old = malloc((size_t)(n_old > 0 ? n_old : 1) * L->meta_bytes);
+    unsigned char *fresh = calloc((size_t)(f.n_pages > 0 ? f.n_pages : 1), L->meta_bytes);
+    void **old_meta = malloc((size_t)(n_old > 0 ? n_old : 1) * sizeof *old_meta);
+    void **new_meta = malloc((size_t)(f.n_pages > 0 ? f.n_pages : 1) * sizeof *new_meta);
+    if (!old || !fresh || !old_meta || !new_meta)
+        st = fg_error(ctx, FG_ERR_OUT_OF_MEMORY, "out of host memory gathering a head's %d rows", (int)n);
+    for (int32_t p = 0; p < n_old && st == FG_OK; p++) {
+        old_meta[p] = old + (size_t)p * L->meta_bytes;
+        st = fg_backend_read(be, old_meta[p], h->meta[p], L->meta_bytes);
+    }
+    for (int32_t p = 0; p < f.n_pages && st == FG_OK; p++)
+        new_meta[p] = fresh + (size_t)p * L->meta_bytes;
+    /* K and V of each run of slots whose rows follow each other in one old
+       page and one new page: one copy of both (V lies v_offset after K) */
+    for (int32_t s = 0; s < n && st == FG_OK;) {
+        const int32_t r = *fg_slot_row(L, old_meta, s);
+        if (r < 0 || r >= n_old * P) {
+            st = fg_error(ctx, FG_ERR_INTERNAL, "slot %d names row %d outside the head's %d rows", (int)s, (int)r,
+                          (int)(n_old * P));
+            break;
+        }
+        int32_t run = 1;
+        while (s + run < n && (s + run) % P != 0 && (r + run) % P != 0 && *fg_slot_row(L, old_meta, s + run) == r + run)
+            run++;
+        st = fg_backend_copy2d(be, fg_row_k(L, f.pages, s), L->v_offset, fg_row_k(L, h->pages, r), L->v_offset,
+                               (size_t)run * L->row_bytes, 2);
+        for (int32_t j = s; j < s + run; j++) {
+            *fg_slot_pos(L, new_meta, j) = *fg_slot_pos(L, old_meta, j);
+            *fg_slot_score(L, new_meta, j) = *fg_slot_score(L, old_meta, j);
+            *fg_slot_flags(L, new_meta, j) = *fg_slot_flags(L, old_meta, j);
+            *fg_slot_row(L, new_meta, j) = j;
+        }
+        s += run;
+    }
+    if (f.n_pages > 0)
+        fg_rows_reset(L, new_meta, n);
+    for (int32_t p = 0; p < f.n_pages && st == FG_OK; p++)
+        st = fg_backend_write(be, f.meta[p], new_meta[p], L->meta_bytes);
+    if (st == FG_OK && be->ops->synchronize)
+        st = be->ops->synchronize(be); /* copied before the old pages can be handed out again */
+    free(old);
+    free(fresh);
+    free(old_meta);
+    free(new_meta);
+    if (st) {
+        fg_head_free(ctx, &f);
+        return st;
+    }
+    fg_head_shrink(ctx, h, 0); /* a fork keeps its share */
+    free(h->page_ids);
+    free(h->pages);
+    free(h->meta_ids);
+    free(h->meta);
+    h->page_ids = f.page_ids;
+    h->pages = f.pages;
+    h->meta_ids = f.meta_ids;
+    h->meta = f.meta;
+    h->n_pages = f.n_pages;
+    h->cap_pages = f.cap_pages;
+    fg_head_compacted(h);
+    h->row_base = -1; /* the counters are written */
+    return FG_OK;
+}
+
+/* Copy-on-write: replaces the shared pages [first, last) of a head's meta
+ * (meta = 1) or row table by copies of its own before a step writes them,
+ * recording each in ctx->cow. */
+fg_status fg_head_unshare(fg_context *ctx, fg_head *h, int meta, int32_t first, int32_t last) {
+    fg_pool *pool = meta ? &ctx->meta_pool : &ctx->pool;
+    int32_t *ids = meta ? h->meta_ids : h->page_ids;
+    void **addrs = meta ? h->meta : h->pages;
+    const size_t bytes = meta ? ctx->layout.meta_bytes : ctx->layout.page_bytes;
     for (int32_t p = first; p < last && p < h->n_pages; p++) {
-        if (!fg_pool_shared(&ctx->meta_pool, h->meta_ids[p]))
+        if (!fg_pool_shared(pool, ids[p]))
             continue;
         if (ctx->n_cow == ctx->cap_cow) {
             int32_t cap = ctx->cap_cow ? 2 * ctx->cap_cow : 64;
@@ -318,15 +448,15 @@ fg_status fg_head_unshare(fg_context *ctx, fg_head *h, int32_t first, int32_t la
         }
         int32_t id;
         void *addr;
-        fg_status st = fg_pool_alloc(&ctx->meta_pool, &id, &addr);
-        if (st == FG_OK && (st = fg_backend_copy(&ctx->be, addr, h->meta[p], ctx->layout.meta_bytes)) != FG_OK)
-            fg_pool_free(&ctx->meta_pool, id);
+        fg_status st = fg_pool_alloc(pool, &id, &addr);
+        if (st == FG_OK && (st = fg_backend_copy(&ctx->be, addr, addrs[p], bytes)) != FG_OK)
+            fg_pool_free(pool, id);
         if (st)
             return st;
-        ctx->cow[ctx->n_cow++] = (fg_cow_entry){h, p, h->meta_ids[p], h->meta[p]};
-        fg_pool_free(&ctx->meta_pool, h->meta_ids[p]); /* one owner less: the others keep it */
-        h->meta_ids[p] = id;
-        h->meta[p] = addr;
+        ctx->cow[ctx->n_cow++] = (fg_cow_entry){h, meta, p, ids[p], addrs[p]};
+        fg_pool_free(pool, ids[p]); /* one owner less: the others keep it */
+        ids[p] = id;
+        addrs[p] = addr;
     }
     return FG_OK;
 }
@@ -335,10 +465,13 @@ fg_status fg_head_unshare(fg_context *ctx, fg_head *h, int32_t first, int32_t la
 void fg_pages_reshare(fg_context *ctx) {
     while (ctx->n_cow > 0) {
         const fg_cow_entry *c = &ctx->cow[--ctx->n_cow];
-        fg_pool_ref(&ctx->meta_pool, c->old_id);
-        fg_pool_free(&ctx->meta_pool, c->head->meta_ids[c->page]);
-        c->head->meta_ids[c->page] = c->old_id;
-        c->head->meta[c->page] = c->old_addr;
+        fg_pool *pool = c->meta ? &ctx->meta_pool : &ctx->pool;
+        int32_t *ids = c->meta ? c->head->meta_ids : c->head->page_ids;
+        void **addrs = c->meta ? c->head->meta : c->head->pages;
+        fg_pool_ref(pool, c->old_id);
+        fg_pool_free(pool, ids[c->page]);
+        ids[c->page] = c->old_id;
+        addrs[c->page] = c->old_addr;
     }
 }
 

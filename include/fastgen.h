@@ -441,6 +441,9 @@ typedef struct fg_head_info {
     int32_t kept;            /* rows the head keeps */
     size_t kv_bytes_held;    /* pages held by this head (K and V) */
     size_t kv_bytes_full;    /* pages a full cache of length t would hold */
+    size_t kv_bytes_shared;  /* of kv_bytes_held: pages another sequence holds too (forks share
+                                the rows they have in common; a head whose share stops paying
+                                for itself gathers its rows into pages of its own) */
 } fg_head_info;
 
 FG_API fg_status fg_head_inspect(const fg_context *ctx, int32_t seq, int32_t layer, int32_t kv_head,

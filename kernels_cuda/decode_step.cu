@@ -572,7 +572,7 @@ static int32_t elems_per_lane(int32_t d, int32_t es) {
 extern "C" fg_status FG_GPU(decode_step)(fg_backend *be, const fg_page_layout *layout, const fg_shape *shape,
                                          int32_t n_heads, const fg_decode_head *heads) {
     fg_gpu_state *st = (fg_gpu_state *)be->impl;
-    const int32_t G = shape->n_q_heads / shape->n_kv_heads, d = shape->head_dim, P = layout->page_tokens;
+    const int32_t G = shape->n_q_heads / shape->n_kv_heads, d = shape->head_dim;
     /* element bytes, 0 for quantized rows (read like fp32 ones: 4 values a lane at least) */
     const int32_t es = fg_dtype_quantized(layout->dtype) ? 0 : layout->dtype == FG_DTYPE_F32 ? 4 : 2;
     const int32_t epl = elems_per_lane(d, es ? es : 4);

@@ -280,7 +280,7 @@ fg_status fg_seq_append(fg_context *ctx, int32_t seq, int32_t layer, const int32
         return st;
     const int32_t Hkv = ctx->params.n_kv_heads;
     for (int32_t g = 0; g < Hkv; g++)
-        fg_head_share(ctx, &s->heads[(size_t)layer * Hkv + g]);
+        fg_head_share(ctx, &s->heads[(size_t)layer * Hkv + g], 0);
     const size_t rq = (size_t)ctx->params.n_q_heads * ctx->params.head_dim;
     const size_t rk = (size_t)ctx->params.n_kv_heads * ctx->params.head_dim;
     for (int32_t i = 0; i < n && st == FG_OK; i++)

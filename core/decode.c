@@ -111,18 +111,16 @@ fg_status fg_decode(fg_context *ctx, int32_t layer, int32_t n_seqs, const int32_
             /* meta pages shared with a fork are copied before the step writes them:
                every page where scores, the window or evictions may change a slot,
                else the one the new slot goes to and page 0 (the rows' counters).
-               The step writes rows at or above priv_from only (common/slots.h):
-               of the row pages, only the one holding priv_from may still be
-               shared, and it is copied before a new row or an eviction writes
-               it. A new row may be a fresh one: at most rows_bound + 1 of them. */
+               Row pages are never copied: the step writes rows at or above
+               priv_from, which no other owner uses (common/slots.h,
+               fg_head_share). A new row may be a fresh one: at most
+               rows_bound + 1 of them. */
             const int rewrites = (h->components & (FG_KEEP_FREQUENT | FG_KEEP_LOCAL)) && !(h->components & FG_KEEP_FULL);
             const int writes = rewrites || pl.insert_flag || h->row_base >= 0;
             int32_t before = h->n_pages;
-            st = fg_head_unshare(ctx, h, 1, 0, writes ? 1 : 0);
+            st = fg_head_unshare(ctx, h, 0, writes ? 1 : 0);
             if (st == FG_OK && writes)
-                st = fg_head_unshare(ctx, h, 1, rewrites ? 1 : h->n_slots / P, h->n_pages);
-            if (st == FG_OK && (rewrites || pl.insert_flag))
-                st = fg_head_unshare(ctx, h, 0, h->priv_from / P, h->n_pages);
+                st = fg_head_unshare(ctx, h, rewrites ? 1 : h->n_slots / P, h->n_pages);
             const int32_t ins = pl.insert_flag ? 1 : 0;
             const int32_t rows = h->rows_bound + ins > h->n_slots + ins ? h->rows_bound + ins : h->n_slots + ins;
             if (st == FG_OK)

@@ -69,6 +69,7 @@ static void add_seq_memory(const fg_context *ctx, const fg_seq *s, fg_memory_sta
             m->kv_bytes_held += (size_t)h->n_pages * page_kv;
             m->meta_bytes_held += (size_t)h->n_pages * page_meta;
             m->kv_bytes_full += (size_t)fg_pages_for(ctx, s->length[l]) * page_kv;
+            m->kv_bytes_alone += (size_t)fg_pages_for(ctx, h->n_slots) * page_kv;
             m->rows_kept += h->n_slots;
             m->rows_full += s->length[l];
         }

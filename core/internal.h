@@ -185,8 +185,7 @@ typedef struct fg_head {
     int32_t n_slots;                     /* host mirror of the kept rows */
     int32_t n_freq;                      /* of which frequent */
     /* rows (common/slots.h): rows below priv_from may be shared with forks
-     * (a multiple of page_tokens; 0: the head shares none and keeps slot s
-     * in row s); rows_bound bounds the device's high water mark hw, which
+     * (0: the head shares none and keeps slot s in row s); rows_bound bounds the device's high water mark hw, which
      * exceeds row_floor by at most the rows kept (row_floor: priv_from plus
      * the dead rows the last share left above it); row_base >= 0 is a reset
      * of the rows' counters the next step makes; in_order: slot s is known
@@ -200,11 +199,10 @@ typedef struct fg_head {
     void **meta;                         /* [cap_pages] backend addresses */
 } fg_head;
 
-/* A shared page a decode step replaced by its own copy. */
+/* A shared meta page a decode step replaced by its own copy. */
 typedef struct fg_cow_entry {
     fg_head *head;
-    int32_t meta;   /* a meta page, else a row page */
-    int32_t page;   /* index in the head's page table */
+    int32_t page;   /* index in the head's meta page table */
     int32_t old_id; /* the shared page */
     void *old_addr;
 } fg_cow_entry;
@@ -329,10 +327,12 @@ void fg_head_shrink(fg_context *ctx, fg_head *h, int32_t n_pages);
 void fg_head_free(fg_context *ctx, fg_head *h);
 /* A head whose n_slots slots were just compacted: slot s in row s, nothing shared. */
 void fg_head_compacted(fg_head *h);
-/* The head's pages are about to be shared (a fork, or fg_seq_append's
- * snapshot): from now on its steps write no row below its last page,
- * which they copy before writing it, and its free rows are forgotten. */
-void fg_head_share(fg_context *ctx, fg_head *h);
+/* The head's pages are now shared (a fork, or fg_seq_append's snapshot):
+ * its steps no longer write the rows it has; its free rows are forgotten.
+ * The source (copy 0) writes its new rows from its high water mark on, in
+ * its last page first, as before; a copy (1) writes them in pages of its
+ * own, past every shared one, so that no row page is ever copied. */
+void fg_head_share(fg_context *ctx, fg_head *h, int copy);
 /* After a step of head i of s: a head that shares pages holds no more
  * than it would alone (its share of each page counted), and one that
  * shares none keeps slot s in row s. Otherwise its kept rows are gathered
@@ -344,10 +344,9 @@ void fg_head_tidy(fg_context *ctx, struct fg_seq *s, size_t i);
 /* Gathers a head's kept rows into new pages of its own, slot s in row s,
  * and gives back the old ones. On failure the head is as it was. */
 fg_status fg_head_repack(fg_context *ctx, fg_head *h);
-/* Copy-on-write: replaces the shared pages [first, last) of a head's meta
- * (meta = 1) or row table by copies of its own before a step writes them,
- * recording each in ctx->cow. */
-fg_status fg_head_unshare(fg_context *ctx, fg_head *h, int meta, int32_t first, int32_t last);
+/* Copy-on-write: replaces the shared meta pages [first, last) of a head by
+ * copies of its own before a step writes them, recording each in ctx->cow. */
+fg_status fg_head_unshare(fg_context *ctx, fg_head *h, int32_t first, int32_t last);
 /* Undoes the copies of a failed step: the heads share their old pages again. */
 void fg_pages_reshare(fg_context *ctx);
 /* The first n_slots slots of one head read to the host, after the

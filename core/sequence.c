@@ -185,8 +185,8 @@ fg_status fg_seq_fork(fg_context *ctx, int32_t parent, int32_t *child_out) {
         /* both now share every page of every head (fg_head_share) */
         const size_t n_heads = (size_t)ctx->params.n_layers * ctx->params.n_kv_heads;
         for (size_t i = 0; i < n_heads; i++) {
-            fg_head_share(ctx, &s->heads[i]);
-            fg_head_share(ctx, &ctx->seqs[id].heads[i]);
+            fg_head_share(ctx, &s->heads[i], 0);
+            fg_head_share(ctx, &ctx->seqs[id].heads[i], 1);
         }
         ctx->seqs[id].parent = parent;
         ctx->seqs[id].fork_len = s->length[0];
@@ -300,14 +300,18 @@ void fg_head_compacted(fg_head *h) {
     h->in_order = 1;
 }
 
-void fg_head_share(fg_context *ctx, fg_head *h) {
+void fg_head_share(fg_context *ctx, fg_head *h, int copy) {
     if (h->n_pages == 0)
         return; /* nothing to share: its first rows will be its own */
-    /* slot s in row s: the counters restart at n_slots with nothing lost;
-       else rows the head no longer keeps in its last page stay dead */
-    h->row_base = h->rows_bound = h->in_order ? h->n_slots : h->rows_bound;
-    h->priv_from = h->row_base / ctx->layout.page_tokens * ctx->layout.page_tokens;
-    h->row_floor = h->in_order ? h->priv_from : h->row_base;
+    if (copy) { /* its new rows go to pages of its own, past every shared one */
+        h->priv_from = h->row_floor = h->rows_bound = h->row_base = h->n_pages * ctx->layout.page_tokens;
+        h->in_order = h->priv_from == h->n_slots;
+        return;
+    }
+    /* the source: rows from the high water mark on, which no copy uses (slot
+       s in row s: from n_slots, with nothing lost; else the rows it no longer
+       keeps in pages it owned stay dead) */
+    h->priv_from = h->row_floor = h->rows_bound = h->row_base = h->in_order ? h->n_slots : h->rows_bound;
 }
 
 /* fg_head_tidy for one head: 1 when it gathered its rows (it gave up its
@@ -398,7 +402,7 @@ fg_status fg_head_repack(fg_context *ctx, fg_head *h) {
         }
         s += run;
     }
-    if (f.n_pages > 0)
+    if (st == FG_OK && f.n_pages > 0)
         fg_rows_reset(L, new_meta, n);
     for (int32_t p = 0; p < f.n_pages && st == FG_OK; p++)
         st = fg_backend_write(be, f.meta[p], new_meta[p], L->meta_bytes);
@@ -428,16 +432,11 @@ fg_status fg_head_repack(fg_context *ctx, fg_head *h) {
     return FG_OK;
 }
 
-/* Copy-on-write: replaces the shared pages [first, last) of a head's meta
- * (meta = 1) or row table by copies of its own before a step writes them,
- * recording each in ctx->cow. */
-fg_status fg_head_unshare(fg_context *ctx, fg_head *h, int meta, int32_t first, int32_t last) {
-    fg_pool *pool = meta ? &ctx->meta_pool : &ctx->pool;
-    int32_t *ids = meta ? h->meta_ids : h->page_ids;
-    void **addrs = meta ? h->meta : h->pages;
-    const size_t bytes = meta ? ctx->layout.meta_bytes : ctx->layout.page_bytes;
+/* Copy-on-write: replaces the shared meta pages [first, last) of a head by
+ * copies of its own before a step writes them, recording each in ctx->cow. */
+fg_status fg_head_unshare(fg_context *ctx, fg_head *h, int32_t first, int32_t last) {
     for (int32_t p = first; p < last && p < h->n_pages; p++) {
-        if (!fg_pool_shared(pool, ids[p]))
+        if (!fg_pool_shared(&ctx->meta_pool, h->meta_ids[p]))
             continue;
         if (ctx->n_cow == ctx->cap_cow) {
             int32_t cap = ctx->cap_cow ? 2 * ctx->cap_cow : 64;
@@ -448,15 +447,15 @@ fg_status fg_head_unshare(fg_context *ctx, fg_head *h, int meta, int32_t first, 
         }
         int32_t id;
         void *addr;
-        fg_status st = fg_pool_alloc(pool, &id, &addr);
-        if (st == FG_OK && (st = fg_backend_copy(&ctx->be, addr, addrs[p], bytes)) != FG_OK)
-            fg_pool_free(pool, id);
+        fg_status st = fg_pool_alloc(&ctx->meta_pool, &id, &addr);
+        if (st == FG_OK && (st = fg_backend_copy(&ctx->be, addr, h->meta[p], ctx->layout.meta_bytes)) != FG_OK)
+            fg_pool_free(&ctx->meta_pool, id);
         if (st)
             return st;
-        ctx->cow[ctx->n_cow++] = (fg_cow_entry){h, meta, p, ids[p], addrs[p]};
-        fg_pool_free(pool, ids[p]); /* one owner less: the others keep it */
-        ids[p] = id;
-        addrs[p] = addr;
+        ctx->cow[ctx->n_cow++] = (fg_cow_entry){h, p, h->meta_ids[p], h->meta[p]};
+        fg_pool_free(&ctx->meta_pool, h->meta_ids[p]); /* one owner less: the others keep it */
+        h->meta_ids[p] = id;
+        h->meta[p] = addr;
     }
     return FG_OK;
 }
@@ -465,13 +464,10 @@ fg_status fg_head_unshare(fg_context *ctx, fg_head *h, int meta, int32_t first, 
 void fg_pages_reshare(fg_context *ctx) {
     while (ctx->n_cow > 0) {
         const fg_cow_entry *c = &ctx->cow[--ctx->n_cow];
-        fg_pool *pool = c->meta ? &ctx->meta_pool : &ctx->pool;
-        int32_t *ids = c->meta ? c->head->meta_ids : c->head->page_ids;
-        void **addrs = c->meta ? c->head->meta : c->head->pages;
-        fg_pool_ref(pool, c->old_id);
-        fg_pool_free(pool, ids[c->page]);
-        ids[c->page] = c->old_id;
-        addrs[c->page] = c->old_addr;
+        fg_pool_ref(&ctx->meta_pool, c->old_id);
+        fg_pool_free(&ctx->meta_pool, c->head->meta_ids[c->page]);
+        c->head->meta_ids[c->page] = c->old_id;
+        c->head->meta[c->page] = c->old_addr;
     }
 }
 

@@ -463,6 +463,8 @@ typedef struct fg_memory_stats {
     int64_t pages_free;
     int64_t rows_kept;     /* kept rows over all heads */
     int64_t rows_full;     /* rows a full cache would keep */
+    size_t kv_bytes_alone; /* K/V bytes the sequences would hold sharing nothing: each head its kept
+                              rows rounded up to pages (kv_bytes_held / kv_bytes_alone: what forks save) */
 } fg_memory_stats;
 
 /* seq < 0: the whole context, pages shared by forks counted once both in

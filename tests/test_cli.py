@@ -299,7 +299,7 @@ with tempfile.TemporaryDirectory() as tmp:
             "Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her dog.")
     sj = json.loads(r.stdout) if r.returncode == 0 else {}
     check(len(sj.get("samples", [])) == 3 and len(set(sj["samples"])) > 1, "--samples 3: three different samples")
-    check(0 < sj.get("kv_bytes_held", 0) < sj.get("kv_bytes_unshared", 0), "--samples: the prompt's pages are shared")
+    check(0 < sj.get("kv_bytes_held", 0) < sj.get("kv_bytes_alone", 0), "--samples: the prompt's pages are shared")
     r = run("generate", *model_args(), "--samples", "65")
     check(r.returncode == 2, "--samples past 64 is bad usage")
     # --prefill-chunk: a prompt of over 128 tokens in chunks of 64 (the cpu backend's row tiles) gives the

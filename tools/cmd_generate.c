@@ -54,7 +54,7 @@ static const char *k_generate_help_tail =
     "                          reprofile (each head profiled again over the new turn)\n"
     "  --samples K             K samples (temperature 1 unless --temp says otherwise, seeds S..S+K-1) forked\n"
     "                          from one prefilled prompt, sharing its pages; --json: samples, kv_bytes_held\n"
-    "                          (shared pages once), kv_bytes_unshared (each counted whole), kv_bytes_full\n"
+    "                          (shared pages once), kv_bytes_alone (as separate sequences), kv_bytes_full\n"
     "                          (full caches that share the prompt's pages too)\n";
 
 typedef struct generate_extra {

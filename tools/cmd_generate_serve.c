@@ -295,27 +295,24 @@ int serve_samples(const cli_opts *o, const fg_compression_params *cp, int32_t k)
         fprintf(stderr, "fastgen generate: %s\n", st == FG_ERR_CAPACITY ? "the prompt fills the context"
                                                                         : cli_reason(s.runner, st));
     } else {
-        fg_memory_stats all, one;
+        fg_memory_stats all;
         fg_memory(fgm_runner_context(s.runner), -1, &all);
-        size_t separate = 0;
-        for (int32_t i = 0; i < k; i++) {
-            fg_memory(fgm_runner_context(s.runner), seqs[i], &one);
-            separate += one.kv_bytes_held;
-        }
         if (o->json) {
             printf("{\"samples\": [");
             for (int32_t i = 0; i < k; i++) {
                 printf("%s", i ? ", " : "");
                 cli_json_string(stdout, texts[i]);
             }
-            printf("], \"n_prompt\": %d, \"kv_bytes_held\": %zu, \"kv_bytes_unshared\": %zu, \"kv_bytes_full\": %zu}\n",
-                   (int)n_prompt, all.kv_bytes_held, separate, all.kv_bytes_full);
+            printf("], \"n_prompt\": %d, \"kv_bytes_held\": %zu, \"kv_bytes_alone\": %zu, \"kv_bytes_full\": %zu}\n",
+                   (int)n_prompt, all.kv_bytes_held, all.kv_bytes_alone, all.kv_bytes_full);
         } else {
             for (int32_t i = 0; i < k; i++)
                 printf("sample %d: %s%s\n\n", (int)i + 1, o->prompt, texts[i]);
-            printf("%d samples: KV cache %zu bytes held (pages shared with the prompt counted once), %zu if each "
-                   "held its own, %zu for full caches sharing the prompt's pages\n",
-                   (int)k, all.kv_bytes_held, separate, all.kv_bytes_full);
+            printf("%d samples: KV cache %zu bytes held (shared pages counted once), %zu as %d separate sequences "
+                   "(%.2fx), %zu for full caches sharing the prompt's pages\n",
+                   (int)k, all.kv_bytes_held, all.kv_bytes_alone, (int)k,
+                   all.kv_bytes_alone ? (double)all.kv_bytes_held / (double)all.kv_bytes_alone : 0.0,
+                   all.kv_bytes_full);
         }
         rc = 0;
     }

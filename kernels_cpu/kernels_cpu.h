@@ -82,6 +82,19 @@ typedef struct fg_cpu_state {
  * (non-temporal stores); smaller ones leave their pages cached for decode */
 #define FG_CPU_STREAM_BYTES ((size_t)4 << 20)
 
+/* Asks for the row ids of meta page `index` (slots from index *
+ * page_tokens), unless it starts at or past slot `end`: the attention reads
+ * them before the rows they name, so they come FG_META_AHEAD pages ahead. */
+static inline void fg_prefetch_row_ids(const fg_page_layout *L, void *const *meta, int32_t end, int32_t index) {
+    if ((int64_t)index * L->page_tokens >= end)
+        return;
+    const unsigned char *ids = (const unsigned char *)meta[index] + L->row_offset;
+    const size_t last = (size_t)L->page_tokens * sizeof(int32_t) - 1;
+    for (size_t off = 0; off < last; off += 64)
+        __builtin_prefetch(ids + off, 0, 3);
+    __builtin_prefetch(ids + last, 0, 3);
+}
+
 /* One decode work item: G query heads over slots [begin, end) of a head. */
 typedef struct fg_attend_chunk {
     const fg_page_layout *layout;

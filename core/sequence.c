@@ -305,7 +305,7 @@ void fg_head_share(fg_context *ctx, fg_head *h, int copy) {
         return; /* nothing to share: its first rows will be its own */
     if (copy) { /* its new rows go to pages of its own, past every shared one */
         h->priv_from = h->row_floor = h->rows_bound = h->row_base = h->n_pages * ctx->layout.page_tokens;
-        h->in_order = h->priv_from == h->n_slots;
+        h->in_order = h->in_order && h->priv_from == h->n_slots;
         return;
     }
     /* the source: rows from the high water mark on, which no copy uses (slot
@@ -402,8 +402,6 @@ fg_status fg_head_repack(fg_context *ctx, fg_head *h) {
         }
         s += run;
     }
-    if (st == FG_OK && f.n_pages > 0)
-        fg_rows_reset(L, new_meta, n);
     for (int32_t p = 0; p < f.n_pages && st == FG_OK; p++)
         st = fg_backend_write(be, f.meta[p], new_meta[p], L->meta_bytes);
     if (st == FG_OK && be->ops->synchronize)
@@ -427,8 +425,7 @@ fg_status fg_head_repack(fg_context *ctx, fg_head *h) {
     h->meta = f.meta;
     h->n_pages = f.n_pages;
     h->cap_pages = f.cap_pages;
-    fg_head_compacted(h);
-    h->row_base = -1; /* the counters are written */
+    fg_head_compacted(h); /* its next step resets the rows' counters */
     return FG_OK;
 }
 

@@ -203,9 +203,11 @@ static void kept_positions(fg_backend *be, const fg_page_layout *L, const head_c
  * so with such queries it must agree with ref as tightly as the f32 FMA
  * kernels do. */
 static int g_bf16_queries;
-/* check_decode with caches as a fork finds them: every compacted row page
- * shared (priv_from past them), so the steps take fresh rows and must leave
- * the shared rows as they were. */
+/* check_decode with caches as a fork finds them (fg_head_share): every
+ * compacted row shared, so the steps take fresh rows and must leave the
+ * shared ones as they were. Even heads are a fork's copy (its new rows in
+ * pages past the shared ones), odd heads its source (its new rows from
+ * the kept ones on, in the last shared page first). */
 static int g_shared_rows;
 
 /* Decode over a batch of heads of the given lengths and policies, `steps` steps.
@@ -267,7 +269,7 @@ static void check_decode(backend_pair *bp, int32_t d, int32_t G, fg_dtype dt, in
             compact_one(bes[b], &L, &sh, h->t, K[i], V[i], 0, pos, flags, score, h->n_slots, &caches[i][b]);
             if (g_shared_rows)
                 caches[i][b].priv_from = caches[i][b].row_base =
-                    (h->n_slots + page_tokens - 1) / page_tokens * page_tokens;
+                    i % 2 ? h->n_slots : (h->n_slots + page_tokens - 1) / page_tokens * page_tokens;
         }
     }
     /* the shared rows as compaction left them (ref's) */
@@ -345,11 +347,11 @@ static void check_decode(backend_pair *bp, int32_t d, int32_t G, fg_dtype dt, in
     /* shared rows: every backend left them as they were */
     int untouched = 1;
     for (int32_t i = 0; g_shared_rows && i < n_heads; i++) {
-        const int32_t shared_pages = caches[i][0].priv_from / page_tokens;
         for (int b = 0; b < 3; b++) {
             host_cache now = cache_read(bes[b], &L, &caches[i][b]);
-            for (int32_t p = 0; p < shared_pages; p++)
-                untouched &= memcmp(now.pages[p], before[i].pages[p], L.page_bytes) == 0;
+            for (int32_t r = 0; r < caches[i][0].priv_from; r++)
+                untouched &= memcmp(fg_row_k(&L, now.pages, r), fg_row_k(&L, before[i].pages, r), L.row_bytes) == 0 &&
+                             memcmp(fg_row_v(&L, now.pages, r), fg_row_v(&L, before[i].pages, r), L.row_bytes) == 0;
             host_cache_free(&now);
         }
         host_cache_free(&before[i]);

@@ -164,7 +164,8 @@ static void run_trio(const run_cfg *rc, const fg_compression_params *cpa, const 
         fg_memory_stats all;
         EXPECT_OK(ctx, fg_memory(ctx, -1, &all));
         bad_bytes += all.kv_bytes_held > alone;
-        saved_bytes = saved_bytes > alone - all.kv_bytes_held ? saved_bytes : alone - all.kv_bytes_held;
+        if (all.kv_bytes_held <= alone && alone - all.kv_bytes_held > saved_bytes)
+            saved_bytes = alone - all.kv_bytes_held;
         double num = 0.0, den = 0.0;
         add_error(bo, ref, (size_t)n * row_q, &num, &den);
         worst_nmse = fmax(worst_nmse, num / den);

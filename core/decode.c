@@ -189,11 +189,12 @@ fg_status fg_decode(fg_context *ctx, int32_t layer, int32_t n_seqs, const int32_
         for (int32_t g = 0; g < Hkv; g++) {
             fg_head *h = &s->heads[(size_t)layer * Hkv + g];
             const fg_step_plan *pl = &ctx->plans[i * Hkv + g];
-            const int32_t ins = pl->insert_flag ? 1 : 0, fresh_max = h->row_floor + h->n_slots + ins;
+            const int32_t ins = pl->insert_flag ? 1 : 0, fresh_max = h->priv_from + h->n_slots + ins;
             if (h->n_pages > 0)
                 h->row_base = -1; /* the step reset the counters */
-            /* a fresh row is taken only when no row the head may write is free:
-               then hw <= row_floor + the slots before the step */
+            /* a fresh row is taken only when no row the head may write is free
+               (rows [priv_from, hw) are kept or free: fg_head_share starts hw
+               at priv_from): then hw <= priv_from + the slots before the step */
             if (ins && h->rows_bound < fresh_max)
                 h->rows_bound++;
             /* an eviction below priv_from leaves its row dead, and the last

@@ -185,12 +185,12 @@ typedef struct fg_head {
     int32_t n_slots;                     /* host mirror of the kept rows */
     int32_t n_freq;                      /* of which frequent */
     /* rows (common/slots.h): rows below priv_from may be shared with forks
-     * (0: the head shares none and keeps slot s in row s); rows_bound bounds the device's high water mark hw, which
-     * exceeds row_floor by at most the rows kept (row_floor: priv_from plus
-     * the dead rows the last share left above it); row_base >= 0 is a reset
-     * of the rows' counters the next step makes; in_order: slot s is known
-     * to be in row s and no row at or above n_slots is in use */
-    int32_t priv_from, rows_bound, row_floor, row_base;
+     * (0: the head shares none and keeps slot s in row s); rows_bound bounds
+     * the device's high water mark hw, which exceeds priv_from by at most
+     * the rows kept; row_base >= 0 is a reset of the rows' counters the next
+     * step makes; in_order: slot s is known to be in row s and no row at or
+     * above n_slots is in use */
+    int32_t priv_from, rows_bound, row_base;
     int32_t in_order;
     int32_t n_pages, cap_pages;          /* of each table */
     int32_t *page_ids;                   /* [cap_pages] row pages (ctx->pool) */

@@ -295,7 +295,7 @@ void fg_head_free(fg_context *ctx, fg_head *h) {
 }
 
 void fg_head_compacted(fg_head *h) {
-    h->priv_from = h->row_floor = 0;
+    h->priv_from = 0;
     h->rows_bound = h->row_base = h->n_slots;
     h->in_order = 1;
 }
@@ -304,14 +304,14 @@ void fg_head_share(fg_context *ctx, fg_head *h, int copy) {
     if (h->n_pages == 0)
         return; /* nothing to share: its first rows will be its own */
     if (copy) { /* its new rows go to pages of its own, past every shared one */
-        h->priv_from = h->row_floor = h->rows_bound = h->row_base = h->n_pages * ctx->layout.page_tokens;
+        h->priv_from = h->rows_bound = h->row_base = h->n_pages * ctx->layout.page_tokens;
         h->in_order = h->in_order && h->priv_from == h->n_slots;
         return;
     }
     /* the source: rows from the high water mark on, which no copy uses (slot
        s in row s: from n_slots, with nothing lost; else the rows it no longer
        keeps in pages it owned stay dead) */
-    h->priv_from = h->row_floor = h->rows_bound = h->row_base = h->in_order ? h->n_slots : h->rows_bound;
+    h->priv_from = h->rows_bound = h->row_base = h->in_order ? h->n_slots : h->rows_bound;
 }
 
 /* fg_head_tidy for one head: 1 when it gathered its rows (it gave up its
@@ -333,7 +333,7 @@ static int tidy_one(fg_context *ctx, fg_head *h) {
         meta += 1.0 / m;
     }
     if (!shared && h->in_order) { /* its rows are in order: only the bookkeeping changes */
-        h->priv_from = h->row_floor = 0;
+        h->priv_from = 0;
         return 0;
     }
     const double alone = fg_pages_for(ctx, h->n_slots), eps = 1e-9; /* sums of 1 / r */

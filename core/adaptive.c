@@ -42,6 +42,10 @@
  * the levels that matter are many orders above); skipping it makes a pass
  * cost the keys the observed rows attend, not all of them. */
 #define FG_AD_NEGLIGIBLE 1e-6f
+/* The predicted error of a level whose arithmetic overflowed (NaN or Inf
+ * keys, queries or values): it ranks after every real one, and the sum of
+ * every unit's stays finite, so each search below compares real numbers. */
+#define FG_AD_WORST 1e300
 #define FG_AD_CHOICE(f, l) ((f) * (FG_AD_LEVELS + 1) + (l))
 #define FG_AD_FAMILY(c) ((c) / (FG_AD_LEVELS + 1))
 #define FG_AD_LEVEL(c) ((c) % (FG_AD_LEVELS + 1))
@@ -407,7 +411,9 @@ static void lagrange(const unit_curves *uc, int32_t n_units, int32_t n_fam, int6
     }
 }
 
-/* The leftover rows to the single-unit moves that lower the error most per row added. */
+/* The leftover rows to the single-unit moves that lower the error most per
+ * row added. Each move lowers one unit's (finite) error strictly, so no
+ * choice comes back and the loop ends. */
 static void fill(const unit_curves *uc, int32_t n_units, int32_t n_fam, int64_t budget, int64_t floor_rows,
                  int32_t *choice) {
     int64_t used;
@@ -422,7 +428,7 @@ static void fill(const unit_curves *uc, int32_t n_units, int32_t n_fam, int64_t 
                 for (int32_t l = 0; l <= FG_AD_LEVELS; l++) {
                     const int64_t dr = (int64_t)uc[u].rows[f][l] - r0;
                     const double de = e0 - uc[u].err[f][l];
-                    if (de <= 0.0 || used + dr > budget || !above_floor(uc[u].rows[f][l], l, floor_rows))
+                    if (!(de > 0.0) || used + dr > budget || !above_floor(uc[u].rows[f][l], l, floor_rows))
                         continue;
                     const double gain = dr <= 0 ? INFINITY : de / (double)dr;
                     if (gain > best) {
@@ -637,6 +643,10 @@ static fg_status unit_curves_all(fg_context *ctx, const fg_seq *s, compress_scra
                     if (!(s->cp.shortlist[f].components & FG_KEEP_FULL))
                         for (int32_t lv = 0; lv <= FG_AD_LEVELS; lv++)
                             uc->err[f][lv] += u->row_err[(size_t)i * per_row + (size_t)f * (FG_AD_LEVELS + 1) + lv];
+            for (int32_t f = 0; f < n_fam; f++)
+                for (int32_t lv = 0; lv <= FG_AD_LEVELS; lv++)
+                    if (!(uc->err[f][lv] <= FG_AD_WORST)) /* NaN or above: the worst */
+                        uc->err[f][lv] = FG_AD_WORST;
         }
     }
     return FG_OK;
@@ -769,6 +779,25 @@ fg_status fg_adaptive_prepare(fg_context *ctx, fg_seq *s, fg_adaptive_plan **out
     }
     *out = plan;
     return FG_OK;
+}
+
+fg_status fg_adaptive_compress(fg_context *ctx, fg_seq *s) {
+    fg_adaptive_plan *plan = NULL;
+    fg_status st = fg_adaptive_prepare(ctx, s, &plan);
+    if (st)
+        return st;
+    fg_adaptive_swap(s, plan);
+    fg_adaptive_abort(ctx, &plan); /* the full caches go */
+    return FG_OK;
+}
+
+int fg_adaptive_due(const fg_context *ctx, const fg_seq *s) {
+    if (!s->ad || s->length[0] < s->ad->compress_at)
+        return 0;
+    for (int32_t l = 1; l < ctx->params.n_layers; l++)
+        if (s->length[l] != s->length[0])
+            return 0;
+    return 1;
 }
 
 fg_status fg_adaptive_curves(fg_context *ctx, const fg_seq *s, double *err, int32_t *rows, int64_t *budget_rows) {

@@ -252,7 +252,7 @@ static fg_status append_reprofile(fg_context *ctx, fg_seq *s, int32_t seq, int32
     return st;
 }
 
-fg_status fg_seq_append(fg_context *ctx, int32_t seq, int32_t layer, const int32_t *tokens, int32_t n,
+static fg_status seq_append(fg_context *ctx, int32_t seq, int32_t layer, const int32_t *tokens, int32_t n,
                         const float *q, const float *k, const float *v, float *out) {
     FG_CHECK(ctx, NULL, FG_ERR_INVALID_ARGUMENT, "fg_seq_append: context must not be NULL");
     fg_seq *s = NULL;
@@ -285,6 +285,11 @@ fg_status fg_seq_append(fg_context *ctx, int32_t seq, int32_t layer, const int32
     const size_t rk = (size_t)ctx->params.n_kv_heads * ctx->params.head_dim;
     for (int32_t i = 0; i < n && st == FG_OK; i++)
         st = fg_decode(ctx, layer, 1, &seq, &tokens[i], q + i * rq, k + i * rk, v + i * rk, out + i * rq);
+    /* an adaptive sequence the chunk carried past defer_until: compressed once
+       its last layer has the chunk (the decode steps wait for every layer at
+       defer_until, which a layer-by-layer append never has) */
+    if (st == FG_OK && fg_adaptive_due(ctx, s))
+        st = fg_adaptive_compress(ctx, s);
     if (st) {
         fg_seq_release(ctx, s);
         *s = before;
@@ -294,4 +299,10 @@ fg_status fg_seq_append(fg_context *ctx, int32_t seq, int32_t layer, const int32
     for (int32_t g = 0; g < Hkv; g++)
         fg_head_tidy(ctx, s, (size_t)layer * Hkv + g);
     return FG_OK;
+}
+
+fg_status fg_seq_append(fg_context *ctx, int32_t seq, int32_t layer, const int32_t *tokens, int32_t n,
+                        const float *q, const float *k, const float *v, float *out) {
+    FG_CLAIM(ctx, "fg_seq_append");
+    return fg_release(ctx, seq_append(ctx, seq, layer, tokens, n, q, k, v, out));
 }

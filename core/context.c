@@ -36,6 +36,9 @@ static fg_status validate_params(const fg_context_params *p) {
              "classes must not be NULL (build them with fg_token_classes_create)");
     FG_CHECK(p->io == FG_IO_HOST || p->io == FG_IO_DEVICE, NULL, FG_ERR_INVALID_ARGUMENT,
              "io must be FG_IO_HOST (0) or FG_IO_DEVICE (1), got %d", (int)p->io);
+    FG_CHECK(p->compression.allocation != FG_ALLOC_ADAPTIVE || p->compression.defer_until <= p->max_seq_len, NULL,
+             FG_ERR_INVALID_ARGUMENT, "compression.defer_until %d is beyond max_seq_len %d: no sequence could ever be "
+             "compressed", (int)p->compression.defer_until, (int)p->max_seq_len);
     return fg_compression_params_validate(&p->compression);
 }
 
@@ -135,16 +138,26 @@ void fg_context_destroy(fg_context **pctx) {
 
 const char *fg_context_backend(const fg_context *ctx) { return ctx ? ctx->backend_name : NULL; }
 
-fg_status fg_context_set_stream(fg_context *ctx, void *stream) {
+static fg_status context_set_stream(fg_context *ctx, void *stream) {
     FG_CHECK(ctx, NULL, FG_ERR_INVALID_ARGUMENT, "fg_context_set_stream: context must not be NULL");
     FG_CHECK(ctx->be.ops->set_stream, ctx, FG_ERR_INVALID_ARGUMENT, "backend \"%s\" has no streams",
              ctx->backend_name);
     return ctx->be.ops->set_stream(&ctx->be, stream);
 }
 
-fg_status fg_synchronize(fg_context *ctx) {
+fg_status fg_context_set_stream(fg_context *ctx, void *stream) {
+    FG_CLAIM(ctx, "fg_context_set_stream");
+    return fg_release(ctx, context_set_stream(ctx, stream));
+}
+
+static fg_status synchronize(fg_context *ctx) {
     FG_CHECK(ctx, NULL, FG_ERR_INVALID_ARGUMENT, "fg_synchronize: context must not be NULL");
     return ctx->be.ops->synchronize ? ctx->be.ops->synchronize(&ctx->be) : FG_OK;
+}
+
+fg_status fg_synchronize(fg_context *ctx) {
+    FG_CLAIM(ctx, "fg_synchronize");
+    return fg_release(ctx, synchronize(ctx));
 }
 
 fg_status fg_backend_probe(const char *name) {

@@ -28,7 +28,7 @@ static fg_status reserve_scratch(fg_context *ctx, int32_t n_heads, int32_t n_seq
     return FG_OK;
 }
 
-fg_status fg_decode(fg_context *ctx, int32_t layer, int32_t n_seqs, const int32_t *seqs, const int32_t *tokens,
+static fg_status decode(fg_context *ctx, int32_t layer, int32_t n_seqs, const int32_t *seqs, const int32_t *tokens,
                     const float *q, const float *k, const float *v, float *out) {
     FG_CHECK(ctx, NULL, FG_ERR_INVALID_ARGUMENT, "fg_decode: context must not be NULL");
     FG_CHECK(seqs && tokens && q && k && v && out, ctx, FG_ERR_INVALID_ARGUMENT,
@@ -227,4 +227,10 @@ fg_status fg_decode(fg_context *ctx, int32_t layer, int32_t n_seqs, const int32_
             }
         }
     return FG_OK;
+}
+
+fg_status fg_decode(fg_context *ctx, int32_t layer, int32_t n_seqs, const int32_t *seqs, const int32_t *tokens,
+                    const float *q, const float *k, const float *v, float *out) {
+    FG_CLAIM(ctx, "fg_decode");
+    return fg_release(ctx, decode(ctx, layer, n_seqs, seqs, tokens, q, k, v, out));
 }

@@ -10,7 +10,7 @@ static size_t kv_row_bytes(const fg_context *ctx) {
     return 2 * ctx->layout.row_bytes;
 }
 
-fg_status fg_head_inspect(const fg_context *ctx, int32_t seq, int32_t layer, int32_t kv_head, fg_head_info *info) {
+static fg_status head_inspect(const fg_context *ctx, int32_t seq, int32_t layer, int32_t kv_head, fg_head_info *info) {
     fg_seq *s = NULL;
     fg_head *h = NULL;
     fg_status st = fg_get_head(ctx, seq, layer, kv_head, &s, &h);
@@ -33,12 +33,17 @@ fg_status fg_head_inspect(const fg_context *ctx, int32_t seq, int32_t layer, int
     return FG_OK;
 }
 
+fg_status fg_head_inspect(const fg_context *ctx, int32_t seq, int32_t layer, int32_t kv_head, fg_head_info *info) {
+    FG_CLAIM(ctx, "fg_head_inspect");
+    return fg_release(ctx, head_inspect(ctx, seq, layer, kv_head, info));
+}
+
 static int cmp_i32(const void *a, const void *b) {
     int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
     return (x > y) - (x < y);
 }
 
-fg_status fg_head_positions(fg_context *ctx, int32_t seq, int32_t layer, int32_t kv_head, int32_t *positions,
+static fg_status head_positions(fg_context *ctx, int32_t seq, int32_t layer, int32_t kv_head, int32_t *positions,
                             int32_t capacity, int32_t *n_out) {
     fg_seq *s = NULL;
     fg_head *h = NULL;
@@ -55,6 +60,12 @@ fg_status fg_head_positions(fg_context *ctx, int32_t seq, int32_t layer, int32_t
         return st;
     qsort(positions, (size_t)h->n_slots, sizeof *positions, cmp_i32);
     return FG_OK;
+}
+
+fg_status fg_head_positions(fg_context *ctx, int32_t seq, int32_t layer, int32_t kv_head, int32_t *positions,
+                            int32_t capacity, int32_t *n_out) {
+    FG_CLAIM(ctx, "fg_head_positions");
+    return fg_release(ctx, head_positions(ctx, seq, layer, kv_head, positions, capacity, n_out));
 }
 
 static void add_seq_memory(const fg_context *ctx, const fg_seq *s, fg_memory_stats *m) {
@@ -94,7 +105,7 @@ static int64_t shared_full_pages(const fg_context *ctx) {
     return shared;
 }
 
-fg_status fg_memory(const fg_context *ctx, int32_t seq, fg_memory_stats *stats) {
+static fg_status memory(const fg_context *ctx, int32_t seq, fg_memory_stats *stats) {
     FG_CHECK(ctx, NULL, FG_ERR_INVALID_ARGUMENT, "fg_memory: context must not be NULL");
     FG_CHECK(stats, (fg_context *)ctx, FG_ERR_INVALID_ARGUMENT, "fg_memory: stats must not be NULL");
     fg_memory_stats m = {0};
@@ -122,9 +133,19 @@ fg_status fg_memory(const fg_context *ctx, int32_t seq, fg_memory_stats *stats) 
     return FG_OK;
 }
 
-fg_status fg_trim(fg_context *ctx) {
+fg_status fg_memory(const fg_context *ctx, int32_t seq, fg_memory_stats *stats) {
+    FG_CLAIM(ctx, "fg_memory");
+    return fg_release(ctx, memory(ctx, seq, stats));
+}
+
+static fg_status trim(fg_context *ctx) {
     FG_CHECK(ctx, NULL, FG_ERR_INVALID_ARGUMENT, "fg_trim: context must not be NULL");
     fg_pool_trim(&ctx->pool);
     fg_pool_trim(&ctx->meta_pool);
     return FG_OK;
+}
+
+fg_status fg_trim(fg_context *ctx) {
+    FG_CLAIM(ctx, "fg_trim");
+    return fg_release(ctx, trim(ctx));
 }

@@ -7,6 +7,7 @@
 #define FG_INTERNAL_H
 
 #include <stdarg.h>
+#include <stdatomic.h>
 
 #include "backends/backend.h"
 #include "fastgen.h"
@@ -251,6 +252,12 @@ fg_status fg_adaptive_prepare(fg_context *ctx, struct fg_seq *s, fg_adaptive_pla
 void fg_adaptive_swap(struct fg_seq *s, fg_adaptive_plan *plan);
 void fg_adaptive_unswap(struct fg_seq *s, fg_adaptive_plan *plan);
 void fg_adaptive_abort(fg_context *ctx, fg_adaptive_plan **plan);
+/* prepare, swap and abort: the sequence compressed now, or as it was on failure. */
+fg_status fg_adaptive_compress(fg_context *ctx, struct fg_seq *s);
+/* Whether a sequence still observed is due for its compression after a
+ * layer sweep: every layer at one length, at or past compress_at (an append
+ * can carry it past without a decode step at compress_at). */
+int fg_adaptive_due(const fg_context *ctx, const struct fg_seq *s);
 /* Levels of memory each family is tried at: level l keeps about l / FG_AD_LEVELS of the rows. */
 #define FG_AD_LEVELS 40
 /* For tests: the predicted error and the rows of every unit (layer x KV
@@ -297,7 +304,25 @@ struct fg_context {
     int32_t n_cow, cap_cow;
     int32_t scratch_heads;
     char error[512];
+    /* the thread inside a call (fg_claim): the address of its own marker, NULL when none */
+    _Atomic(const void *) owner;
+    int32_t depth; /* the owner's calls in progress (a call may make another) */
 };
+
+/* Every entry point that takes a context claims it for the calling thread
+ * first (fastgen.h: one call at a time per context): FG_OK (the context's
+ * message cleared when this is the thread's outermost call), or an error
+ * naming `fn` when ctx is NULL or another thread is inside a call, which
+ * leaves the context and its message alone. fg_release gives the claim back
+ * and returns st. */
+fg_status fg_claim(const fg_context *ctx, const char *fn);
+fg_status fg_release(const fg_context *ctx, fg_status st);
+#define FG_CLAIM(ctx, fn)                                                                                              \
+    do {                                                                                                               \
+        const fg_status claim_ = fg_claim((ctx), (fn));                                                                \
+        if (claim_)                                                                                                    \
+            return claim_;                                                                                             \
+    } while (0)
 
 /* Returns fg_error(ctx, status, ...) from the calling entry point when cond fails. */
 #define FG_CHECK(cond, ctx, status, ...)                                                                               \

@@ -38,10 +38,14 @@ void fg_policy_pool_ranks(const fg_compression_params *cp, const fg_profile_view
     }
 }
 
-/* Higher rank first; ties: the later position first. */
+/* Higher rank first, a NaN rank last (a total order whatever the floats);
+ * ties: the later position first. */
 static int by_rank_desc(const void *a, const void *b) {
     const fg_rank_entry *x = a, *y = b;
-    if (x->rank != y->rank)
+    const int xn = isnan(x->rank), yn = isnan(y->rank);
+    if (xn != yn)
+        return xn ? 1 : -1;
+    if (!xn && x->rank != y->rank)
         return x->rank > y->rank ? -1 : 1;
     return (x->pos < y->pos) - (x->pos > y->pos);
 }
@@ -119,6 +123,10 @@ int32_t fg_policy_choose(const fg_compression_params *cp, const fg_profile_view 
     return chosen >= 0 ? chosen : fallback;
 }
 
+/* A recovery as the allocation ranks it: a non-finite one (NaN or Inf
+ * attention) below every real one, which lie in [0, 1]. */
+static double ranked_recovery(double r) { return isfinite(r) ? r : -1.0; }
+
 void fg_policy_allocate(const double *rec, const int32_t *cost, int32_t n_heads, int32_t n_entries,
                         int64_t budget_rows, int32_t *choice) {
     int64_t used = 0;
@@ -127,11 +135,13 @@ void fg_policy_allocate(const double *rec, const int32_t *cost, int32_t n_heads,
         const int32_t *c = cost + (size_t)g * n_entries;
         int32_t best = 0;
         for (int32_t e = 1; e < n_entries; e++)
-            if (c[e] < c[best] || (c[e] == c[best] && r[e] > r[best]))
+            if (c[e] < c[best] || (c[e] == c[best] && ranked_recovery(r[e]) > ranked_recovery(r[best])))
                 best = e;
         choice[g] = best;
         used += c[best];
     }
+    /* Each move raises one head's (finite) recovery strictly, so no choice
+       comes back and the loop ends after at most n_heads x n_entries moves. */
     for (;;) {
         int32_t up_g = -1, up_e = -1;
         double up_gain = 0.0;
@@ -141,8 +151,8 @@ void fg_policy_allocate(const double *rec, const int32_t *cost, int32_t n_heads,
             const int32_t cur = choice[g];
             for (int32_t e = 0; e < n_entries; e++) {
                 const int64_t dc = (int64_t)c[e] - c[cur];
-                const double dr = r[e] - r[cur];
-                if (dr <= 0.0 || used + dc > budget_rows)
+                const double dr = ranked_recovery(r[e]) - ranked_recovery(r[cur]);
+                if (!(dr > 0.0) || used + dc > budget_rows)
                     continue;
                 /* recovery per row added; a free gain comes first */
                 const double gain = dc <= 0 ? INFINITY : dr / (double)dc;

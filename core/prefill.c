@@ -115,16 +115,6 @@ int fg_all_prefilled(const fg_context *ctx, const fg_seq *s) {
 }
 
 /* The adaptive mode's compression, all or nothing. */
-static fg_status compress_now(fg_context *ctx, fg_seq *s) {
-    fg_adaptive_plan *plan = NULL;
-    fg_status st = fg_adaptive_prepare(ctx, s, &plan);
-    if (st)
-        return st;
-    fg_adaptive_swap(s, plan);
-    fg_adaptive_abort(ctx, &plan); /* the full caches go */
-    return FG_OK;
-}
-
 /* The prompt phase of one layer. With stats (the row max and sum of every
  * prompt row, from the chunks of a chunked prefill) the attention is done
  * and only profiling, policy choice and compaction run; out is unused. */
@@ -252,7 +242,7 @@ static fg_status prefill_layer(fg_context *ctx, fg_seq *s, int32_t layer, const 
         st = fg_observe_rows(ctx, s, layer, 0, n - (n < s->ad->window ? n : s->ad->window), n, q);
     }
     if (st == FG_OK && s->ad && s->ad->compress_at == n && fg_all_prefilled(ctx, s))
-        st = compress_now(ctx, s);
+        st = fg_adaptive_compress(ctx, s);
     if (st) { /* the layer as it was: not prefilled */
         for (int32_t g = 0; g < Hkv; g++)
             fg_head_shrink(ctx, &heads[g], 0);
@@ -276,7 +266,7 @@ static fg_status prefill_checks(fg_context *ctx, const char *fn, int32_t seq, in
     return FG_OK;
 }
 
-fg_status fg_prefill(fg_context *ctx, int32_t seq, int32_t layer, const float *q, const float *k, const float *v,
+static fg_status prefill(fg_context *ctx, int32_t seq, int32_t layer, const float *q, const float *k, const float *v,
                      float *out) {
     fg_seq *s = NULL;
     fg_status st = prefill_checks(ctx, "fg_prefill", seq, layer, q, k, v, out, &s);
@@ -289,6 +279,12 @@ fg_status fg_prefill(fg_context *ctx, int32_t seq, int32_t layer, const float *q
     st = prefill_layer(ctx, s, layer, q, k, v, out, NULL, &w);
     prefill_scratch_free(ctx, &w);
     return st;
+}
+
+fg_status fg_prefill(fg_context *ctx, int32_t seq, int32_t layer, const float *q, const float *k, const float *v,
+                     float *out) {
+    FG_CLAIM(ctx, "fg_prefill");
+    return fg_release(ctx, prefill(ctx, seq, layer, q, k, v, out));
 }
 
 void fg_stage_free(fg_context *ctx, fg_prefill_stage *stage) {
@@ -311,7 +307,7 @@ int fg_stage_in_progress(const fg_context *ctx, const fg_seq *s) {
     return 0;
 }
 
-fg_status fg_prefill_chunk(fg_context *ctx, int32_t seq, int32_t layer, int32_t begin, int32_t n, const float *q,
+static fg_status prefill_chunk(fg_context *ctx, int32_t seq, int32_t layer, int32_t begin, int32_t n, const float *q,
                            const float *k, const float *v, float *out) {
     fg_seq *s = NULL;
     fg_status st = prefill_checks(ctx, "fg_prefill_chunk", seq, layer, q, k, v, out, &s);
@@ -383,4 +379,10 @@ fg_status fg_prefill_chunk(fg_context *ctx, int32_t seq, int32_t layer, int32_t 
     }
     fg_stage_free(ctx, stage);
     return FG_OK;
+}
+
+fg_status fg_prefill_chunk(fg_context *ctx, int32_t seq, int32_t layer, int32_t begin, int32_t n, const float *q,
+                           const float *k, const float *v, float *out) {
+    FG_CLAIM(ctx, "fg_prefill_chunk");
+    return fg_release(ctx, prefill_chunk(ctx, seq, layer, begin, n, q, k, v, out));
 }

@@ -52,7 +52,7 @@ fg_status fg_get_head(const fg_context *ctx, int32_t seq, int32_t layer, int32_t
     return FG_OK;
 }
 
-fg_status fg_seq_create(fg_context *ctx, const fg_compression_params *compression, const int32_t *prompt,
+static fg_status seq_create(fg_context *ctx, const fg_compression_params *compression, const int32_t *prompt,
                         int32_t n_prompt, int32_t *seq_out) {
     FG_CHECK(ctx, NULL, FG_ERR_INVALID_ARGUMENT, "fg_seq_create: context must not be NULL");
     FG_CHECK(prompt && seq_out, ctx, FG_ERR_INVALID_ARGUMENT, "fg_seq_create: prompt and seq_out must not be NULL");
@@ -64,6 +64,9 @@ fg_status fg_seq_create(fg_context *ctx, const fg_compression_params *compressio
     fg_status st = fg_compression_params_validate(cp);
     if (st)
         return fg_error(ctx, st, "%s", fg_last_error(NULL));
+    FG_CHECK(cp->allocation != FG_ALLOC_ADAPTIVE || cp->defer_until <= ctx->params.max_seq_len, ctx,
+             FG_ERR_INVALID_ARGUMENT, "defer_until %d is beyond max_seq_len %d: the sequence could never be compressed",
+             (int)cp->defer_until, (int)ctx->params.max_seq_len);
     int32_t id = 0;
     while (id < ctx->params.max_seqs && ctx->seqs[id].in_use)
         id++;
@@ -96,6 +99,12 @@ fg_status fg_seq_create(fg_context *ctx, const fg_compression_params *compressio
     s->in_use = 1;
     *seq_out = id;
     return FG_OK;
+}
+
+fg_status fg_seq_create(fg_context *ctx, const fg_compression_params *compression, const int32_t *prompt,
+                        int32_t n_prompt, int32_t *seq_out) {
+    FG_CLAIM(ctx, "fg_seq_create");
+    return fg_release(ctx, seq_create(ctx, compression, prompt, n_prompt, seq_out));
 }
 
 /* c becomes a copy of s that shares its pages (one more owner each). */
@@ -160,7 +169,7 @@ fg_status fg_seq_clone(fg_context *ctx, const fg_seq *s, fg_seq *c) {
     return FG_OK;
 }
 
-fg_status fg_seq_fork(fg_context *ctx, int32_t parent, int32_t *child_out) {
+static fg_status seq_fork(fg_context *ctx, int32_t parent, int32_t *child_out) {
     fg_seq *s = NULL;
     fg_status st = fg_get_seq(ctx, parent, &s);
     if (st)
@@ -195,7 +204,12 @@ fg_status fg_seq_fork(fg_context *ctx, int32_t parent, int32_t *child_out) {
     return st;
 }
 
-fg_status fg_seq_destroy(fg_context *ctx, int32_t seq) {
+fg_status fg_seq_fork(fg_context *ctx, int32_t parent, int32_t *child_out) {
+    FG_CLAIM(ctx, "fg_seq_fork");
+    return fg_release(ctx, seq_fork(ctx, parent, child_out));
+}
+
+static fg_status seq_destroy(fg_context *ctx, int32_t seq) {
     fg_seq *s = NULL;
     fg_status st = fg_get_seq(ctx, seq, &s);
     if (st)
@@ -219,12 +233,23 @@ fg_status fg_seq_destroy(fg_context *ctx, int32_t seq) {
         }
     }
     fg_seq_release(ctx, s);
+    /* the pages it shared now cost their other owners more: every head whose
+       share stopped paying gathers its rows (forks share only the same head) */
+    const size_t n_heads = (size_t)ctx->params.n_layers * ctx->params.n_kv_heads;
+    for (int32_t i = 0; i < ctx->params.max_seqs; i++)
+        for (size_t h = 0; ctx->seqs[i].in_use && h < n_heads; h++)
+            fg_head_tidy(ctx, &ctx->seqs[i], h);
     fg_pool_trim(&ctx->pool);
     fg_pool_trim(&ctx->meta_pool);
     return FG_OK;
 }
 
-fg_status fg_seq_length(const fg_context *ctx, int32_t seq, int32_t layer, int32_t *length) {
+fg_status fg_seq_destroy(fg_context *ctx, int32_t seq) {
+    FG_CLAIM(ctx, "fg_seq_destroy");
+    return fg_release(ctx, seq_destroy(ctx, seq));
+}
+
+static fg_status seq_length(const fg_context *ctx, int32_t seq, int32_t layer, int32_t *length) {
     fg_seq *s = NULL;
     fg_status st = fg_get_seq(ctx, seq, &s);
     if (st)
@@ -234,6 +259,11 @@ fg_status fg_seq_length(const fg_context *ctx, int32_t seq, int32_t layer, int32
              "layer %d outside [0, %d)", (int)layer, (int)ctx->params.n_layers);
     *length = s->length[layer];
     return FG_OK;
+}
+
+fg_status fg_seq_length(const fg_context *ctx, int32_t seq, int32_t layer, int32_t *length) {
+    FG_CLAIM(ctx, "fg_seq_length");
+    return fg_release(ctx, seq_length(ctx, seq, layer, length));
 }
 
 int32_t fg_pages_for(const fg_context *ctx, int32_t rows) {

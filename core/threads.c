@@ -55,6 +55,7 @@ struct fg_threadpool {
     _Atomic int32_t sleepers;
     _Atomic int32_t caller_waiting;
     _Atomic int32_t stop;
+    const struct nest *job_nest; /* the caller's node of this job (workers chain their own to its `up`) */
 };
 
 /* Tasks [next, end) of one thread's share, and the tasks that thread has
@@ -62,15 +63,21 @@ struct fg_threadpool {
  * own work where no other thread writes, and the job is done when the
  * counts add up to n_tasks. */
 typedef struct range {
-    _Alignas(64) _Atomic int32_t next;
+    _Alignas(64) _Atomic int64_t next; /* wide: each thread takes one past the end, which must not wrap */
     int32_t end;
     _Atomic int32_t done;
 } range;
 
-/* The pool and thread number of the job this thread is running (nested
- * jobs on the same pool run inline). */
-static _Thread_local const fg_threadpool *tls_pool;
-static _Thread_local int32_t tls_thread;
+/* The jobs a thread is inside, innermost first: a node lives on the stack
+ * of the caller that runs the job, and the job's workers take it up, so a
+ * task always knows every pool that waits on it. */
+typedef struct nest {
+    const fg_threadpool *pool;
+    int32_t thread;         /* this thread's number in that job (the innermost's only) */
+    const struct nest *up;  /* the job that runs the caller of this one */
+} nest;
+
+static _Thread_local const nest *tls_nest;
 
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -117,8 +124,8 @@ static void take_tasks(fg_threadpool *p, int32_t thread) {
     _Atomic int32_t *done = &p->ranges[thread].done;
     for (int32_t k = 0; k < n_ranges; k++) { /* its own range first, then the others' in turn */
         range *r = &p->ranges[(thread + k) % n_ranges];
-        for (int32_t t; (t = atomic_fetch_add(&r->next, 1)) < r->end;) {
-            fn(arg, t, thread);
+        for (int64_t t; (t = atomic_fetch_add(&r->next, 1)) < r->end;) {
+            fn(arg, (int32_t)t, thread);
             atomic_fetch_add(done, 1); /* each task counted as it ends: a thread descheduled between tasks
                                           holds up nobody once the others have taken the rest */
         }
@@ -144,7 +151,6 @@ typedef struct worker {
 static void *worker_main(void *varg) {
     const worker *w = varg;
     fg_threadpool *p = w->pool;
-    tls_thread = w->id;
     uint32_t seen = 0;
     for (;;) {
         SPIN_UNTIL(p, job_after(p, seen));
@@ -161,9 +167,10 @@ static void *worker_main(void *varg) {
         const uint32_t g = atomic_load(&p->gen);
         atomic_fetch_add(&p->active, 1);
         if (atomic_load(&p->gen) == g && !(g & 1u)) { /* the job did not change under us */
-            tls_pool = p;
+            const nest here = {p, w->id, p->job_nest->up};
+            tls_nest = &here;
             take_tasks(p, w->id);
-            tls_pool = NULL;
+            tls_nest = NULL;
             seen = g;
         }
         atomic_fetch_sub(&p->active, 1);
@@ -251,18 +258,31 @@ void fg_threadpool_destroy(fg_threadpool **pool) {
 
 int32_t fg_threadpool_size(const fg_threadpool *pool) { return pool ? pool->n_threads : 1; }
 
-void fg_threadpool_run(fg_threadpool *p, int32_t n_tasks, fg_task_fn fn, void *arg) {
-    if (n_tasks <= 0 || !fn)
-        return;
-    if (p && tls_pool == p) { /* a task of this pool asks for more: inline, as the thread it is */
+fg_status fg_threadpool_run(fg_threadpool *p, int32_t n_tasks, fg_task_fn fn, void *arg) {
+    if (n_tasks < 0 || (n_tasks > 0 && !fn))
+        return fg_error(NULL, FG_ERR_INVALID_ARGUMENT, "fg_threadpool_run: n_tasks must be >= 0 (got %d) and fn "
+                        "must not be NULL", (int)n_tasks);
+    if (n_tasks == 0)
+        return FG_OK;
+    if (p && tls_nest && tls_nest->pool == p) { /* a task of this pool asks for more: inline, as the thread it is */
         for (int32_t t = 0; t < n_tasks; t++)
-            fn(arg, t, tls_thread);
-        return;
+            fn(arg, t, tls_nest->thread);
+        return FG_OK;
     }
+    for (const nest *n = tls_nest; p && n; n = n->up)
+        if (n->pool == p) /* its job waits on this one through another pool's: it would wait for ever */
+            return fg_error(NULL, FG_ERR_BAD_STATE, "fg_threadpool_run: the pool runs a job that waits on this "
+                            "one through another pool (a task of pool A ran pool B, whose task runs A): run A's "
+                            "work inline or on a third pool");
     if (!p || p->n_threads == 1 || n_tasks == 1) {
+        const nest here = {p, 0, tls_nest};
+        const nest *outer = tls_nest;
+        if (p)
+            tls_nest = &here;
         for (int32_t t = 0; t < n_tasks; t++)
             fn(arg, t, 0);
-        return;
+        tls_nest = outer;
+        return FG_OK;
     }
     pthread_mutex_lock(&p->run_mu);
     /* workers start at the first job that wants them (a context that never
@@ -275,11 +295,15 @@ void fg_threadpool_run(fg_threadpool *p, int32_t n_tasks, fg_task_fn fn, void *a
         if (pthread_create(&w->thread, NULL, worker_main, w) != 0)
             break; /* tried again at the next job */
     }
+    const nest here = {p, 0, tls_nest};
+    const nest *outer = tls_nest;
     if (p->n_started == 0) {
         pthread_mutex_unlock(&p->run_mu);
+        tls_nest = &here;
         for (int32_t t = 0; t < n_tasks; t++)
             fn(arg, t, 0);
-        return;
+        tls_nest = outer;
+        return FG_OK;
     }
     const uint32_t g = atomic_load(&p->gen);
     atomic_store(&p->gen, g + 1); /* odd: the job is being written */
@@ -288,6 +312,7 @@ void fg_threadpool_run(fg_threadpool *p, int32_t n_tasks, fg_task_fn fn, void *a
         sched_yield();
     p->fn = fn;
     p->arg = arg;
+    p->job_nest = &here;
     p->n_ranges = p->n_started + 1;
     for (int32_t r = 0; r < p->n_ranges; r++) {
         atomic_store(&p->ranges[r].next, (int32_t)((int64_t)n_tasks * r / p->n_ranges));
@@ -301,13 +326,9 @@ void fg_threadpool_run(fg_threadpool *p, int32_t n_tasks, fg_task_fn fn, void *a
         pthread_cond_broadcast(&p->wake);
         pthread_mutex_unlock(&p->mu);
     }
-    const fg_threadpool *outer = tls_pool;
-    const int32_t outer_thread = tls_thread;
-    tls_pool = p;
-    tls_thread = 0;
+    tls_nest = &here;
     take_tasks(p, 0);
-    tls_pool = outer;
-    tls_thread = outer_thread;
+    tls_nest = outer;
     SPIN_UNTIL(p, finished(p) == n_tasks);
     if (finished(p) != n_tasks) {
         pthread_mutex_lock(&p->mu);
@@ -318,4 +339,5 @@ void fg_threadpool_run(fg_threadpool *p, int32_t n_tasks, fg_task_fn fn, void *a
         pthread_mutex_unlock(&p->mu);
     }
     pthread_mutex_unlock(&p->run_mu);
+    return FG_OK;
 }

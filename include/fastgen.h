@@ -18,6 +18,16 @@
  * Activations (Q, K, V, outputs) are fp32 arrays, on the host by default or
  * in the device's memory with FG_IO_DEVICE; keys are passed after RoPE. A
  * failed call leaves every cache as it was before the call.
+ *
+ * Threads: contexts are independent; any number of threads may each drive
+ * their own. One context takes one call at a time: it may pass from thread
+ * to thread (the engine orders the calls), and a call that finds another
+ * thread inside a call on the same context does nothing and returns
+ * FG_ERR_BAD_STATE, its message in fg_last_error(NULL) (the context's
+ * message stays that of the call in progress). fg_context_destroy must not
+ * overlap any call on its context. Token classes and parameters are read
+ * only: share them freely once built. A thread pool takes one job at a time
+ * and queues the others (fg_threadpool_run).
  */
 #ifndef FASTGEN_H
 #define FASTGEN_H
@@ -155,8 +165,10 @@ typedef enum fg_allocation {
     /* fastgen-adaptive: the sequence's budget shared among all its heads of
      * every layer by the error they are predicted to make. Every head holds
      * its full cache until the sequence has been observed: at the end of the
-     * last layer's prefill, or at the decode step that reaches defer_until
-     * tokens when the prompt is shorter. Then, for every (layer, KV head) and
+     * last layer's prefill, or, when the prompt is shorter than defer_until
+     * tokens, at the decode step that reaches it or at the end of the
+     * fg_seq_append (its last layer) that carries the sequence to or past it.
+     * Then, for every (layer, KV head) and
      * every shortlist entry (a family: its components and the split of its
      * ratios) at 41 levels of memory, the attention output each of the last
      * observation_window rows would get, as a decode query at its own
@@ -167,7 +179,11 @@ typedef enum fg_allocation {
      * keeping at least alloc_floor of the uniform share. Each head then keeps
      * its family's policy at its own ratios (fg_head_info.policy). Until then
      * the sequence holds its full cache; during the compression, the full
-     * cache and the compressed one. The last entry must be full. */
+     * cache and the compressed one. The last entry must be full.
+     * Non-finite arithmetic (a NaN or infinite query, key or value, or one
+     * large enough to overflow a dot product) makes an entry's predicted
+     * error the worst there is: it ranks after every finite one, and the
+     * choice stays within the budget. */
     FG_ALLOC_ADAPTIVE = 2
 } fg_allocation;
 
@@ -208,7 +224,9 @@ typedef struct fg_compression_params {
      * threshold, each layer's heads take the shortlist entries that recover
      * the most attention in total within the budget, chosen at prefill greedily
      * by recovery gained per row kept. Ratio-based entries then grow with the
-     * sequence, so the kept share stays near the budget while decoding. */
+     * sequence, so the kept share stays near the budget while decoding. A
+     * recovery that is not finite (NaN or infinite attention) ranks below
+     * every real one; every such search ends whatever the floats. */
     float budget;                         /* KV rows kept / full, in [0, 1]; 0 = off */
     int32_t budget_tokens;                /* > 0: at most this many rows per KV head on average (the smaller wins) */
     fg_append_mode append_mode;           /* fg_seq_append: FG_APPEND_KEEP (default) or FG_APPEND_REPROFILE */
@@ -220,7 +238,8 @@ typedef struct fg_compression_params {
     uint32_t adaptive_flags;              /* FG_ALLOC_ADAPTIVE: FG_ADAPTIVE_* variants, for comparisons; 0 = the mode */
     int32_t defer_until;                  /* FG_ALLOC_ADAPTIVE: the heads keep their full caches until the sequence
                                              holds this many tokens (its prompt, when longer); the decode rows
-                                             join the observed ones, so at most observation_window of them */
+                                             join the observed ones, so at most observation_window of them;
+                                             at most the context's max_seq_len */
 } fg_compression_params;
 
 /* The paper: special, +punct, +frequent, +local, full; r = 0.3, T = 0.95. */
@@ -297,7 +316,10 @@ typedef struct fg_context fg_context;
  * (FASTGEN_SPIN_US in the environment: how long, default 100), so a busy
  * machine does not make the threads wait on each other's time slices.
  * One job runs at a time: callers on other threads wait their turn; a task
- * that runs a job on its own pool runs it inline. */
+ * that runs a job on its own pool runs it inline. A task of pool A may run
+ * a job on another pool B; a task of that job may not run one on A again
+ * (A's job waits on it): that call returns FG_ERR_BAD_STATE and runs
+ * nothing. */
 typedef struct fg_threadpool fg_threadpool;
 typedef void (*fg_task_fn)(void *arg, int32_t task, int32_t thread);
 /* The number of CPUs this process may run on (sched_getaffinity). */
@@ -307,8 +329,11 @@ FG_API fg_status fg_threadpool_create(int32_t n_threads, fg_threadpool **out);
 FG_API void fg_threadpool_destroy(fg_threadpool **pool);
 /* Threads of a pool, the caller included (1 for NULL). */
 FG_API int32_t fg_threadpool_size(const fg_threadpool *pool);
-/* Runs the job and returns when every task has finished (NULL pool: serially). */
-FG_API void fg_threadpool_run(fg_threadpool *pool, int32_t n_tasks, fg_task_fn fn, void *arg);
+/* Runs the job and returns when every task has finished (NULL pool:
+ * serially). FG_OK; FG_ERR_INVALID_ARGUMENT (n_tasks < 0, or fn NULL with
+ * tasks to run) and FG_ERR_BAD_STATE (see above) run nothing, with a message
+ * in fg_last_error(NULL). */
+FG_API fg_status fg_threadpool_run(fg_threadpool *pool, int32_t n_tasks, fg_task_fn fn, void *arg);
 
 /* Where the activations of fg_prefill, fg_decode and fg_seq_append live. */
 typedef enum fg_io {
@@ -345,8 +370,10 @@ typedef struct fg_context_params {
 FG_API void fg_context_params_default(fg_context_params *params);
 FG_API fg_status fg_context_create(const fg_context_params *params, fg_context **out);
 FG_API void fg_context_destroy(fg_context **ctx);
-/* The last error message of ctx, or of this thread when ctx is NULL (for
- * failed creations and functions that take no context). Never NULL. */
+/* The message of the last call on ctx: "" when it succeeded (every call
+ * clears it first), or of this thread's last failure when ctx is NULL (for
+ * failed creations, functions that take no context, and calls refused
+ * because another thread was inside one). Never NULL. */
 FG_API const char *fg_last_error(const fg_context *ctx);
 /* Queues the context's work on another stream (cuda, hip; NULL = the
  * backend's own) after waiting for the work already queued. */

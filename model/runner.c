@@ -430,9 +430,17 @@ fg_status fgm_runner_prefill_many(fgm_runner *r, int32_t k, const fg_compression
                            "a prompt of %d tokens does not fit the context of %d", (int)n, (int)r->ctx_len);
     fg_status st = FG_OK;
     int32_t made = 0;
-    for (; made < k && st == FG_OK; made++)
-        if ((st = fg_seq_create(r->ctx, cps ? &cps[made] : NULL, tokens, n, &seqs[made])) != FG_OK)
+    for (; made < k && st == FG_OK; made++) {
+        fg_compression_params shorter;
+        const fg_compression_params *cp = cps ? &cps[made] : NULL;
+        if (cp && cp->allocation == FG_ALLOC_ADAPTIVE && cp->defer_until >= r->ctx_len && r->ctx_len > 1) {
+            shorter = *cp; /* a preset made for longer contexts: compressed before this one's last step */
+            shorter.defer_until = r->ctx_len - 1;
+            cp = &shorter;
+        }
+        if ((st = fg_seq_create(r->ctx, cp, tokens, n, &seqs[made])) != FG_OK)
             runner_fail(r, st, "%s", fg_last_error(r->ctx));
+    }
     if (st == FG_OK) {
         made = k;
         for (int32_t i = 0; i < n; i++)

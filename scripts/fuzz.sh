@@ -13,6 +13,6 @@ fi
 ninja -C build-fuzz tests/fuzz_model tests/fuzz_tokenizer tests/fuzz_gguf tests/fuzz_api
 for t in model tokenizer gguf api; do
   echo "== fuzz_$t for ${secs}s"
-  ./build-fuzz/tests/fuzz_$t -max_total_time="$secs" -max_len=8192 -artifact_prefix=build-fuzz/ "$@" \
+  ./build-fuzz/tests/fuzz_$t -max_total_time="$secs" -max_len=8192 -timeout=30 -artifact_prefix=build-fuzz/ "$@" \
     tests/fuzz/corpus/$t
 done

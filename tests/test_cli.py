@@ -529,5 +529,62 @@ check(r.returncode == 0 and "agreement" in r.stdout, "synthetic demo")
 
 shutil.rmtree(tmp_root)
 
+# --- issue 38: the sweep's options as strict as the others, writers that escape, no text dropped
+tmp_strict = tempfile.mkdtemp()
+prompts1 = os.path.join(tmp_strict, "p.txt")
+open(prompts1, "w").write("Once upon a time, there was a cat.\n")
+strict_bad = [
+    "fastgen-adaptive:families=" + "0" * 200, "fastgen-adaptive:families=" + "0" * 9,
+    "fastgen-adaptive:window=64abc", "fastgen-adaptive:floor=0.5junk", "fastgen-adaptive:window=4294967360",
+    "fastgen-adaptive:window= 8", "fastgen-adaptive:flags=" + "mass+" * 60 + "mass",
+    "fastgen-adaptive:" + ":".join(["window=8"] * 40),
+]
+for m in strict_bad:
+    r = run("eval", *model_args(), "--prompts", prompts1, "-n", "4", "--sweep", "--methods", m)
+    check(r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1,
+          "--methods %s...: rc %d, %r" % (m[:40], r.returncode, r.stderr[-200:]))
+for budgets in ["0.5," * 200 + "0.5", "0.5junk", "0", " 0.5"]:
+    r = run("eval", *model_args(), "--prompts", prompts1, "-n", "4", "--sweep", "--budgets", budgets)
+    check(r.returncode == 2, "--budgets %r...: rc %d" % (budgets[:20], r.returncode))
+# a model file name full of what JSON and XML must escape, in --json and in profile --svg's subtitle
+odd_dir = os.path.join(tmp_strict, os.fsdecode(b"dir \"<&'\x01\x7f\xff\xc3"))
+os.mkdir(odd_dir)
+odd_model = os.path.join(odd_dir, "m.bin")
+shutil.copy(MODEL, odd_model)
+r = run("eval", "-m", odd_model, "-z", TOK, "--prompts", prompts1, "-n", "4", "--sweep", "--budgets", "0.5",
+        "--methods", "fastgen-adaptive:window=8:defer=8,h2o", "--json", "--svg", os.path.join(tmp_strict, "s.svg"))
+try:
+    sj = json.loads(r.stdout)
+except ValueError:
+    sj = {}
+check(r.returncode == 0 and sj.get("driven") == "fastgen-adaptive:window=8:defer=8" and
+      "\ufffd" in sj.get("model", ""), "eval --sweep --json with an odd model path: %r" % r.stdout[:200])
+for svg in [os.path.join(tmp_strict, "s.svg"), os.path.join(tmp_strict, "p.svg")]:
+    if svg.endswith("p.svg"):
+        run("profile", "-m", odd_model, "-z", TOK, "--svg", svg)
+    try:
+        ok = ET.parse(svg).getroot().tag.endswith("svg")
+    except (ET.ParseError, OSError) as e:
+        ok = False
+        print(e, file=sys.stderr)
+    check(ok, "%s is well-formed XML with an odd model path" % os.path.basename(svg))
+# a NUL byte drops nothing silently: refused
+nul = os.path.join(tmp_strict, "nul.txt")
+open(nul, "wb").write(b"Once upon a time.\n\x00\nThe dog ran.\n")
+for args in [["eval", "--prompts", nul, "-n", "4", "--limit", "2"], ["eval", "--passkey", nul, "-n", "4"],
+             ["eval", "--chat", nul, "-n", "4"], ["generate", "--chat", nul, "-n", "4"], ["generate", "-f", nul]]:
+    r = run(*args, *model_args())
+    check(r.returncode == 1 and "NUL byte" in r.stderr, "%s with a NUL byte: rc %d %r" % (args[:2], r.returncode,
+                                                                                       r.stderr[-200:]))
+# eval --chat: a conversation ends at a line that is "---", and at nothing else
+convs2 = os.path.join(tmp_strict, "convs2.txt")
+open(convs2, "w").write("---\nOnce upon a time, there was a cat.\n\nThe cat sat\n-----\non a mat.\n--- \r\n"
+                        "Tom had a boat.\n\nThe wind was strong.\n---\n")
+r = run("eval", *model_args(), "--chat", convs2, "-n", "4", "--json", "--dtype", "f32")
+ej = json.loads(r.stdout) if r.returncode == 0 else {}
+check(ej.get("conversations") == 2 and ej.get("turns") == 4,
+      "eval --chat: two conversations of two turns each: %r %r" % (r.stdout[:120], r.stderr[-200:]))
+shutil.rmtree(tmp_strict)
+
 print("%d passed, %d failed" % (passed, failed))
 sys.exit(1 if failed else 0)

@@ -5,7 +5,8 @@
  * inspect, destroy. Error messages are per thread (fg_last_error(NULL)) and
  * per context. The thread pool alone: every task once, thread numbers in
  * range, nested jobs inline, callers on several threads sharing one pool, a
- * pool shared by contexts. CI also runs this under ThreadSanitizer (see .ci/run).
+ * pool shared by contexts. One context driven from two threads at once:
+ * each call does its work or is refused. CI also runs this under ThreadSanitizer (see .ci/run).
  * Usage: test_threads [BACKEND...]   (default: ref cpu)
  */
 #include <pthread.h>
@@ -261,6 +262,108 @@ static void test_pool(const char *spin) {
     fg_threadpool_destroy(&pool);
 }
 
+/* ---- one context, two threads at once: each call does its work or is
+ * refused with FG_ERR_BAD_STATE (its message in fg_last_error(NULL)); a
+ * thread that retries until its call is taken gets a serial run's bits */
+
+enum { RACE_N = 40, RACE_STEPS = 40 };
+
+typedef struct racer {
+    fg_context *ctx;
+    const fg_synth *syn;
+    int32_t seq, n;
+    float *out;     /* [RACE_STEPS][L][HQ * D] */
+    int32_t refused, wrong;
+    fg_status failed;
+} racer;
+
+static void *race(void *arg) {
+    racer *r = arg;
+    float q[HQ * D], k[HKV * D], v[HKV * D];
+    for (int32_t s = 0; s < RACE_STEPS; s++)
+        for (int32_t l = 0; l < L; l++) {
+            const int32_t p = r->n + s, tok = fg_synth_token(r->syn, p);
+            fg_synth_qkv(r->syn, l, &tok, p, 1, q, k, v);
+            for (;;) {
+                const fg_status st =
+                    fg_decode(r->ctx, l, 1, &r->seq, &tok, q, k, v, r->out + ((size_t)s * L + l) * HQ * D);
+                if (st == FG_OK)
+                    break;
+                if (st != FG_ERR_BAD_STATE) {
+                    r->failed = st;
+                    return NULL;
+                }
+                r->refused++;
+                r->wrong += strstr(fg_last_error(NULL), "another thread") == NULL;
+                fg_memory_stats m; /* a reading call is taken or refused alike */
+                const fg_status sm = fg_memory(r->ctx, r->seq, &m);
+                r->wrong += sm != FG_OK && sm != FG_ERR_BAD_STATE;
+            }
+        }
+    return NULL;
+}
+
+static void shared_context(const char *backend) {
+    fg_synth syn;
+    EXPECT(fg_synth_create(L, HQ, HKV, D, 7, &syn) == FG_OK, "synth");
+    fg_context *ctx[2] = {NULL, NULL}; /* [0]: two threads at once; [1]: one after the other */
+    racer r[2][2];
+    float *outs = malloc((size_t)4 * RACE_STEPS * L * HQ * D * sizeof(float));
+    for (int c = 0; c < 2; c++) {
+        fg_context_params p = test_context_params(backend, L, HQ, HKV, D);
+        p.max_seqs = 2;
+        p.max_seq_len = RACE_N + 8 + RACE_STEPS;
+        p.classes = syn.classes;
+        EXPECT_OK(NULL, fg_context_create(&p, &ctx[c]));
+        fg_compression_params cp;
+        fg_compression_params_preset("h2o", &cp);
+        for (int i = 0; i < 2; i++) {
+            const int32_t n = RACE_N + 8 * i;
+            int32_t *tokens = malloc((size_t)n * sizeof *tokens);
+            float *q = malloc((size_t)n * HQ * D * sizeof *q), *k = malloc((size_t)n * HKV * D * sizeof *k);
+            float *v = malloc((size_t)n * HKV * D * sizeof *v), *o = malloc((size_t)n * HQ * D * sizeof *o);
+            for (int32_t t = 0; t < n; t++)
+                tokens[t] = fg_synth_token(&syn, t);
+            r[c][i] = (racer){.ctx = ctx[c], .syn = &syn, .n = n, .out = outs + (size_t)(2 * c + i) * RACE_STEPS * L * HQ * D};
+            EXPECT_OK(ctx[c], fg_seq_create(ctx[c], &cp, tokens, n, &r[c][i].seq));
+            for (int32_t l = 0; l < L; l++) {
+                fg_synth_qkv(&syn, l, tokens, 0, n, q, k, v);
+                EXPECT_OK(ctx[c], fg_prefill(ctx[c], r[c][i].seq, l, q, k, v, o));
+            }
+            free(tokens);
+            free(q);
+            free(k);
+            free(v);
+            free(o);
+        }
+    }
+    pthread_t th[2];
+    for (int i = 0; i < 2; i++)
+        EXPECT(pthread_create(&th[i], NULL, race, &r[0][i]) == 0, "pthread_create");
+    for (int i = 0; i < 2; i++)
+        pthread_join(th[i], NULL);
+    for (int i = 0; i < 2; i++)
+        race(&r[1][i]);
+    for (int i = 0; i < 2; i++) {
+        EXPECT(r[0][i].failed == FG_OK, "%s thread %d: a decode failed: %s", backend, i,
+               fg_status_string(r[0][i].failed));
+        EXPECT(r[0][i].wrong == 0, "%s thread %d: %d refusals without their message", backend, i, (int)r[0][i].wrong);
+        EXPECT(!memcmp(r[0][i].out, r[1][i].out, (size_t)RACE_STEPS * L * HQ * D * sizeof(float)),
+               "%s thread %d: outputs differ from a serial run", backend, i);
+    }
+    printf("%s: one context, two threads: %d and %d calls refused while the other was inside one\n", backend,
+           (int)r[0][0].refused, (int)r[0][1].refused);
+    /* a failed call leaves its message; the next successful call clears it */
+    int32_t len = 0;
+    EXPECT_STATUS(ctx[0], FG_ERR_INVALID_ARGUMENT, fg_seq_length(ctx[0], 99, 0, &len));
+    EXPECT_OK(ctx[0], fg_seq_length(ctx[0], r[0][0].seq, 0, &len));
+    EXPECT(fg_last_error(ctx[0])[0] == '\0', "a successful call left \"%s\"", fg_last_error(ctx[0]));
+    for (int c = 0; c < 2; c++)
+        fg_context_destroy(&ctx[c]);
+    free(outs);
+    fg_synth_destroy(&syn);
+}
+
 int main(int argc, char **argv) {
     test_seed("test_threads");
     test_pool("0");
@@ -299,6 +402,7 @@ int main(int argc, char **argv) {
             }
         }
         EXPECT(same, "%s: %d contexts on %d threads differ from serial use", names[b], JOBS, JOBS);
+        shared_context(names[b]);
         printf("%s: %d jobs x %d concurrent repeats, %zu output floats each: %s\n", names[b], JOBS, REPEATS,
                serial[0].n_out, same ? "bit-identical to serial" : "DIFFERENT");
         for (int i = 0; i < JOBS; i++)

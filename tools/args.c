@@ -220,28 +220,39 @@ int cli_parse(const char *cmd, const char *help, unsigned accept, int argc, char
     return 0;
 }
 
-int cli_read_prompt(const char *cmd, cli_opts *o) {
-    if (!o->prompt_file)
-        return 0;
+char *cli_read_text(const char *cmd, const char *path, size_t *size_out) {
     void *buf;
     size_t size;
     char err[512];
-    if (fgm_read_file(o->prompt_file, &buf, &size, err, sizeof err) != FG_OK) {
+    if (fgm_read_file(path, &buf, &size, err, sizeof err) != FG_OK) {
         fprintf(stderr, "fastgen %s: %s\n", cmd, err);
-        return 1;
+        return NULL;
     }
     char *text = realloc(buf, size + 1);
     if (!text) {
         free(buf);
-        fprintf(stderr, "fastgen %s: out of memory reading %s\n", cmd, o->prompt_file);
-        return 1;
+        fprintf(stderr, "fastgen %s: out of memory reading %s\n", cmd, path);
+        return NULL;
     }
     text[size] = '\0';
-    if (strlen(text) != size) {
+    const size_t nul = strlen(text);
+    if (nul != size) {
         free(text);
-        fprintf(stderr, "fastgen %s: %s holds a NUL byte: a prompt is text\n", cmd, o->prompt_file);
-        return 1;
+        fprintf(stderr, "fastgen %s: %s holds a NUL byte (at byte %zu of %zu): a text file is expected\n", cmd, path,
+                nul, size);
+        return NULL;
     }
+    if (size_out)
+        *size_out = size;
+    return text;
+}
+
+int cli_read_prompt(const char *cmd, cli_opts *o) {
+    if (!o->prompt_file)
+        return 0;
+    char *text = cli_read_text(cmd, o->prompt_file, NULL);
+    if (!text)
+        return 1;
     free(o->prompt_text);
     o->prompt_text = text;
     o->prompt = text;

@@ -9,6 +9,7 @@
 #include "model/llama2c.h"
 #include "model/runner.h"
 #include "model/tokenizer.h"
+#include "tools/escape.h"
 
 /* The groups of common options; each command names those it takes, and
  * cli_parse refuses the others (no option is ever silently ignored). */
@@ -69,6 +70,10 @@ int cli_parse(const char *cmd, const char *help, unsigned accept, int argc, char
 /* -f FILE: reads the file (or standard input) into o->prompt. 0, or 1 after
  * printing why it could not. */
 int cli_read_prompt(const char *cmd, cli_opts *o);
+/* The whole of a text file (or standard input for "-"), NUL-terminated
+ * (malloc'd; *size: its bytes, may be NULL); NULL after printing why: it
+ * cannot be read, or it holds a NUL byte (nothing of a text is dropped). */
+char *cli_read_text(const char *cmd, const char *path, size_t *size);
 /* Frees what cli_read_prompt read. */
 void cli_opts_free(cli_opts *o);
 /* Defaults: the model found by cli_find_model, prompt "Once upon a time". */
@@ -107,8 +112,6 @@ int cli_open_or_report(const cli_opts *o, int track_recovery, cli_session *s);
  * control tokens spelled in the prompt ("<|im_start|>") become their ids. */
 fg_status cli_encode(const cli_session *s, const char *prompt, int32_t **tokens, int32_t *n);
 
-/* JSON string (quoted, escaped). */
-void cli_json_string(FILE *f, const char *s);
 void cli_human_bytes(double b, char *buf, size_t n);
 
 /* Why a runner call failed with st: the runner's message, else the status's name (never ""). */

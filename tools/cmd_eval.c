@@ -319,20 +319,11 @@ static int eval_option(void *user, const char *opt, const char *val, int *used) 
 }
 
 static char **read_prompts(const char *path, int32_t *n) {
-    void *buf;
     size_t size;
-    char err[256];
     *n = 0;
-    if (fgm_read_file(path, &buf, &size, err, sizeof err) != FG_OK) {
-        fprintf(stderr, "fastgen eval: %s\n", err);
+    char *text = cli_read_text("eval", path, &size);
+    if (!text)
         return NULL;
-    }
-    char *text = realloc(buf, size + 1);
-    if (!text) {
-        free(buf);
-        return NULL;
-    }
-    text[size] = '\0';
     char **lines = calloc(size / 2 + 2, sizeof *lines);
     if (!lines) {
         free(text);

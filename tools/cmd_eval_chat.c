@@ -197,22 +197,37 @@ static void report(const chat_state *c, const cli_opts *o, const char *path, dou
                (long long)c->acc[0].steps[1]);
 }
 
+/* The end of the conversation that starts at conv: the first line that is
+ * "---" (spaces and a carriage return after it allowed), cut off there;
+ * *next: what follows that line (NULL at the end of the file). */
+static void cut_conversation(char *conv, char **next) {
+    *next = NULL;
+    for (char *line = conv; line && *line;) {
+        char *eol = strchr(line, '\n');
+        const size_t len = eol ? (size_t)(eol - line) : strlen(line);
+        size_t n = len;
+        while (n > 3 && (line[n - 1] == ' ' || line[n - 1] == '\t' || line[n - 1] == '\r'))
+            n--;
+        if (n == 3 && !strncmp(line, "---", 3)) {
+            *line = '\0';
+            *next = eol ? eol + 1 : line + len;
+            return;
+        }
+        line = eol ? eol + 1 : NULL;
+    }
+}
+
 int eval_chat(const cli_opts *o, const char *path, int32_t limit) {
-    void *buf;
     size_t size;
     char err[512];
-    if (fgm_read_file(path, &buf, &size, err, sizeof err) != FG_OK) {
-        fprintf(stderr, "fastgen eval: %s\n", err);
-        return 1;
-    }
-    char *text = realloc(buf, size + 1);
+    char *text = cli_read_text("eval", path, &size);
     char **turns = text ? calloc(size / 2 + 2, sizeof *turns) : NULL;
     if (!turns) {
-        free(text ? text : buf);
-        fprintf(stderr, "fastgen eval: out of memory\n");
+        if (text)
+            fprintf(stderr, "fastgen eval: out of memory\n");
+        free(text);
         return 1;
     }
-    text[size] = '\0';
     chat_state c;
     memset(&c, 0, sizeof c);
     int rc = 1;
@@ -245,15 +260,16 @@ int eval_chat(const cli_opts *o, const char *path, int32_t limit) {
     const int show = !o->quiet && isatty(2);
     int32_t seen = 0;
     /* conversations: separated by lines of "---"; the first `limit` of them (0: all) */
-    for (char *conv = text; conv && *conv && (limit == 0 || seen < limit); seen++) {
+    for (char *conv = text, *next = NULL; conv && (limit == 0 || seen < limit); conv = next) {
+        cut_conversation(conv, &next);
+        const int32_t n_turns = serve_split_turns(conv, turns);
+        if (n_turns == 0) /* nothing before the first separator, or between two */
+            continue;
+        seen++;
         if (show) {
-            fprintf(stderr, "\r  conversation %d", (int)seen + 1);
+            fprintf(stderr, "\r  conversation %d", (int)seen);
             fflush(stderr);
         }
-        char *sep = strstr(conv, "\n---");
-        if (sep)
-            *sep = '\0';
-        const int32_t n_turns = serve_split_turns(conv, turns);
         int32_t fitted = 0;
         if (n_turns > 0 && (st = reference(&c, turns, n_turns, &fitted)) == FG_OK && fitted > 0)
             st = replay(&c, fitted);
@@ -266,7 +282,6 @@ int eval_chat(const cli_opts *o, const char *path, int32_t limit) {
                     (int)c.conversations + 1, (int)fitted, (int)n_turns);
         c.conversations += fitted > 0;
         c.turns_scored += fitted;
-        conv = sep ? strchr(sep + 1, '\n') : NULL;
     }
     if (show)
         fputc('\n', stderr);

@@ -88,6 +88,8 @@ static int takes_budget(const char *m) { return !strncmp(m, "fastgen-budget", 14
  * joined by +). Returns 0 on a bad option. */
 static int method_options(const char *opts, fg_compression_params *cp) {
     char buf[256];
+    if (strlen(opts) >= sizeof buf) /* no option is cut short */
+        return 0;
     snprintf(buf, sizeof buf, "%s", opts);
     for (char *kv = strtok(buf, ":"); kv; kv = strtok(NULL, ":")) {
         char *eq = strchr(kv, '=');
@@ -95,27 +97,31 @@ static int method_options(const char *opts, fg_compression_params *cp) {
             return 0;
         *eq = '\0';
         const char *key = kv, *val = eq + 1;
+        int ok = 1; /* every number whole and in its range (the library checks what the ranges leave) */
         if (!strcmp(key, "window"))
-            cp->observation_window = atoi(val);
+            ok = cli_parse_int(val, 0, INT32_MAX, &cp->observation_window);
         else if (!strcmp(key, "defer"))
-            cp->defer_until = atoi(val);
+            ok = cli_parse_int(val, 0, INT32_MAX, &cp->defer_until);
         else if (!strcmp(key, "floor"))
-            cp->alloc_floor = (float)atof(val);
+            ok = cli_parse_float(val, 0.0f, 1.0f, &cp->alloc_floor);
         else if (!strcmp(key, "pool"))
-            cp->score_pool = atoi(val);
+            ok = cli_parse_int(val, 0, INT32_MAX, &cp->score_pool);
         else if (!strcmp(key, "sink"))
-            cp->n_sink = atoi(val);
+            ok = cli_parse_int(val, 0, INT32_MAX, &cp->n_sink);
         else if (!strcmp(key, "families")) {
             const fg_compression_params all = *cp;
             cp->n_policies = 0;
             for (const char *c = val; *c; c++) {
-                if (*c < '0' || *c - '0' >= all.n_policies)
+                if (*c < '0' || *c - '0' >= all.n_policies || cp->n_policies == FG_MAX_SHORTLIST)
                     return 0;
                 cp->shortlist[cp->n_policies++] = all.shortlist[*c - '0'];
             }
+            ok = cp->n_policies > 0;
         } else if (!strcmp(key, "flags")) {
             cp->adaptive_flags = 0;
             char fb[64];
+            if (strlen(val) >= sizeof fb)
+                return 0;
             snprintf(fb, sizeof fb, "%s", val);
             for (char *f = fb, *next; f && *f; f = next) {
                 next = strchr(f, '+');
@@ -133,6 +139,8 @@ static int method_options(const char *opts, fg_compression_params *cp) {
         } else {
             return 0;
         }
+        if (!ok)
+            return 0;
     }
     /* pool ranks only a snapshot part's keys: refused where there is none */
     int snapshot = 0;
@@ -502,8 +510,10 @@ static void report_json_points(sweep *w, int32_t di, sw_aggs agg) {
         printf("%s{\"budget\": %.3f, \"methods\": [", b ? ", " : "", (double)w->budgets[b]);
         for (int32_t m = 0; m < w->n_methods; m++) {
             const sw_agg *a = &agg[m][b];
-            printf("%s{\"method\": \"%s\", \"prompts\": %d, \"kv_kept\": %.4f, \"kv_kept_range\": [%.4f, %.4f], ",
-                   m ? ", " : "", w->methods[m], (int)a->n, a->kept, a->n ? a->kept_lo : 0.0, a->n ? a->kept_hi : 0.0);
+            printf("%s{\"method\": ", m ? ", " : "");
+            cli_json_string(stdout, w->methods[m]);
+            printf(", \"prompts\": %d, \"kv_kept\": %.4f, \"kv_kept_range\": [%.4f, %.4f], ", (int)a->n, a->kept,
+                   a->n ? a->kept_lo : 0.0, a->n ? a->kept_hi : 0.0);
             if (w->by_bytes)
                 printf("\"kv_bytes\": %.4f, ", a->kept * w->bytes[di]);
             printf("\"kl_mean\": %.6f, \"kl_max\": %.6f, \"top1\": %.4f, \"agree\": %.2f, \"accuracy\": %.4f, "
@@ -660,7 +670,9 @@ static int report(sweep *w, const cli_opts *o, double seconds, int passkey) {
     if (o->json) {
         printf("{\"task\": \"%s\", \"model\": ", passkey ? "passkey" : "sweep");
         cli_json_string(stdout, o->model);
-        printf(", \"prompts\": %d, \"steps\": %d, \"driven\": \"%s\", ", (int)w->n_prompts, (int)w->n_steps, drv);
+        printf(", \"prompts\": %d, \"steps\": %d, \"driven\": ", (int)w->n_prompts, (int)w->n_steps);
+        cli_json_string(stdout, drv);
+        printf(", ");
         if (w->n_dt == 1) {
             report_json_points(w, 0, agg[0]);
         } else {
@@ -714,6 +726,7 @@ static int report(sweep *w, const cli_opts *o, double seconds, int passkey) {
                     snprintf(names[ns], sizeof names[ns], "%s %s", w->methods[m], fg_dtype_name(w->dts[di]));
                 else
                     snprintf(names[ns], sizeof names[ns], "%s", w->methods[m]);
+                cli_utf8_whole(names[ns]); /* a long name is cut between characters */
                 s0[ns] = (fg_svg_series){names[ns], w->n_points, xs[ns], y0[ns]};
                 s1[ns] = (fg_svg_series){names[ns], w->n_points, xs[ns], y1[ns]};
             }
@@ -740,17 +753,18 @@ static int report(sweep *w, const cli_opts *o, double seconds, int passkey) {
 
 static int parse_list(const char *text, const char **names, float *values, int32_t max, int32_t *n, char *buf,
                       size_t buf_size) {
-    snprintf(buf, buf_size, "%s", text);
     *n = 0;
+    if (strlen(text) >= buf_size) /* refused whole, never cut */
+        return 0;
+    snprintf(buf, buf_size, "%s", text);
     for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
         if (*n == max)
             return 0;
         if (names) {
             names[(*n)++] = tok;
         } else {
-            char *end;
-            const float v = strtof(tok, &end);
-            if (*end || !(v > 0.0f && v <= 1.0f))
+            float v = 0.0f;
+            if (!cli_parse_float(tok, 0.0f, 1.0f, &v) || v == 0.0f)
                 return 0;
             values[(*n)++] = v;
         }
@@ -789,6 +803,9 @@ int eval_sweep(const cli_opts *o, const eval_sweep_opts *x, char **prompts, cons
     w.by_bytes = x->dtypes != NULL;
     if (x->dtypes) {
         char dbuf[128];
+        if (strlen(x->dtypes) >= sizeof dbuf)
+            return cli_usage("eval", "--dtypes takes up to %d of f32, f16, bf16, q8_0, q4_0, comma-separated",
+                             SW_MAX_DTYPES);
         snprintf(dbuf, sizeof dbuf, "%s", x->dtypes);
         w.n_dt = 0;
         for (char *tok = strtok(dbuf, ","); tok; tok = strtok(NULL, ",")) {

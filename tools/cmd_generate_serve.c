@@ -105,21 +105,14 @@ int32_t serve_split_turns(char *text, char **turns) {
 
 /* User turns: paragraphs of the file (separated by blank lines). */
 static char **read_turns(const char *path, int32_t *n) {
-    void *buf;
     size_t size;
-    char err[256];
     *n = 0;
-    if (fgm_read_file(path, &buf, &size, err, sizeof err) != FG_OK) {
-        fprintf(stderr, "fastgen generate: %s\n", err);
-        return NULL;
-    }
-    char *text = realloc(buf, size + 1);
+    char *text = cli_read_text("generate", path, &size);
     char **turns = text ? calloc(size / 2 + 2, sizeof *turns) : NULL;
     if (!turns) {
-        free(text ? text : buf);
+        free(text);
         return NULL;
     }
-    text[size] = '\0';
     turns[0] = text;
     *n = serve_split_turns(text, turns + 1);
     if (*n == 0) {

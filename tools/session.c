@@ -71,29 +71,6 @@ fg_status cli_encode(const cli_session *s, const char *prompt, int32_t **tokens,
     return st;
 }
 
-/* A JSON string: quotes, backslashes and control characters escaped, every
- * byte that is not part of well-formed UTF-8 written as U+FFFD. */
-void cli_json_string(FILE *f, const char *s) {
-    fputc('"', f);
-    for (const unsigned char *p = (const unsigned char *)s; *p;) {
-        const int n = fgm_utf8_length((const char *)p);
-        if (n == 0)
-            fputs("\\ufffd", f);
-        else if (*p == '"' || *p == '\\')
-            fprintf(f, "\\%c", *p);
-        else if (*p == '\n')
-            fputs("\\n", f);
-        else if (*p == '\t')
-            fputs("\\t", f);
-        else if (*p < 0x20 || *p == 0x7f)
-            fprintf(f, "\\u%04x", *p);
-        else
-            fwrite(p, 1, (size_t)n, f);
-        p += n ? n : 1;
-    }
-    fputc('"', f);
-}
-
 const char *cli_reason(const fgm_runner *r, fg_status st) {
     const char *e = r ? fgm_runner_error(r) : NULL;
     return e && e[0] ? e : fg_status_string(st);

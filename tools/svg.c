@@ -1,6 +1,8 @@
 /* The SVG figures of tools/svg.h. */
 #include "tools/svg.h"
 
+#include "tools/escape.h"
+
 #include <math.h>
 #include <string.h>
 
@@ -8,19 +10,6 @@ static const char *const k_colors[] = {"#4e79a7", "#59a14f", "#f28e2b", "#e15759
                                        "#76b7b2", "#edc948", "#b07aa1", "#9c755f"};
 
 static const char *color(int32_t i) { return k_colors[i % 8]; }
-
-static void text_escaped(FILE *f, const char *s) {
-    for (; *s; s++) {
-        if (*s == '<')
-            fputs("&lt;", f);
-        else if (*s == '>')
-            fputs("&gt;", f);
-        else if (*s == '&')
-            fputs("&amp;", f);
-        else
-            fputc(*s, f);
-    }
-}
 
 int fg_svg_profile(FILE *f, const fg_svg_profile_data *d) {
     const int32_t L = d->n_layers, H = d->n_heads;
@@ -38,7 +27,7 @@ int fg_svg_profile(FILE *f, const fg_svg_profile_data *d) {
     fprintf(f, "<text x=\"%d\" y=\"22\" font-size=\"15\">FastGen policy per KV head</text>\n", left);
     if (d->subtitle) {
         fprintf(f, "<text x=\"%d\" y=\"40\">", left);
-        text_escaped(f, d->subtitle);
+        cli_xml_text(f, d->subtitle);
         fprintf(f, "</text>\n");
     }
     fprintf(f, "<text x=\"%d\" y=\"56\" fill=\"#555\">in each cell: the %% of its rows the head keeps; hover a cell "
@@ -61,11 +50,11 @@ int fg_svg_profile(FILE *f, const fg_svg_profile_data *d) {
             if (p >= 0 && p < 64)
                 counts[p]++;
             fprintf(f, "<g><title>layer %d, KV head %d: ", (int)l, (int)g);
-            text_escaped(f, p >= 0 && p < d->n_names ? d->names[p] : "?");
+            cli_xml_text(f, p >= 0 && p < d->n_names ? d->names[p] : "?");
             fprintf(f, ", keeps %.0f%% of its rows", 100.0 * kept);
             for (int32_t e = 0; d->recovery && e < d->n_names; e++) {
                 fprintf(f, "%s", e ? "; " : "\nrecovery: ");
-                text_escaped(f, d->names[e]);
+                cli_xml_text(f, d->names[e]);
                 fprintf(f, " %.3f", (double)d->recovery[((size_t)l * H + g) * d->n_names + e]);
             }
             fprintf(f, "</title><rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"%s\" stroke=\"white\"/>",
@@ -81,7 +70,7 @@ int fg_svg_profile(FILE *f, const fg_svg_profile_data *d) {
             fprintf(f, "<rect x=\"%.1f\" y=\"%d\" width=\"%.1f\" height=\"%d\" fill=\"%s\" stroke=\"white\">"
                        "<title>layer %d: %d x ",
                     x, y + 3, w, cell - 6, color(e), (int)l, (int)counts[e]);
-            text_escaped(f, d->names[e]);
+            cli_xml_text(f, d->names[e]);
             fprintf(f, "</title></rect>\n");
             if (w >= 14)
                 fprintf(f, "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\" fill=\"white\">%d</text>\n", x + w / 2,
@@ -93,7 +82,7 @@ int fg_svg_profile(FILE *f, const fg_svg_profile_data *d) {
         const int y = legend_y + 24 * e;
         fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"16\" height=\"16\" fill=\"%s\"/>\n", left, y, color(e));
         fprintf(f, "<text x=\"%d\" y=\"%d\">", left + 24, y + 13);
-        text_escaped(f, d->names[e]);
+        cli_xml_text(f, d->names[e]);
         fprintf(f, "</text>\n");
     }
     fprintf(f, "</svg>\n");
@@ -157,7 +146,7 @@ static void chart(FILE *f, int dy, const fg_svg_chart *c) {
 #define SX(v) (left + ((v) - ax.lo) / (ax.hi - ax.lo) * w)
 #define SY(v) (top + h - ((v) - ay.lo) / (ay.hi - ay.lo) * h)
     fprintf(f, "<g transform=\"translate(0,%d)\">\n<text x=\"%d\" y=\"24\" font-size=\"15\">", dy, left);
-    text_escaped(f, c->title);
+    cli_xml_text(f, c->title);
     fprintf(f, "</text>\n<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" stroke=\"#888\"/>\n", left,
             top, w, h);
     for (double v = ax.lo; v <= ax.hi + ax.step * 1e-6; v += ax.step)
@@ -169,9 +158,9 @@ static void chart(FILE *f, int dy, const fg_svg_chart *c) {
                 SY(v), SY(v));
     }
     fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">", left + w / 2, top + h + 36);
-    text_escaped(f, c->x_label);
+    cli_xml_text(f, c->x_label);
     fprintf(f, "</text>\n<text transform=\"translate(14,%d) rotate(-90)\" text-anchor=\"middle\">", top + h / 2);
-    text_escaped(f, c->y_label);
+    cli_xml_text(f, c->y_label);
     fprintf(f, "</text>\n");
     for (int32_t s = 0; s < c->n_series; s++) {
         const fg_svg_series *se = &c->series[s];
@@ -184,12 +173,12 @@ static void chart(FILE *f, int dy, const fg_svg_chart *c) {
             if (isfinite(se->x[i]) && isfinite(se->y[i])) {
                 fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3.5\" fill=\"%s\"><title>", SX(se->x[i]),
                         SY(se->y[i]), color(s));
-                text_escaped(f, se->name);
+                cli_xml_text(f, se->name);
                 fprintf(f, ": %.4g at %.4g</title></circle>\n", se->y[i], se->x[i]);
             }
         fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"16\" height=\"4\" fill=\"%s\"/>\n<text x=\"%d\" y=\"%d\">",
                 legend_x, top + 10 + 22 * s, color(s), legend_x + 24, top + 15 + 22 * s);
-        text_escaped(f, se->name);
+        cli_xml_text(f, se->name);
         fprintf(f, "</text>\n");
     }
 #undef SX

@@ -9,8 +9,14 @@
  * capacities). Each live sequence has the set simulator of the lockstep test
  * beside it (tests/support/sim.h): after every decode the kept positions of every
  * head and the attention output (dense over the simulator's set) must match,
- * and after every refused call nothing may have changed. Any mismatch aborts.
+ * and after every refused call nothing may have changed. An op byte of 250
+ * or more is a hostile run instead: a context of its own, every preset, Q/K/V
+ * holding NaN, infinities, 3.4e38, 1e20/1e30 and subnormals where the input
+ * says; every call must return (libFuzzer's -timeout, and the replay's
+ * alarm, fail a hang) with FG_OK or a message, no head may keep more rows
+ * than its length, and every page must come back. Any mismatch aborts.
  */
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -78,6 +84,123 @@ static void check_all(fg_context *ctx, slot *slots, const run_cfg *rc, const cha
         check_all(ctx, slots, &rc, what);                                                                              \
     } while (0)
 
+/* ---- hostile runs: no simulator (NaN has no reference), only the contracts */
+
+static const char *const k_presets[] = {"fastgen", "fastgen-budget", "fastgen-adaptive", "full", "streamingllm",
+                                        "h2o", "local", "frequent", "snapkv", "adakv", "tova"};
+static const float k_hostile[] = {NAN, INFINITY, -INFINITY, 3.4e38f, -3.4e38f, 1e20f, 1e30f, -1e30f, 1e-45f, 1e-40f,
+                                  0.0f, 65504.0f, 70000.0f};
+
+#define HL 2   /* layers */
+#define HMAX 48
+
+static void hostile_ok(fg_context *ctx, fg_status st, const char *what) {
+    if (st != FG_OK && !fg_last_error(ctx)[0]) {
+        fprintf(stderr, "fuzz_api: hostile %s failed with no message (%s)\n", what, fg_status_string(st));
+        abort();
+    }
+}
+
+static void hostile_run(reader *r, const run_cfg *rc, fg_token_classes *tc) {
+    const int32_t Hq = rc->G * rc->Hkv, Hkv = rc->Hkv, d = rc->d;
+    const char *preset = k_presets[next(r) % (sizeof k_presets / sizeof k_presets[0])];
+    const fg_dtype dtype = (fg_dtype)(next(r) % 5);
+    const int32_t n = 1 + next(r) % 40, steps = next(r) % 8, chunk = 1 + next(r) % 6;
+    const int32_t total = n + steps + chunk + 2;
+    const size_t rq = (size_t)Hq * d, rk = (size_t)Hkv * d;
+    float *q = malloc((size_t)HL * HMAX * rq * sizeof *q), *k = malloc((size_t)HL * HMAX * rk * sizeof *k);
+    float *v = malloc((size_t)HL * HMAX * rk * sizeof *v), *out = malloc((size_t)HMAX * rq * sizeof *out);
+    int32_t tokens[HMAX];
+    for (int32_t p = 0; p < HMAX; p++)
+        tokens[p] = rng_int(0, VOCAB - 1);
+    for (size_t i = 0; i < (size_t)HL * HMAX * rq; i++)
+        q[i] = 1.5f * rng_gauss();
+    for (size_t i = 0; i < (size_t)HL * HMAX * rk; i++) {
+        k[i] = 1.5f * rng_gauss();
+        v[i] = rng_gauss();
+    }
+    for (int32_t poison = next(r) % 6; poison >= 0; poison--) { /* where the input says */
+        const uint8_t where = next(r), which = next(r), val = next(r);
+        const int32_t l = where & 1, p = (where >> 1) % total;
+        const float x = k_hostile[val % (sizeof k_hostile / sizeof k_hostile[0])];
+        if (which % 3 == 0)
+            q[((size_t)l * HMAX + p) * rq + which % rq] = x;
+        else if (which % 3 == 1)
+            k[((size_t)l * HMAX + p) * rk + which % rk] = x;
+        else
+            v[((size_t)l * HMAX + p) * rk + which % rk] = x;
+    }
+    fg_context_params params;
+    fg_context_params_default(&params);
+    params.backend = "ref";
+    params.n_layers = HL;
+    params.n_q_heads = Hq;
+    params.n_kv_heads = Hkv;
+    params.head_dim = d;
+    params.kv_dtype = dtype;
+    params.max_seqs = 2;
+    params.max_seq_len = HMAX;
+    params.page_tokens = rc->page_tokens;
+    params.classes = tc;
+    fg_context *ctx = NULL;
+    fg_compression_params cp;
+    if (fg_context_create(&params, &ctx) != FG_OK) { /* a quantized cache needs a head dim of 8 or more */
+        params.kv_dtype = FG_DTYPE_F16;
+        if (fg_context_create(&params, &ctx) != FG_OK)
+            abort();
+    }
+    if (fg_compression_params_preset(preset, &cp) != FG_OK)
+        abort();
+    cp.defer_until = cp.defer_until > n + steps ? n + steps : cp.defer_until; /* compressed inside the run */
+    int32_t seq = -1, child = -1;
+    fg_status st = fg_seq_create(ctx, &cp, tokens, n, &seq);
+    hostile_ok(ctx, st, "create");
+    for (int32_t l = 0; l < HL && st == FG_OK; l++)
+        hostile_ok(ctx, st = fg_prefill(ctx, seq, l, q + (size_t)l * HMAX * rq, k + (size_t)l * HMAX * rk,
+                                        v + (size_t)l * HMAX * rk, out), "prefill");
+    int32_t len = n;
+    for (int32_t s = 0; s < steps && st == FG_OK; s++, len++)
+        for (int32_t l = 0; l < HL && st == FG_OK; l++)
+            hostile_ok(ctx, st = fg_decode(ctx, l, 1, &seq, &tokens[len], q + ((size_t)l * HMAX + len) * rq,
+                                           k + ((size_t)l * HMAX + len) * rk, v + ((size_t)l * HMAX + len) * rk, out),
+                       "decode");
+    if (st == FG_OK)
+        hostile_ok(ctx, st = fg_seq_fork(ctx, seq, &child), "fork");
+    for (int32_t l = 0; l < HL && st == FG_OK; l++)
+        hostile_ok(ctx, st = fg_seq_append(ctx, child, l, &tokens[len], chunk, q + ((size_t)l * HMAX + len) * rq,
+                                           k + ((size_t)l * HMAX + len) * rk, v + ((size_t)l * HMAX + len) * rk, out),
+                   "append");
+    for (int32_t l = 0; l < HL && st == FG_OK; l++) /* the source steps on beside its fork */
+        hostile_ok(ctx, st = fg_decode(ctx, l, 1, &seq, &tokens[len], q + ((size_t)l * HMAX + len) * rq,
+                                       k + ((size_t)l * HMAX + len) * rk, v + ((size_t)l * HMAX + len) * rk, out),
+                   "decode beside a fork");
+    const int32_t ids[2] = {seq, child};
+    for (int i = 0; i < 2; i++)
+        for (int32_t l = 0; l < HL && ids[i] >= 0; l++)
+            for (int32_t g = 0; g < Hkv; g++) {
+                fg_head_info info;
+                if (fg_head_inspect(ctx, ids[i], l, g, &info) == FG_OK && (info.kept > info.length || info.kept < 0)) {
+                    fprintf(stderr, "fuzz_api: hostile %s: %d rows kept at length %d\n", preset, (int)info.kept,
+                            (int)info.length);
+                    abort();
+                }
+            }
+    if (seq >= 0)
+        fg_seq_destroy(ctx, seq);
+    if (child >= 0)
+        fg_seq_destroy(ctx, child);
+    fg_memory_stats m;
+    if (fg_memory(ctx, -1, &m) != FG_OK || m.pages_in_use != 0) {
+        fprintf(stderr, "fuzz_api: hostile %s: %lld pages still in use\n", preset, (long long)m.pages_in_use);
+        abort();
+    }
+    fg_context_destroy(&ctx);
+    free(q);
+    free(k);
+    free(v);
+    free(out);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -104,8 +227,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     params.pool_chunk_pages = 2;
     params.classes = tc;
     fg_context *ctx = NULL;
-    if (fg_context_create(&params, &ctx) != FG_OK)
+    if (fg_context_create(&params, &ctx) != FG_OK) {
+        fprintf(stderr, "fuzz_api: %s\n", fg_last_error(NULL));
         abort();
+    }
 
     static slot slots[SEQS];
     memset(slots, 0, sizeof slots);
@@ -116,7 +241,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     double *ref = malloc(SEQS * row_q * sizeof(double));
 
     for (int ops = 0; r.n && ops < 200; ops++) {
-        const uint8_t op = next(&r), arg = next(&r);
+        const uint8_t op = next(&r);
+        if (op >= 250) {
+            hostile_run(&r, &rc, tc);
+            continue;
+        }
+        const uint8_t arg = next(&r);
         slot *s = &slots[arg % SEQS];
         switch (op % 10) {
         case 8: { /* fork into a free slot: the child starts as the parent's simulator, then its future differs */

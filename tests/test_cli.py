@@ -29,9 +29,13 @@ def check(cond, what):
         print("FAILED:", what, file=sys.stderr)
 
 
+# an empty model cache unless a test gives one: SmolLM2 fetched by the demo must not become these tests' model
+EMPTY_CACHE = tempfile.mkdtemp()
+
+
 def run(*args, env=None):
     return subprocess.run([FASTGEN, *args], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, **(env or {})})
+                          env={**os.environ, "FASTGEN_CACHE": EMPTY_CACHE, **(env or {})})
 
 
 def model_args():
@@ -547,9 +551,7 @@ for budgets in ["0.5," * 200 + "0.5", "0.5junk", "0", " 0.5"]:
     r = run("eval", *model_args(), "--prompts", prompts1, "-n", "4", "--sweep", "--budgets", budgets)
     check(r.returncode == 2, "--budgets %r...: rc %d" % (budgets[:20], r.returncode))
 # a model file name full of what JSON and XML must escape, in --json and in profile --svg's subtitle
-odd_dir = os.path.join(tmp_strict, os.fsdecode(b"dir \"<&'\x01\x7f\xff\xc3"))
-os.mkdir(odd_dir)
-odd_model = os.path.join(odd_dir, "m.bin")
+odd_model = os.path.join(tmp_strict, os.fsdecode(b"m \"<&'\x01\x7f\xff\xc3.bin"))
 shutil.copy(MODEL, odd_model)
 r = run("eval", "-m", odd_model, "-z", TOK, "--prompts", prompts1, "-n", "4", "--sweep", "--budgets", "0.5",
         "--methods", "fastgen-adaptive:window=8:defer=8,h2o", "--json", "--svg", os.path.join(tmp_strict, "s.svg"))
@@ -585,6 +587,17 @@ ej = json.loads(r.stdout) if r.returncode == 0 else {}
 check(ej.get("conversations") == 2 and ej.get("turns") == 4,
       "eval --chat: two conversations of two turns each: %r %r" % (r.stdout[:120], r.stderr[-200:]))
 shutil.rmtree(tmp_strict)
+
+# the model the demo fetched is every command's default after $FASTGEN_MODEL, and the line says so
+tmp_cache = tempfile.mkdtemp()
+os.symlink(os.path.abspath(os.path.join(GGUF, "babyllama105-q8_0.gguf")), os.path.join(tmp_cache, "SmolLM2-135M-Instruct.Q4_1.gguf"))
+r = run("generate", "-p", "Once upon a time", "-n", "4", env={"FASTGEN_CACHE": tmp_cache, "FASTGEN_MODEL": ""})
+check(r.returncode == 0 and "SmolLM2-135M-Instruct.Q4_1.gguf (from the cache" in r.stderr,
+      "generate finds the cached model and names it: %r" % r.stderr[-300:])
+r = run("generate", "-p", "Once upon a time", "-n", "4", env={"FASTGEN_CACHE": tmp_cache, "FASTGEN_MODEL": MODEL})
+check(r.returncode == 0 and "stories260K.bin (from $FASTGEN_MODEL" in r.stderr, "$FASTGEN_MODEL first: %r" % r.stderr)
+shutil.rmtree(tmp_cache)
+shutil.rmtree(EMPTY_CACHE)
 
 print("%d passed, %d failed" % (passed, failed))
 sys.exit(1 if failed else 0)

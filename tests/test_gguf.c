@@ -386,8 +386,8 @@ static void test_files(void) {
     /* the same text as the llama2.c checkpoint */
     char path[1024], err[400];
     snprintf(path, sizeof path, "%s/stories260K.bin", g_model_dir);
-    fgm_llama_model bin, gg;
-    fgm_tokenizer tok;
+    fgm_llama_model bin = {0}, gg = {0}; /* freed below whether or not they load */
+    fgm_tokenizer tok = {0};
     EXPECT(fgm_model_load(path, &bin, err, sizeof err) == FG_OK, "%s", err);
     snprintf(path, sizeof path, "%s/stories260K-f32.gguf", g_dir);
     EXPECT(fgm_model_load(path, &gg, err, sizeof err) == FG_OK, "%s", err);

@@ -56,6 +56,11 @@ int cli_find_model_in(const char *dir, char *model, char *tokenizer, size_t size
     if (!dir || !*dir)
         return 0;
     size_t len = strlen(dir);
+    if (file_exists(dir) && fgm_gguf_is_gguf(dir)) { /* a GGUF file carries its tokenizer */
+        snprintf(model, size, "%s", dir);
+        tokenizer[0] = '\0';
+        return 1;
+    }
     if (len > 4 && strcmp(dir + len - 4, ".bin") == 0 && file_exists(dir)) {
         /* a model file: the tokenizer sits beside it */
         snprintf(model, size, "%s", dir);
@@ -68,12 +73,31 @@ int cli_find_model_in(const char *dir, char *model, char *tokenizer, size_t size
     return file_exists(model) && file_exists(tokenizer);
 }
 
-int cli_find_model(char *model, char *tokenizer, size_t size) {
-    const char *dirs[] = {getenv("FASTGEN_MODEL"), "../shared/models", "models", "../../shared/models"};
+int cli_cached_smollm2(char *path, size_t size) {
+    const char *cache = getenv("FASTGEN_CACHE"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    if (cache && cache[0])
+        snprintf(path, size, "%s/" CLI_SMOLLM2_FILE, cache);
+    else if (xdg && xdg[0])
+        snprintf(path, size, "%s/fastgen/" CLI_SMOLLM2_FILE, xdg);
+    else if (home && home[0])
+        snprintf(path, size, "%s/.cache/fastgen/" CLI_SMOLLM2_FILE, home);
+    else
+        return 0;
+    return file_exists(path);
+}
+
+const char *cli_find_model(char *model, char *tokenizer, size_t size) {
+    if (cli_find_model_in(getenv("FASTGEN_MODEL"), model, tokenizer, size))
+        return "$FASTGEN_MODEL";
+    if (cli_cached_smollm2(model, size)) {
+        tokenizer[0] = '\0';
+        return "the cache scripts/get-models.sh and the demo fill";
+    }
+    const char *dirs[] = {"../shared/models", "models", "../../shared/models"};
     for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++)
         if (cli_find_model_in(dirs[i], model, tokenizer, size))
-            return 1;
-    return 0;
+            return "the test models' folder";
+    return NULL;
 }
 
 void cli_defaults(cli_opts *o, int32_t n) {
@@ -266,16 +290,20 @@ void cli_opts_free(cli_opts *o) {
 }
 
 int cli_need_model(const char *cmd, cli_opts *o, char *model, char *tok, size_t size) {
-    if (!o->model && cli_find_model(model, tok, size)) {
+    const char *where = NULL;
+    if (!o->model && (where = cli_find_model(model, tok, size))) {
         o->model = model;
-        if (!o->tokenizer) {
+        if (!o->tokenizer && tok[0]) {
             o->tokenizer = tok;
             o->tokenizer_defaulted = 1;
         }
+        if (!o->quiet) /* the file it took, and why */
+            fprintf(stderr, "fastgen %s: model %s (from %s; -m FILE for another)\n", cmd, model, where);
     }
     if (!o->model)
-        return cli_usage(cmd, "no model found: pass -m MODEL -z TOKENIZER (stories260K.bin and tok512.bin: "
-                              "github.com/karpathy/llama2.c, the tinyllamas models) or -m MODEL.gguf");
+        return cli_usage(cmd, "no model found: pass -m MODEL.gguf, or -m MODEL -z TOKENIZER for llama2.c "
+                              "(bash scripts/get-models.sh fetches SmolLM2-135M-Instruct into the cache, where "
+                              "every command looks after $FASTGEN_MODEL)");
     if (fgm_gguf_is_gguf(o->model)) {
         if (o->tokenizer)
             return cli_usage(cmd, "-z: %s is a GGUF file, which carries its own tokenizer", o->model);

@@ -78,9 +78,16 @@ char *cli_read_text(const char *cmd, const char *path, size_t *size);
 void cli_opts_free(cli_opts *o);
 /* Defaults: the model found by cli_find_model, prompt "Once upon a time". */
 void cli_defaults(cli_opts *o, int32_t n);
-/* $FASTGEN_MODEL, ../shared/models/, ./models/: the first directory (or .bin
- * file) holding stories260K.bin and tok512.bin. Returns 0 when none. */
-int cli_find_model(char *model, char *tokenizer, size_t size);
+/* The model file scripts/get-models.sh (and so the demo) fetches. */
+#define CLI_SMOLLM2_FILE "SmolLM2-135M-Instruct.Q4_1.gguf"
+/* SmolLM2 in the cache scripts/get-models.sh fills ($FASTGEN_CACHE, else
+ * $XDG_CACHE_HOME/fastgen, else ~/.cache/fastgen): 1 and its path if there. */
+int cli_cached_smollm2(char *path, size_t size);
+/* The default model: $FASTGEN_MODEL (a GGUF or .bin file, or a directory
+ * holding stories260K.bin and tok512.bin), else SmolLM2 in the cache, else
+ * stories260K in ../shared/models/ or ./models/. Returns where it was found
+ * (for a line that says so), or NULL; tokenizer is "" for a GGUF file. */
+const char *cli_find_model(char *model, char *tokenizer, size_t size);
 /* stories260K.bin + tok512.bin in dir (or dir a .bin with tok512.bin beside it). Returns 1 if found. */
 int cli_find_model_in(const char *dir, char *model, char *tokenizer, size_t size);
 /* Fills o->model / o->tokenizer from cli_find_model when not given (the

@@ -533,21 +533,6 @@ done:
     return rc;
 }
 
-/* SmolLM2 in the cache scripts/get-models.sh fills, if it is there. */
-static int cached_smollm2(char *path, size_t size) {
-    const char *cache = getenv("FASTGEN_CACHE"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-    if (cache && cache[0])
-        snprintf(path, size, "%s/SmolLM2-135M-Instruct.Q4_1.gguf", cache);
-    else if (xdg && xdg[0])
-        snprintf(path, size, "%s/fastgen/SmolLM2-135M-Instruct.Q4_1.gguf", xdg);
-    else if (home && home[0])
-        snprintf(path, size, "%s/.cache/fastgen/SmolLM2-135M-Instruct.Q4_1.gguf", home);
-    else
-        return 0;
-    struct stat st;
-    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
-}
-
 int cmd_demo(int argc, char **argv) {
     for (int i = 0; i < argc; i++)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h"))
@@ -592,12 +577,8 @@ int cmd_demo(int argc, char **argv) {
     }
     const int synthetic = model_opts == 0 && argc > thread_opts;
     /* the user's choice ($FASTGEN_MODEL) first, then the cache, then the usual directories */
-    if (!synthetic && cli_find_model_in(getenv("FASTGEN_MODEL"), model, tokenizer, sizeof model))
-        return demo_model(model, tokenizer, svg ? svg : svg_default, threads);
-    if (!synthetic && cached_smollm2(model, sizeof model))
-        return demo_model(model, NULL, svg ? svg : svg_default, threads);
     if (!synthetic && cli_find_model(model, tokenizer, sizeof model))
-        return demo_model(model, tokenizer, svg ? svg : svg_default, threads);
+        return demo_model(model, tokenizer[0] ? tokenizer : NULL, svg ? svg : svg_default, threads);
     if (model_opts) /* only --svg, and no model */
         return cli_usage("demo", "--svg is for the model demo, and no model was found (bash scripts/get-models.sh)");
     if (!synthetic)

@@ -55,7 +55,8 @@ struct fg_threadpool {
     _Atomic int32_t sleepers;
     _Atomic int32_t caller_waiting;
     _Atomic int32_t stop;
-    const struct nest *job_nest; /* the caller's node of this job (workers chain their own to its `up`) */
+    const struct nest *job_up; /* the jobs this job's caller is inside (workers chain their nodes to it; a
+                                  pointer copied, never followed, by a worker that finds no task left) */
 };
 
 /* Tasks [next, end) of one thread's share, and the tasks that thread has
@@ -167,7 +168,7 @@ static void *worker_main(void *varg) {
         const uint32_t g = atomic_load(&p->gen);
         atomic_fetch_add(&p->active, 1);
         if (atomic_load(&p->gen) == g && !(g & 1u)) { /* the job did not change under us */
-            const nest here = {p, w->id, p->job_nest->up};
+            const nest here = {p, w->id, p->job_up};
             tls_nest = &here;
             take_tasks(p, w->id);
             tls_nest = NULL;
@@ -312,7 +313,7 @@ fg_status fg_threadpool_run(fg_threadpool *p, int32_t n_tasks, fg_task_fn fn, vo
         sched_yield();
     p->fn = fn;
     p->arg = arg;
-    p->job_nest = &here;
+    p->job_up = outer;
     p->n_ranges = p->n_started + 1;
     for (int32_t r = 0; r < p->n_ranges; r++) {
         atomic_store(&p->ranges[r].next, (int32_t)((int64_t)n_tasks * r / p->n_ranges));

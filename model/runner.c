@@ -24,6 +24,7 @@ struct fgm_runner {
     fg_token_classes *classes;
     int32_t max_seqs, max_rows; /* rows = prompt positions or batch */
     int32_t ctx_len;            /* positions a sequence may hold: the model's, or less if asked */
+    int32_t page_tokens;        /* rows per page of the context's cache */
     /* activations, [max_rows][width] */
     float *x, *xb, *q, *k, *v, *att, *hb, *hb2;
     /* recovery tracking: every key of every sequence, [max_seqs][L][ctx_len][kv_dim] */
@@ -214,6 +215,7 @@ fg_status fgm_runner_create(const fgm_llama_model *model, const fgm_tokenizer *t
     p.max_seq_len = r->ctx_len;
     if (rp->page_tokens > 0)
         p.page_tokens = rp->page_tokens;
+    r->page_tokens = p.page_tokens;
     p.classes = r->classes;
     st = fg_threadpool_create(rp->n_threads, &r->threads);
     if (st) {
@@ -287,6 +289,10 @@ void fgm_runner_destroy(fgm_runner **pr) {
     free(r);
     *pr = NULL;
 }
+
+int32_t fgm_runner_page_tokens(const fgm_runner *r) { return r->page_tokens; }
+
+int32_t fgm_runner_ctx_len(const fgm_runner *r) { return r->ctx_len; }
 
 fg_context *fgm_runner_context(fgm_runner *r) { return r->ctx; }
 
@@ -549,6 +555,21 @@ static int by_prob_desc(const void *a, const void *b) {
     return (x < y) - (x > y);
 }
 
+void fgm_penalize(float *logits, int32_t vocab, const int32_t *history, int32_t n, int32_t last_n, float penalty) {
+    if (penalty == 1.0f)
+        return;
+    const int32_t from = last_n < 0 || last_n > n ? 0 : n - last_n;
+    for (int32_t i = from; i < n; i++) {
+        const int32_t t = history[i];
+        int seen = 0; /* each distinct token once */
+        for (int32_t j = from; j < i && !seen; j++)
+            seen = history[j] == t;
+        if (seen || t < 0 || t >= vocab)
+            continue;
+        logits[t] = logits[t] > 0.0f ? logits[t] / penalty : logits[t] * penalty;
+    }
+}
+
 int32_t fgm_sample(fgm_sampler *s, float *logits, int32_t vocab) {
     int32_t best = 0;
     for (int32_t i = 1; i < vocab; i++)
@@ -567,10 +588,13 @@ int32_t fgm_sample(fgm_sampler *s, float *logits, int32_t vocab) {
     for (int32_t i = 0; i < vocab; i++)
         pi[i] = (prob_index){logits[i] / sum, i};
     qsort(pi, (size_t)vocab, sizeof *pi, by_prob_desc);
-    /* the smallest prefix whose mass reaches top_p */
-    float top_p = s->top_p > 0.0f && s->top_p <= 1.0f ? s->top_p : 1.0f, mass = 0.0f;
+    /* the top_k likeliest, then the smallest prefix whose mass reaches top_p of theirs */
+    const int32_t k = s->top_k > 0 && s->top_k < vocab ? s->top_k : vocab;
+    float top_p = s->top_p > 0.0f && s->top_p <= 1.0f ? s->top_p : 1.0f, mass = 0.0f, k_mass = 0.0f;
+    for (int32_t i = 0; i < k; i++)
+        k_mass += pi[i].p;
     int32_t keep = 0;
-    while (keep < vocab && mass < top_p)
+    while (keep < k && mass < top_p * k_mass)
         mass += pi[keep++].p;
     float u = rng_unit(&s->state) * mass, acc = 0.0f;
     int32_t pick = pi[keep - 1].i;

@@ -36,6 +36,10 @@ fg_status fgm_runner_create(const fgm_llama_model *model, const fgm_tokenizer *t
                            fgm_runner **out, char *err, size_t err_size);
 void fgm_runner_destroy(fgm_runner **r);
 fg_context *fgm_runner_context(fgm_runner *r);
+/* Rows per page of the context's KV cache. */
+int32_t fgm_runner_page_tokens(const fgm_runner *r);
+/* Positions a sequence may hold: the model's context, or max_len when less. */
+int32_t fgm_runner_ctx_len(const fgm_runner *r);
 /* Called after each layer of a prompt's pass (fgm_runner_prefill*): done of
  * total layer passes (chunks x layers). NULL: no calls. */
 typedef void (*fgm_runner_progress_fn)(void *user, int32_t done, int32_t total);
@@ -67,11 +71,18 @@ const char *fgm_runner_error(const fgm_runner *r);
  * the full cache) on the rows the head kept plus the new token. */
 double fgm_runner_recovery(const fgm_runner *r, int32_t seq);
 
-/* Sampling: temperature 0 = greedy; else top-p with a seeded RNG. */
+/* Sampling: temperature 0 = greedy; else among the top_k likeliest (0: all),
+ * the smallest prefix of them whose renormalised mass reaches top_p, with a
+ * seeded RNG. */
 typedef struct fgm_sampler {
     float temperature, top_p;
     uint64_t state;
+    int32_t top_k;
 } fgm_sampler;
 int32_t fgm_sample(fgm_sampler *s, float *logits, int32_t vocab);
+/* llama.cpp's repetition penalty: each distinct token among the last last_n
+ * of history[0..n) (last_n < 0: all of them) has its logit divided by
+ * penalty when positive, multiplied when not. penalty 1: nothing. */
+void fgm_penalize(float *logits, int32_t vocab, const int32_t *history, int32_t n, int32_t last_n, float penalty);
 
 #endif

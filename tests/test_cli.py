@@ -235,13 +235,14 @@ with tempfile.TemporaryDirectory() as tmp:
     # --chat: turns appended to one sequence; --samples: forks of one prompt, shared pages counted once
     chat = os.path.join(tmp, "chat.txt")
     open(chat, "w").write("Once upon a time, there was a dog.\n\nThe dog saw a ball.\n\n\nWhat did it do?\n")
-    r = run("generate", *model_args(), "--chat", chat, "-n", "12", "--json")
+    r = run("generate", *model_args(), "--chat", chat, "-n", "12", "--json", "--policy", "fastgen")
     cj = json.loads(r.stdout) if r.returncode == 0 else {}
     check([t["user"] for t in cj.get("turns", [])] == ["Once upon a time, there was a dog.", "The dog saw a ball.",
                                                         "What did it do?"] and all(t["reply"] for t in cj["turns"]),
           "--chat: three turns, each answered: %r" % r.stderr)
     check(0 < cj.get("kv_bytes_held", 0) <= cj.get("kv_bytes_full", 0), "--chat memory")
-    r = run("generate", *model_args(), "--chat", chat, "-n", "12", "--json", "--append", "reprofile")
+    r = run("generate", *model_args(), "--chat", chat, "-n", "12", "--json", "--append", "reprofile", "--policy",
+            "fastgen")
     rj = json.loads(r.stdout) if r.returncode == 0 else {}
     check(len(rj.get("turns", [])) == 3 and rj["turns"][0] == cj["turns"][0],
           "--chat --append reprofile: three turns, the first as with keep: %r" % r.stderr)
@@ -359,6 +360,38 @@ for args in (["-t", "0"], ["-t", "4.5"], ["--threads", "2000"]):
 hot = [json.loads(run("generate", *model_args(), "--temp", "1.5", "--seed", s, "-n", "24", "--json").stdout)["text"]
        for s in ("1", "2")]
 check(hot[0] != hot[1], "--temp 1.5 samples: two seeds, two texts")
+# llama.cpp's names: -s, --top-k, --n-predict, -c, -ctk/-ctv of one type, -e, --repeat-penalty; --top-p alone samples
+j = lambda *a: json.loads(run("generate", *model_args(), "--json", *a).stdout or "{}")
+a1, a2 = j("-s", "5", "--top-k", "20", "--temp", "0.9", "-n", "16"), j("--seed", "5", "--top-k", "20", "--temp",
+                                                                       "0.9", "--n-predict", "16")
+check(a1.get("text") and a1.get("text") == a2.get("text"), "-s/--seed and -n/--n-predict mean the same")
+g1 = j("-n", "16", "--top-k", "1", "--temp", "1.0")
+check(g1.get("text") == j("-n", "16").get("text"), "--top-k 1 samples the greedy text")
+r = run("generate", *model_args(), "--top-p", "0.5", "-n", "8")
+check(r.returncode == 0 and "--temp 0.8" in r.stderr, "--top-p alone samples at llama.cpp's 0.8: %r" % r.stderr)
+r = run("generate", *model_args(), "-n", "8")
+check(r.returncode == 0 and "prompt eval:" in r.stdout and "tokens per second" in r.stdout and
+      "KV cache of a full context" in r.stderr, "llama-cli's timing and KV lines: %r %r" % (r.stdout[-300:], r.stderr))
+c1 = j("-c", "20", "-n", "100")
+check(c1.get("n_prompt", 0) + c1.get("n_generated", 99) <= 20, "-c 20 holds 20 positions: %r" % c1)
+q1, q2 = j("-ctk", "q8_0", "-ctv", "q8_0", "-n", "12"), j("--dtype", "q8_0", "-n", "12")
+check(q1.get("text") and q1.get("text") == q2.get("text"), "-ctk q8_0 -ctv q8_0 is --dtype q8_0")
+e1 = j("-e", "-p", "Once upon\\na time", "-n", "1")
+check(e1.get("text", "").startswith("Once upon\na time"), "-e turns \\n into a newline: %r" % e1.get("text"))
+rp = j("--repeat-penalty", "1.5", "-n", "40")
+check(rp.get("text") and rp.get("text") != j("-n", "40").get("text"), "--repeat-penalty changes the greedy text")
+r = run("bench", *model_args(), "-p", "40", "-n", "8", "-d", "40,60", "-r", "1", "--json")
+bj = json.loads(r.stdout) if r.returncode == 0 else {}
+rows = bj.get("rows", [])
+check(len(rows) == 9 and [x["test"] for x in rows[::3]] == ["pp40", "tg8 @ d40", "tg8 @ d60"] and
+      all(x["vs_full"] == 1.0 and x["kv_kept"] == 1.0 for x in rows[::3]) and
+      all(0 < x["kv_kept"] < 1 and x["tokens_per_s"] > 0 for x in rows if x["method"] != "full"),
+      "bench: pp and tg rows, full first, compression holding less: %r %r" % (rows[:2], r.stderr))
+r = run("bench", *model_args(), "-p", "16", "-n", "4", "-d", "8", "-r", "1")
+check(r.returncode == 0 and "| full |" in r.stdout and "vs full" in r.stdout, "bench's table: %r" % r.stdout[:300])
+for bad in (["--methods", "h2o"], ["--methods", "full,h2o:0.5"], ["-p", "0", "-n", "0"], ["-d", "1,2,x"]):
+    r = run("bench", *model_args(), *bad)
+    check(r.returncode == 2, "bench %s is refused: %r" % (bad, r.stderr))
 prompt_file = os.path.join(tmp_opts, "prompt.txt")
 open(prompt_file, "w").write("Once upon a time, there was a dog")
 by_p = json.loads(run("generate", *model_args(), "-p", "Once upon a time, there was a dog", "-n", "16",
@@ -440,8 +473,16 @@ refused = [
     (["eval", "--chat", prompt_file, "--svg", "x.svg"], "--svg does not go with it"),
     (["eval", "--sweep", "--csv"], "--csv"),
     (["generate", "--samples", "3", "--temp", "0"], "copies of the greedy text"),
-    (["generate", "--top-p", "0.5"], "--top-p and --seed"),
-    (["generate", "--seed", "3"], "--top-p and --seed"),
+    (["generate", "--temp", "0", "--top-p", "0.5"], "--temp 0 is greedy"),
+    (["generate", "--temp", "0", "-s", "3"], "--temp 0 is greedy"),
+    (["generate", "-cnv"], "--chat FILE"),
+    (["generate", "-ngl", "99"], "--backend cuda"),
+    (["generate", "-fa"], "nothing to turn on"),
+    (["generate", "-b", "512"], "--prefill-chunk"),
+    (["generate", "-ctk", "q8_0", "-ctv", "f16"], "one type"),
+    (["generate", "-ctk", "q8_0"], "one type"),
+    (["eval", "-c", "512"], "-c is not an option of eval"),
+    (["generate", "--chat", prompt_file, "--repeat-penalty", "1.1"], "plain generate"),
     (["generate", "--svg", "x.svg"], "--svg is not an option of generate"),
     (["tokenize", "-q"], "-q is not an option of tokenize"),
     (["generate", "--append", "keep"], "it needs --chat"),

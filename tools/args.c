@@ -111,6 +111,8 @@ void cli_defaults(cli_opts *o, int32_t n) {
     o->dtype = FG_DTYPE_F16; /* llama.cpp's cache type too */
     o->q8_activations = 1;   /* llama.cpp's products on q4_0 / q4_1 / q8_0 weights too */
     o->append_mode = -1;
+    o->repeat_penalty = 1.0f;
+    o->repeat_last_n = 64; /* llama.cpp's */
 }
 
 static int match(const char *a, const char *s, const char *l) { return (s && !strcmp(a, s)) || !strcmp(a, l); }
@@ -130,10 +132,71 @@ static unsigned group_of(const char *a) {
         {"-n", CLI_STEPS}, {"--steps", CLI_STEPS},
         {"--temp", CLI_SAMPLE}, {"--temperature", CLI_SAMPLE}, {"--top-p", CLI_SAMPLE}, {"--seed", CLI_SAMPLE},
         {"--json", CLI_JSON}, {"--csv", CLI_CSV}, {"--svg", CLI_SVG}, {"-q", CLI_QUIET}, {"--quiet", CLI_QUIET},
+        /* llama.cpp's names */
+        {"-c", CLI_CTX}, {"--ctx-size", CLI_CTX}, {"-s", CLI_SAMPLE}, {"--top-k", CLI_SAMPLE},
+        {"--repeat-penalty", CLI_SAMPLE}, {"--repeat-last-n", CLI_SAMPLE}, {"--n-predict", CLI_STEPS},
+        {"-e", CLI_PROMPT}, {"--escape", CLI_PROMPT}, {"-ctk", CLI_RUN}, {"--cache-type-k", CLI_RUN},
+        {"-ctv", CLI_RUN}, {"--cache-type-v", CLI_RUN},
     };
     for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
         if (!strcmp(a, k[i].name))
             return k[i].group;
+    return 0;
+}
+
+/* llama.cpp's options fastgen has no counterpart for: refused, naming what to use instead. */
+static const char *llama_only(const char *a) {
+    static const struct {
+        const char *name, *why;
+    } k[] = {
+        {"-cnv", "llama-cli's interactive chat: `fastgen generate --chat FILE` answers the turns of a file in one "
+                 "sequence"},
+        {"--conversation", "llama-cli's interactive chat: `fastgen generate --chat FILE` answers the turns of a "
+                           "file in one sequence"},
+        {"-i", "interactive mode: `fastgen generate --chat FILE` answers the turns of a file"},
+        {"-ngl", "fastgen's GPU backends run the attention only (--backend cuda|hip); the model runs on the CPU"},
+        {"--n-gpu-layers", "fastgen's GPU backends run the attention only (--backend cuda|hip); the model runs on "
+                           "the CPU"},
+        {"-fa", "fastgen's attention is always one fused pass over the kept rows: there is nothing to turn on"},
+        {"--flash-attn", "fastgen's attention is always one fused pass over the kept rows: there is nothing to "
+                         "turn on"},
+        {"-b", "--prefill-chunk N sends the prompt N tokens at a time"},
+        {"--batch-size", "--prefill-chunk N sends the prompt N tokens at a time"},
+        {"-ub", "--prefill-chunk N sends the prompt N tokens at a time"},
+        {"--ubatch-size", "--prefill-chunk N sends the prompt N tokens at a time"},
+    };
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++)
+        if (!strcmp(a, k[i].name))
+            return k[i].why;
+    return NULL;
+}
+
+/* -e: llama.cpp's escapes in a prompt (\n \r \t \' \" \\), in place. */
+static void unescape(char *s) {
+    char *w = s;
+    for (const char *r = s; *r; r++) {
+        if (r[0] == '\\' && r[1] && strchr("nrt'\"\\", r[1])) {
+            r++;
+            *w++ = *r == 'n' ? '\n' : *r == 'r' ? '\r' : *r == 't' ? '\t' : *r;
+        } else {
+            *w++ = *r;
+        }
+    }
+    *w = '\0';
+}
+
+/* The prompt with -e's escapes processed: 0, or 1 when out of memory. */
+static int escape_prompt(cli_opts *o) {
+    if (!o->escape || !o->prompt)
+        return 0;
+    if (!o->prompt_text) { /* -p's text: a copy of our own */
+        const size_t n = strlen(o->prompt) + 1;
+        if (!(o->prompt_text = malloc(n)))
+            return 1;
+        memcpy(o->prompt_text, o->prompt, n);
+        o->prompt = o->prompt_text;
+    }
+    unescape(o->prompt_text);
     return 0;
 }
 
@@ -145,6 +208,9 @@ int cli_parse(const char *cmd, const char *help, unsigned accept, int argc, char
             fputs(help, stdout);
             return -1;
         }
+        const char *instead = llama_only(a);
+        if (instead)
+            return cli_usage(cmd, "%s (llama.cpp) has no fastgen counterpart: %s", a, instead);
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;
         const unsigned group = group_of(a);
         if (group && !(group & accept)) {
@@ -174,6 +240,10 @@ int cli_parse(const char *cmd, const char *help, unsigned accept, int argc, char
             o->quiet = 1;
             continue;
         }
+        if (match(a, "-e", "--escape")) {
+            o->escape = 1;
+            continue;
+        }
         int ok = 1, used = 1;
         if (match(a, "-m", "--model"))
             o->model = val;
@@ -190,6 +260,28 @@ int cli_parse(const char *cmd, const char *help, unsigned accept, int argc, char
             ok = val && cli_parse_int(val, 1, 1 << 20, &o->prefill_chunk);
         else if (match(a, "-n", "--steps"))
             ok = val && cli_parse_int(val, 0, 1 << 20, &o->n);
+        else if (!strcmp(a, "--n-predict")) { /* llama.cpp's -1: until the context is full */
+            ok = val && (!strcmp(val, "-1") || cli_parse_int(val, 0, 1 << 20, &o->n));
+            if (ok && !strcmp(val, "-1"))
+                o->n = 1 << 20;
+        } else if (match(a, "-c", "--ctx-size"))
+            ok = val && cli_parse_int(val, 0, 1 << 24, &o->ctx_size);
+        else if (!strcmp(a, "--top-k")) {
+            ok = val && cli_parse_int(val, 0, 1 << 30, &o->top_k);
+            o->has_top_k = 1;
+        } else if (!strcmp(a, "--repeat-penalty")) {
+            ok = val && cli_parse_float(val, 0.0f, 100.0f, &o->repeat_penalty) && o->repeat_penalty > 0.0f;
+            o->has_repeat_penalty = 1;
+        } else if (!strcmp(a, "--repeat-last-n"))
+            ok = val && (!strcmp(val, "-1") ? (o->repeat_last_n = -1, 1) : cli_parse_int(val, 0, 1 << 24,
+                                                                                           &o->repeat_last_n));
+        else if (match(a, "-ctk", "--cache-type-k")) {
+            ok = val && fg_dtype_parse(val, &o->cache_type_k) == FG_OK;
+            o->has_cache_type_k = 1;
+        } else if (match(a, "-ctv", "--cache-type-v")) {
+            ok = val && fg_dtype_parse(val, &o->cache_type_v) == FG_OK;
+            o->has_cache_type_v = 1;
+        }
         else if (match(a, "-t", "--threads"))
             ok = val && cli_parse_int(val, 1, FG_MAX_THREADS, &o->threads);
         else if (!strcmp(a, "--policy"))
@@ -218,13 +310,14 @@ int cli_parse(const char *cmd, const char *help, unsigned accept, int argc, char
         } else if (!strcmp(a, "--top-p")) {
             ok = val && cli_parse_float(val, 0.0f, 1.0f, &o->top_p) && o->top_p > 0.0f;
             o->has_top_p = 1;
-        } else if (!strcmp(a, "--seed")) {
+        } else if (match(a, "-s", "--seed")) {
             int32_t s = 0;
             ok = val && cli_parse_int(val, 0, 2147483647, &s);
             o->seed = (uint64_t)s;
             o->has_seed = 1;
         } else if (!strcmp(a, "--dtype")) {
             ok = val && fg_dtype_parse(val, &o->dtype) == FG_OK;
+            o->has_dtype = 1;
         } else if (extra) {
             int r = extra(user, a, val, &used);
             if (r == 2)
@@ -241,6 +334,18 @@ int cli_parse(const char *cmd, const char *help, unsigned accept, int argc, char
     }
     if (o->json && o->csv)
         return cli_usage(cmd, "--json and --csv are two formats of the same results: pass one");
+    /* -ctk / -ctv: llama.cpp sets K and V apart; fastgen's pages hold both in one type */
+    if (o->has_cache_type_k || o->has_cache_type_v) {
+        const fg_dtype k = o->has_cache_type_k ? o->cache_type_k : o->dtype;
+        const fg_dtype v = o->has_cache_type_v ? o->cache_type_v : o->dtype;
+        if (k != v || (o->has_dtype && k != o->dtype))
+            return cli_usage(cmd, "K in %s and V in %s: fastgen stores K and V in one type (--dtype NAME, or -ctk "
+                                  "and -ctv both NAME); separate types are not supported",
+                             fg_dtype_name(k), fg_dtype_name(v));
+        o->dtype = k;
+    }
+    if (escape_prompt(o))
+        return cli_usage(cmd, "out of memory");
     return 0;
 }
 
@@ -281,6 +386,8 @@ int cli_read_prompt(const char *cmd, cli_opts *o) {
     o->prompt_text = text;
     o->prompt = text;
     o->has_prompt = 1;
+    if (o->escape)
+        unescape(text);
     return 0;
 }
 
@@ -365,20 +472,23 @@ int cli_compression(const char *cmd, const cli_opts *o, fg_compression_params *c
 }
 
 const char *const cli_model_help =
-    "  -m, --model FILE        GGUF file or llama2.c checkpoint (default: stories260K.bin from\n"
-    "                          $FASTGEN_MODEL, ../shared/models/ or ./models/)\n"
+    "  -m, --model FILE        GGUF file or llama2.c checkpoint (default: $FASTGEN_MODEL, else SmolLM2 in\n"
+    "                          the cache the demo fills, else stories260K.bin in ../shared/models/ or\n"
+    "                          ./models/; a line on stderr names the file taken)\n"
     "  -z, --tokenizer FILE    llama2.c tokenizer (default: tok512.bin beside the model; GGUF files carry theirs)\n"
     "  -p, --prompt TEXT       prompt (default \"Once upon a time\")\n"
     "  --policy NAME           fastgen | fastgen-budget | fastgen-adaptive | full | streamingllm | h2o |\n"
-    "                          local | frequent | snapkv | adakv | tova\n"
-    "                          (default fastgen)\n"
+    "                          local | frequent | snapkv | adakv | tova (default: generate fastgen-adaptive at\n"
+    "                          half the cache, profile fastgen, the paper's threshold mode)\n"
     "  -T X                    recovery threshold in (0, 1] (default 0.95)\n"
-    "  --budget B              FastGen's budget mode: keep at most B of the full cache's rows, in (0, 1]\n"
+    "  --budget B              keep at most B of the full cache's rows, in (0, 1]: fastgen-adaptive's budget\n"
+    "                          (0.5 by default), or the paper's mode in budget mode (--policy fastgen)\n"
     "  --ratio-local R         local window ratio of every policy (default 0.3)\n"
     "  --ratio-frequent R      frequent budget ratio of every policy (default 0.3)\n"
     "  -f, --file FILE         the prompt is the whole of FILE (- for standard input)\n"
     "  --backend NAME          ref | cpu | cuda | hip (default cpu)\n"
-    "  --dtype NAME            f32 | f16 | bf16 | q8_0 | q4_0 KV cache storage (default f16; K and V alike)\n"
+    "  --dtype NAME            f32 | f16 | bf16 | q8_0 | q4_0 KV cache storage (default f16; K and V alike;\n"
+    "                          -ctk/--cache-type-k and -ctv/--cache-type-v as llama.cpp, naming one type)\n"
     "  -t, --threads N         CPU threads (default: the cores this process may run on)\n"
     "  --q8-activations        q4_0 / q4_1 / q8_0 weights: activations quantized to 8 bits and integer\n"
     "                          dot products, as llama.cpp does (the default)\n"
@@ -396,6 +506,10 @@ int cli_model_command(const char *cmd, const char *help_head, const char *help_t
     char help[4096];
     snprintf(help, sizeof help, "%s%s%s", help_head, cli_model_help, help_tail);
     cli_defaults(o, n_default);
+    /* generate runs the method the README leads with (docs/design.md §4 says why); profile shows the
+       paper's per-head choice */
+    if (!strcmp(cmd, "generate"))
+        o->policy = "fastgen-adaptive";
     int rc = cli_parse(cmd, help, accept, argc, argv, o, extra, user);
     if (rc)
         return rc < 0 ? -1 : rc;

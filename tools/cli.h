@@ -25,6 +25,7 @@ enum {
     CLI_CSV = 1 << 8,     /* --csv */
     CLI_SVG = 1 << 9,     /* --svg */
     CLI_QUIET = 1 << 10,  /* -q */
+    CLI_CTX = 1 << 11,    /* -c, --ctx-size */
 };
 
 /* Options shared by generate, profile and eval. */
@@ -43,6 +44,14 @@ typedef struct cli_opts {
     int32_t prefill_chunk; /* --prefill-chunk N: prompts in chunks of N tokens (0: at once) */
     int append_mode;       /* --append keep|reprofile: FG_APPEND_*, or -1 for the policy's default */
     int tokenizer_defaulted; /* the tokenizer is tok512.bin beside the model, not one -z named */
+    /* llama.cpp's names for the same things */
+    int32_t ctx_size;        /* -c N: positions a sequence may hold (0: the model's context) */
+    int32_t top_k;           /* --top-k K: sample among the K likeliest (0: all) */
+    float repeat_penalty;    /* --repeat-penalty X: llama.cpp's penalty on the last repeat_last_n tokens (1: off) */
+    int32_t repeat_last_n;   /* --repeat-last-n N (default 64, -1: the whole context) */
+    int has_top_k, has_repeat_penalty, escape;
+    int has_cache_type_k, has_cache_type_v, has_dtype;
+    fg_dtype cache_type_k, cache_type_v; /* -ctk, -ctv: must name one type (fastgen stores K and V alike) */
 } cli_opts;
 
 typedef struct cli_session {
@@ -120,6 +129,13 @@ int cli_open_or_report(const cli_opts *o, int track_recovery, cli_session *s);
 fg_status cli_encode(const cli_session *s, const char *prompt, int32_t **tokens, int32_t *n);
 
 void cli_human_bytes(double b, char *buf, size_t n);
+/* A prompt's tokens as generate shows them (control tokens such as ChatML's
+ * markers decode to nothing); malloc'd, NULL when out of memory. */
+char *cli_display_prompt(const cli_session *s, const int32_t *tokens, int32_t n);
+/* "<label>1.2 MiB held vs 2.5 MiB full (48.0%; 600 of 1250 rows kept)", every
+ * command's one way of saying it, and a note when rows were dropped but no
+ * page (of page_tokens rows) was given back. */
+void cli_print_kv(const char *label, const fg_memory_stats *m, int32_t page_tokens);
 
 /* Why a runner call failed with st: the runner's message, else the status's name (never ""). */
 const char *cli_reason(const fgm_runner *r, fg_status st);
@@ -134,6 +150,7 @@ int cmd_generate(int argc, char **argv);
 int cmd_profile(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_version(int argc, char **argv);

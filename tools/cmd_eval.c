@@ -255,7 +255,7 @@ static const char *k_eval_help =
     "                       streamingllm, tova, snapkv and adakv at the KV memory it kept on that\n"
     "                       prompt (their ratio bisected); per point mean and max KL, top-1, tokens\n"
     "                       before the first top-1 difference, and the paired KL difference with a\n"
-    "                       bootstrap 95%% interval over the prompts\n"
+    "                       bootstrap 95% interval over the prompts\n"
     "  --methods LIST       --sweep / --passkey: comma-separated presets, the driven one first, each with\n"
     "                       options after colons (fastgen-adaptive:window=64:defer=64; window, defer,\n"
     "                       floor, pool (snapkv, adakv), sink, families=DIGITS, flags=per-layer+mass+end)\n"

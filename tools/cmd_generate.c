@@ -32,15 +32,23 @@ static void text_append(text_buf *t, const char *piece) {
 static const char *k_generate_help_head =
     "usage: fastgen generate [options]\n"
     "\n"
-    "Generates text with a llama2.c model whose attention runs through fastgen,\n"
-    "then prints tokens/s and the KV bytes held against a full cache.\n"
+    "Generates text with a GGUF or llama2.c model whose attention and KV cache\n"
+    "run through fastgen, then prints the prompt's and the generation's speed\n"
+    "(as llama-cli does) and the KV memory held against a full cache.\n"
     "\n"
     "options:\n";
 static const char *k_generate_help_tail =
-    "  -n, --steps N           tokens to generate after the prompt (default 64)\n"
-    "  --temp X                sampling temperature, 0 = greedy (default 0; --temperature too)\n"
-    "  --top-p P               nucleus sampling when the temperature is above 0 (default 0.9)\n"
-    "  --seed S                sampling seed (default 1)\n"
+    "  -n, --steps N           tokens to generate after the prompt (default 64; --n-predict N too, -1:\n"
+    "                          until the context is full)\n"
+    "  -c, --ctx-size N        positions a sequence may hold (default: the model's context)\n"
+    "  -e, --escape            process \\n \\r \\t \\' \\\" \\\\ in the prompt (llama.cpp's -e)\n"
+    "  --temp X                sampling temperature, 0 = greedy (default 0, greedy; --temperature too)\n"
+    "  --top-k K               sample among the K likeliest tokens (default 0: all)\n"
+    "  --top-p P               nucleus sampling (default 0.9)\n"
+    "  -s, --seed S            sampling seed (default 1)\n"
+    "                          --top-k, --top-p or --seed without --temp sample at 0.8, llama.cpp's default\n"
+    "  --repeat-penalty X      llama.cpp's penalty on the tokens of the last --repeat-last-n (default 64,\n"
+    "                          -1: all) positions (default 1: none)\n"
     "  --json                  one JSON object: text, tokens, kv_bytes_held, kv_bytes_full, ...\n"
     "  --chat FILE             a conversation: the user turns of FILE (separated by blank lines) are\n"
     "                          appended to one sequence in turn, and the model answers each (-n tokens\n"
@@ -103,10 +111,21 @@ static int generate_checks(const cli_opts *o, const generate_extra *x) {
     if (x->samples && o->has_temperature && o->temperature == 0.0f)
         return cli_usage(cmd, "--samples with --temp 0 would give %d copies of the greedy text: pass a temperature "
                               "above 0", (int)x->samples);
-    const int sampling = x->samples || o->temperature > 0.0f;
-    if (!sampling && (o->has_top_p || o->has_seed))
-        return cli_usage(cmd, "--top-p and --seed shape sampling: they need --temp above 0 (or --samples)");
+    if ((x->samples || x->chat) && (o->has_repeat_penalty || o->repeat_last_n != 64))
+        return cli_usage(cmd, "--repeat-penalty applies to a plain generate: --chat and --samples sample without it");
+    if (o->has_temperature && o->temperature == 0.0f && (o->has_top_p || o->has_top_k || o->has_seed))
+        return cli_usage(cmd, "--top-k, --top-p and --seed shape sampling: --temp 0 is greedy");
     return 0;
+}
+
+/* llama.cpp samples by default: --top-k, --top-p or --seed alone mean sampling at its temperature, 0.8. */
+static void sampling_defaults(cli_opts *o, const generate_extra *x) {
+    if (!o->has_temperature && !x->samples && (o->has_top_p || o->has_top_k || o->has_seed)) {
+        o->temperature = 0.8f;
+        if (!o->quiet)
+            fprintf(stderr, "fastgen generate: sampling at --temp 0.8 (llama.cpp's default; fastgen's is 0, "
+                            "greedy)\n");
+    }
 }
 
 static int generate_one(cli_opts *op, const fg_compression_params *cpp, const generate_extra *xp);
@@ -118,10 +137,12 @@ int cmd_generate(int argc, char **argv) {
     generate_extra x = {NULL, NULL, 0, 0};
     int rc = cli_model_command("generate", k_generate_help_head, k_generate_help_tail,
                            CLI_MODEL | CLI_PROMPT | CLI_POLICY | CLI_APPEND | CLI_RUN | CLI_STEPS | CLI_SAMPLE | CLI_JSON |
-                               CLI_QUIET,
+                               CLI_QUIET | CLI_CTX,
                            64, argc, argv, &o, &cp, model, tokp, sizeof model, generate_option, &x);
     if (rc == 0)
         rc = generate_checks(&o, &x);
+    if (rc == 0)
+        sampling_defaults(&o, &x);
     if (rc) {
         cli_opts_free(&o);
         return rc < 0 ? 0 : rc;
@@ -145,7 +166,7 @@ static int generate_one(cli_opts *op, const fg_compression_params *cpp, const ge
     cli_session s;
     if (cli_open_or_report(&o, 0, &s))
         return 1;
-    const int32_t seq_len = s.model.config.seq_len, vocab = s.model.config.vocab_size;
+    const int32_t seq_len = fgm_runner_ctx_len(s.runner), vocab = s.model.config.vocab_size;
     int32_t *tokens = NULL, n_prompt = 0, seq = -1;
     float *logits = malloc((size_t)vocab * sizeof *logits);
     text_buf text = {0};
@@ -156,14 +177,24 @@ static int generate_one(cli_opts *op, const fg_compression_params *cpp, const ge
         goto done;
     }
     if (n_prompt > seq_len) {
-        fprintf(stderr, "fastgen generate: the prompt is %d tokens, longer than the model's context of %d\n",
-                (int)n_prompt, (int)seq_len);
+        fprintf(stderr, "fastgen generate: the prompt is %d tokens, longer than the context of %d\n", (int)n_prompt,
+                (int)seq_len);
         goto done;
     }
     if (n_prompt + o.n > seq_len) {
-        fprintf(stderr, "fastgen generate: generating %d tokens, not %d: the context holds %d\n",
-                (int)(seq_len - n_prompt), (int)o.n, (int)seq_len);
+        if (o.n < (1 << 20)) /* not --n-predict -1, which asks for exactly this */
+            fprintf(stderr, "fastgen generate: generating %d tokens, not %d: the context holds %d\n",
+                    (int)(seq_len - n_prompt), (int)o.n, (int)seq_len);
         o.n = seq_len - n_prompt;
+    }
+    if (!o.quiet && !o.json) { /* llama-cli's KV buffer line: what a full cache of the context would take */
+        const fgm_llama_config *c = &s.model.config;
+        char full[32];
+        cli_human_bytes((double)c->n_layers * c->n_kv_heads * seq_len * (double)fg_kv_row_bytes(o.dtype, c->head_size),
+                        full, sizeof full);
+        fprintf(stderr, "fastgen generate: KV cache of a full context: %s (%s K and V, %d layers x %d KV heads x %d, "
+                        "%d tokens); policy %s holds what it keeps of it\n", full, fg_dtype_name(o.dtype),
+                (int)c->n_layers, (int)c->n_kv_heads, (int)c->head_size, (int)seq_len, o.policy);
     }
     int32_t *all = realloc(tokens, (size_t)(n_prompt + o.n + 1) * sizeof *all);
     if (!all)
@@ -183,10 +214,11 @@ static int generate_one(cli_opts *op, const fg_compression_params *cpp, const ge
         fputs(text.s ? text.s : "", stdout);
         fflush(stdout);
     }
-    fgm_sampler sampler = {o.temperature, o.top_p, o.seed * 0x9e3779b97f4a7c15ull + 1};
+    fgm_sampler sampler = {o.temperature, o.top_p, o.seed * 0x9e3779b97f4a7c15ull + 1, o.top_k};
     int32_t n_total = n_prompt;
     t0 = cli_now();
     for (int32_t step = 0; step < o.n; step++) {
+        fgm_penalize(logits, vocab, tokens, n_total, o.repeat_last_n, o.repeat_penalty);
         int32_t next = fgm_sample(&sampler, logits, vocab);
         if (!x.ignore_eos && (next == s.tok.bos || next == s.tok.eos))
             break;
@@ -206,7 +238,9 @@ static int generate_one(cli_opts *op, const fg_compression_params *cpp, const ge
     fg_memory_stats mem;
     fg_memory(fgm_runner_context(s.runner), seq, &mem);
     const int32_t generated = n_total - n_prompt;
-    const double tps = t_decode > 0.0 ? generated / t_decode : 0.0;
+    /* decode steps run: the last sampled token is not fed back (nor one that ended the text) */
+    const int32_t runs = generated > 0 && generated == o.n ? generated - 1 : generated;
+    const double tps = t_decode > 0.0 ? runs / t_decode : 0.0;
     if (o.json) {
         printf("{\"text\": ");
         cli_json_string(stdout, text.s ? text.s : "");
@@ -218,17 +252,20 @@ static int generate_one(cli_opts *op, const fg_compression_params *cpp, const ge
         printf(", \"backend\": ");
         cli_json_string(stdout, fg_context_backend(fgm_runner_context(s.runner)));
         printf(", \"kv_bytes_held\": %zu, \"kv_bytes_full\": %zu, \"rows_kept\": %lld, \"rows_full\": %lld, "
-               "\"prefill_s\": %.6f, \"tokens_per_s\": %.2f}\n",
+               "\"prefill_s\": %.6f, \"prompt_tokens_per_s\": %.2f, \"decode_s\": %.6f, \"decode_runs\": %d, "
+               "\"tokens_per_s\": %.2f}\n",
                mem.kv_bytes_held, mem.kv_bytes_full, (long long)mem.rows_kept, (long long)mem.rows_full, t_prefill,
-               tps);
+               t_prefill > 0.0 ? n_prompt / t_prefill : 0.0, t_decode, (int)runs, tps);
     } else {
-        char held[32], full[32];
-        cli_human_bytes((double)mem.kv_bytes_held, held, sizeof held);
-        cli_human_bytes((double)mem.kv_bytes_full, full, sizeof full);
-        printf("\n\n%d prompt + %d generated tokens, %.1f tokens/s (backend %s, policy %s)\n", (int)n_prompt,
-               (int)generated, tps, fg_context_backend(fgm_runner_context(s.runner)), o.policy);
-        printf("KV cache: %s held vs %s full (%.1f%%; %lld of %lld rows kept)\n", held, full, 100.0 * (double)mem.kv_bytes_held / (double)(mem.kv_bytes_full ? mem.kv_bytes_full : 1),
-               (long long)mem.rows_kept, (long long)mem.rows_full);
+        /* llama-cli's timing lines */
+        printf("\n\nprompt eval: %10.2f ms / %5d tokens (%8.2f ms per token, %8.2f tokens per second)\n",
+               1e3 * t_prefill, (int)n_prompt, n_prompt ? 1e3 * t_prefill / n_prompt : 0.0,
+               t_prefill > 0.0 ? n_prompt / t_prefill : 0.0);
+        printf("       eval: %10.2f ms / %5d runs   (%8.2f ms per token, %8.2f tokens per second)\n", 1e3 * t_decode,
+               (int)runs, runs ? 1e3 * t_decode / runs : 0.0, tps);
+        printf("%d prompt + %d generated tokens, backend %s, policy %s\n", (int)n_prompt, (int)generated,
+               fg_context_backend(fgm_runner_context(s.runner)), o.policy);
+        cli_print_kv("KV cache: ", &mem, fgm_runner_page_tokens(s.runner));
         if (o.dtype != FG_DTYPE_F16) { /* the bytes against the default f16 cache's */
             const int32_t hd = s.model.config.head_size;
             const double f16_full = (double)mem.kv_bytes_full * (double)fg_kv_row_bytes(FG_DTYPE_F16, hd) /

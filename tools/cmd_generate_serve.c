@@ -69,7 +69,7 @@ static int32_t reply(cli_session *s, int32_t seq, fgm_sampler *sampler, float *l
     int32_t k = 0, len = 0;
     fg_seq_length(fgm_runner_context(s->runner), seq, 0, &len);
     text[0] = '\0';
-    for (; k < n && len + 1 < s->model.config.seq_len; k++, len++) {
+    for (; k < n && len + 1 < fgm_runner_ctx_len(s->runner); k++, len++) {
         int32_t next = fgm_sample(sampler, logits, vocab);
         if (next == s->tok.bos || next == s->tok.eos)
             break;
@@ -137,7 +137,7 @@ int serve_chat(const cli_opts *o, const fg_compression_params *cp, const char *p
         free(turns);
         return 1;
     }
-    const int32_t V = s.model.config.vocab_size, ctx_len = s.model.config.seq_len;
+    const int32_t V = s.model.config.vocab_size, ctx_len = fgm_runner_ctx_len(s.runner);
     const int chatml = serve_chatml(&s);
     enum { REPLY = 4096 };
     float *logits = malloc((size_t)V * sizeof *logits);
@@ -145,7 +145,7 @@ int serve_chat(const cli_opts *o, const fg_compression_params *cp, const char *p
     /* every answered turn takes a token of the context at least */
     const int32_t n_slots = n_turns < ctx_len ? n_turns : ctx_len;
     char *replies = malloc((size_t)n_slots * REPLY);
-    fgm_sampler sampler = {o->temperature, o->top_p, o->seed * 0x9e3779b97f4a7c15ull + 1};
+    fgm_sampler sampler = {o->temperature, o->top_p, o->seed * 0x9e3779b97f4a7c15ull + 1, o->top_k};
     fg_status st = logits && toks && replies ? FG_OK : FG_ERR_OUT_OF_MEMORY;
     int32_t done = 0, stopped = 0; /* stopped: the turn that did not fit, from 1 */
     char why[160] = "";
@@ -211,8 +211,9 @@ int serve_chat(const cli_opts *o, const fg_compression_params *cp, const char *p
             printf(", \"kv_bytes_held\": %zu, \"kv_bytes_full\": %zu, \"rows_kept\": %lld, \"rows_full\": %lld}\n",
                    m.kv_bytes_held, m.kv_bytes_full, (long long)m.rows_kept, (long long)m.rows_full);
         } else {
-            printf("%d turns; KV cache %zu bytes held vs %zu full (%lld of %lld rows kept)\n", (int)done,
-                   m.kv_bytes_held, m.kv_bytes_full, (long long)m.rows_kept, (long long)m.rows_full);
+            char label[64];
+            snprintf(label, sizeof label, "%d turns; KV cache: ", (int)done);
+            cli_print_kv(label, &m, fgm_runner_page_tokens(s.runner));
         }
         if (stopped) /* what was asked was not all done */
             fprintf(stderr, "fastgen generate: stopped after %d of %d turns: %s\n", (int)done, (int)n_turns, why);
@@ -234,7 +235,7 @@ int serve_samples(const cli_opts *o, const fg_compression_params *cp, int32_t k)
         fprintf(stderr, "fastgen generate: %s\n", err);
         return 1;
     }
-    const int32_t V = s.model.config.vocab_size, ctx_len = s.model.config.seq_len;
+    const int32_t V = s.model.config.vocab_size, ctx_len = fgm_runner_ctx_len(s.runner);
     int32_t *prompt = NULL, n_prompt = 0, seqs[64];
     float *logits = malloc((size_t)k * V * sizeof *logits);
     static char texts[64][4096];
@@ -252,7 +253,8 @@ int serve_samples(const cli_opts *o, const fg_compression_params *cp, int32_t k)
     }
     const float temperature = o->temperature > 0.0f ? o->temperature : 1.0f; /* samples differ only when sampled */
     for (int32_t i = 0; i < k; i++) {
-        samplers[i] = (fgm_sampler){temperature, o->top_p, (o->seed + (uint64_t)i) * 0x9e3779b97f4a7c15ull + 1};
+        samplers[i] =
+            (fgm_sampler){temperature, o->top_p, (o->seed + (uint64_t)i) * 0x9e3779b97f4a7c15ull + 1, o->top_k};
         alive[i] = 1;
         texts[i][0] = '\0';
     }
@@ -299,13 +301,16 @@ int serve_samples(const cli_opts *o, const fg_compression_params *cp, int32_t k)
             printf("], \"n_prompt\": %d, \"kv_bytes_held\": %zu, \"kv_bytes_alone\": %zu, \"kv_bytes_full\": %zu}\n",
                    (int)n_prompt, all.kv_bytes_held, all.kv_bytes_alone, all.kv_bytes_full);
         } else {
+            char *shown = cli_display_prompt(&s, prompt, n_prompt); /* as generate shows it: no control tokens */
             for (int32_t i = 0; i < k; i++)
-                printf("sample %d: %s%s\n\n", (int)i + 1, o->prompt, texts[i]);
-            printf("%d samples: KV cache %zu bytes held (shared pages counted once), %zu as %d separate sequences "
-                   "(%.2fx), %zu for full caches sharing the prompt's pages\n",
-                   (int)k, all.kv_bytes_held, all.kv_bytes_alone, (int)k,
-                   all.kv_bytes_alone ? (double)all.kv_bytes_held / (double)all.kv_bytes_alone : 0.0,
-                   all.kv_bytes_full);
+                printf("sample %d: %s%s\n\n", (int)i + 1, shown ? shown : o->prompt, texts[i]);
+            free(shown);
+            char label[64], alone[32];
+            snprintf(label, sizeof label, "%d samples: KV cache: ", (int)k);
+            cli_print_kv(label, &all, fgm_runner_page_tokens(s.runner));
+            cli_human_bytes((double)all.kv_bytes_alone, alone, sizeof alone);
+            printf("  shared pages counted once: %.2fx of the %s the %d samples would hold as separate sequences\n",
+                   all.kv_bytes_alone ? (double)all.kv_bytes_held / (double)all.kv_bytes_alone : 0.0, alone, (int)k);
         }
         rc = 0;
     }

@@ -10,10 +10,14 @@
 static const char *k_help = "usage: fastgen <command> [options]\n"
                             "\n"
                             "commands:\n"
-                            "  generate  generate text with a llama2.c model, attention through fastgen\n"
+                            "  generate  text from a GGUF or llama2.c model, its attention and KV cache in fastgen\n"
                             "  profile   the policy of every head and the recovery of every shortlist entry\n"
-                            "  eval      quality vs memory: FastGen against StreamingLLM, H2O, local, frequent\n"
-                            "  demo      the real model when one is found, else a synthetic workload\n"
+                            "  eval      quality vs memory: fastgen-adaptive and FastGen against H2O,\n"
+                            "            StreamingLLM, TOVA, SnapKV and AdaKV (--sweep), retrieval (--passkey),\n"
+                            "            chats (--chat)\n"
+                            "  demo      a question about a long document with the full cache and at half of it\n"
+                            "            (SmolLM2 when found, else stories260K, else a synthetic workload)\n"
+                            "  bench     llama-bench's pp/tg table, the full cache against compression\n"
                             "  info      what a model file (GGUF or llama2.c) holds, and whether fastgen runs it\n"
                             "  tokenize  the token ids of a text under a model's tokenizer\n"
                             "  version   print the library version\n"
@@ -22,7 +26,7 @@ static const char *k_help = "usage: fastgen <command> [options]\n"
 
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fputs("fastgen: no command (generate, profile, eval, demo, info, tokenize, version; try `fastgen --help`)\n",
+        fputs("fastgen: no command (generate, profile, eval, demo, bench, info, tokenize, version; try `fastgen --help`)\n",
               stderr);
         return 2;
     }
@@ -39,6 +43,8 @@ int main(int argc, char **argv) {
         return cmd_eval(argc - 2, argv + 2);
     if (!strcmp(cmd, "demo"))
         return cmd_demo(argc - 2, argv + 2);
+    if (!strcmp(cmd, "bench"))
+        return cmd_bench(argc - 2, argv + 2);
     if (!strcmp(cmd, "info"))
         return cmd_info(argc - 2, argv + 2);
     if (!strcmp(cmd, "tokenize"))

@@ -42,9 +42,13 @@ fg_status cli_open(const cli_opts *o, int32_t max_seqs, int track_recovery, cli_
     if (st == FG_OK) {
         fgm_runner_params rp = {.backend = o->backend, .kv_dtype = o->dtype, .max_seqs = max_seqs,
                                .track_recovery = track_recovery, .q8_activations = o->q8_activations,
-                               .prefill_chunk = o->prefill_chunk, .n_threads = o->threads};
+                               .prefill_chunk = o->prefill_chunk, .n_threads = o->threads,
+                               .max_len = o->ctx_size};
         st = fgm_runner_create(&s->model, &s->tok, &rp, &s->runner, err, n);
     }
+    if (st == FG_OK && o->ctx_size > s->model.config.seq_len && !o->quiet) /* used, at the model's size */
+        fprintf(stderr, "fastgen: -c %d: the model's context is %d tokens, which is what a sequence may hold\n",
+                (int)o->ctx_size, (int)s->model.config.seq_len);
     if (st == FG_OK && !o->quiet && isatty(2))
         fgm_runner_set_progress(s->runner, prefill_progress, NULL);
     if (st)
@@ -84,6 +88,36 @@ void cli_human_bytes(double b, char *buf, size_t n) {
         u++;
     }
     snprintf(buf, n, u ? "%.1f %s" : "%.0f %s", b, unit[u]);
+}
+
+char *cli_display_prompt(const cli_session *s, const int32_t *tokens, int32_t n) {
+    size_t len = 1;
+    for (int32_t i = 0; i < n; i++)
+        len += strlen(fgm_tokenizer_decode(&s->tok, i ? tokens[i - 1] : s->tok.bos, tokens[i]));
+    char *text = malloc(len);
+    if (!text)
+        return NULL;
+    size_t at = 0;
+    for (int32_t i = 0; i < n; i++) { /* BOS, EOS and chat markers decode to nothing */
+        const char *piece = fgm_tokenizer_decode(&s->tok, i ? tokens[i - 1] : s->tok.bos, tokens[i]);
+        const size_t m = strlen(piece);
+        memcpy(text + at, piece, m);
+        at += m;
+    }
+    text[at] = '\0';
+    return text;
+}
+
+void cli_print_kv(const char *label, const fg_memory_stats *m, int32_t page_tokens) {
+    char held[32], full[32];
+    cli_human_bytes((double)m->kv_bytes_held, held, sizeof held);
+    cli_human_bytes((double)m->kv_bytes_full, full, sizeof full);
+    const double share = m->kv_bytes_full ? (double)m->kv_bytes_held / (double)m->kv_bytes_full : 0.0;
+    printf("%s%s held vs %s full (%.1f%%; %lld of %lld rows kept)\n", label, held, full, 100.0 * share,
+           (long long)m->rows_kept, (long long)m->rows_full);
+    if (m->rows_kept < m->rows_full && m->kv_bytes_held >= m->kv_bytes_full) /* fewer rows, no bytes saved */
+        printf("  (memory is held in pages of %d rows per head: a head that keeps fewer rows than a page still "
+               "holds its page, so a short sequence saves rows but no bytes)\n", (int)page_tokens);
 }
 
 double cli_now(void) {

@@ -1,0 +1,255 @@
+/* fastgen bench: llama-bench's pp/tg table for a model, with the full cache
+ * and with compression, each row's speed against the full cache's. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "tools/cli.h"
+
+static const char *k_bench_help_head =
+    "usage: fastgen bench [options]\n"
+    "\n"
+    "llama-bench's table for a model: prompt processing (ppN: a prompt of N\n"
+    "tokens) and text generation (tgN: N tokens decoded one at a time after a\n"
+    "prompt of -d tokens), each run -r times with random tokens after one\n"
+    "untimed warm-up run, for the full\n"
+    "cache and for every compression method, with the KV memory each holds and\n"
+    "its speed against the full cache's in the same run.\n"
+    "\n"
+    "options:\n";
+static const char *k_bench_help_tail =
+    "  -p, --n-prompt N        tokens of the pp test (default 512; 0: none; llama-bench's -p)\n"
+    "  -n, --n-gen N           tokens of the tg test (default 128; 0: none; --steps too)\n"
+    "  -d, --n-depth LIST      prompt tokens before each tg test, comma-separated (default 1024)\n"
+    "  -r, --repetitions N     runs of each test (default 3)\n"
+    "  --methods LIST          compression, comma-separated presets, each :B for a budget\n"
+    "                          (default full,fastgen-adaptive:0.5,fastgen-adaptive:0.25)\n"
+    "  --json                  one JSON object: a row per method and test\n";
+
+typedef struct bench_extra {
+    int32_t pp, tg, reps, n_depths;
+    int32_t depths[8];
+    const char *methods;
+} bench_extra;
+
+static int bench_option(void *user, const char *opt, const char *val, int *used) {
+    bench_extra *x = user;
+    *used = 1;
+    if (!strcmp(opt, "-p") || !strcmp(opt, "-pp") || !strcmp(opt, "--n-prompt")) /* llama-bench's -p */
+        return val && cli_parse_int(val, 0, 1 << 20, &x->pp) ? 0 : 1;
+    if (!strcmp(opt, "--n-gen"))
+        return val && cli_parse_int(val, 0, 1 << 20, &x->tg) ? 0 : 1;
+    if (!strcmp(opt, "-r") || !strcmp(opt, "--repetitions"))
+        return val && cli_parse_int(val, 1, 1000, &x->reps) ? 0 : 1;
+    if (!strcmp(opt, "--methods")) {
+        x->methods = val;
+        return val ? 0 : 1;
+    }
+    if (!strcmp(opt, "-d") || !strcmp(opt, "--n-depth")) {
+        if (!val)
+            return 1;
+        char buf[256];
+        if (strlen(val) >= sizeof buf)
+            return 1;
+        snprintf(buf, sizeof buf, "%s", val);
+        x->n_depths = 0;
+        for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+            if (x->n_depths == 8 || !cli_parse_int(tok, 0, 1 << 20, &x->depths[x->n_depths]))
+                return 1;
+            x->n_depths++;
+        }
+        return x->n_depths > 0 ? 0 : 1;
+    }
+    return 2;
+}
+
+enum { MAX_METHODS = 8 };
+
+typedef struct method {
+    char name[64];
+    fg_compression_params cp;
+} method;
+
+/* "preset" or "preset:budget" into m; 0 when it is neither. */
+static int parse_method(const char *text, method *m) {
+    const char *colon = strchr(text, ':');
+    const size_t len = colon ? (size_t)(colon - text) : strlen(text);
+    if (len == 0 || len >= sizeof m->name)
+        return 0;
+    char preset[64];
+    memcpy(preset, text, len);
+    preset[len] = '\0';
+    if (fg_compression_params_preset(preset, &m->cp) != FG_OK)
+        return 0;
+    if (colon) {
+        float b = 0.0f;
+        if (!cli_parse_float(colon + 1, 0.0f, 1.0f, &b) || b == 0.0f || m->cp.budget <= 0.0f)
+            return 0; /* a budget is for the presets that take one */
+        m->cp.budget = b;
+    }
+    snprintf(m->name, sizeof m->name, "%s", text);
+    return 1;
+}
+
+/* One test's runs: tokens per second of each, and the memory held at the end. */
+typedef struct bench_row {
+    const char *method;
+    char test[32];
+    double mean, sd, ratio;
+    double kept; /* KV bytes held / full at the end of the test */
+} bench_row;
+
+static uint64_t g_rng = 0x5eedf00dull;
+
+static int32_t random_token(int32_t vocab) {
+    g_rng = g_rng * 6364136223846793005ull + 1442695040888963407ull;
+    return 3 + (int32_t)((g_rng >> 33) % (uint64_t)(vocab - 3)); /* past <unk>, BOS and EOS */
+}
+
+/* Runs test (pp n at depth 0, or tg n after a prompt of depth) `reps` times under cp. */
+static fg_status run_test(cli_session *s, const fg_compression_params *cp, int is_pp, int32_t n, int32_t depth,
+                          int32_t reps, double *tps, double *kept) {
+    const int32_t vocab = s->model.config.vocab_size, len = is_pp ? n : depth;
+    int32_t *tokens = malloc((size_t)(len > 0 ? len : 1) * sizeof *tokens);
+    float *logits = malloc((size_t)vocab * sizeof *logits);
+    fg_status st = tokens && logits ? FG_OK : FG_ERR_OUT_OF_MEMORY;
+    for (int32_t r = -1; r < reps && st == FG_OK; r++) { /* run -1 warms the caches and the threads, untimed */
+        for (int32_t i = 0; i < len; i++)
+            tokens[i] = random_token(vocab);
+        int32_t seq = -1;
+        double t0 = cli_now();
+        st = fgm_runner_prefill(s->runner, cp, tokens, len > 0 ? len : 1, &seq, logits);
+        double t = cli_now() - t0;
+        if (st == FG_OK && !is_pp) {
+            t0 = cli_now();
+            for (int32_t i = 0; i < n && st == FG_OK; i++) {
+                const int32_t next = random_token(vocab);
+                st = fgm_runner_decode(s->runner, 1, &seq, &next, logits);
+            }
+            t = cli_now() - t0;
+        }
+        if (st == FG_OK && r >= 0) {
+            tps[r] = t > 0.0 ? n / t : 0.0;
+            fg_memory_stats m;
+            fg_memory(fgm_runner_context(s->runner), seq, &m);
+            *kept = m.kv_bytes_full ? (double)m.kv_bytes_held / (double)m.kv_bytes_full : 0.0;
+        }
+        if (seq >= 0)
+            fgm_runner_release(s->runner, seq);
+    }
+    free(tokens);
+    free(logits);
+    return st;
+}
+
+int cmd_bench(int argc, char **argv) {
+    char model[1024], tokp[1024];
+    cli_opts o;
+    fg_compression_params cp0;
+    bench_extra x = {512, 128, 3, 1, {1024}, "full,fastgen-adaptive:0.5,fastgen-adaptive:0.25"};
+    int rc = cli_model_command("bench", k_bench_help_head, k_bench_help_tail, CLI_MODEL | CLI_RUN | CLI_JSON | CLI_STEPS,
+                               -1, argc, argv, &o, &cp0, model, tokp, sizeof model, bench_option, &x);
+    if (rc) {
+        cli_opts_free(&o);
+        return rc < 0 ? 0 : rc;
+    }
+    if (o.n >= 0)
+        x.tg = o.n; /* -n: llama-bench's tg size */
+    method methods[MAX_METHODS];
+    int32_t n_methods = 0;
+    char mbuf[512];
+    if (strlen(x.methods) >= sizeof mbuf)
+        return cli_usage("bench", "--methods is too long");
+    snprintf(mbuf, sizeof mbuf, "%s", x.methods);
+    for (char *tok = strtok(mbuf, ","); tok; tok = strtok(NULL, ",")) {
+        if (n_methods == MAX_METHODS || !parse_method(tok, &methods[n_methods]))
+            return cli_usage("bench", "--methods takes up to %d presets, each with :B for a budget preset's budget "
+                                      "(\"%s\")", MAX_METHODS, tok);
+        n_methods++;
+    }
+    if (strcmp(methods[0].name, "full"))
+        return cli_usage("bench", "--methods starts with full: every row's speed is against it");
+    if (x.pp == 0 && x.tg == 0)
+        return cli_usage("bench", "-pp 0 and -n 0 leave no test to run");
+    int32_t longest = x.pp;
+    for (int32_t i = 0; i < x.n_depths; i++)
+        longest = x.depths[i] + x.tg > longest ? x.depths[i] + x.tg : longest;
+    o.ctx_size = longest + 1;
+    o.quiet = 1;
+    cli_session s;
+    if (cli_open_or_report(&o, 0, &s)) {
+        cli_opts_free(&o);
+        return 1;
+    }
+    if (fgm_runner_ctx_len(s.runner) < longest + 1) {
+        fprintf(stderr, "fastgen bench: the tests need %d positions; the model's context holds %d\n", (int)longest + 1,
+                (int)fgm_runner_ctx_len(s.runner));
+        cli_close(&s);
+        cli_opts_free(&o);
+        return 1;
+    }
+    const int32_t n_tests = (x.pp > 0) + (x.tg > 0 ? x.n_depths : 0);
+    bench_row *rows = calloc((size_t)n_methods * n_tests, sizeof *rows);
+    double *tps = malloc((size_t)x.reps * sizeof *tps);
+    fg_status st = rows && tps ? FG_OK : FG_ERR_OUT_OF_MEMORY;
+    int32_t n_rows = 0;
+    for (int32_t t = 0; t < n_tests && st == FG_OK; t++) {
+        const int is_pp = x.pp > 0 && t == 0;
+        const int32_t depth = is_pp ? 0 : x.depths[t - (x.pp > 0)], n = is_pp ? x.pp : x.tg;
+        for (int32_t m = 0; m < n_methods && st == FG_OK; m++) { /* the methods in turn, each test's full first */
+            bench_row *row = &rows[n_rows++];
+            row->method = methods[m].name;
+            if (is_pp)
+                snprintf(row->test, sizeof row->test, "pp%d", (int)n);
+            else
+                snprintf(row->test, sizeof row->test, "tg%d @ d%d", (int)n, (int)depth);
+            st = run_test(&s, &methods[m].cp, is_pp, n, depth, x.reps, tps, &row->kept);
+            double sum = 0.0, sq = 0.0;
+            for (int32_t r = 0; r < x.reps; r++)
+                sum += tps[r];
+            row->mean = sum / x.reps;
+            for (int32_t r = 0; r < x.reps; r++)
+                sq += (tps[r] - row->mean) * (tps[r] - row->mean);
+            row->sd = x.reps > 1 ? sqrt(sq / (x.reps - 1)) : 0.0;
+            const bench_row *full = &rows[n_rows - 1 - m];
+            row->ratio = full->mean > 0.0 ? row->mean / full->mean : 0.0;
+        }
+    }
+    if (st) {
+        fprintf(stderr, "fastgen bench: %s\n", cli_reason(s.runner, st));
+        rc = 1;
+    } else {
+        const char *slash = strrchr(o.model, '/');
+        const char *name = slash ? slash + 1 : o.model;
+        char cpu[256];
+        fg_cpu_describe(cpu, sizeof cpu);
+        if (o.json) {
+            printf("{\"model\": ");
+            cli_json_string(stdout, name);
+            printf(", \"backend\": ");
+            cli_json_string(stdout, fg_context_backend(fgm_runner_context(s.runner)));
+            printf(", \"kv_dtype\": \"%s\", \"threads\": %d, \"repetitions\": %d, \"rows\": [",
+                   fg_dtype_name(o.dtype), (int)(o.threads ? o.threads : fg_default_threads()), (int)x.reps);
+            for (int32_t i = 0; i < n_rows; i++) {
+                printf("%s{\"method\": ", i ? ", " : "");
+                cli_json_string(stdout, rows[i].method);
+                printf(", \"test\": \"%s\", \"tokens_per_s\": %.3f, \"sd\": %.3f, \"vs_full\": %.4f, \"kv_kept\": %.4f}",
+                       rows[i].test, rows[i].mean, rows[i].sd, rows[i].ratio, rows[i].kept);
+            }
+            printf("]}\n");
+        } else {
+            printf("| model | backend | KV | method | KV kept | test | t/s | vs full |\n");
+            printf("| --- | --- | --- | --- | ---: | --- | ---: | ---: |\n");
+            for (int32_t i = 0; i < n_rows; i++)
+                printf("| %s | %s | %s | %s | %.1f%% | %s | %.2f ± %.2f | %.2fx |\n", name,
+                       fg_context_backend(fgm_runner_context(s.runner)), fg_dtype_name(o.dtype), rows[i].method,
+                       100.0 * rows[i].kept, rows[i].test, rows[i].mean, rows[i].sd, rows[i].ratio);
+            printf("\n%d runs each, random tokens; cpu: %s\n", (int)x.reps, cpu);
+        }
+    }
+    free(rows);
+    free(tps);
+    cli_close(&s);
+    cli_opts_free(&o);
+    return rc;
+}

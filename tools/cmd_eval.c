@@ -554,13 +554,19 @@ int cmd_eval(int argc, char **argv) {
                 y_top1[f][t] = top1[i];
             }
             const char *name = f == 0 ? "fastgen (T = 0.90, 0.95, 0.98)" : k_base[f - 1];
-            s_kl[f] = (fg_svg_series){name, N_T, xs[f], y_kl[f]};
-            s_top1[f] = (fg_svg_series){name, N_T, xs[f], y_top1[f]};
+            s_kl[f] = (fg_svg_series){name, N_T, xs[f], y_kl[f], NULL, NULL};
+            s_top1[f] = (fg_svg_series){name, N_T, xs[f], y_top1[f], NULL, NULL};
         }
+        char sub[512];
+        const char *slash = strrchr(o.model, '/');
+        snprintf(sub, sizeof sub, "%s: %d prompts, %d teacher-forced tokens each", slash ? slash + 1 : o.model,
+                 (int)n_prompts, (int)o.n);
+        cli_utf8_whole(sub);
         const fg_svg_chart charts[2] = {
-            {"Mean KL(full || compressed) vs KV memory kept", FG_SVG_MEMORY_LABEL, "mean KL", s_kl, 1 + N_BASE, 1, 0},
+            {"Mean KL(full || compressed) vs KV memory kept", FG_SVG_MEMORY_LABEL, "mean KL", s_kl, 1 + N_BASE, 1, 0,
+             sub},
             {"Top-1 agreement with the full cache vs KV memory kept", FG_SVG_MEMORY_LABEL, "top-1 agreement", s_top1,
-             1 + N_BASE, 1, 1},
+             1 + N_BASE, 1, 1, sub},
         };
         FILE *fp = fopen(o.svg, "w");
         if (!fp || fg_svg_charts(fp, charts, 2) != 0) {

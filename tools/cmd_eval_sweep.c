@@ -453,6 +453,7 @@ static void bootstrap(const double *d, int32_t n, double *lo, double *hi) {
 typedef struct sw_agg {
     double kept, kept_lo, kept_hi, kl, kl_max, top1, agree, acc;
     double d, d_lo, d_hi; /* KL (or accuracy) minus the driven method's, paired, and its interval */
+    double y_lo[2], y_hi[2]; /* bootstrap 95% intervals of the mean KL (passkey: accuracy) and top-1 */
     int32_t n;
 } sw_agg;
 
@@ -460,11 +461,16 @@ static sw_agg aggregate(sweep *w, int32_t di, int32_t m, int32_t b, int passkey)
     sw_agg a = {0};
     a.kept_lo = INFINITY;
     a.kept_hi = -INFINITY;
-    double *d = malloc((size_t)w->n_prompts * sizeof *d);
+    double *d = malloc((size_t)w->n_prompts * 3 * sizeof *d), *y0 = d ? d + w->n_prompts : NULL;
+    double *y1 = d ? d + 2 * (size_t)w->n_prompts : NULL;
     for (int32_t p = 0; p < w->n_prompts; p++) {
         const sw_result *r = result(w, di, p, m, b), *r0 = result(w, di, p, 0, b);
         if (!r->made || !r0->made)
             continue;
+        if (d) {
+            y0[a.n] = passkey ? (double)r->correct : r->kl;
+            y1[a.n] = passkey ? (double)r->correct : r->top1;
+        }
         a.kept += r->kept;
         a.kept_lo = fmin(a.kept_lo, r->kept);
         a.kept_hi = fmax(a.kept_hi, r->kept);
@@ -487,8 +493,13 @@ static sw_agg aggregate(sweep *w, int32_t di, int32_t m, int32_t b, int passkey)
         for (int32_t i = 0; d && i < a.n; i++)
             s += d[i];
         a.d = d ? s / a.n : NAN;
-        if (d)
+        if (d) {
             bootstrap(d, a.n, &a.d_lo, &a.d_hi);
+            bootstrap(y0, a.n, &a.y_lo[0], &a.y_hi[0]);
+            bootstrap(y1, a.n, &a.y_lo[1], &a.y_hi[1]);
+        } else {
+            a.y_lo[0] = a.y_hi[0] = a.y_lo[1] = a.y_hi[1] = NAN;
+        }
     }
     free(d);
     return a;
@@ -711,6 +722,7 @@ static int report(sweep *w, const cli_opts *o, double seconds, int passkey) {
     if (o->svg) {
         enum { NS = SW_MAX_DTYPES * SW_MAX_METHODS };
         static double xs[NS][SW_MAX_POINTS], y0[NS][SW_MAX_POINTS], y1[NS][SW_MAX_POINTS];
+        static double lo[2][NS][SW_MAX_POINTS], hi[2][NS][SW_MAX_POINTS];
         static char names[NS][96];
         fg_svg_series s0[NS], s1[NS];
         int32_t ns = 0;
@@ -721,20 +733,30 @@ static int report(sweep *w, const cli_opts *o, double seconds, int passkey) {
                     xs[ns][b] = w->by_bytes ? a->kept * w->bytes[di] : a->kept;
                     y0[ns][b] = passkey ? a->acc : a->kl;
                     y1[ns][b] = passkey ? a->acc : a->top1;
+                    for (int k = 0; k < 2; k++) {
+                        lo[k][ns][b] = a->y_lo[k];
+                        hi[k][ns][b] = a->y_hi[k];
+                    }
                 }
                 if (w->by_bytes)
                     snprintf(names[ns], sizeof names[ns], "%s %s", w->methods[m], fg_dtype_name(w->dts[di]));
                 else
                     snprintf(names[ns], sizeof names[ns], "%s", w->methods[m]);
                 cli_utf8_whole(names[ns]); /* a long name is cut between characters */
-                s0[ns] = (fg_svg_series){names[ns], w->n_points, xs[ns], y0[ns]};
-                s1[ns] = (fg_svg_series){names[ns], w->n_points, xs[ns], y1[ns]};
+                s0[ns] = (fg_svg_series){names[ns], w->n_points, xs[ns], y0[ns], lo[0][ns], hi[0][ns]};
+                s1[ns] = (fg_svg_series){names[ns], w->n_points, xs[ns], y1[ns], lo[1][ns], hi[1][ns]};
             }
         const char *xl = w->by_bytes ? "KV bytes kept / full cache of the reference dtype" : FG_SVG_MEMORY_LABEL;
+        char sub[512];
+        const char *slash = strrchr(o->model, '/');
+        snprintf(sub, sizeof sub, "%s: %d prompts, %d %s tokens each; bands: bootstrap 95%% intervals over the "
+                 "prompts", slash ? slash + 1 : o->model, (int)w->n_prompts, (int)w->n_steps,
+                 passkey ? "answer" : "teacher-forced");
+        cli_utf8_whole(sub);
         const fg_svg_chart charts[2] = {
             {passkey ? "Passkey accuracy vs KV memory kept" : "Mean KL(full || compressed) vs KV memory kept", xl,
-             passkey ? "accuracy" : "mean KL", s0, ns, 1, passkey},
-            {"Top-1 agreement with the full cache vs KV memory kept", xl, "top-1 agreement", s1, ns, 1, 1},
+             passkey ? "accuracy" : "mean KL", s0, ns, 1, passkey, sub},
+            {"Top-1 agreement with the full cache vs KV memory kept", xl, "top-1 agreement", s1, ns, 1, 1, sub},
         };
         FILE *fp = fopen(o->svg, "w");
         int bad = !fp || fg_svg_charts(fp, charts, passkey ? 1 : 2) != 0;

@@ -92,7 +92,7 @@ static const float k_hostile[] = {NAN, INFINITY, -INFINITY, 3.4e38f, -3.4e38f, 1
                                   0.0f, 65504.0f, 70000.0f};
 
 #define HL 2   /* layers */
-#define HMAX 48
+#define HMAX 64 /* positions: a prompt of 40, 7 steps, a chunk of 6 and a step beside the fork fit */
 
 static void hostile_ok(fg_context *ctx, fg_status st, const char *what) {
     if (st != FG_OK && !fg_last_error(ctx)[0]) {
@@ -106,7 +106,6 @@ static void hostile_run(reader *r, const run_cfg *rc, fg_token_classes *tc) {
     const char *preset = k_presets[next(r) % (sizeof k_presets / sizeof k_presets[0])];
     const fg_dtype dtype = (fg_dtype)(next(r) % 5);
     const int32_t n = 1 + next(r) % 40, steps = next(r) % 8, chunk = 1 + next(r) % 6;
-    const int32_t total = n + steps + chunk + 2;
     const size_t rq = (size_t)Hq * d, rk = (size_t)Hkv * d;
     float *q = malloc((size_t)HL * HMAX * rq * sizeof *q), *k = malloc((size_t)HL * HMAX * rk * sizeof *k);
     float *v = malloc((size_t)HL * HMAX * rk * sizeof *v), *out = malloc((size_t)HMAX * rq * sizeof *out);
@@ -121,7 +120,7 @@ static void hostile_run(reader *r, const run_cfg *rc, fg_token_classes *tc) {
     }
     for (int32_t poison = next(r) % 6; poison >= 0; poison--) { /* where the input says */
         const uint8_t where = next(r), which = next(r), val = next(r);
-        const int32_t l = where & 1, p = (where >> 1) % total;
+        const int32_t l = where & 1, p = (where >> 1) % HMAX;
         const float x = k_hostile[val % (sizeof k_hostile / sizeof k_hostile[0])];
         if (which % 3 == 0)
             q[((size_t)l * HMAX + p) * rq + which % rq] = x;
@@ -141,6 +140,7 @@ static void hostile_run(reader *r, const run_cfg *rc, fg_token_classes *tc) {
     params.max_seqs = 2;
     params.max_seq_len = HMAX;
     params.page_tokens = rc->page_tokens;
+    params.n_threads = 1; /* no pool to start for each run */
     params.classes = tc;
     fg_context *ctx = NULL;
     fg_compression_params cp;

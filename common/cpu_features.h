@@ -1,6 +1,6 @@
 /*
  * The one CPU feature probe. Every CPU op (decode, prefill, profiling, the
- * model's matrix products) asks fg_cpu_features() which instruction set to
+ * model's matrix products) asks fg_cpu_features_get() which instruction set to
  * run; FG_CPU_ISA=generic|avx2|avx512 in the environment asks for less
  * (never more than the CPU has), for every op alike.
  *

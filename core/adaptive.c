@@ -558,8 +558,7 @@ void fg_adaptive_abort(fg_context *ctx, fg_adaptive_plan **pplan) {
     *pplan = NULL;
 }
 
-/* Heads and observed rows trade places between the sequence and the plan. */
-static void trade(fg_seq *s, fg_adaptive_plan *plan) {
+void fg_adaptive_trade(fg_seq *s, fg_adaptive_plan *plan) {
     for (int32_t unit = 0; unit < plan->n_units; unit++) {
         const fg_head h = s->heads[unit];
         s->heads[unit] = plan->fresh[unit];
@@ -570,8 +569,6 @@ static void trade(fg_seq *s, fg_adaptive_plan *plan) {
     plan->ad = ad;
 }
 
-void fg_adaptive_swap(fg_seq *s, fg_adaptive_plan *plan) { trade(s, plan); }
-void fg_adaptive_unswap(fg_seq *s, fg_adaptive_plan *plan) { trade(s, plan); }
 
 /* The error curves of observed row i, every family. */
 typedef struct curve_job {
@@ -786,7 +783,7 @@ fg_status fg_adaptive_compress(fg_context *ctx, fg_seq *s) {
     fg_status st = fg_adaptive_prepare(ctx, s, &plan);
     if (st)
         return st;
-    fg_adaptive_swap(s, plan);
+    fg_adaptive_trade(s, plan);
     fg_adaptive_abort(ctx, &plan); /* the full caches go */
     return FG_OK;
 }

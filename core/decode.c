@@ -73,7 +73,7 @@ static fg_status decode(fg_context *ctx, int32_t layer, int32_t n_seqs, const in
         }
     }
 
-    /* 1b. adaptive sequences observed for their defer_steps: compressed before this step (all or nothing) */
+    /* 1b. adaptive sequences that reach defer_until: compressed before this step (all or nothing) */
     fg_adaptive_plan **plans = NULL;
     for (int32_t i = 0; i < n_seqs; i++) {
         fg_seq *s = &ctx->seqs[seqs[i]];
@@ -97,7 +97,7 @@ static fg_status decode(fg_context *ctx, int32_t layer, int32_t n_seqs, const in
     }
     for (int32_t i = 0; plans && i < n_seqs; i++)
         if (plans[i])
-            fg_adaptive_swap(&ctx->seqs[seqs[i]], plans[i]);
+            fg_adaptive_trade(&ctx->seqs[seqs[i]], plans[i]);
 
     /* 2. plan every head on the host and give it the pages of its peak */
     for (int32_t i = 0; i < n_seqs && st == FG_OK; i++) {
@@ -173,7 +173,7 @@ static fg_status decode(fg_context *ctx, int32_t layer, int32_t n_seqs, const in
     if (plans) { /* the compressions stay with the step, or go with it */
         for (int32_t i = 0; i < n_seqs; i++) {
             if (plans[i] && st)
-                fg_adaptive_unswap(&ctx->seqs[seqs[i]], plans[i]);
+                fg_adaptive_trade(&ctx->seqs[seqs[i]], plans[i]); /* back: the full caches again */
             fg_adaptive_abort(ctx, &plans[i]);
         }
         free(plans);

@@ -244,13 +244,12 @@ void fg_adaptive_observe(const fg_context *ctx, fg_adaptive *ad, int32_t layer, 
 void fg_adaptive_forget(fg_adaptive *ad, int32_t layer);
 /* Shares the sequence's budget among every head of every layer and
  * prepares their compressed caches in new pages (nothing of the sequence
- * changes). swap puts them in place and takes the full caches and the
- * observed rows into the plan; unswap undoes it; abort frees what the plan
- * holds (the new caches before a swap, the old ones after). */
+ * changes). trade puts them in place and takes the full caches and the
+ * observed rows into the plan (a second trade undoes it); abort frees what
+ * the plan holds (the new caches before a trade, the old ones after). */
 typedef struct fg_adaptive_plan fg_adaptive_plan;
 fg_status fg_adaptive_prepare(fg_context *ctx, struct fg_seq *s, fg_adaptive_plan **plan);
-void fg_adaptive_swap(struct fg_seq *s, fg_adaptive_plan *plan);
-void fg_adaptive_unswap(struct fg_seq *s, fg_adaptive_plan *plan);
+void fg_adaptive_trade(struct fg_seq *s, fg_adaptive_plan *plan);
 void fg_adaptive_abort(fg_context *ctx, fg_adaptive_plan **plan);
 /* prepare, swap and abort: the sequence compressed now, or as it was on failure. */
 fg_status fg_adaptive_compress(fg_context *ctx, struct fg_seq *s);
@@ -364,7 +363,6 @@ void fg_head_share(fg_context *ctx, fg_head *h, int copy);
  * into pages of its own (fg_head_repack), and then the same head of the
  * other sequences, whose share grew, is tidied too. A repack that fails
  * leaves its head as it was (only memory is at stake). */
-struct fg_seq;
 void fg_head_tidy(fg_context *ctx, struct fg_seq *s, size_t i);
 /* Gathers a head's kept rows into new pages of its own, slot s in row s,
  * and gives back the old ones. On failure the head is as it was. */

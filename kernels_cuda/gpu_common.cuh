@@ -149,12 +149,6 @@ __device__ static inline void fg_gpu_store_unit(const fg_gpu_layout &L, unsigned
         fg_gpu_store(row, L.dtype, u, src[u]);
 }
 
-__device__ static inline float fg_gpu_elem(const unsigned char *row, int32_t dtype, int32_t i) {
-    return dtype == FG_DTYPE_F32 ? ((const float *)row)[i]
-           : dtype == FG_DTYPE_F16 ? fg_f16_to_f32(((const uint16_t *)row)[i])
-                                   : fg_bf16_to_f32(((const uint16_t *)row)[i]);
-}
-
 /* A 16-bit element (f16 or bf16) as a float, exactly: the hardware conversion
  * on a device, the portable one under HIP-CPU. */
 __device__ static inline float fg_gpu_half_to_float(int32_t dtype, uint16_t x) {

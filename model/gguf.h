@@ -42,8 +42,9 @@ typedef struct fgm_gguf_str {
     uint64_t n;
 } fgm_gguf_str;
 
-/* A metadata value. Scalars are decoded; arrays point into the file: an
- * array of strings is walked with fgm_gguf_array_str. */
+/* A metadata value. Scalars are decoded; arrays point into the file
+ * (fgm_gguf_array_num reads a number of one), and an array of strings is
+ * also copied, NUL-terminated, into strs. */
 typedef struct fgm_gguf_kv {
     fgm_gguf_str key;
     fgm_gguf_vtype type;

@@ -769,7 +769,7 @@ static void test_raw_classes(const char *extra) {
     if (extra) /* SmolLM2 in CI: byte-level BPE */
         raw_classes(extra);
     /* GPT-2 stand-ins by hand: "Ġ," is a space and a comma, "Ċ" a newline, "Ġa" a word, a bad string nothing */
-    const char *bpe[] = {"\xc4\xa0,", "\xc4\x8a", "\xc4\xa0" "a", "!!", "\xff", "\xc4\xa0", "\xe2\x96\x81."};
+    const char *bpe[] = {"\xc4\xa0,", "\xc4\x8a", "\xc4\xa0\x61" /* Ġa */, "!!", "\xff", "\xc4\xa0", "\xe2\x96\x81."};
     fg_token_classes *tc = NULL;
     EXPECT(fg_token_classes_create_from(7, bpe, FG_PIECES_GPT2_BYTES, &tc) == FG_OK, "GPT-2 pieces");
     const fg_token_class want[] = {FG_TOKEN_PUNCT, FG_TOKEN_PUNCT, FG_TOKEN_ORDINARY, FG_TOKEN_PUNCT,

@@ -15,6 +15,19 @@
 
 static int g_pass, g_fail;
 
+/* 1 in a build under AddressSanitizer or ThreadSanitizer (gcc or clang), where
+ * the long cases take a shorter form. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define FG_TEST_SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define FG_TEST_SANITIZED 1
+#endif
+#endif
+#ifndef FG_TEST_SANITIZED
+#define FG_TEST_SANITIZED 0
+#endif
+
 /* A context of the tests' shape: the defaults, the backend, layers and heads. */
 static inline fg_context_params test_context_params(const char *backend, int32_t layers, int32_t q_heads,
                                                     int32_t kv_heads, int32_t head_dim) {

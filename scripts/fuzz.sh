@@ -8,7 +8,8 @@ cd "$(dirname "$0")/.."
 secs=${1:-120}
 shift || true
 if [ ! -d build-fuzz ]; then
-  CC=clang meson setup build-fuzz -Dfuzz=true -Db_sanitize=address,undefined -Db_lundef=false --buildtype=debugoptimized
+  CC=clang meson setup build-fuzz -Dfuzz=true -Db_sanitize=address,undefined -Db_lundef=false --buildtype=debugoptimized \
+    -Dcuda=disabled -Dhip=disabled -Dbench=false
 fi
 ninja -C build-fuzz tests/fuzz_model tests/fuzz_tokenizer tests/fuzz_gguf tests/fuzz_api
 for t in model tokenizer gguf api; do

@@ -21,6 +21,14 @@ fg_status fg_error(fg_context *ctx, fg_status status, const char *fmt, ...)
 #endif
     ;
 fg_status fg_error_sink(void *ctx, fg_status status, const char *fmt, ...);
+/* A step that may fail without failing its call (a tidy): the messages as
+ * they were before it, put back by fg_error_restore, which logs the step's
+ * own message as a warning (what: the step). */
+typedef struct fg_error_saved {
+    char ctx[512], thread[512];
+} fg_error_saved;
+void fg_error_save(const fg_context *ctx, fg_error_saved *saved);
+void fg_error_restore(fg_context *ctx, const fg_error_saved *saved, const char *what);
 
 /* ---- budgets (core/params.c) */
 
@@ -251,7 +259,7 @@ typedef struct fg_adaptive_plan fg_adaptive_plan;
 fg_status fg_adaptive_prepare(fg_context *ctx, struct fg_seq *s, fg_adaptive_plan **plan);
 void fg_adaptive_trade(struct fg_seq *s, fg_adaptive_plan *plan);
 void fg_adaptive_abort(fg_context *ctx, fg_adaptive_plan **plan);
-/* prepare, swap and abort: the sequence compressed now, or as it was on failure. */
+/* prepare, trade and abort: the sequence compressed now, or as it was on failure. */
 fg_status fg_adaptive_compress(fg_context *ctx, struct fg_seq *s);
 /* Whether a sequence still observed is due for its compression after a
  * layer sweep: every layer at one length, at or past compress_at (an append
@@ -315,6 +323,11 @@ struct fg_context {
  * leaves the context and its message alone. fg_release gives the claim back
  * and returns st. */
 fg_status fg_claim(const fg_context *ctx, const char *fn);
+/* 1 when fg_threadpool_run(p, ...) from this thread would be refused (a job
+ * of p waits on this thread through another pool's). fg_claim refuses such a
+ * call at its entry, so no run on ctx->threads inside a claimed call is ever
+ * refused: the kernels and the core ignore fg_threadpool_run's status. */
+int fg_threadpool_blocked(const fg_threadpool *p);
 fg_status fg_release(const fg_context *ctx, fg_status st);
 #define FG_CLAIM(ctx, fn)                                                                                              \
     do {                                                                                                               \

@@ -369,7 +369,17 @@ static int tidy_one(fg_context *ctx, fg_head *h) {
     const double alone = fg_pages_for(ctx, h->n_slots), eps = 1e-9; /* sums of 1 / r */
     const int pays = rows <= alone + eps && rows * (double)L->page_bytes + meta * (double)L->meta_bytes <=
                                                 (alone + eps) * (double)(L->page_bytes + L->meta_bytes);
-    return !(shared && pays) && fg_head_repack(ctx, h) == FG_OK && shared;
+    if (shared && pays)
+        return 0;
+    /* best effort: a head that cannot gather its rows now keeps its shared pages (the bytes stay counted),
+       and the call this tidy belongs to still succeeds, its messages as they were */
+    fg_error_saved saved;
+    fg_error_save(ctx, &saved);
+    if (fg_head_repack(ctx, h) != FG_OK) {
+        fg_error_restore(ctx, &saved, "gathering a head's rows into pages of its own");
+        return 0;
+    }
+    return shared;
 }
 
 void fg_head_tidy(fg_context *ctx, fg_seq *s, size_t i) {

@@ -48,6 +48,21 @@ fg_status fg_error(fg_context *ctx, fg_status status, const char *fmt, ...) {
     return status;
 }
 
+void fg_error_save(const fg_context *ctx, fg_error_saved *saved) {
+    memcpy(saved->ctx, ctx->error, sizeof saved->ctx);
+    memcpy(saved->thread, t_error, sizeof saved->thread);
+}
+
+void fg_error_restore(fg_context *ctx, const fg_error_saved *saved, const char *what) {
+    if (ctx->params.log_fn) {
+        char msg[sizeof t_error + 128];
+        snprintf(msg, sizeof msg, "%s failed (the call goes on): %s", what, ctx->error);
+        ctx->params.log_fn(ctx->params.log_user, FG_LOG_WARN, msg);
+    }
+    memcpy(ctx->error, saved->ctx, sizeof ctx->error);
+    memcpy(t_error, saved->thread, sizeof t_error);
+}
+
 /* Only its address matters: a thread's own marker. */
 static _Thread_local char t_marker;
 
@@ -55,6 +70,11 @@ fg_status fg_claim(const fg_context *cctx, const char *fn) {
     if (!cctx)
         return fg_error(NULL, FG_ERR_INVALID_ARGUMENT, "%s: context must not be NULL", fn);
     fg_context *ctx = (fg_context *)cctx; /* the claim and the message are all a const call writes */
+    if (fg_threadpool_blocked(ctx->threads)) /* every run of the call on its pool would be refused */
+        return fg_error(NULL, FG_ERR_BAD_STATE,
+                        "%s: called from a task of a job that waits on this context's thread pool through another "
+                        "pool (a task of pool A ran pool B, whose task calls a context on A): this call did nothing",
+                        fn);
     const void *me = &t_marker, *none = NULL;
     if (atomic_load_explicit(&ctx->owner, memory_order_relaxed) == me) {
         ctx->depth++;

@@ -259,6 +259,15 @@ void fg_threadpool_destroy(fg_threadpool **pool) {
 
 int32_t fg_threadpool_size(const fg_threadpool *pool) { return pool ? pool->n_threads : 1; }
 
+int fg_threadpool_blocked(const fg_threadpool *p) {
+    if (!p || (tls_nest && tls_nest->pool == p))
+        return 0;
+    for (const nest *n = tls_nest; n; n = n->up)
+        if (n->pool == p)
+            return 1;
+    return 0;
+}
+
 fg_status fg_threadpool_run(fg_threadpool *p, int32_t n_tasks, fg_task_fn fn, void *arg) {
     if (n_tasks < 0 || (n_tasks > 0 && !fn))
         return fg_error(NULL, FG_ERR_INVALID_ARGUMENT, "fg_threadpool_run: n_tasks must be >= 0 (got %d) and fn "
@@ -270,9 +279,8 @@ fg_status fg_threadpool_run(fg_threadpool *p, int32_t n_tasks, fg_task_fn fn, vo
             fn(arg, t, tls_nest->thread);
         return FG_OK;
     }
-    for (const nest *n = tls_nest; p && n; n = n->up)
-        if (n->pool == p) /* its job waits on this one through another pool's: it would wait for ever */
-            return fg_error(NULL, FG_ERR_BAD_STATE, "fg_threadpool_run: the pool runs a job that waits on this "
+    if (fg_threadpool_blocked(p)) /* its job waits on this one through another pool's: it would wait for ever */
+        return fg_error(NULL, FG_ERR_BAD_STATE, "fg_threadpool_run: the pool runs a job that waits on this "
                             "one through another pool (a task of pool A ran pool B, whose task runs A): run A's "
                             "work inline or on a third pool");
     if (!p || p->n_threads == 1 || n_tasks == 1) {

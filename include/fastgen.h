@@ -318,8 +318,11 @@ typedef struct fg_context fg_context;
  * One job runs at a time: callers on other threads wait their turn; a task
  * that runs a job on its own pool runs it inline. A task of pool A may run
  * a job on another pool B; a task of that job may not run one on A again
- * (A's job waits on it): that call returns FG_ERR_BAD_STATE and runs
- * nothing. */
+ * (A's job waits on it): that call, and any call on a context whose pool is
+ * A, returns FG_ERR_BAD_STATE and runs nothing. Pools nest in one order:
+ * while one thread's task of A runs B, another thread's task of B that runs
+ * A waits for ever (each job waits on the other pool), as two locks taken in
+ * opposite orders do; the library cannot see that across threads. */
 typedef struct fg_threadpool fg_threadpool;
 typedef void (*fg_task_fn)(void *arg, int32_t task, int32_t thread);
 /* The number of CPUs this process may run on (sched_getaffinity). */

@@ -559,15 +559,23 @@ void fgm_penalize(float *logits, int32_t vocab, const int32_t *history, int32_t 
     if (penalty == 1.0f)
         return;
     const int32_t from = last_n < 0 || last_n > n ? 0 : n - last_n;
+    unsigned char *done = calloc((size_t)vocab, 1); /* each distinct token once */
     for (int32_t i = from; i < n; i++) {
         const int32_t t = history[i];
-        int seen = 0; /* each distinct token once */
-        for (int32_t j = from; j < i && !seen; j++)
-            seen = history[j] == t;
-        if (seen || t < 0 || t >= vocab)
+        if (t < 0 || t >= vocab)
             continue;
-        logits[t] = logits[t] > 0.0f ? logits[t] / penalty : logits[t] * penalty;
+        int seen = 0;
+        if (done) {
+            seen = done[t];
+            done[t] = 1;
+        } else { /* no memory for the marks: look back instead (quadratic in last_n) */
+            for (int32_t j = from; j < i && !seen; j++)
+                seen = history[j] == t;
+        }
+        if (!seen)
+            logits[t] = logits[t] > 0.0f ? logits[t] / penalty : logits[t] * penalty;
     }
+    free(done);
 }
 
 int32_t fgm_sample(fgm_sampler *s, float *logits, int32_t vocab) {
@@ -582,6 +590,8 @@ int32_t fgm_sample(fgm_sampler *s, float *logits, int32_t vocab) {
         logits[i] = expf((logits[i] - m) / s->temperature);
         sum += logits[i];
     }
+    if (!isfinite(sum) || !(sum > 0.0f)) /* a NaN or infinite logit: nothing to sample from, greedy */
+        return best;
     prob_index *pi = malloc((size_t)vocab * sizeof *pi);
     if (!pi)
         return best;
@@ -594,7 +604,7 @@ int32_t fgm_sample(fgm_sampler *s, float *logits, int32_t vocab) {
     for (int32_t i = 0; i < k; i++)
         k_mass += pi[i].p;
     int32_t keep = 0;
-    while (keep < k && mass < top_p * k_mass)
+    while (keep < k && (keep == 0 || mass < top_p * k_mass))
         mass += pi[keep++].p;
     float u = rng_unit(&s->state) * mass, acc = 0.0f;
     int32_t pick = pi[keep - 1].i;

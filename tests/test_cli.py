@@ -389,7 +389,8 @@ check(len(rows) == 9 and [x["test"] for x in rows[::3]] == ["pp40", "tg8 @ d40",
       "bench: pp and tg rows, full first, compression holding less: %r %r" % (rows[:2], r.stderr))
 r = run("bench", *model_args(), "-p", "16", "-n", "4", "-d", "8", "-r", "1")
 check(r.returncode == 0 and "| full |" in r.stdout and "vs full" in r.stdout, "bench's table: %r" % r.stdout[:300])
-for bad in (["--methods", "h2o"], ["--methods", "full,h2o:0.5"], ["-p", "0", "-n", "0"], ["-d", "1,2,x"]):
+for bad in (["--methods", "h2o"], ["--methods", "full,h2o:0.5"], ["-p", "0", "-n", "0"], ["-d", "1,2,x"], ["-d", "0"],
+            ["--n-predict", "-1"]):
     r = run("bench", *model_args(), *bad)
     check(r.returncode == 2, "bench %s is refused: %r" % (bad, r.stderr))
 prompt_file = os.path.join(tmp_opts, "prompt.txt")
@@ -476,6 +477,8 @@ refused = [
     (["generate", "--temp", "0", "--top-p", "0.5"], "--temp 0 is greedy"),
     (["generate", "--temp", "0", "-s", "3"], "--temp 0 is greedy"),
     (["generate", "-cnv"], "--chat FILE"),
+    (["generate", "--repeat-last-n", "8"], "off without it"),
+    (["eval", "--n-predict", "-1"], "generate's"),
     (["generate", "-ngl", "99"], "--backend cuda"),
     (["generate", "-fa"], "nothing to turn on"),
     (["generate", "-b", "512"], "--prefill-chunk"),

@@ -300,6 +300,8 @@ static void count_task(void *arg, int32_t task, int32_t thread) {
 typedef struct nested {
     fg_threadpool *a, *b;
     _Atomic int32_t refused, ran;
+    fg_context *ctx; /* a context on pool A */
+    _Atomic int32_t ctx_refused;
 } nested;
 
 static void inner_a(void *arg, int32_t task, int32_t thread) {
@@ -314,6 +316,10 @@ static void task_of_b(void *arg, int32_t task, int32_t thread) {
     (void)thread;
     if (fg_threadpool_run(x->a, 4, inner_a, x) == FG_ERR_BAD_STATE && strstr(fg_last_error(NULL), "another pool"))
         atomic_fetch_add(&x->refused, 1);
+    /* a call on a context whose pool is A would have every run of A refused: refused at its entry */
+    fg_memory_stats m;
+    if (fg_memory(x->ctx, -1, &m) == FG_ERR_BAD_STATE && strstr(fg_last_error(NULL), "through another pool"))
+        atomic_fetch_add(&x->ctx_refused, 1);
 }
 
 static void task_of_a(void *arg, int32_t task, int32_t thread) {
@@ -342,10 +348,20 @@ static void pools(void) {
     EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_threadpool_run(a, -1, count_task, &cj));
 
     start_case("nested pools: A's task runs B, whose task runs A", 30);
-    nested x = {a, b, 0, 0};
+    fg_context_params cp = test_context_params("cpu", L, HQ, HKV, D);
+    cp.threadpool = a;
+    cp.n_threads = 0;
+    cp.classes = g_classes;
+    nested x = {a, b, 0, 0, NULL, 0};
+    EXPECT_OK(NULL, fg_context_create(&cp, &x.ctx));
     EXPECT_OK(NULL, fg_threadpool_run(a, 2, task_of_a, &x));
     EXPECT(atomic_load(&x.refused) == 4, "%d of 4 runs of A from B's tasks refused", (int)atomic_load(&x.refused));
     EXPECT(atomic_load(&x.ran) == 6, "A inside A ran %d of 6 tasks inline", (int)atomic_load(&x.ran));
+    EXPECT(atomic_load(&x.ctx_refused) == 4, "%d of 4 calls on A's context from B's tasks refused",
+           (int)atomic_load(&x.ctx_refused));
+    fg_memory_stats m;
+    EXPECT_OK(x.ctx, fg_memory(x.ctx, -1, &m)); /* and from outside every job, it works */
+    fg_context_destroy(&x.ctx);
     fg_threadpool_destroy(&a);
     fg_threadpool_destroy(&b);
     alarm(0);

@@ -3,7 +3,9 @@
  * load; truncated files, header fields that disagree with each other or with
  * the size, non-finite weights, tokenizers with fewer entries than the
  * vocabulary or lengths past the end each give a clear error, never a crash.
- * Encoding and decoding follow the SentencePiece-style rules.
+ * Encoding and decoding follow the SentencePiece-style rules. The sampler
+ * takes any logits (NaN and infinities included) and the repetition penalty
+ * touches each distinct token once.
  */
 #include <string.h>
 #include <unistd.h>
@@ -12,6 +14,7 @@
 #include "model/llama2c.h"
 #include "model/tokenizer.h"
 #include "model/io.h"
+#include "model/runner.h"
 
 static unsigned char *checkpoint(int32_t dim, int32_t hidden, int32_t layers, int32_t heads, int32_t kv,
                                  int32_t vocab, int32_t seq, int shared, size_t *size) {
@@ -215,8 +218,45 @@ static void test_read_file(void) {
            "missing file: %s", err);
 }
 
+static void test_sampler(void) {
+    enum { V = 64 };
+    float logits[V];
+    const float odd[] = {NAN, INFINITY, -INFINITY};
+    for (int o = 0; o < 3; o++)
+        for (int at = 0; at < V; at += 21) {
+            for (int trial = 0; trial < 4; trial++) {
+                fgm_sampler g = {0.8f, trial & 1 ? 0.5f : 1.0f, 42u + (uint64_t)trial, trial & 2 ? 5 : 0};
+                for (int i = 0; i < V; i++)
+                    logits[i] = (float)((i * 7) % 13) - 6.0f;
+                logits[at] = odd[o];
+                const int32_t t = fgm_sample(&g, logits, V);
+                EXPECT(t >= 0 && t < V, "logit %d = %g: sampled %d", at, (double)odd[o], (int)t);
+            }
+        }
+    /* a top_p below every token's mass still takes the likeliest one */
+    fgm_sampler g = {1.0f, 1e-9f, 7u, 0};
+    for (int i = 0; i < V; i++)
+        logits[i] = i == 17 ? 5.0f : 0.0f;
+    EXPECT(fgm_sample(&g, logits, V) == 17, "top_p 1e-9 takes the likeliest token");
+    /* the penalty: each distinct token once, out-of-vocabulary ids skipped */
+    for (int i = 0; i < V; i++)
+        logits[i] = 1.0f;
+    logits[3] = 4.0f;
+    logits[5] = -1.0f;
+    const int32_t hist[] = {3, 9, 3, 5, -1, V, 5, 3};
+    fgm_penalize(logits, V, hist, 8, -1, 2.0f);
+    EXPECT(logits[3] == 2.0f && logits[5] == -2.0f && logits[9] == 0.5f && logits[0] == 1.0f,
+           "penalty once per token: %g %g %g %g", (double)logits[3], (double)logits[5], (double)logits[9],
+           (double)logits[0]);
+    logits[9] = 1.0f;
+    fgm_penalize(logits, V, hist, 8, 2, 2.0f); /* the last two: 5 and 3 */
+    EXPECT(logits[3] == 1.0f && logits[5] == -4.0f && logits[9] == 1.0f, "last_n 2: %g %g %g", (double)logits[3],
+           (double)logits[5], (double)logits[9]);
+}
+
 int main(void) {
     test_seed("test_loader");
+    test_sampler();
     test_checkpoints();
     test_tokenizer();
     test_read_file();

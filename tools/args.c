@@ -261,6 +261,9 @@ int cli_parse(const char *cmd, const char *help, unsigned accept, int argc, char
         else if (match(a, "-n", "--steps"))
             ok = val && cli_parse_int(val, 0, 1 << 20, &o->n);
         else if (!strcmp(a, "--n-predict")) { /* llama.cpp's -1: until the context is full */
+            if (val && !strcmp(val, "-1") && strcmp(cmd, "generate"))
+                return cli_usage(cmd, "--n-predict -1 (until the context is full) is generate's: give a number of "
+                                      "tokens");
             ok = val && (!strcmp(val, "-1") || cli_parse_int(val, 0, 1 << 20, &o->n));
             if (ok && !strcmp(val, "-1"))
                 o->n = 1 << 20;
@@ -272,9 +275,11 @@ int cli_parse(const char *cmd, const char *help, unsigned accept, int argc, char
         } else if (!strcmp(a, "--repeat-penalty")) {
             ok = val && cli_parse_float(val, 0.0f, 100.0f, &o->repeat_penalty) && o->repeat_penalty > 0.0f;
             o->has_repeat_penalty = 1;
-        } else if (!strcmp(a, "--repeat-last-n"))
+        } else if (!strcmp(a, "--repeat-last-n")) {
             ok = val && (!strcmp(val, "-1") ? (o->repeat_last_n = -1, 1) : cli_parse_int(val, 0, 1 << 24,
                                                                                            &o->repeat_last_n));
+            o->has_repeat_last_n = 1;
+        }
         else if (match(a, "-ctk", "--cache-type-k")) {
             ok = val && fg_dtype_parse(val, &o->cache_type_k) == FG_OK;
             o->has_cache_type_k = 1;
@@ -334,6 +339,8 @@ int cli_parse(const char *cmd, const char *help, unsigned accept, int argc, char
     }
     if (o->json && o->csv)
         return cli_usage(cmd, "--json and --csv are two formats of the same results: pass one");
+    if (o->has_repeat_last_n && !o->has_repeat_penalty)
+        return cli_usage(cmd, "--repeat-last-n sets the window of --repeat-penalty, which is off without it");
     /* -ctk / -ctv: llama.cpp sets K and V apart; fastgen's pages hold both in one type */
     if (o->has_cache_type_k || o->has_cache_type_v) {
         const fg_dtype k = o->has_cache_type_k ? o->cache_type_k : o->dtype;
@@ -471,31 +478,59 @@ int cli_compression(const char *cmd, const cli_opts *o, fg_compression_params *c
     return 0;
 }
 
-const char *const cli_model_help =
-    "  -m, --model FILE        GGUF file or llama2.c checkpoint (default: $FASTGEN_MODEL, else SmolLM2 in\n"
-    "                          the cache the demo fills, else stories260K.bin in ../shared/models/ or\n"
-    "                          ./models/; a line on stderr names the file taken)\n"
-    "  -z, --tokenizer FILE    llama2.c tokenizer (default: tok512.bin beside the model; GGUF files carry theirs)\n"
-    "  -p, --prompt TEXT       prompt (default \"Once upon a time\")\n"
-    "  --policy NAME           fastgen | fastgen-budget | fastgen-adaptive | full | streamingllm | h2o |\n"
-    "                          local | frequent | snapkv | adakv | tova (default: generate fastgen-adaptive at\n"
-    "                          half the cache, profile fastgen, the paper's threshold mode)\n"
-    "  -T X                    recovery threshold in (0, 1] (default 0.95)\n"
-    "  --budget B              keep at most B of the full cache's rows, in (0, 1]: fastgen-adaptive's budget\n"
-    "                          (0.5 by default), or the paper's mode in budget mode (--policy fastgen)\n"
-    "  --ratio-local R         local window ratio of every policy (default 0.3)\n"
-    "  --ratio-frequent R      frequent budget ratio of every policy (default 0.3)\n"
-    "  -f, --file FILE         the prompt is the whole of FILE (- for standard input)\n"
-    "  --backend NAME          ref | cpu | cuda | hip (default cpu)\n"
-    "  --dtype NAME            f32 | f16 | bf16 | q8_0 | q4_0 KV cache storage (default f16; K and V alike;\n"
-    "                          -ctk/--cache-type-k and -ctv/--cache-type-v as llama.cpp, naming one type)\n"
-    "  -t, --threads N         CPU threads (default: the cores this process may run on)\n"
-    "  --q8-activations        q4_0 / q4_1 / q8_0 weights: activations quantized to 8 bits and integer\n"
-    "                          dot products, as llama.cpp does (the default)\n"
-    "  --f32-activations       f32 activations against the dequantized weights instead\n"
-    "  --prefill-chunk N       the prompt through the model N tokens at a time (fg_prefill_chunk), profiled\n"
-    "                          over the whole prompt at its last chunk\n"
-    "  -q, --quiet             no progress line for the prompt (none either when stderr is not a terminal)\n";
+/* The help lines of the options every model command may take, each under its group. */
+static const struct {
+    unsigned group;
+    const char *text;
+} k_model_help[] = {
+    {CLI_MODEL,
+     "  -m, --model FILE        GGUF file or llama2.c checkpoint (default: $FASTGEN_MODEL, else SmolLM2 in\n"
+     "                          the cache the demo fills, else stories260K.bin in ../shared/models/ or\n"
+     "                          ./models/; a line on stderr names the file taken)\n"},
+    {CLI_MODEL,
+     "  -z, --tokenizer FILE    llama2.c tokenizer (default: tok512.bin beside the model; GGUF files carry theirs)\n"},
+    {CLI_PROMPT,
+     "  -p, --prompt TEXT       prompt (default \"Once upon a time\")\n"},
+    {CLI_POLICY,
+     "  --policy NAME           fastgen | fastgen-budget | fastgen-adaptive | full | streamingllm | h2o |\n"
+     "                          local | frequent | snapkv | adakv | tova (default: generate fastgen-adaptive at\n"
+     "                          half the cache, profile fastgen, the paper's threshold mode)\n"},
+    {CLI_POLICY,
+     "  -T X                    recovery threshold in (0, 1] (default 0.95)\n"},
+    {CLI_POLICY,
+     "  --budget B              keep at most B of the full cache's rows, in (0, 1]: fastgen-adaptive's budget\n"
+     "                          (0.5 by default), or the paper's mode in budget mode (--policy fastgen)\n"},
+    {CLI_POLICY,
+     "  --ratio-local R         local window ratio of every policy (default 0.3)\n"},
+    {CLI_POLICY,
+     "  --ratio-frequent R      frequent budget ratio of every policy (default 0.3)\n"},
+    {CLI_PROMPT,
+     "  -f, --file FILE         the prompt is the whole of FILE (- for standard input)\n"},
+    {CLI_RUN,
+     "  --backend NAME          ref | cpu | cuda | hip (default cpu)\n"},
+    {CLI_RUN,
+     "  --dtype NAME            f32 | f16 | bf16 | q8_0 | q4_0 KV cache storage (default f16; K and V alike;\n"
+     "                          -ctk/--cache-type-k and -ctv/--cache-type-v as llama.cpp, naming one type)\n"},
+    {CLI_RUN,
+     "  -t, --threads N         CPU threads (default: the cores this process may run on)\n"},
+    {CLI_RUN,
+     "  --q8-activations        q4_0 / q4_1 / q8_0 weights: activations quantized to 8 bits and integer\n"
+     "                          dot products, as llama.cpp does (the default)\n"},
+    {CLI_RUN,
+     "  --f32-activations       f32 activations against the dequantized weights instead\n"},
+    {CLI_RUN,
+     "  --prefill-chunk N       the prompt through the model N tokens at a time (fg_prefill_chunk), profiled\n"
+     "                          over the whole prompt at its last chunk\n"},
+    {CLI_QUIET,
+     "  -q, --quiet             no progress line for the prompt (none either when stderr is not a terminal)\n"},
+};
+
+void cli_model_help(unsigned accept, char *help, size_t size) {
+    size_t at = strlen(help);
+    for (size_t i = 0; i < sizeof k_model_help / sizeof k_model_help[0] && at < size; i++)
+        if (k_model_help[i].group & accept)
+            at += (size_t)snprintf(help + at, size - at, "%s", k_model_help[i].text);
+}
 
 /* The common start of a model command: help text, options, the model (found
  * in the default places when not given), the compression parameters.
@@ -504,7 +539,9 @@ int cli_model_command(const char *cmd, const char *help_head, const char *help_t
                          int32_t n_default, int argc, char **argv, cli_opts *o, fg_compression_params *cp, char *model,
                          char *tok, size_t size, cli_extra_fn extra, void *user) {
     char help[4096];
-    snprintf(help, sizeof help, "%s%s%s", help_head, cli_model_help, help_tail);
+    snprintf(help, sizeof help, "%s", help_head);
+    cli_model_help(accept, help, sizeof help);
+    snprintf(help + strlen(help), sizeof help - strlen(help), "%s", help_tail);
     cli_defaults(o, n_default);
     /* generate runs the method the README leads with (docs/design.md §4 says why); profile shows the
        paper's per-head choice */

@@ -49,7 +49,7 @@ typedef struct cli_opts {
     int32_t top_k;           /* --top-k K: sample among the K likeliest (0: all) */
     float repeat_penalty;    /* --repeat-penalty X: llama.cpp's penalty on the last repeat_last_n tokens (1: off) */
     int32_t repeat_last_n;   /* --repeat-last-n N (default 64, -1: the whole context) */
-    int has_top_k, has_repeat_penalty, escape;
+    int has_top_k, has_repeat_penalty, has_repeat_last_n, escape;
     int has_cache_type_k, has_cache_type_v, has_dtype;
     fg_dtype cache_type_k, cache_type_v; /* -ctk, -ctv: must name one type (fastgen stores K and V alike) */
 } cli_opts;
@@ -105,10 +105,11 @@ int cli_find_model_in(const char *dir, char *model, char *tokenizer, size_t size
 int cli_need_model(const char *cmd, cli_opts *o, char *model, char *tok, size_t size);
 /* The compression parameters the options describe. */
 int cli_compression(const char *cmd, const cli_opts *o, fg_compression_params *cp);
-/* The help lines of the options every model command takes. */
-extern const char *const cli_model_help;
-/* The common start of a model command: help text (help_head, cli_model_help,
- * help_tail), options, the model (found in the default places when not
+/* Appends to help (a string of size bytes) the help lines of the common
+ * options in the groups accept names. */
+void cli_model_help(unsigned accept, char *help, size_t size);
+/* The common start of a model command: help text (help_head, the common
+ * options it accepts, help_tail), options, the model (found in the default places when not
  * given), the prompt, the compression parameters. Returns 0 to go on, -1
  * after --help, else the exit code. */
 int cli_model_command(const char *cmd, const char *help_head, const char *help_tail, unsigned accept,

@@ -20,7 +20,8 @@ static const char *k_bench_help_head =
 static const char *k_bench_help_tail =
     "  -p, --n-prompt N        tokens of the pp test (default 512; 0: none; llama-bench's -p)\n"
     "  -n, --n-gen N           tokens of the tg test (default 128; 0: none; --steps too)\n"
-    "  -d, --n-depth LIST      prompt tokens before each tg test, comma-separated (default 1024)\n"
+    "  -d, --n-depth LIST      prompt tokens before each tg test, each at least 1 (a sequence starts\n"
+    "                          with a prefill), comma-separated (default 1024)\n"
     "  -r, --repetitions N     runs of each test (default 3)\n"
     "  --methods LIST          compression, comma-separated presets, each :B for a budget\n"
     "                          (default full,fastgen-adaptive:0.5,fastgen-adaptive:0.25)\n"
@@ -54,7 +55,7 @@ static int bench_option(void *user, const char *opt, const char *val, int *used)
         snprintf(buf, sizeof buf, "%s", val);
         x->n_depths = 0;
         for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
-            if (x->n_depths == 8 || !cli_parse_int(tok, 0, 1 << 20, &x->depths[x->n_depths]))
+            if (x->n_depths == 8 || !cli_parse_int(tok, 1, 1 << 20, &x->depths[x->n_depths]))
                 return 1;
             x->n_depths++;
         }

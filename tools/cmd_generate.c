@@ -111,7 +111,7 @@ static int generate_checks(const cli_opts *o, const generate_extra *x) {
     if (x->samples && o->has_temperature && o->temperature == 0.0f)
         return cli_usage(cmd, "--samples with --temp 0 would give %d copies of the greedy text: pass a temperature "
                               "above 0", (int)x->samples);
-    if ((x->samples || x->chat) && (o->has_repeat_penalty || o->repeat_last_n != 64))
+    if ((x->samples || x->chat) && (o->has_repeat_penalty || o->has_repeat_last_n))
         return cli_usage(cmd, "--repeat-penalty applies to a plain generate: --chat and --samples sample without it");
     if (o->has_temperature && o->temperature == 0.0f && (o->has_top_p || o->has_top_k || o->has_seed))
         return cli_usage(cmd, "--top-k, --top-p and --seed shape sampling: --temp 0 is greedy");

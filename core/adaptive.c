@@ -138,6 +138,29 @@ void fg_adaptive_forget(fg_adaptive *ad, int32_t layer) {
     ad->layers[layer].next = 0;
 }
 
+/* Positions [first, last) of a pass whose rows start at position pos0 (q:
+ * [][Hq][d] from pos0, activation memory) join the adaptive mode's observed
+ * rows of `layer`. */
+fg_status fg_observe_rows(fg_context *ctx, fg_seq *s, int32_t layer, int32_t pos0, int32_t first, int32_t last,
+                              const float *q) {
+    const size_t row = (size_t)ctx->params.n_q_heads * ctx->params.head_dim;
+    float *hq = NULL;
+    if (ctx->be.device_io && !(hq = malloc(row * sizeof *hq)))
+        return fg_error(ctx, FG_ERR_OUT_OF_MEMORY, "out of host memory for an observed row");
+    fg_status st = FG_OK;
+    for (int32_t p = first < pos0 ? pos0 : first; p < last && st == FG_OK; p++) {
+        const float *qr = q + (size_t)(p - pos0) * row;
+        if (ctx->be.device_io) {
+            if ((st = fg_backend_read(&ctx->be, hq, qr, row * sizeof *hq)))
+                break;
+            qr = hq;
+        }
+        fg_adaptive_observe(ctx, s->ad, layer, p, qr);
+    }
+    free(hq);
+    return st;
+}
+
 /* ---------------------------------------------------------------- families */
 
 /* The family `f` at level l: its window and its frequent or snapshot ratios
@@ -607,7 +630,7 @@ static fg_status unit_curves_all(fg_context *ctx, const fg_seq *s, compress_scra
         }
         for (int32_t g = 0; g < Hkv; g++) {
             const int32_t unit = l * Hkv + g;
-            fg_status st = fg_backend_read_rows(&ctx->be, &ctx->layout, &s->heads[unit], t, u->k, u->v,
+            fg_status st = fg_head_read_rows(&ctx->be, &ctx->layout, &s->heads[unit], t, u->k, u->v,
                                                 u->slot_pos, NULL, NULL);
             if (st)
                 return st;
@@ -655,7 +678,7 @@ static fg_status unit_compact(fg_context *ctx, const fg_seq *s, int32_t unit, in
     const int32_t d = ctx->params.head_dim, G = ctx->params.n_q_heads / ctx->params.n_kv_heads, t = s->length[0];
     const fg_head *h = &s->heads[unit];
     unit_scratch *u = &w->u;
-    fg_status st = fg_backend_read_rows(&ctx->be, &ctx->layout, h, t, u->k, u->v, NULL, NULL, NULL);
+    fg_status st = fg_head_read_rows(&ctx->be, &ctx->layout, h, t, u->k, u->v, NULL, NULL, NULL);
     if (st)
         return st;
     fr->policy_index = FG_AD_FAMILY(choice);

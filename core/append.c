@@ -90,7 +90,7 @@ static fg_status reprofile_head(fg_context *ctx, fg_seq *s, int32_t layer, int32
     const size_t row = (size_t)d * sizeof(float);
 
     /* the kept rows, in position order, then the chunk's */
-    fg_status st = fg_backend_read_rows(&ctx->be, &ctx->layout, h, m, w->slot_k, w->slot_v, w->slot_pos, NULL,
+    fg_status st = fg_head_read_rows(&ctx->be, &ctx->layout, h, m, w->slot_k, w->slot_v, w->slot_pos, NULL,
                                         w->slot_score);
     if (st)
         return st;

@@ -29,6 +29,8 @@ typedef struct fg_error_saved {
 } fg_error_saved;
 void fg_error_save(const fg_context *ctx, fg_error_saved *saved);
 void fg_error_restore(fg_context *ctx, const fg_error_saved *saved, const char *what);
+/* Clears the context's message and the thread's (a call's start). */
+void fg_error_clear(fg_context *ctx);
 
 /* ---- budgets (core/params.c) */
 
@@ -250,6 +252,11 @@ fg_status fg_adaptive_clone(fg_context *ctx, const fg_adaptive *src, fg_adaptive
 void fg_adaptive_observe(const fg_context *ctx, fg_adaptive *ad, int32_t layer, int32_t pos, const float *q);
 /* The observed rows of `layer` go (its prefill starts again). */
 void fg_adaptive_forget(fg_adaptive *ad, int32_t layer);
+/* Positions [first, last) of a pass whose rows start at position pos0 (q:
+ * [][Hq][d] from pos0, activation memory) join the adaptive mode's observed
+ * rows of `layer`. */
+fg_status fg_observe_rows(fg_context *ctx, struct fg_seq *s, int32_t layer, int32_t pos0, int32_t first, int32_t last,
+                          const float *q);
 /* Shares the sequence's budget among every head of every layer and
  * prepares their compressed caches in new pages (nothing of the sequence
  * changes). trade puts them in place and takes the full caches and the
@@ -317,18 +324,20 @@ struct fg_context {
 };
 
 /* Every entry point that takes a context claims it for the calling thread
- * first (fastgen.h: one call at a time per context): FG_OK (the context's
- * message cleared when this is the thread's outermost call), or an error
- * naming `fn` when ctx is NULL or another thread is inside a call, which
- * leaves the context and its message alone. fg_release gives the claim back
- * and returns st. */
+ * first (core/claim.c; fastgen.h: one call at a time per context): FG_OK
+ * (the context's message cleared when this is the thread's outermost call),
+ * or an error naming `fn` when ctx is NULL, another thread is inside a call,
+ * or the context's pool would refuse this thread (fg_threadpool_blocked),
+ * which leaves the context and its message alone. fg_release gives the claim
+ * back and returns st. */
 fg_status fg_claim(const fg_context *ctx, const char *fn);
-/* 1 when fg_threadpool_run(p, ...) from this thread would be refused (a job
- * of p waits on this thread through another pool's). fg_claim refuses such a
- * call at its entry, so no run on ctx->threads inside a claimed call is ever
- * refused: the kernels and the core ignore fg_threadpool_run's status. */
-int fg_threadpool_blocked(const fg_threadpool *p);
 fg_status fg_release(const fg_context *ctx, fg_status st);
+/* 1 when fg_threadpool_run(p, ...) from this thread would be refused (a job
+ * of p waits on this thread through another pool's; core/threads.c). Since
+ * fg_claim refuses such a call at its entry, no run on ctx->threads inside a
+ * claimed call is ever refused: the kernels and the core ignore
+ * fg_threadpool_run's status. */
+int fg_threadpool_blocked(const fg_threadpool *p);
 #define FG_CLAIM(ctx, fn)                                                                                              \
     do {                                                                                                               \
         const fg_status claim_ = fg_claim((ctx), (fn));                                                                \
@@ -343,7 +352,7 @@ fg_status fg_release(const fg_context *ctx, fg_status st);
             return fg_error((ctx), (status), __VA_ARGS__);                                                             \
     } while (0)
 
-/* ---- sequences and their pages (core/sequence.c) */
+/* ---- sequences (core/sequence.c) */
 
 /* The live sequence `seq` (FG_ERR_INVALID_ARGUMENT, with a message, if none). */
 fg_status fg_get_seq(const fg_context *ctx, int32_t seq, fg_seq **out);
@@ -356,6 +365,13 @@ fg_status fg_seq_clone(fg_context *ctx, const fg_seq *s, fg_seq *c);
 fg_status fg_check_token(fg_context *ctx, const fg_seq *s, int32_t seq, int32_t p, int32_t token);
 /* Frees everything a sequence holds (its pages, stages, adaptive state). */
 void fg_seq_release(fg_context *ctx, fg_seq *s);
+/* Frees a chunked prefill's staged activations. */
+void fg_stage_free(fg_context *ctx, fg_prefill_stage *stage);
+/* Whether a sequence has a chunked prefill in progress on some layer. */
+int fg_stage_in_progress(const fg_context *ctx, const fg_seq *s);
+
+/* ---- a head's pages (core/head.c) */
+
 int32_t fg_pages_for(const fg_context *ctx, int32_t rows);
 /* Grows a head to n_pages pages (row and meta). On failure the head keeps what it had. */
 fg_status fg_head_reserve(fg_context *ctx, fg_head *h, int32_t n_pages);
@@ -388,25 +404,16 @@ void fg_pages_reshare(fg_context *ctx);
 /* The first n_slots slots of one head read to the host, after the
  * backend's queued work: K and V as float [n_slots][d], and pos / flags /
  * score (each may be NULL). */
-fg_status fg_backend_read_rows(fg_backend *be, const fg_page_layout *layout, const fg_head *h, int32_t n_slots,
-                               float *k, float *v, int32_t *pos, uint8_t *flags, float *score);
+fg_status fg_head_read_rows(fg_backend *be, const fg_page_layout *layout, const fg_head *h, int32_t n_slots,
+                            float *k, float *v, int32_t *pos, uint8_t *flags, float *score);
 /* Gives back the pages a decode step reserved for its first n_heads heads
  * (head i * Hkv + g of the batch is KV head g of sequence seqs[i]). */
 void fg_unreserve(fg_context *ctx, int32_t layer, const int32_t *seqs, int32_t n_heads);
 
 /* ---- prefill (core/prefill.c) */
 
-/* Positions [first, last) of a pass whose rows start at position pos0 (q:
- * [][Hq][d] from pos0, activation memory) join the adaptive mode's observed
- * rows of `layer`. */
-fg_status fg_observe_rows(fg_context *ctx, fg_seq *s, int32_t layer, int32_t pos0, int32_t first, int32_t last,
-                          const float *q);
 /* Whether every layer of a sequence has been prefilled. */
 int fg_all_prefilled(const fg_context *ctx, const fg_seq *s);
-/* Frees a chunked prefill's staged activations. */
-void fg_stage_free(fg_context *ctx, fg_prefill_stage *stage);
-/* Whether a sequence has a chunked prefill in progress on some layer. */
-int fg_stage_in_progress(const fg_context *ctx, const fg_seq *s);
 
 /* ---- scratch and activation memory (core/activations.c) */
 

@@ -83,29 +83,6 @@ static void allocate_budget(const fg_compression_params *cp, const fg_profile_vi
         heads[g].policy_index = w->choice[g];
 }
 
-/* Positions [first, last) of a pass whose rows start at position pos0 (q:
- * [][Hq][d] from pos0, activation memory) join the adaptive mode's observed
- * rows of `layer`. */
-fg_status fg_observe_rows(fg_context *ctx, fg_seq *s, int32_t layer, int32_t pos0, int32_t first, int32_t last,
-                              const float *q) {
-    const size_t row = (size_t)ctx->params.n_q_heads * ctx->params.head_dim;
-    float *hq = NULL;
-    if (ctx->be.device_io && !(hq = malloc(row * sizeof *hq)))
-        return fg_error(ctx, FG_ERR_OUT_OF_MEMORY, "out of host memory for an observed row");
-    fg_status st = FG_OK;
-    for (int32_t p = first < pos0 ? pos0 : first; p < last && st == FG_OK; p++) {
-        const float *qr = q + (size_t)(p - pos0) * row;
-        if (ctx->be.device_io) {
-            if ((st = fg_backend_read(&ctx->be, hq, qr, row * sizeof *hq)))
-                break;
-            qr = hq;
-        }
-        fg_adaptive_observe(ctx, s->ad, layer, p, qr);
-    }
-    free(hq);
-    return st;
-}
-
 /* Whether every layer of a sequence has been prefilled. */
 int fg_all_prefilled(const fg_context *ctx, const fg_seq *s) {
     for (int32_t l = 0; l < ctx->params.n_layers; l++)
@@ -285,26 +262,6 @@ fg_status fg_prefill(fg_context *ctx, int32_t seq, int32_t layer, const float *q
                      float *out) {
     FG_CLAIM(ctx, "fg_prefill");
     return fg_release(ctx, prefill(ctx, seq, layer, q, k, v, out));
-}
-
-void fg_stage_free(fg_context *ctx, fg_prefill_stage *stage) {
-    float **bufs[] = {&stage->q, &stage->k, &stage->v, &stage->row_max, &stage->row_sum};
-    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) {
-        if (*bufs[i] && ctx->be.device_io)
-            ctx->be.ops->buffer_free(&ctx->be, *bufs[i]);
-        else
-            free(*bufs[i]);
-        *bufs[i] = NULL;
-    }
-    stage->filled = 0;
-}
-
-/* Whether a sequence has a chunked prefill in progress on some layer. */
-int fg_stage_in_progress(const fg_context *ctx, const fg_seq *s) {
-    for (int32_t l = 0; s->stage && l < ctx->params.n_layers; l++)
-        if (s->stage[l].filled)
-            return 1;
-    return 0;
 }
 
 static fg_status prefill_chunk(fg_context *ctx, int32_t seq, int32_t layer, int32_t begin, int32_t n, const float *q,

@@ -63,39 +63,9 @@ void fg_error_restore(fg_context *ctx, const fg_error_saved *saved, const char *
     memcpy(t_error, saved->thread, sizeof t_error);
 }
 
-/* Only its address matters: a thread's own marker. */
-static _Thread_local char t_marker;
-
-fg_status fg_claim(const fg_context *cctx, const char *fn) {
-    if (!cctx)
-        return fg_error(NULL, FG_ERR_INVALID_ARGUMENT, "%s: context must not be NULL", fn);
-    fg_context *ctx = (fg_context *)cctx; /* the claim and the message are all a const call writes */
-    if (fg_threadpool_blocked(ctx->threads)) /* every run of the call on its pool would be refused */
-        return fg_error(NULL, FG_ERR_BAD_STATE,
-                        "%s: called from a task of a job that waits on this context's thread pool through another "
-                        "pool (a task of pool A ran pool B, whose task calls a context on A): this call did nothing",
-                        fn);
-    const void *me = &t_marker, *none = NULL;
-    if (atomic_load_explicit(&ctx->owner, memory_order_relaxed) == me) {
-        ctx->depth++;
-        return FG_OK;
-    }
-    if (!atomic_compare_exchange_strong_explicit(&ctx->owner, &none, me, memory_order_acquire,
-                                                 memory_order_relaxed))
-        return fg_error(NULL, FG_ERR_BAD_STATE,
-                        "%s: another thread is inside a call on this context (one call at a time per context; "
-                        "this call did nothing)", fn);
-    ctx->depth = 1;
+void fg_error_clear(fg_context *ctx) {
     ctx->error[0] = '\0';
     t_error[0] = '\0';
-    return FG_OK;
-}
-
-fg_status fg_release(const fg_context *cctx, fg_status st) {
-    fg_context *ctx = (fg_context *)cctx;
-    if (--ctx->depth == 0)
-        atomic_store_explicit(&ctx->owner, NULL, memory_order_release);
-    return st;
 }
 
 fg_status fg_error_sink(void *ctx, fg_status status, const char *fmt, ...) {

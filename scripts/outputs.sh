@@ -14,7 +14,8 @@ shared=${FASTGEN_MODELS:-$root/../shared/models}
 smollm2=$(bash "$root/scripts/get-models.sh" | awk '$1 == "smollm2" { print $2 }')
 mkdir -p "$out"
 mask() {
-  sed -E 's/[0-9.]+ tokens\/s/X tokens\/s/g; s/[0-9.]+ s\b/X s/g; s/in [0-9.]+ (s|ms)/in X \1/g'
+  sed -E 's/[0-9.]+ tokens\/s/X tokens\/s/g; s/[0-9.]+ s\b/X s/g; s/in [0-9.]+ (s|ms)/in X \1/g;
+    s/^( *(prompt )?eval: ).*/\1X/'
 }
 i=0
 run() {

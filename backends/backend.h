@@ -170,6 +170,7 @@ typedef struct fg_backend_ops {
     fg_set_stream_fn *set_stream;
     fg_get_proc_fn *get_proc; /* the backend's extras by name (fg_backend_get_proc) */
     fg_buffer_copy2d_fn *buffer_copy2d; /* optional (a memcpy per row when NULL) */
+    int kv_apart; /* its kernels read K and V stored in two dtypes (layout k_dtype != v_dtype) */
 } fg_backend_ops;
 
 /* The error sink a backend writes its messages to (the context). */

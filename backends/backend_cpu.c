@@ -15,6 +15,7 @@ static void cpu_destroy(fg_backend *be) {
 
 static const fg_backend_ops k_cpu_ops = {
     .name = "cpu",
+    .kv_apart = 1,
     .buffer_alloc = fg_host_buffer_alloc,
     .buffer_free = fg_host_buffer_free,
     .prefill_attention = fg_cpu_prefill_attention,

@@ -34,6 +34,7 @@ void fg_host_buffer_free(fg_backend *be, void *ptr) {
 
 static const fg_backend_ops k_ref_ops = {
     .name = "ref",
+    .kv_apart = 1,
     .buffer_alloc = fg_host_buffer_alloc,
     .buffer_free = fg_host_buffer_free,
     .prefill_attention = fg_ref_prefill_attention,

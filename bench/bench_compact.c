@@ -67,7 +67,7 @@ int main(int argc, char **argv) {
         for (int di = 0; di < 4; di++) {
             const int32_t n = lengths[li];
             const fg_dtype dt = dts[di];
-            const fg_page_layout L = fg_page_layout_make(16, d, dt);
+            const fg_page_layout L = fg_page_layout_make(16, d, dt, dt);
             const size_t kv_bytes = (size_t)n * Hkv * d * sizeof(float);
             int32_t R = (int32_t)((4 * dinfo.l2_bytes + 2 * kv_bytes - 1) / (2 * kv_bytes));
             R = R < 1 ? 1 : R;

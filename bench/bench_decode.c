@@ -264,7 +264,7 @@ int main(int argc, char **argv) {
                     const model_shape *m = &models[mi];
                     const int32_t t = contexts[ci], B = batches[bi];
                     const fg_dtype dt = dtypes[di];
-                    const fg_page_layout L = fg_page_layout_make(16, m->d, dt);
+                    const fg_page_layout L = fg_page_layout_make(16, m->d, dt, dt);
                     const size_t qn = (size_t)B * m->Hq * m->d, kn = (size_t)B * m->Hkv * m->d;
                     float *q = malloc(qn * sizeof *q), *k = malloc(kn * sizeof *k), *v = malloc(kn * sizeof *v);
                     float *out = malloc(qn * sizeof *out);
@@ -278,8 +278,8 @@ int main(int argc, char **argv) {
                     for (int32_t r = 0; r < 16; r++) {
                         for (int32_t c = 0; c < m->d; c++)
                             row[c] = (float)(((r * 131 + c) * 2654435761u) % 2000) / 1000.0f - 1.0f;
-                        fg_store_row(tmpl + L.k_offset + (size_t)r * L.row_bytes, dt, row, m->d);
-                        fg_store_row(tmpl + L.v_offset + (size_t)r * L.row_bytes, dt, row, m->d);
+                        fg_store_row(tmpl + L.k_offset + (size_t)r * L.k_row_bytes, dt, row, m->d);
+                        fg_store_row(tmpl + L.v_offset + (size_t)r * L.v_row_bytes, dt, row, m->d);
                     }
                     /* with a GPU backend the step reads and writes device copies */
                     float *dq = q, *dk = k, *dv = v, *dout = out;

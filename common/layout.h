@@ -28,8 +28,8 @@ enum {
 
 /* A head's cache lies in two kinds of pages, both page_tokens entries long,
  * in two page tables of the same length:
- *   row pages  [k_offset] K [page_tokens] rows of row_bytes (d values as dtype)
- *              [v_offset] V [page_tokens] rows of row_bytes
+ *   row pages  [k_offset] K [page_tokens] rows of k_row_bytes (d values as k_dtype)
+ *              [v_offset] V [page_tokens] rows of v_row_bytes (d values as v_dtype)
  *   meta pages [pos_offset]   pos   [page_tokens] int32
  *              [score_offset] score [page_tokens] float
  *              [row_offset]   row   [page_tokens] int32: where the slot's K/V lie
@@ -44,8 +44,8 @@ enum {
 typedef struct fg_page_layout {
     int32_t page_tokens;
     int32_t head_dim;
-    fg_dtype dtype;
-    size_t row_bytes; /* fg_row_bytes(dtype, head_dim) */
+    fg_dtype k_dtype, v_dtype;     /* K's and V's storage (the same unless the context set them apart) */
+    size_t k_row_bytes, v_row_bytes; /* fg_row_bytes(k_dtype, head_dim), fg_row_bytes(v_dtype, head_dim) */
     size_t k_offset, v_offset;
     size_t page_bytes; /* a row page */
     size_t pos_offset, score_offset, row_offset, flags_offset, hdr_offset;
@@ -54,17 +54,19 @@ typedef struct fg_page_layout {
 
 static inline size_t fg_align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
-/* Layout of both pages for the given shape and storage type. */
-static inline fg_page_layout fg_page_layout_make(int32_t page_tokens, int32_t head_dim, fg_dtype dtype) {
+/* Layout of both pages for the given shape and storage types. */
+static inline fg_page_layout fg_page_layout_make(int32_t page_tokens, int32_t head_dim, fg_dtype k_dtype,
+                                                 fg_dtype v_dtype) {
     fg_page_layout L;
-    L.row_bytes = fg_row_bytes(dtype, head_dim);
-    size_t rows = (size_t)page_tokens * L.row_bytes;
+    L.k_row_bytes = fg_row_bytes(k_dtype, head_dim);
+    L.v_row_bytes = fg_row_bytes(v_dtype, head_dim);
     L.page_tokens = page_tokens;
     L.head_dim = head_dim;
-    L.dtype = dtype;
+    L.k_dtype = k_dtype;
+    L.v_dtype = v_dtype;
     L.k_offset = 0;
-    L.v_offset = fg_align_up(rows, 64);
-    L.page_bytes = L.v_offset + fg_align_up(rows, 64);
+    L.v_offset = fg_align_up((size_t)page_tokens * L.k_row_bytes, 64);
+    L.page_bytes = L.v_offset + fg_align_up((size_t)page_tokens * L.v_row_bytes, 64);
     const size_t words = fg_align_up((size_t)page_tokens * 4, 16);
     L.pos_offset = 0;
     L.score_offset = words;

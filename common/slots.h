@@ -50,10 +50,10 @@ static inline FG_HD int32_t *fg_rows_header(const fg_page_layout *L, void *const
 /* ---- K and V of row r */
 
 static inline FG_HD unsigned char *fg_row_k(const fg_page_layout *L, void *const *rows, int32_t r) {
-    return (unsigned char *)rows[r / L->page_tokens] + L->k_offset + (size_t)(r % L->page_tokens) * L->row_bytes;
+    return (unsigned char *)rows[r / L->page_tokens] + L->k_offset + (size_t)(r % L->page_tokens) * L->k_row_bytes;
 }
 static inline FG_HD unsigned char *fg_row_v(const fg_page_layout *L, void *const *rows, int32_t r) {
-    return (unsigned char *)rows[r / L->page_tokens] + L->v_offset + (size_t)(r % L->page_tokens) * L->row_bytes;
+    return (unsigned char *)rows[r / L->page_tokens] + L->v_offset + (size_t)(r % L->page_tokens) * L->v_row_bytes;
 }
 /* K and V of slot s. */
 static inline FG_HD unsigned char *fg_slot_k(const fg_page_layout *L, void *const *rows, void *const *meta, int32_t s) {
@@ -121,8 +121,8 @@ static inline FG_HD int32_t fg_rows_remove(const fg_page_layout *L, void *const 
 static inline void fg_slot_write(const fg_page_layout *L, void *const *rows, void *const *meta, int32_t n,
                                  const float *k, const float *v, int32_t pos, uint8_t flags, float score) {
     const int32_t r = fg_rows_take(L, meta, n);
-    fg_store_row(fg_row_k(L, rows, r), L->dtype, k, L->head_dim);
-    fg_store_row(fg_row_v(L, rows, r), L->dtype, v, L->head_dim);
+    fg_store_row(fg_row_k(L, rows, r), L->k_dtype, k, L->head_dim);
+    fg_store_row(fg_row_v(L, rows, r), L->v_dtype, v, L->head_dim);
     *fg_slot_pos(L, meta, n) = pos;
     *fg_slot_score(L, meta, n) = score;
     *fg_slot_flags(L, meta, n) = flags;
@@ -134,8 +134,8 @@ static inline int32_t fg_slot_remove(const fg_page_layout *L, void *const *rows,
     int32_t to;
     const int32_t from = fg_rows_remove(L, meta, s, n, priv_from, &to);
     if (from >= 0) {
-        memcpy(fg_row_k(L, rows, to), fg_row_k(L, rows, from), L->row_bytes);
-        memcpy(fg_row_v(L, rows, to), fg_row_v(L, rows, from), L->row_bytes);
+        memcpy(fg_row_k(L, rows, to), fg_row_k(L, rows, from), L->k_row_bytes);
+        memcpy(fg_row_v(L, rows, to), fg_row_v(L, rows, from), L->v_row_bytes);
     }
     return n - 1;
 }
@@ -143,8 +143,8 @@ static inline int32_t fg_slot_remove(const fg_page_layout *L, void *const *rows,
 /* Compaction: slot s of a new cache, in row s. */
 static inline void fg_slot_write_at(const fg_page_layout *L, void *const *rows, void *const *meta, int32_t s,
                                     const float *k, const float *v, int32_t pos, uint8_t flags, float score) {
-    fg_store_row(fg_row_k(L, rows, s), L->dtype, k, L->head_dim);
-    fg_store_row(fg_row_v(L, rows, s), L->dtype, v, L->head_dim);
+    fg_store_row(fg_row_k(L, rows, s), L->k_dtype, k, L->head_dim);
+    fg_store_row(fg_row_v(L, rows, s), L->v_dtype, v, L->head_dim);
     *fg_slot_pos(L, meta, s) = pos;
     *fg_slot_score(L, meta, s) = score;
     *fg_slot_row(L, meta, s) = s;

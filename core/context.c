@@ -16,9 +16,15 @@ static fg_status validate_params(const fg_context_params *p) {
     FG_CHECK(p->head_dim <= 1024, NULL, FG_ERR_INVALID_ARGUMENT, "head_dim %d is above the supported 1024",
              (int)p->head_dim);
     FG_CHECK(fg_dtype_name(p->kv_dtype), NULL, FG_ERR_INVALID_ARGUMENT, "unknown kv_dtype %d", (int)p->kv_dtype);
+    FG_CHECK(p->v_dtype == -1 || fg_dtype_name((fg_dtype)p->v_dtype), NULL, FG_ERR_INVALID_ARGUMENT,
+             "unknown v_dtype %d (-1: V as kv_dtype)", (int)p->v_dtype);
     FG_CHECK(fg_kv_row_bytes(p->kv_dtype, p->head_dim) > 0, NULL, FG_ERR_INVALID_ARGUMENT,
              "kv_dtype %s needs a head_dim that is a multiple of 8 (blocks of 8, 16 or 32 values), got %d",
              fg_dtype_name(p->kv_dtype), (int)p->head_dim);
+    FG_CHECK(p->v_dtype == -1 || fg_kv_row_bytes((fg_dtype)p->v_dtype, p->head_dim) > 0, NULL,
+             FG_ERR_INVALID_ARGUMENT,
+             "v_dtype %s needs a head_dim that is a multiple of 8 (blocks of 8, 16 or 32 values), got %d",
+             fg_dtype_name((fg_dtype)p->v_dtype), (int)p->head_dim);
     FG_CHECK(p->max_seqs > 0 && p->max_seq_len > 0, NULL, FG_ERR_INVALID_ARGUMENT,
              "max_seqs (%d) and max_seq_len (%d) must be > 0", (int)p->max_seqs, (int)p->max_seq_len);
     FG_CHECK(p->page_tokens > 0 && p->page_tokens <= 4096, NULL, FG_ERR_INVALID_ARGUMENT,
@@ -58,7 +64,8 @@ fg_status fg_context_create(const fg_context_params *params, fg_context **out) {
     ctx->params.backend = ctx->backend_name;
     ctx->params.classes = NULL;
     ctx->shape = (fg_shape){params->n_q_heads, params->n_kv_heads, params->head_dim};
-    ctx->layout = fg_page_layout_make(params->page_tokens, params->head_dim, params->kv_dtype);
+    ctx->layout = fg_page_layout_make(params->page_tokens, params->head_dim, params->kv_dtype,
+                                      params->v_dtype == -1 ? params->kv_dtype : (fg_dtype)params->v_dtype);
     ctx->be.err = fg_error_sink;
     ctx->be.err_sink = ctx;
 
@@ -70,6 +77,11 @@ fg_status fg_context_create(const fg_context_params *params, fg_context **out) {
         st = fg_error(ctx, st, "%s", fg_last_error(NULL));
     if (st == FG_OK)
         st = fg_backend_open(backend, ctx->threads, &ctx->be);
+    if (st == FG_OK && ctx->layout.k_dtype != ctx->layout.v_dtype && !ctx->be.ops->kv_apart)
+        st = fg_error(ctx, FG_ERR_UNAVAILABLE,
+                      "K in %s and V in %s: the %s backend's kernels read K and V in one dtype (ref and cpu take "
+                      "two); set v_dtype to -1 or to kv_dtype",
+                      fg_dtype_name(ctx->layout.k_dtype), fg_dtype_name(ctx->layout.v_dtype), backend);
     if (st == FG_OK && params->io == FG_IO_DEVICE) {
         if (!ctx->be.ops->synchronize)
             st = fg_error(ctx, FG_ERR_INVALID_ARGUMENT,

@@ -165,7 +165,8 @@ fg_status fg_head_repack(fg_context *ctx, fg_head *h) {
     for (int32_t p = 0; p < f.n_pages && st == FG_OK; p++)
         new_meta[p] = fresh + (size_t)p * L->meta_bytes;
     /* K and V of each run of slots whose rows follow each other in one old
-       page and one new page: one copy of both (V lies v_offset after K) */
+       page and one new page: one copy of both when their rows are as long
+       (V then lies v_offset after K), else one each */
     for (int32_t s = 0; s < n && st == FG_OK;) {
         const int32_t r = *fg_slot_row(L, old_meta, s);
         if (r < 0 || r >= n_old * P) {
@@ -176,8 +177,11 @@ fg_status fg_head_repack(fg_context *ctx, fg_head *h) {
         int32_t run = 1;
         while (s + run < n && (s + run) % P != 0 && (r + run) % P != 0 && *fg_slot_row(L, old_meta, s + run) == r + run)
             run++;
-        st = fg_backend_copy2d(be, fg_row_k(L, f.pages, s), L->v_offset, fg_row_k(L, h->pages, r), L->v_offset,
-                               (size_t)run * L->row_bytes, 2);
+        const size_t kb = (size_t)run * L->k_row_bytes, vb = (size_t)run * L->v_row_bytes;
+        st = fg_backend_copy2d(be, fg_row_k(L, f.pages, s), L->v_offset, fg_row_k(L, h->pages, r), L->v_offset, kb,
+                               kb == vb ? 2 : 1);
+        if (st == FG_OK && kb != vb)
+            st = fg_backend_copy2d(be, fg_row_v(L, f.pages, s), vb, fg_row_v(L, h->pages, r), vb, vb, 1);
         for (int32_t j = s; j < s + run; j++) {
             *fg_slot_pos(L, new_meta, j) = *fg_slot_pos(L, old_meta, j);
             *fg_slot_score(L, new_meta, j) = *fg_slot_score(L, old_meta, j);
@@ -296,8 +300,8 @@ fg_status fg_head_read_rows(fg_backend *be, const fg_page_layout *L, const fg_he
             break;
         }
         for (int32_t c = 0; c < d; c++) {
-            k[(size_t)s * d + c] = fg_load_elem(fg_row_k(L, rows, r), L->dtype, d, c);
-            v[(size_t)s * d + c] = fg_load_elem(fg_row_v(L, rows, r), L->dtype, d, c);
+            k[(size_t)s * d + c] = fg_load_elem(fg_row_k(L, rows, r), L->k_dtype, d, c);
+            v[(size_t)s * d + c] = fg_load_elem(fg_row_v(L, rows, r), L->v_dtype, d, c);
         }
         if (pos)
             pos[s] = *fg_slot_pos(L, meta, s);

@@ -7,7 +7,7 @@
 #include "core/internal.h"
 
 static size_t kv_row_bytes(const fg_context *ctx) {
-    return 2 * ctx->layout.row_bytes;
+    return ctx->layout.k_row_bytes + ctx->layout.v_row_bytes;
 }
 
 static fg_status head_inspect(const fg_context *ctx, int32_t seq, int32_t layer, int32_t kv_head, fg_head_info *info) {

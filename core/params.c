@@ -320,6 +320,7 @@ void fg_context_params_default(fg_context_params *p) {
     memset(p, 0, sizeof *p);
     p->backend = NULL;
     p->kv_dtype = FG_DTYPE_F32;
+    p->v_dtype = -1;
     p->max_seqs = 1;
     p->max_seq_len = 4096;
     p->page_tokens = 16;

@@ -279,9 +279,9 @@ FG_API fg_status fg_policy_name(uint32_t components, char *buf, size_t buf_size)
  * The block is qb = 32 values (ggml's block_q8_0 / block_q4_0, byte for byte,
  * so an engine can hand rows across) when 32 divides head_dim, else 16, else
  * 8 (one scale per block); quantized caches need head_dim to be a multiple
- * of 8. K and V share one dtype (llama.cpp lets them differ; every kernel
- * here reads both rows with one row format). fg_kv_row_bytes() gives a row's
- * size. Profiling at prefill sees the prompt's unquantized K/V; what is read
+ * of 8. K and V share kv_dtype unless fg_context_params.v_dtype stores V
+ * apart (llama.cpp's -ctk and -ctv: q8_0 keys and f16 values, say; ref and
+ * cpu). fg_kv_row_bytes() gives a row's size. Profiling at prefill sees the prompt's unquantized K/V; what is read
  * back from the cache later (the adaptive mode's decisions, re-profiling on
  * append) is the quantized rows' values. */
 typedef enum fg_dtype {
@@ -351,7 +351,11 @@ typedef struct fg_context_params {
     int32_t n_q_heads;          /* Hq */
     int32_t n_kv_heads;         /* Hkv, divides Hq */
     int32_t head_dim;           /* d */
-    fg_dtype kv_dtype;          /* storage of cached K/V; accumulation is fp32 */
+    fg_dtype kv_dtype;          /* storage of cached K, and of V unless v_dtype says otherwise; accumulation is
+                                   fp32 */
+    int32_t v_dtype;            /* storage of cached V apart from K (an fg_dtype, as llama.cpp's -ctv), or -1
+                                   (the default): kv_dtype. ref and cpu only: cuda and hip refuse a v_dtype
+                                   other than kv_dtype with FG_ERR_UNAVAILABLE */
     int32_t max_seqs;           /* sequences alive at once */
     int32_t max_seq_len;        /* prompt + generated tokens per sequence */
     int32_t page_tokens;        /* rows per page (default 16) */

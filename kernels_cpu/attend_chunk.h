@@ -67,8 +67,8 @@ static inline void fg_block_row_ptrs(const fg_page_layout *L, void *const *pages
     if (run) {
         const unsigned char *kb = fg_row_k(L, pages, r0), *vb = fg_row_v(L, pages, r0);
         for (int32_t j = 0; j < B; j++) {
-            k[j] = kb + (size_t)j * L->row_bytes;
-            v[j] = vb + (size_t)j * L->row_bytes;
+            k[j] = kb + (size_t)j * L->k_row_bytes;
+            v[j] = vb + (size_t)j * L->v_row_bytes;
         }
     } else {
         for (int32_t j = 0; j < B; j++) {
@@ -103,10 +103,15 @@ __attribute__((target("f16c"))) static inline float fg_f16c_scale(const unsigned
 }
 #endif
 
-/* The instantiations: fg_cpu_attend_chunk_<dtype>_<isa>. */
+/* The instantiations: fg_cpu_attend_chunk_<dtype>_<isa>, and _mixed_<isa>
+ * for K and V in two dtypes, which widens each block's rows with
+ * fg_cpu_widen_<dtype>_<isa> (the item's widen_k, widen_v). */
 #define FG_ATTEND_CHUNK_ISA(isan)                                                                                      \
     fg_attend_chunk_fn fg_cpu_attend_chunk_f32_##isan, fg_cpu_attend_chunk_f16_##isan,                                 \
-        fg_cpu_attend_chunk_bf16_##isan, fg_cpu_attend_chunk_q8_0_##isan, fg_cpu_attend_chunk_q4_0_##isan
+        fg_cpu_attend_chunk_bf16_##isan, fg_cpu_attend_chunk_q8_0_##isan, fg_cpu_attend_chunk_q4_0_##isan,            \
+        fg_cpu_attend_chunk_mixed_##isan;                                                                              \
+    fg_widen_row_fn fg_cpu_widen_f32_##isan, fg_cpu_widen_f16_##isan, fg_cpu_widen_bf16_##isan,                        \
+        fg_cpu_widen_q8_0_##isan, fg_cpu_widen_q4_0_##isan
 FG_ATTEND_CHUNK_ISA(generic);
 #ifdef FG_X86
 FG_ATTEND_CHUNK_ISA(avx2);

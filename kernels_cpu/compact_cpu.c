@@ -200,7 +200,7 @@ static void compact_span(void *arg, int32_t span, int32_t thread) {
     const compact_job *jb = arg;
     const fg_page_layout *L = jb->L;
     const int32_t Hkv = jb->shape->n_kv_heads, d = jb->shape->head_dim, P = L->page_tokens, n_heads = jb->n_heads;
-    const size_t row_bytes = L->row_bytes;
+    const size_t k_row_bytes = L->k_row_bytes, v_row_bytes = L->v_row_bytes;
     const float *k = jb->k, *v = jb->v;
     const fg_compact_head *heads = jb->heads;
     const store_mode mode = jb->mode;
@@ -213,8 +213,8 @@ static void compact_span(void *arg, int32_t span, int32_t thread) {
             unsigned char *page = hd->pages[s / P], *meta = hd->meta[s / P];
             const int32_t j = s % P;
             const size_t src = ((size_t)from[s] * Hkv + hd->kv_head) * d;
-            store_row(page + L->k_offset + (size_t)j * row_bytes, L->dtype, k + src, d, mode); /* row s */
-            store_row(page + L->v_offset + (size_t)j * row_bytes, L->dtype, v + src, d, mode);
+            store_row(page + L->k_offset + (size_t)j * k_row_bytes, L->k_dtype, k + src, d, mode); /* row s */
+            store_row(page + L->v_offset + (size_t)j * v_row_bytes, L->v_dtype, v + src, d, mode);
             ((int32_t *)(void *)(meta + L->pos_offset))[j] = hd->pos[s];
             ((float *)(void *)(meta + L->score_offset))[j] = hd->score[s];
             ((int32_t *)(void *)(meta + L->row_offset))[j] = s;
@@ -231,11 +231,10 @@ fg_status fg_cpu_compact(fg_backend *be, const fg_page_layout *L, const fg_shape
                          const float *k, /* [n][Hkv][d] */
                          const float *v, /* [n][Hkv][d] */
                          int32_t n_heads, const fg_compact_head *heads) {
-    const size_t row_bytes = L->row_bytes;
     const fg_cpu_state *st = be->impl;
     size_t written = 0;
     for (int32_t i = 0; i < n_heads; i++)
-        written += (size_t)heads[i].n_keep * 2 * row_bytes;
+        written += (size_t)heads[i].n_keep * (L->k_row_bytes + L->v_row_bytes);
     const store_mode mode = st->isa < FG_ISA_AVX2            ? STORE_SCALAR
                             : written >= FG_CPU_STREAM_BYTES ? STORE_STREAM
                                                              : STORE_SIMD;

@@ -243,16 +243,33 @@ static int bf16_dots(fg_cpu_isa isa, fg_dtype dtype, int32_t d, int32_t G) {
     return isa == FG_ISA_AVX512_BF16 && dtype == FG_DTYPE_BF16 && d % 32 == 0 && G == 8;
 }
 
-static fg_attend_chunk_fn *isa_kernel(fg_cpu_isa isa, fg_dtype dtype, int32_t d, int32_t G) {
+/* The attention kernel for the layout's dtypes on this ISA; K and V in two
+ * dtypes take the mixed kernel and the two widen functions. */
+static fg_attend_chunk_fn *isa_kernel(fg_cpu_isa isa, const fg_page_layout *L, int32_t d, int32_t G,
+                                      fg_widen_row_fn **widen_k, fg_widen_row_fn **widen_v) {
+    const fg_dtype kt = L->k_dtype, vt = L->v_dtype;
+#define WIDEN(t, isan)                                                                                                 \
+    ((t) == FG_DTYPE_F16    ? fg_cpu_widen_f16_##isan                                                                  \
+     : (t) == FG_DTYPE_BF16 ? fg_cpu_widen_bf16_##isan                                                                 \
+     : (t) == FG_DTYPE_Q8_0 ? fg_cpu_widen_q8_0_##isan                                                                 \
+     : (t) == FG_DTYPE_Q4_0 ? fg_cpu_widen_q4_0_##isan                                                                 \
+                            : fg_cpu_widen_f32_##isan)
 #define PICK(isan)                                                                                                     \
-    return dtype == FG_DTYPE_F16    ? fg_cpu_attend_chunk_f16_##isan                                                   \
-           : dtype == FG_DTYPE_BF16 ? fg_cpu_attend_chunk_bf16_##isan                                                  \
-           : dtype == FG_DTYPE_Q8_0 ? fg_cpu_attend_chunk_q8_0_##isan                                                  \
-           : dtype == FG_DTYPE_Q4_0 ? fg_cpu_attend_chunk_q4_0_##isan                                                  \
-                                    : fg_cpu_attend_chunk_f32_##isan
+    do {                                                                                                               \
+        *widen_k = WIDEN(kt, isan);                                                                                    \
+        *widen_v = WIDEN(vt, isan);                                                                                    \
+        return kt != vt              ? fg_cpu_attend_chunk_mixed_##isan                                                \
+               : kt == FG_DTYPE_F16  ? fg_cpu_attend_chunk_f16_##isan                                                  \
+               : kt == FG_DTYPE_BF16 ? fg_cpu_attend_chunk_bf16_##isan                                                 \
+               : kt == FG_DTYPE_Q8_0 ? fg_cpu_attend_chunk_q8_0_##isan                                                 \
+               : kt == FG_DTYPE_Q4_0 ? fg_cpu_attend_chunk_q4_0_##isan                                                 \
+                                     : fg_cpu_attend_chunk_f32_##isan;                                                 \
+    } while (0)
 #ifdef FG_X86
-    if (bf16_dots(isa, dtype, d, G))
+    if (kt == vt && bf16_dots(isa, kt, d, G)) {
+        *widen_k = *widen_v = NULL;
         return fg_cpu_attend_chunk_bf16_avx512bf16;
+    }
     if (isa >= FG_ISA_AVX512)
         PICK(avx512);
     if (isa == FG_ISA_AVX2)
@@ -263,6 +280,7 @@ static fg_attend_chunk_fn *isa_kernel(fg_cpu_isa isa, fg_dtype dtype, int32_t d,
     (void)G;
     PICK(generic);
 #undef PICK
+#undef WIDEN
 }
 
 static score_scan_fn *isa_score_scan(fg_cpu_isa isa) {
@@ -431,8 +449,8 @@ fg_status fg_cpu_decode_step(fg_backend *be, const fg_page_layout *layout, const
     fg_cpu_state *st = be->impl;
     const int32_t G = shape->n_q_heads / shape->n_kv_heads, d = shape->head_dim;
     const float scale = 1.0f / sqrtf((float)d);
-    const int fast_ok = d % isa_lanes(st->isa) == 0 && G <= FG_MAX_GROUP &&
-                        (!fg_dtype_quantized(layout->dtype) || d / fg_qblock(d) <= FG_QSCALES);
+    const int quantized = fg_dtype_quantized(layout->k_dtype) || fg_dtype_quantized(layout->v_dtype);
+    const int fast_ok = d % isa_lanes(st->isa) == 0 && G <= FG_MAX_GROUP && (!quantized || d / fg_qblock(d) <= FG_QSCALES);
     const int threads = fg_cpu_threads(be);
 
     /* plan: work items and workspace offsets (host arithmetic only) */
@@ -453,7 +471,9 @@ fg_status fg_cpu_decode_step(fg_backend *be, const fg_page_layout *layout, const
     const size_t off_order = off_item + up64((size_t)n_items * sizeof(fg_attend_chunk));
     const size_t off_track = off_order + up64(((size_t)n_items + n_heads) * sizeof(int32_t));
     const size_t off_q = off_track + up64((size_t)n_items * sizeof(int32_t));
-    const int bf16 = bf16_dots(st->isa, layout->dtype, d, G);
+    const int bf16 = layout->k_dtype == layout->v_dtype && bf16_dots(st->isa, layout->k_dtype, d, G);
+    fg_widen_row_fn *widen_k, *widen_v;
+    fg_attend_chunk_fn *attend = isa_kernel(st->isa, layout, d, G, &widen_k, &widen_v);
     const size_t off_qb = off_q + up64((size_t)n_heads * G * d * sizeof(float));
     const size_t off_state = off_qb + (bf16 ? up64((size_t)n_heads * G * d * sizeof(uint16_t)) : 0);
     const size_t off_raw = off_state + up64((size_t)n_items * G * (d + 2) * sizeof(float));
@@ -507,6 +527,8 @@ fg_status fg_cpu_decode_step(fg_backend *be, const fg_page_layout *layout, const
             a->raw = hp->raw != SIZE_MAX ? raw + hp->raw + a->begin : NULL;
             a->raw_stride = (size_t)hd->n_slots;
             a->pf_t0 = st->tuning.pf_locality == FG_PF_T0;
+            a->widen_k = widen_k;
+            a->widen_v = widen_v;
         }
         if (hp->raw != SIZE_MAX)
             raw_at += (size_t)G * hd->n_slots;
@@ -536,7 +558,7 @@ fg_status fg_cpu_decode_step(fg_backend *be, const fg_page_layout *layout, const
         for (int32_t c = 0; plan[i].raw != SIZE_MAX && c < plan[i].n_items; c++)
             track_items[n_track++] = plan[i].first_item + c;
     }
-    decode_job job = {layout, shape, heads, plan, items, order, track_items, isa_kernel(st->isa, layout->dtype, d, G),
+    decode_job job = {layout, shape, heads, plan, items, order, track_items, attend,
                       isa_score_scan(st->isa), qs,
                       ws + off_buf, per_thread, G, d, -1};
     fg_threadpool *pool = par ? be->threads : NULL;

@@ -109,12 +109,16 @@ typedef struct fg_attend_chunk {
     float *raw;        /* raw[h * raw_stride + (s - begin)] = e^(score - m[h]) of slot s, or NULL */
     size_t raw_stride;
     float *kbuf, *vbuf; /* [FG_CPU_BLOCK][d] each: the thread's scratch for converted rows */
+    /* K and V in two dtypes (the mixed kernel): each one's row as fp32 */
+    void (*widen_k)(const unsigned char *row, float *dst, int32_t d);
+    void (*widen_v)(const unsigned char *row, float *dst, int32_t d);
     int32_t head;       /* the decode head it belongs to */
     int pf_t0;          /* prefetch into every cache level (else non-temporally): the CPU's tuning */
     fg_freq_scan scan;  /* its slots' frequent-candidate scan (heads that track scores) */
 } fg_attend_chunk;
 
 typedef void fg_attend_chunk_fn(const fg_attend_chunk *a);
+typedef void fg_widen_row_fn(const unsigned char *row, float *dst, int32_t d);
 
 fg_decode_step_fn fg_cpu_decode_step;
 fg_prefill_attention_fn fg_cpu_prefill_attention;

@@ -115,7 +115,7 @@ extern "C" fg_status FG_GPU(compact)(fg_backend *be, const fg_page_layout *layou
     }
     /* vectors of 4 when every source row and page row is aligned for them */
     const int32_t vec = d % 4 == 0 && ((uintptr_t)dk % 16) == 0 && ((uintptr_t)dv % 16) == 0 &&
-                        !fg_dtype_quantized(layout->dtype); /* quantized rows: one thread a block */
+                        !fg_dtype_quantized(layout->k_dtype); /* quantized rows: one thread a block */
     const dim3 grid((max_keep + ROWS_PER_BLOCK - 1) / ROWS_PER_BLOCK, n_heads);
     FG_LAUNCH(compact_rows, grid, FG_THREADS, 0, st->stream, fg_gpu_layout_of(layout), Hkv, vec, dk, dv,
               (const compact_desc *)base, (void *const *)(base + o_ptab), (const int32_t *)(base + o_pos),

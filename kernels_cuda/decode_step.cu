@@ -574,7 +574,7 @@ extern "C" fg_status FG_GPU(decode_step)(fg_backend *be, const fg_page_layout *l
     fg_gpu_state *st = (fg_gpu_state *)be->impl;
     const int32_t G = shape->n_q_heads / shape->n_kv_heads, d = shape->head_dim;
     /* element bytes, 0 for quantized rows (read like fp32 ones: 4 values a lane at least) */
-    const int32_t es = fg_dtype_quantized(layout->dtype) ? 0 : layout->dtype == FG_DTYPE_F32 ? 4 : 2;
+    const int32_t es = fg_dtype_quantized(layout->k_dtype) ? 0 : layout->k_dtype == FG_DTYPE_F32 ? 4 : 2;
     const int32_t epl = elems_per_lane(d, es ? es : 4);
     int32_t lanes = 1;
     while (lanes * epl < d)

@@ -105,7 +105,9 @@ fg_status FG_GPU(synchronize)(fg_backend *be);
 static inline size_t fg_gpu_align(size_t x) { return (x + 255) / 256 * 256; }
 
 /* The page layout, as kernels read it (pos, score, row and flags lie in the
- * meta pages; pl, the whole layout, for common/slots.h). */
+ * meta pages; pl, the whole layout, for common/slots.h). K and V share one
+ * dtype here: a context that stores them apart is refused before any kernel
+ * runs (fg_backend_ops.kv_apart is 0). */
 struct fg_gpu_layout {
     int32_t page_tokens, head_dim, dtype;
     int32_t qshift; /* quantized rows: log2 of the values per block */
@@ -117,9 +119,9 @@ static inline fg_gpu_layout fg_gpu_layout_of(const fg_page_layout *L) {
     const int32_t qb = fg_qblock(L->head_dim);
     fg_gpu_layout g = {L->page_tokens,
                        L->head_dim,
-                       (int32_t)L->dtype,
+                       (int32_t)L->k_dtype,
                        qb == 32 ? 5 : qb == 16 ? 4 : 3,
-                       (uint32_t)L->row_bytes,
+                       (uint32_t)L->k_row_bytes,
                        (uint32_t)L->k_offset,
                        (uint32_t)L->v_offset,
                        (uint32_t)L->pos_offset,

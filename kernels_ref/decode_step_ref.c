@@ -115,7 +115,7 @@ fg_status fg_ref_decode_step_head(const fg_page_layout *L, const fg_shape *shape
         const float s_new = dot_f32(q, hd->k, d) * scale;
         float m = s_new;
         for (int32_t s = 0; s < n; s++) {
-            float x = dot_row(q, fg_slot_k(L, pages, meta, s), L->dtype, d) * scale;
+            float x = dot_row(q, fg_slot_k(L, pages, meta, s), L->k_dtype, d) * scale;
             if (x > m)
                 m = x;
         }
@@ -124,18 +124,18 @@ fg_status fg_ref_decode_step_head(const fg_page_layout *L, const fg_shape *shape
         for (int32_t c = 0; c < d; c++)
             o[c] = p_new * hd->v[c];
         for (int32_t s = 0; s < n; s++) {
-            float p = expf(dot_row(q, fg_slot_k(L, pages, meta, s), L->dtype, d) * scale - m);
+            float p = expf(dot_row(q, fg_slot_k(L, pages, meta, s), L->k_dtype, d) * scale - m);
             sum += p;
             const void *vr = fg_slot_v(L, pages, meta, s);
             for (int32_t c = 0; c < d; c++)
-                o[c] += p * fg_load_elem(vr, L->dtype, d, c);
+                o[c] += p * fg_load_elem(vr, L->v_dtype, d, c);
         }
         for (int32_t c = 0; c < d; c++)
             o[c] /= sum;
         if (track) {
             const float inv = 1.0f / (sum * (float)G);
             for (int32_t s = 0; s < n; s++) {
-                float p = expf(dot_row(q, fg_slot_k(L, pages, meta, s), L->dtype, d) * scale - m);
+                float p = expf(dot_row(q, fg_slot_k(L, pages, meta, s), L->k_dtype, d) * scale - m);
                 *fg_slot_score(L, meta, s) += p * inv;
             }
             new_score += p_new * inv;

@@ -211,6 +211,7 @@ fg_status fgm_runner_create(const fgm_llama_model *model, const fgm_tokenizer *t
     p.n_kv_heads = c->n_kv_heads;
     p.head_dim = c->head_size;
     p.kv_dtype = rp->kv_dtype;
+    p.v_dtype = rp->v_apart ? (int32_t)rp->v_dtype : -1;
     p.max_seqs = r->max_seqs;
     p.max_seq_len = r->ctx_len;
     if (rp->page_tokens > 0)

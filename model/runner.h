@@ -14,7 +14,9 @@
 
 typedef struct fgm_runner_params {
     const char *backend;        /* NULL = the library default */
-    fg_dtype kv_dtype;
+    fg_dtype kv_dtype;          /* K's storage, and V's unless v_apart */
+    int v_apart;                /* V stored as v_dtype (llama.cpp's -ctv), not as kv_dtype (ref and cpu) */
+    fg_dtype v_dtype;
     int32_t max_seqs;           /* sequences decoded together */
     int32_t page_tokens;        /* 0 = library default */
     int track_recovery;         /* measure attention recovered vs the full cache */

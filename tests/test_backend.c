@@ -25,6 +25,8 @@
 typedef struct shape_case {
     int32_t d, G, Hkv, n, steps;
     fg_dtype dtype;
+    int v_apart; /* V stored as v_dtype, not as dtype (fg_context_params.v_dtype) */
+    fg_dtype v_dtype;
 } shape_case;
 
 enum { APPENDED = 9 }; /* the chunk after the decode steps */
@@ -65,6 +67,7 @@ static int run_backend(const char *backend, int32_t threads, fg_io io, const sha
     p.n_kv_heads = sc->Hkv;
     p.head_dim = d;
     p.kv_dtype = sc->dtype;
+    p.v_dtype = sc->v_apart ? (int32_t)sc->v_dtype : -1;
     p.max_seqs = 2;
     p.max_seq_len = maxlen;
     p.classes = tc;
@@ -222,7 +225,11 @@ static void free_out(run_out *ro) {
     free(ro->kept);
 }
 
+static int exact_dtype(fg_dtype t) { return t == FG_DTYPE_F32 || fg_dtype_quantized(t); }
+
 static void check_case(const char *backend, const shape_case *sc) {
+    if (sc->v_apart && (strcmp(backend, "cuda") == 0 || strcmp(backend, "hip") == 0))
+        return; /* refused by the GPU backends (check_kv_apart_refused) */
     const int32_t Hq = sc->G * sc->Hkv, d = sc->d, total = sc->n + sc->steps + APPENDED;
     size_t nq = (size_t)total * Hq * d, nk = (size_t)total * sc->Hkv * d;
     float *q = malloc(nq * sizeof *q), *k = malloc(nk * sizeof *k), *v = malloc(nk * sizeof *v);
@@ -257,12 +264,14 @@ static void check_case(const char *backend, const shape_case *sc) {
     EXPECT(ok, "backend %s runs", backend);
     if (ok) {
         /* quantized values are exact in fp32: the f32 limit (see test_backend_ops) */
-        const double limit = sc->dtype == FG_DTYPE_F32 || fg_dtype_quantized(sc->dtype) ? 1e-8 : 5e-4;
+        const double limit = exact_dtype(sc->dtype) && (!sc->v_apart || exact_dtype(sc->v_dtype)) ? 1e-8 : 5e-4;
         const size_t row_q = (size_t)Hq * d, maxlen = (size_t)total;
         double e_pre = nmse(one.prefill, ref.prefill, (size_t)sc->n * row_q);
         double e_dec = sc->steps ? nmse(one.decode, ref.decode, (size_t)sc->steps * 2 * row_q) : 0.0;
         const double e_app = nmse(one.append, ref.append, (size_t)2 * APPENDED * row_q);
-        const char *dt = fg_dtype_name(sc->dtype);
+        char dt[16];
+        snprintf(dt, sizeof dt, "%s%s%s", fg_dtype_name(sc->dtype), sc->v_apart ? "/" : "",
+                 sc->v_apart ? fg_dtype_name(sc->v_dtype) : "");
         EXPECT(e_pre <= 1e-8, "%s d=%d G=%d n=%d: prefill NMSE %.3g", backend, (int)d, (int)sc->G, (int)sc->n, e_pre);
         EXPECT(e_dec <= limit, "%s d=%d G=%d n=%d %s: decode NMSE %.3g", backend, (int)d, (int)sc->G, (int)sc->n, dt,
                e_dec);
@@ -285,7 +294,7 @@ static void check_case(const char *backend, const shape_case *sc) {
                        memcmp(one.kept, dev.kept, (size_t)(sc->steps + 2) * 2 * sc->Hkv * maxlen * sizeof(int32_t)) == 0 &&
                        memcmp(one.policy, dev.policy, sizeof one.policy) == 0,
                    "%s d=%d G=%d n=%d: FG_IO_DEVICE differs from host arrays", backend, (int)d, (int)sc->G, (int)sc->n);
-        printf("  %-4s d=%-3d G=%d Hkv=%d n=%-4d steps=%-3d %-4s prefill NMSE %.1e decode NMSE %.1e append NMSE %.1e%s\n",
+        printf("  %-4s d=%-3d G=%d Hkv=%d n=%-4d steps=%-3d %-9s prefill NMSE %.1e decode NMSE %.1e append NMSE %.1e%s\n",
                backend, (int)d, (int)sc->G, (int)sc->Hkv, (int)sc->n, (int)sc->steps, dt, e_pre, e_dec, e_app,
                gpu ? ", device I/O identical" : "");
     }
@@ -359,6 +368,33 @@ static void check_cpu_tuning(void) {
     EXPECT(fg_cpu_describe(tiny, sizeof tiny) == FG_OK && strlen(tiny) == sizeof tiny - 1, "cut to the buffer");
 }
 
+/* A GPU backend reads K and V in one dtype: a context that sets them apart
+ * is refused at creation, with what to do instead. */
+static void check_kv_apart_refused(const char *backend) {
+    fg_token_classes *tc = NULL;
+    fg_token_classes_create(10, NULL, &tc);
+    fg_context_params p;
+    fg_context_params_default(&p);
+    p.backend = backend;
+    p.n_layers = 1;
+    p.n_q_heads = 4;
+    p.n_kv_heads = 2;
+    p.head_dim = 64;
+    p.kv_dtype = FG_DTYPE_Q8_0;
+    p.v_dtype = FG_DTYPE_F16;
+    p.max_seqs = 1;
+    p.max_seq_len = 64;
+    p.classes = tc;
+    fg_context *ctx = NULL;
+    EXPECT(fg_context_create(&p, &ctx) == FG_ERR_UNAVAILABLE && !ctx && strstr(fg_last_error(NULL), "one dtype"),
+           "%s: K q8_0 and V f16 refused: %s", backend, fg_last_error(NULL));
+    p.v_dtype = FG_DTYPE_Q8_0; /* the same as kv_dtype: one dtype */
+    EXPECT_OK(NULL, fg_context_create(&p, &ctx));
+    fg_context_destroy(&ctx);
+    fg_token_classes_destroy(&tc);
+    printf("  %-4s K and V in two dtypes: refused at context creation\n", backend);
+}
+
 int main(int argc, char **argv) {
     test_seed("test_backend");
     check_wrong_use();
@@ -367,12 +403,23 @@ int main(int argc, char **argv) {
     const char **names = argc > 1 ? (const char **)argv + 1 : all;
     const int n_names = argc > 1 ? argc - 1 : 3;
     const shape_case cases[] = {
-        {64, 1, 2, 1, 40, FG_DTYPE_F32},   {64, 4, 2, 2, 40, FG_DTYPE_F16},   {80, 1, 3, 3, 40, FG_DTYPE_BF16},
-        {128, 4, 2, 17, 60, FG_DTYPE_F32}, {128, 8, 1, 255, 30, FG_DTYPE_F16}, {7, 2, 5, 13, 50, FG_DTYPE_BF16},
-        {256, 1, 2, 64, 20, FG_DTYPE_F32},
+        {64, 1, 2, 1, 40, FG_DTYPE_F32, 0, FG_DTYPE_F32},
+        {64, 4, 2, 2, 40, FG_DTYPE_F16, 0, FG_DTYPE_F32},
+        {80, 1, 3, 3, 40, FG_DTYPE_BF16, 0, FG_DTYPE_F32},
+        {128, 4, 2, 17, 60, FG_DTYPE_F32, 0, FG_DTYPE_F32},
+        {128, 8, 1, 255, 30, FG_DTYPE_F16, 0, FG_DTYPE_F32},
+        {7, 2, 5, 13, 50, FG_DTYPE_BF16, 0, FG_DTYPE_F32},
+        {256, 1, 2, 64, 20, FG_DTYPE_F32, 0, FG_DTYPE_F32},
         /* quantized rows: prefill compaction, decode insertion and append all quantize */
-        {64, 4, 2, 17, 40, FG_DTYPE_Q8_0}, {128, 1, 2, 5, 30, FG_DTYPE_Q4_0}, {16, 2, 3, 13, 40, FG_DTYPE_Q8_0},
-        {8, 3, 2, 9, 40, FG_DTYPE_Q4_0},
+        {64, 4, 2, 17, 40, FG_DTYPE_Q8_0, 0, FG_DTYPE_F32},
+        {128, 1, 2, 5, 30, FG_DTYPE_Q4_0, 0, FG_DTYPE_F32},
+        {16, 2, 3, 13, 40, FG_DTYPE_Q8_0, 0, FG_DTYPE_F32},
+        {8, 3, 2, 9, 40, FG_DTYPE_Q4_0, 0, FG_DTYPE_F32},
+        /* K and V in two dtypes (ref and cpu; the GPU backends refuse them) */
+        {64, 4, 2, 17, 40, FG_DTYPE_Q8_0, 1, FG_DTYPE_F16},
+        {128, 2, 2, 5, 30, FG_DTYPE_Q4_0, 1, FG_DTYPE_F16},
+        {64, 1, 3, 9, 40, FG_DTYPE_F16, 1, FG_DTYPE_Q8_0},
+        {32, 12, 1, 21, 30, FG_DTYPE_BF16, 1, FG_DTYPE_F32},
     };
     int ran = 0;
     for (int i = 0; i < n_names; i++) {
@@ -385,6 +432,8 @@ int main(int argc, char **argv) {
         }
         for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
             check_case(names[i], &cases[c]);
+        if (strcmp(names[i], "cuda") == 0 || strcmp(names[i], "hip") == 0)
+            check_kv_apart_refused(names[i]);
         ran++;
     }
     if (ran == 0 && argc > 1 && !test_backend_required()) /* the requested GPU backends are not here: skipped */

@@ -179,8 +179,8 @@ static int pages_equal(const fg_page_layout *L, fg_backend *ba, const head_cache
     int same = 1;
     for (int32_t s = 0; s < n_slots && same; s++)
         same = *fg_slot_row(L, x.meta, s) == *fg_slot_row(L, y.meta, s) &&
-               !memcmp(fg_slot_k(L, x.pages, x.meta, s), fg_slot_k(L, y.pages, y.meta, s), L->row_bytes) &&
-               !memcmp(fg_slot_v(L, x.pages, x.meta, s), fg_slot_v(L, y.pages, y.meta, s), L->row_bytes) &&
+               !memcmp(fg_slot_k(L, x.pages, x.meta, s), fg_slot_k(L, y.pages, y.meta, s), L->k_row_bytes) &&
+               !memcmp(fg_slot_v(L, x.pages, x.meta, s), fg_slot_v(L, y.pages, y.meta, s), L->v_row_bytes) &&
                *fg_slot_pos(L, x.meta, s) == *fg_slot_pos(L, y.meta, s) &&
                *fg_slot_flags(L, x.meta, s) == *fg_slot_flags(L, y.meta, s);
     host_cache_free(&x);
@@ -210,6 +210,12 @@ static int g_bf16_queries;
  * pages past the shared ones), odd heads its source (its new rows from
  * the kept ones on, in the last shared page first). */
 static int g_shared_rows;
+/* V's dtype apart from K's (dt) in the cases below, or -1: V as K */
+static int g_v_dtype = -1;
+
+static fg_page_layout layout_of(int32_t page_tokens, int32_t d, fg_dtype dt) {
+    return fg_page_layout_make(page_tokens, d, dt, g_v_dtype < 0 ? dt : (fg_dtype)g_v_dtype);
+}
 
 /* Decode over a batch of heads of the given lengths and policies, `steps` steps.
  * ties: zero queries (every row gets the same attention) and integer profile
@@ -217,7 +223,7 @@ static int g_shared_rows;
 static void check_decode(backend_pair *bp, int32_t d, int32_t G, fg_dtype dt, int32_t page_tokens, int32_t n_heads,
                          const int32_t *lengths, const uint32_t *comps, int32_t steps, int ties) {
     const fg_shape sh = {G, 1, d}; /* every head of the batch is KV head 0 of its own sequence */
-    const fg_page_layout L = fg_page_layout_make(page_tokens, d, dt);
+    const fg_page_layout L = layout_of(page_tokens, d, dt);
     fg_backend *bes[3] = {&bp->ref, &bp->one, &bp->two};
     int32_t max_len = 0, min_len = lengths[0];
     for (int32_t i = 0; i < n_heads; i++) {
@@ -340,7 +346,9 @@ static void check_decode(backend_pair *bp, int32_t d, int32_t G, fg_dtype dt, in
      * inserts with the same arithmetic (fg_quantize_q8_0 / _q4_0, IEEE
      * division and roundf on every device), so the kept sets stay exact. */
     const double limit = dt == FG_DTYPE_F32 || fg_dtype_quantized(dt) || g_bf16_queries ? 1e-8 : 5e-4;
-    const char *dn = fg_dtype_name(dt);
+    char dn[16]; /* K's dtype, then V's when apart */
+    snprintf(dn, sizeof dn, "%s%s%s", fg_dtype_name(dt), g_v_dtype < 0 ? "" : "/",
+             g_v_dtype < 0 ? "" : fg_dtype_name((fg_dtype)g_v_dtype));
     EXPECT(worst <= limit, "%s decode d=%d G=%d %s: NMSE %.3g", bp->name, (int)d, (int)G, dn, worst);
     EXPECT(same_sets, "%s decode d=%d G=%d %s: kept sets differ from ref", bp->name, (int)d, (int)G, dn);
     EXPECT(same_threads, "%s decode: 1 and 2 threads differ", bp->name);
@@ -351,15 +359,15 @@ static void check_decode(backend_pair *bp, int32_t d, int32_t G, fg_dtype dt, in
         for (int b = 0; b < 3; b++) {
             host_cache now = cache_read(bes[b], &L, &caches[i][b]);
             for (int32_t r = 0; r < caches[i][0].priv_from; r++)
-                untouched &= memcmp(fg_row_k(&L, now.pages, r), fg_row_k(&L, before[i].pages, r), L.row_bytes) == 0 &&
-                             memcmp(fg_row_v(&L, now.pages, r), fg_row_v(&L, before[i].pages, r), L.row_bytes) == 0;
+                untouched &= memcmp(fg_row_k(&L, now.pages, r), fg_row_k(&L, before[i].pages, r), L.k_row_bytes) == 0 &&
+                             memcmp(fg_row_v(&L, now.pages, r), fg_row_v(&L, before[i].pages, r), L.v_row_bytes) == 0;
             host_cache_free(&now);
         }
         host_cache_free(&before[i]);
     }
     free(before);
     EXPECT(untouched, "%s decode d=%d %s: a step wrote a shared row", bp->name, (int)d, dn);
-    printf("  %-4s decode d=%-3d G=%d %-4s page=%-2d heads=%d (rows %d..%d) steps=%-3d NMSE %.1e\n", bp->name, (int)d,
+    printf("  %-4s decode d=%-3d G=%d %-9s page=%-2d heads=%d (rows %d..%d) steps=%-3d NMSE %.1e\n", bp->name, (int)d,
            (int)G, dn, (int)page_tokens, (int)n_heads, (int)min_len, (int)max_len, (int)steps, worst);
     for (int32_t i = 0; i < n_heads; i++) {
         for (int b = 0; b < 3; b++)
@@ -392,7 +400,7 @@ static void check_decode(backend_pair *bp, int32_t d, int32_t G, fg_dtype dt, in
 static void check_compact(backend_pair *bp, int32_t d, fg_dtype dt, int32_t n) {
     const int32_t Hkv = 3;
     const fg_shape sh = {Hkv, Hkv, d};
-    const fg_page_layout L = fg_page_layout_make(16, d, dt);
+    const fg_page_layout L = layout_of(16, d, dt);
     float *k = malloc((size_t)n * Hkv * d * sizeof(float)), *v = malloc((size_t)n * Hkv * d * sizeof(float));
     fill(k, (size_t)n * Hkv * d, 2.0f);
     fill(v, (size_t)n * Hkv * d, 2.0f);
@@ -593,6 +601,33 @@ static void case_decode_shared(backend_pair *bp) {
     g_shared_rows = 0;
 }
 
+/* K and V in two dtypes (llama.cpp's -ctk / -ctv): the cpu kernels widen
+ * each block's rows with each one's loader, compaction stores each in its
+ * own; every pair with a quantized or 16-bit side, groups below and above
+ * 8 (the kernels' scratch path), odd pages, shared rows */
+static void case_decode_kv_apart(backend_pair *bp) {
+    if (!bp->one.ops->kv_apart) { /* a context on it refuses them (test_backend checks) */
+        printf("  %s reads K and V in one dtype: nothing to compare\n", bp->name);
+        return;
+    }
+    const int pairs[][2] = {{FG_DTYPE_Q8_0, FG_DTYPE_F16}, {FG_DTYPE_Q4_0, FG_DTYPE_F16}, {FG_DTYPE_F16, FG_DTYPE_Q8_0},
+                            {FG_DTYPE_BF16, FG_DTYPE_F32}, {FG_DTYPE_Q8_0, FG_DTYPE_Q4_0}, {FG_DTYPE_F32, FG_DTYPE_BF16}};
+    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
+        const fg_dtype kt = (fg_dtype)pairs[i][0];
+        g_v_dtype = pairs[i][1];
+        check_compact(bp, 64, kt, 70);
+        check_decode(bp, 128, 4, kt, 16, 4, (const int32_t[]){600, 33, 1500, 260},
+                     (const uint32_t[]){S | P | F | L, FG_KEEP_FULL, F | L, F}, 8, 0);
+        check_decode(bp, 32, 12, kt, 5, 2, (const int32_t[]){120, 41}, (const uint32_t[]){F | L, N | L}, 12, 0);
+        check_decode(bp, 16, 1, kt, 4, 2, (const int32_t[]){64, 33}, (const uint32_t[]){F, F | L}, 20, 1);
+        g_shared_rows = 1;
+        check_decode(bp, 64, 3, kt, 16, 3, (const int32_t[]){400, 90, 5}, (const uint32_t[]){F | L, S | P | F | L, L},
+                     30, 0);
+        g_shared_rows = 0;
+    }
+    g_v_dtype = -1;
+}
+
 #undef S
 #undef P
 #undef F
@@ -618,6 +653,7 @@ static const op_case k_cases[] = {
     {"compact-quantized", case_compact_quantized},
     {"decode-quantized", case_decode_quantized},
     {"decode-shared", case_decode_shared},
+    {"decode-kv-apart", case_decode_kv_apart},
 };
 
 /* The ISA the cpu kernels take under FG_CPU_ISA, and without it. */

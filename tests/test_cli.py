@@ -360,7 +360,7 @@ for args in (["-t", "0"], ["-t", "4.5"], ["--threads", "2000"]):
 hot = [json.loads(run("generate", *model_args(), "--temp", "1.5", "--seed", s, "-n", "24", "--json").stdout)["text"]
        for s in ("1", "2")]
 check(hot[0] != hot[1], "--temp 1.5 samples: two seeds, two texts")
-# llama.cpp's names: -s, --top-k, --n-predict, -c, -ctk/-ctv of one type, -e, --repeat-penalty; --top-p alone samples
+# llama.cpp's names: -s, --top-k, --n-predict, -c, -ctk/-ctv, -e, --repeat-penalty; --top-p alone samples
 j = lambda *a: json.loads(run("generate", *model_args(), "--json", *a).stdout or "{}")
 a1, a2 = j("-s", "5", "--top-k", "20", "--temp", "0.9", "-n", "16"), j("--seed", "5", "--top-k", "20", "--temp",
                                                                        "0.9", "--n-predict", "16")
@@ -444,6 +444,18 @@ for name, row in (("q8_0", 2 + 8), ("q4_0", 2 + 4)):
     r = run("generate", *model_args(), "-n", "8", "--dtype", name)
     check(r.returncode == 0 and ("stored as %s" % name) in r.stdout and "of an f16 full cache" in r.stdout,
           "generate --dtype %s reports the bytes against f16's: %r" % (name, r.stdout[-300:]))
+# K and V apart (llama.cpp's -ctk / -ctv): each row in its own blocks, on ref and cpu alike
+r = run("generate", *model_args(), "-n", "8", "--json", "-ctk", "q8_0", "-ctv", "f16")
+dm = json.loads(r.stdout) if r.returncode == 0 else {"kv_bytes_full": -1, "rows_full": 0}
+check(dm["kv_bytes_full"] * 32 == d16["kv_bytes_full"] * (10 + 16) and dm["rows_full"] == d16["rows_full"],
+      "-ctk q8_0 -ctv f16 holds 10 + 16 bytes a row pair against f16's 32: %r" % dm)
+texts = []
+for backend in ("ref", "cpu"):
+    r = run("generate", *model_args(), "-n", "12", "-ctk", "q4_0", "-ctv", "f16", "--backend", backend)
+    texts.append(r.stdout.split("\n")[0] if r.returncode == 0 else None)
+    check(r.returncode == 0 and "stored as K q4_0, V f16" in r.stdout, "-ctk q4_0 -ctv f16 on %s: %r %r" %
+          (backend, r.stdout[-300:], r.stderr[-300:]))
+check(texts[0] and texts[0] == texts[1], "K q4_0 and V f16: ref and cpu write the same text: %r" % texts)
 r = run("eval", *model_args(), "--dtypes", "f16,q8_0")
 check(r.returncode == 2 and "--dtypes" in r.stderr, "--dtypes without --sweep is refused: %r" % r.stderr)
 r = run("eval", *model_args(), "--sweep", "--dtypes", "f16,q5_0", "--limit", "1")
@@ -482,8 +494,8 @@ refused = [
     (["generate", "-ngl", "99"], "--backend cuda"),
     (["generate", "-fa"], "nothing to turn on"),
     (["generate", "-b", "512"], "--prefill-chunk"),
-    (["generate", "-ctk", "q8_0", "-ctv", "f16"], "one type"),
-    (["generate", "-ctk", "q8_0"], "one type"),
+    (["generate", "--dtype", "q8_0", "-ctk", "q4_0"], "pass one or the other"),
+    (["eval", "--sweep", "--dtypes", "f16,q8_0", "-ctk", "q8_0"], "do not go with it"),
     (["eval", "-c", "512"], "-c is not an option of eval"),
     (["generate", "--chat", prompt_file, "--repeat-penalty", "1.1"], "plain generate"),
     (["generate", "--svg", "x.svg"], "--svg is not an option of generate"),

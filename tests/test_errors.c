@@ -31,7 +31,7 @@ static fg_context_params base_params(const fg_synth *syn) {
     return p;
 }
 
-static void prefill_all(fg_context *ctx, fg_synth *syn, const int32_t *tokens, int32_t seq) {
+static void prefill_all(fg_context *ctx, const fg_synth *syn, const int32_t *tokens, int32_t seq) {
     float q[N * HQ * D], k[N * HKV * D], v[N * HKV * D], out[N * HQ * D];
     for (int32_t l = 0; l < L; l++) {
         fg_synth_qkv(syn, l, tokens, 0, N, q, k, v);
@@ -235,6 +235,34 @@ static void test_context_create(const fg_synth *syn) {
         EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_context_create(&bp, &ctx));
         EXPECT(ctx == NULL && strstr(fg_last_error(NULL), "q4_0") && strstr(fg_last_error(NULL), "multiple of 8"),
                "a q4_0 cache of head_dim 12 is refused, saying why: %s", fg_last_error(NULL));
+    }
+    BAD_PARAM(v_dtype, 9, FG_ERR_INVALID_ARGUMENT);
+    BAD_PARAM(v_dtype, -2, FG_ERR_INVALID_ARGUMENT);
+    { /* V apart from K: its rows need blocks too; bytes held are K's rows plus V's */
+        fg_context_params bp = base_params(syn);
+        bp.kv_dtype = FG_DTYPE_F16;
+        bp.v_dtype = FG_DTYPE_Q8_0;
+        bp.head_dim = 12;
+        EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_context_create(&bp, &ctx));
+        EXPECT(ctx == NULL && strstr(fg_last_error(NULL), "v_dtype q8_0"), "a q8_0 V of head_dim 12 is refused: %s",
+               fg_last_error(NULL));
+        bp = base_params(syn);
+        bp.kv_dtype = FG_DTYPE_Q8_0;
+        bp.v_dtype = FG_DTYPE_F16;
+        EXPECT_OK(NULL, fg_context_create(&bp, &ctx));
+        int32_t seq = -1, tokens[N];
+        for (int32_t i = 0; i < N; i++)
+            tokens[i] = fg_synth_token(syn, i);
+        EXPECT_OK(ctx, fg_seq_create(ctx, NULL, tokens, N, &seq));
+        prefill_all(ctx, syn, tokens, seq);
+        fg_memory_stats m;
+        EXPECT_OK(ctx, fg_memory(ctx, -1, &m));
+        const size_t pair = fg_kv_row_bytes(FG_DTYPE_Q8_0, bp.head_dim) + fg_kv_row_bytes(FG_DTYPE_F16, bp.head_dim),
+                     rows = (size_t)(N + bp.page_tokens - 1) / (size_t)bp.page_tokens * (size_t)bp.page_tokens,
+                     want = (size_t)bp.n_layers * (size_t)bp.n_kv_heads * rows * pair;
+        EXPECT(m.kv_bytes_full == want, "K q8_0 and V f16: a full cache of %d tokens is %zu bytes, want %zu", (int)N,
+               m.kv_bytes_full, want);
+        fg_context_destroy(&ctx);
     }
     fg_dtype dt = FG_DTYPE_F32;
     EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_dtype_parse("q5_0", &dt));

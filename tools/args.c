@@ -109,6 +109,7 @@ void cli_defaults(cli_opts *o, int32_t n) {
     o->top_p = 0.9f;
     o->seed = 1;
     o->dtype = FG_DTYPE_F16; /* llama.cpp's cache type too */
+    o->v_dtype = -1;
     o->q8_activations = 1;   /* llama.cpp's products on q4_0 / q4_1 / q8_0 weights too */
     o->append_mode = -1;
     o->repeat_penalty = 1.0f;
@@ -341,15 +342,15 @@ int cli_parse(const char *cmd, const char *help, unsigned accept, int argc, char
         return cli_usage(cmd, "--json and --csv are two formats of the same results: pass one");
     if (o->has_repeat_last_n && !o->has_repeat_penalty)
         return cli_usage(cmd, "--repeat-last-n sets the window of --repeat-penalty, which is off without it");
-    /* -ctk / -ctv: llama.cpp sets K and V apart; fastgen's pages hold both in one type */
+    /* -ctk / -ctv: K and V one at a time, as llama.cpp (the other stays f16, or --dtype's) */
     if (o->has_cache_type_k || o->has_cache_type_v) {
         const fg_dtype k = o->has_cache_type_k ? o->cache_type_k : o->dtype;
         const fg_dtype v = o->has_cache_type_v ? o->cache_type_v : o->dtype;
-        if (k != v || (o->has_dtype && k != o->dtype))
-            return cli_usage(cmd, "K in %s and V in %s: fastgen stores K and V in one type (--dtype NAME, or -ctk "
-                                  "and -ctv both NAME); separate types are not supported",
-                             fg_dtype_name(k), fg_dtype_name(v));
+        if (o->has_dtype && (k != o->dtype || v != o->dtype))
+            return cli_usage(cmd, "--dtype %s stores K and V alike, -ctk / -ctv set them one at a time: pass one or "
+                                  "the other", fg_dtype_name(o->dtype));
         o->dtype = k;
+        o->v_dtype = v != k ? (int32_t)v : -1;
     }
     if (escape_prompt(o))
         return cli_usage(cmd, "out of memory");
@@ -478,6 +479,25 @@ int cli_compression(const char *cmd, const cli_opts *o, fg_compression_params *c
     return 0;
 }
 
+void cli_runner_dtypes(const cli_opts *o, fgm_runner_params *rp) {
+    rp->kv_dtype = o->dtype;
+    rp->v_apart = o->v_dtype >= 0;
+    rp->v_dtype = o->v_dtype >= 0 ? (fg_dtype)o->v_dtype : o->dtype;
+}
+
+const char *cli_dtype_label(const cli_opts *o, char *buf, size_t size) {
+    if (o->v_dtype < 0)
+        snprintf(buf, size, "K and V %s", fg_dtype_name(o->dtype));
+    else
+        snprintf(buf, size, "K %s, V %s", fg_dtype_name(o->dtype), fg_dtype_name((fg_dtype)o->v_dtype));
+    return buf;
+}
+
+size_t cli_kv_pair_bytes(const cli_opts *o, int32_t head_dim) {
+    return fg_kv_row_bytes(o->dtype, head_dim) +
+           fg_kv_row_bytes(o->v_dtype >= 0 ? (fg_dtype)o->v_dtype : o->dtype, head_dim);
+}
+
 /* The help lines of the options every model command may take, each under its group. */
 static const struct {
     unsigned group;
@@ -509,8 +529,9 @@ static const struct {
     {CLI_RUN,
      "  --backend NAME          ref | cpu | cuda | hip (default cpu)\n"},
     {CLI_RUN,
-     "  --dtype NAME            f32 | f16 | bf16 | q8_0 | q4_0 KV cache storage (default f16; K and V alike;\n"
-     "                          -ctk/--cache-type-k and -ctv/--cache-type-v as llama.cpp, naming one type)\n"},
+     "  --dtype NAME            f32 | f16 | bf16 | q8_0 | q4_0 KV cache storage (default f16; K and V alike)\n"
+     "  -ctk, --cache-type-k T  K's storage alone, and -ctv/--cache-type-v V's, as llama.cpp (the other\n"
+     "                          stays f16; backends ref and cpu)\n"},
     {CLI_RUN,
      "  -t, --threads N         CPU threads (default: the cores this process may run on)\n"},
     {CLI_RUN,

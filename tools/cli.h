@@ -51,7 +51,8 @@ typedef struct cli_opts {
     int32_t repeat_last_n;   /* --repeat-last-n N (default 64, -1: the whole context) */
     int has_top_k, has_repeat_penalty, has_repeat_last_n, escape;
     int has_cache_type_k, has_cache_type_v, has_dtype;
-    fg_dtype cache_type_k, cache_type_v; /* -ctk, -ctv: must name one type (fastgen stores K and V alike) */
+    fg_dtype cache_type_k, cache_type_v; /* -ctk, -ctv as given */
+    int32_t v_dtype; /* V's storage apart from K's (dtype): an fg_dtype, or -1 (V as K) */
 } cli_opts;
 
 typedef struct cli_session {
@@ -105,6 +106,12 @@ int cli_find_model_in(const char *dir, char *model, char *tokenizer, size_t size
 int cli_need_model(const char *cmd, cli_opts *o, char *model, char *tok, size_t size);
 /* The compression parameters the options describe. */
 int cli_compression(const char *cmd, const cli_opts *o, fg_compression_params *cp);
+/* The runner's K and V storage, from --dtype / -ctk / -ctv. */
+void cli_runner_dtypes(const cli_opts *o, fgm_runner_params *rp);
+/* The storage named for people: "K and V q8_0", or "K q8_0, V f16". */
+const char *cli_dtype_label(const cli_opts *o, char *buf, size_t size);
+/* Bytes of one cached row of K and one of V, head_dim values each. */
+size_t cli_kv_pair_bytes(const cli_opts *o, int32_t head_dim);
 /* Appends to help (a string of size bytes) the help lines of the common
  * options in the groups accept names. */
 void cli_model_help(unsigned accept, char *help, size_t size);

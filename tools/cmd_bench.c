@@ -229,8 +229,9 @@ int cmd_bench(int argc, char **argv) {
             cli_json_string(stdout, name);
             printf(", \"backend\": ");
             cli_json_string(stdout, fg_context_backend(fgm_runner_context(s.runner)));
-            printf(", \"kv_dtype\": \"%s\", \"threads\": %d, \"repetitions\": %d, \"rows\": [",
-                   fg_dtype_name(o.dtype), (int)(o.threads ? o.threads : fg_default_threads()), (int)x.reps);
+            printf(", \"kv_dtype\": \"%s\", \"v_dtype\": \"%s\", \"threads\": %d, \"repetitions\": %d, \"rows\": [",
+                   fg_dtype_name(o.dtype), fg_dtype_name(o.v_dtype >= 0 ? (fg_dtype)o.v_dtype : o.dtype),
+                   (int)(o.threads ? o.threads : fg_default_threads()), (int)x.reps);
             for (int32_t i = 0; i < n_rows; i++) {
                 printf("%s{\"method\": ", i ? ", " : "");
                 cli_json_string(stdout, rows[i].method);
@@ -239,11 +240,13 @@ int cmd_bench(int argc, char **argv) {
             }
             printf("]}\n");
         } else {
+            char kv[32];
+            cli_dtype_label(&o, kv, sizeof kv);
             printf("| model | backend | KV | method | KV kept | test | t/s | vs full |\n");
             printf("| --- | --- | --- | --- | ---: | --- | ---: | ---: |\n");
             for (int32_t i = 0; i < n_rows; i++)
                 printf("| %s | %s | %s | %s | %.1f%% | %s | %.2f ± %.2f | %.2fx |\n", name,
-                       fg_context_backend(fgm_runner_context(s.runner)), fg_dtype_name(o.dtype), rows[i].method,
+                       fg_context_backend(fgm_runner_context(s.runner)), kv, rows[i].method,
                        100.0 * rows[i].kept, rows[i].test, rows[i].mean, rows[i].sd, rows[i].ratio);
             printf("\n%d runs each, random tokens; cpu: %s\n", (int)x.reps, cpu);
         }

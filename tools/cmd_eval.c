@@ -454,10 +454,11 @@ int cmd_eval(int argc, char **argv) {
         free(ids);
     }
     if (st == FG_OK) {
-        fgm_runner_params rp = {.backend = o.backend, .kv_dtype = o.dtype, .max_seqs = BATCH, .page_tokens = 1,
+        fgm_runner_params rp = {.backend = o.backend, .max_seqs = BATCH, .page_tokens = 1,
                                .track_recovery = 1, .max_len = longest + o.n,
                                .q8_activations = o.q8_activations, .prefill_chunk = o.prefill_chunk,
                                .n_threads = o.threads};
+        cli_runner_dtypes(&o, &rp);
         st = fgm_runner_create(&e.s.model, &e.s.tok, &rp, &e.s.runner, err, sizeof err);
     }
     rc = 1;

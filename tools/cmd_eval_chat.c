@@ -234,9 +234,10 @@ int eval_chat(const cli_opts *o, const char *path, int32_t limit) {
     fg_status st = cli_load(o, &c.s, err, sizeof err);
     if (st == FG_OK) {
         c.ctx_len = c.s.model.config.seq_len < 4096 ? c.s.model.config.seq_len : 4096;
-        fgm_runner_params rp = {.backend = o->backend, .kv_dtype = o->dtype, .max_seqs = N_CFG, .page_tokens = 1,
+        fgm_runner_params rp = {.backend = o->backend, .max_seqs = N_CFG, .page_tokens = 1,
                                .max_len = c.ctx_len, .q8_activations = o->q8_activations,
                                .prefill_chunk = o->prefill_chunk, .n_threads = o->threads};
+        cli_runner_dtypes(o, &rp);
         st = fgm_runner_create(&c.s.model, &c.s.tok, &rp, &c.s.runner, err, sizeof err);
     }
     if (st) {

@@ -823,6 +823,8 @@ int eval_sweep(const cli_opts *o, const eval_sweep_opts *x, char **prompts, cons
     w.n_dt = 1;
     w.dts[0] = o->dtype;
     w.by_bytes = x->dtypes != NULL;
+    if (x->dtypes && o->v_dtype >= 0)
+        return cli_usage("eval", "--dtypes stores K and V in each type it names: -ctk / -ctv do not go with it");
     if (x->dtypes) {
         char dbuf[128];
         if (strlen(x->dtypes) >= sizeof dbuf)
@@ -858,9 +860,12 @@ int eval_sweep(const cli_opts *o, const eval_sweep_opts *x, char **prompts, cons
             w.runners[di] = w.s.runner;
             continue;
         }
-        fgm_runner_params rp = {.backend = o->backend, .kv_dtype = di < 0 ? o->dtype : w.dts[di],
-                                .max_seqs = w.n_cfg, .max_len = longest + o->n, .q8_activations = o->q8_activations,
-                                .prefill_chunk = o->prefill_chunk, .n_threads = o->threads};
+        fgm_runner_params rp = {.backend = o->backend, .max_seqs = w.n_cfg, .max_len = longest + o->n,
+                                .q8_activations = o->q8_activations, .prefill_chunk = o->prefill_chunk,
+                                .n_threads = o->threads};
+        cli_runner_dtypes(o, &rp); /* the reference's: --dtype, or -ctk / -ctv */
+        if (di >= 0)
+            rp.kv_dtype = w.dts[di];
         st = fgm_runner_create(&w.s.model, &w.s.tok, &rp, di < 0 ? &w.s.runner : &w.runners[di], err, sizeof err);
     }
     for (int32_t di = 0; st == FG_OK && di < w.n_dt; di++) {

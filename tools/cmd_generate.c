@@ -189,11 +189,11 @@ static int generate_one(cli_opts *op, const fg_compression_params *cpp, const ge
     }
     if (!o.quiet && !o.json) { /* llama-cli's KV buffer line: what a full cache of the context would take */
         const fgm_llama_config *c = &s.model.config;
-        char full[32];
-        cli_human_bytes((double)c->n_layers * c->n_kv_heads * seq_len * (double)fg_kv_row_bytes(o.dtype, c->head_size),
+        char full[32], kv[32];
+        cli_human_bytes((double)c->n_layers * c->n_kv_heads * seq_len * (double)cli_kv_pair_bytes(&o, c->head_size),
                         full, sizeof full);
-        fprintf(stderr, "fastgen generate: KV cache of a full context: %s (%s K and V, %d layers x %d KV heads x %d, "
-                        "%d tokens); policy %s holds what it keeps of it\n", full, fg_dtype_name(o.dtype),
+        fprintf(stderr, "fastgen generate: KV cache of a full context: %s (%s, %d layers x %d KV heads x %d, %d "
+                        "tokens); policy %s holds what it keeps of it\n", full, cli_dtype_label(&o, kv, sizeof kv),
                 (int)c->n_layers, (int)c->n_kv_heads, (int)c->head_size, (int)seq_len, o.policy);
     }
     int32_t *all = realloc(tokens, (size_t)(n_prompt + o.n + 1) * sizeof *all);
@@ -266,13 +266,14 @@ static int generate_one(cli_opts *op, const fg_compression_params *cpp, const ge
         printf("%d prompt + %d generated tokens, backend %s, policy %s\n", (int)n_prompt, (int)generated,
                fg_context_backend(fgm_runner_context(s.runner)), o.policy);
         cli_print_kv("KV cache: ", &mem, fgm_runner_page_tokens(s.runner));
-        if (o.dtype != FG_DTYPE_F16) { /* the bytes against the default f16 cache's */
+        if (o.dtype != FG_DTYPE_F16 || o.v_dtype >= 0) { /* the bytes against the default f16 cache's */
             const int32_t hd = s.model.config.head_size;
-            const double f16_full = (double)mem.kv_bytes_full * (double)fg_kv_row_bytes(FG_DTYPE_F16, hd) /
-                                    (double)fg_kv_row_bytes(o.dtype, hd);
-            char f16s[32];
+            const double f16_full = (double)mem.kv_bytes_full * 2.0 * (double)fg_kv_row_bytes(FG_DTYPE_F16, hd) /
+                                    (double)cli_kv_pair_bytes(&o, hd);
+            char f16s[32], kv[32];
             cli_human_bytes(f16_full, f16s, sizeof f16s);
-            printf("KV cache rows stored as %s: %.1f%% of an f16 full cache (%s)\n", fg_dtype_name(o.dtype),
+            printf("KV cache rows stored as %s: %.1f%% of an f16 full cache (%s)\n",
+                   o.v_dtype >= 0 ? cli_dtype_label(&o, kv, sizeof kv) : fg_dtype_name(o.dtype),
                    100.0 * (double)mem.kv_bytes_held / f16_full, f16s);
         }
     }

@@ -40,10 +40,11 @@ static void prefill_progress(void *user, int32_t done, int32_t total) {
 fg_status cli_open(const cli_opts *o, int32_t max_seqs, int track_recovery, cli_session *s, char *err, size_t n) {
     fg_status st = cli_load(o, s, err, n);
     if (st == FG_OK) {
-        fgm_runner_params rp = {.backend = o->backend, .kv_dtype = o->dtype, .max_seqs = max_seqs,
+        fgm_runner_params rp = {.backend = o->backend, .max_seqs = max_seqs,
                                .track_recovery = track_recovery, .q8_activations = o->q8_activations,
                                .prefill_chunk = o->prefill_chunk, .n_threads = o->threads,
                                .max_len = o->ctx_size};
+        cli_runner_dtypes(o, &rp);
         st = fgm_runner_create(&s->model, &s->tok, &rp, &s->runner, err, n);
     }
     if (st == FG_OK && o->ctx_size > s->model.config.seq_len && !o->quiet) /* used, at the model's size */

@@ -104,7 +104,9 @@ static void hostile_ok(fg_context *ctx, fg_status st, const char *what) {
 static void hostile_run(reader *r, const run_cfg *rc, fg_token_classes *tc) {
     const int32_t Hq = rc->G * rc->Hkv, Hkv = rc->Hkv, d = rc->d;
     const char *preset = k_presets[next(r) % (sizeof k_presets / sizeof k_presets[0])];
-    const fg_dtype dtype = (fg_dtype)(next(r) % 5);
+    const uint8_t db = next(r);
+    const fg_dtype dtype = (fg_dtype)(db % 5);
+    const int32_t v_dtype = (db / 5) % 6 - 1; /* V as K (-1), or apart in one of the five */
     const int32_t n = 1 + next(r) % 40, steps = next(r) % 8, chunk = 1 + next(r) % 6;
     const size_t rq = (size_t)Hq * d, rk = (size_t)Hkv * d;
     float *q = malloc((size_t)HL * HMAX * rq * sizeof *q), *k = malloc((size_t)HL * HMAX * rk * sizeof *k);
@@ -137,6 +139,7 @@ static void hostile_run(reader *r, const run_cfg *rc, fg_token_classes *tc) {
     params.n_kv_heads = Hkv;
     params.head_dim = d;
     params.kv_dtype = dtype;
+    params.v_dtype = v_dtype;
     params.max_seqs = 2;
     params.max_seq_len = HMAX;
     params.page_tokens = rc->page_tokens;
@@ -146,6 +149,7 @@ static void hostile_run(reader *r, const run_cfg *rc, fg_token_classes *tc) {
     fg_compression_params cp;
     if (fg_context_create(&params, &ctx) != FG_OK) { /* a quantized cache needs a head dim of 8 or more */
         params.kv_dtype = FG_DTYPE_F16;
+        params.v_dtype = -1;
         if (fg_context_create(&params, &ctx) != FG_OK)
             abort();
     }

@@ -374,6 +374,8 @@ typedef struct fg_context_params {
                                    work is queued on; NULL = the backend's own stream */
 } fg_context_params;
 
+/* Every field's default: start from it (a zeroed struct is not one: its
+ * page_tokens of 0 is refused, and a v_dtype of 0 would store V as f32). */
 FG_API void fg_context_params_default(fg_context_params *params);
 FG_API fg_status fg_context_create(const fg_context_params *params, fg_context **out);
 FG_API void fg_context_destroy(fg_context **ctx);

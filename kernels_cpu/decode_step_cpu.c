@@ -449,8 +449,10 @@ fg_status fg_cpu_decode_step(fg_backend *be, const fg_page_layout *layout, const
     fg_cpu_state *st = be->impl;
     const int32_t G = shape->n_q_heads / shape->n_kv_heads, d = shape->head_dim;
     const float scale = 1.0f / sqrtf((float)d);
-    const int quantized = fg_dtype_quantized(layout->k_dtype) || fg_dtype_quantized(layout->v_dtype);
-    const int fast_ok = d % isa_lanes(st->isa) == 0 && G <= FG_MAX_GROUP && (!quantized || d / fg_qblock(d) <= FG_QSCALES);
+    /* the per-dtype kernels keep a block's scales in arrays of FG_QSCALES; the mixed one's widen functions
+       read each scale where it lies */
+    const int scales = fg_dtype_quantized(layout->k_dtype) && layout->k_dtype == layout->v_dtype;
+    const int fast_ok = d % isa_lanes(st->isa) == 0 && G <= FG_MAX_GROUP && (!scales || d / fg_qblock(d) <= FG_QSCALES);
     const int threads = fg_cpu_threads(be);
 
     /* plan: work items and workspace offsets (host arithmetic only) */

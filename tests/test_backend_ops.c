@@ -620,6 +620,8 @@ static void case_decode_kv_apart(backend_pair *bp) {
                      (const uint32_t[]){S | P | F | L, FG_KEEP_FULL, F | L, F}, 8, 0);
         check_decode(bp, 32, 12, kt, 5, 2, (const int32_t[]){120, 41}, (const uint32_t[]){F | L, N | L}, 12, 0);
         check_decode(bp, 16, 1, kt, 4, 2, (const int32_t[]){64, 33}, (const uint32_t[]){F, F | L}, 20, 1);
+        /* 33 blocks of 8 a row: more scales than the per-dtype kernels hold, none kept by the mixed one */
+        check_decode(bp, 264, 2, kt, 16, 2, (const int32_t[]){90, 40}, (const uint32_t[]){F | L, FG_KEEP_FULL}, 6, 0);
         g_shared_rows = 1;
         check_decode(bp, 64, 3, kt, 16, 3, (const int32_t[]){400, 90, 5}, (const uint32_t[]){F | L, S | P | F | L, L},
                      30, 0);

@@ -351,6 +351,9 @@ int cli_parse(const char *cmd, const char *help, unsigned accept, int argc, char
                                   "the other", fg_dtype_name(o->dtype));
         o->dtype = k;
         o->v_dtype = v != k ? (int32_t)v : -1;
+        if (o->v_dtype >= 0 && o->backend && (!strcmp(o->backend, "cuda") || !strcmp(o->backend, "hip")))
+            return cli_usage(cmd, "K in %s and V in %s: the %s backend keeps K and V in one type (ref and cpu take "
+                                  "two)", fg_dtype_name(k), fg_dtype_name(v), o->backend);
     }
     if (escape_prompt(o))
         return cli_usage(cmd, "out of memory");
@@ -531,7 +534,7 @@ static const struct {
     {CLI_RUN,
      "  --dtype NAME            f32 | f16 | bf16 | q8_0 | q4_0 KV cache storage (default f16; K and V alike)\n"
      "  -ctk, --cache-type-k T  K's storage alone, and -ctv/--cache-type-v V's, as llama.cpp (the other\n"
-     "                          stays f16; backends ref and cpu)\n"},
+     "                          stays f16, or --dtype's; backends ref and cpu)\n"},
     {CLI_RUN,
      "  -t, --threads N         CPU threads (default: the cores this process may run on)\n"},
     {CLI_RUN,

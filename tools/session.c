@@ -19,7 +19,8 @@ fg_status cli_load(const cli_opts *o, cli_session *s, char *err, size_t n) {
              o->tokenizer_defaulted) {
         char why[512];
         snprintf(why, sizeof why, "%s", err);
-        snprintf(err, n, "the tokenizer tried by default, %s (tok512.bin beside the model), does not fit %s (%s); "
+        /* the loader's reason at most 300 bytes, so the sentence around it survives in err's 512 */
+        snprintf(err, n, "the tokenizer tried by default, %s (tok512.bin beside the model), does not fit %s (%.300s); "
                  "-z FILE names the model's own", o->tokenizer, o->model, why);
     }
     if (st)

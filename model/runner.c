@@ -556,27 +556,21 @@ static int by_prob_desc(const void *a, const void *b) {
     return (x < y) - (x > y);
 }
 
-void fgm_penalize(float *logits, int32_t vocab, const int32_t *history, int32_t n, int32_t last_n, float penalty) {
+void fgm_penalize(float *logits, int32_t vocab, const int32_t *history, int32_t n, int32_t last_n, float penalty,
+                  unsigned char *seen) {
     if (penalty == 1.0f)
         return;
     const int32_t from = last_n < 0 || last_n > n ? 0 : n - last_n;
-    unsigned char *done = calloc((size_t)vocab, 1); /* each distinct token once */
-    for (int32_t i = from; i < n; i++) {
+    for (int32_t i = from; i < n; i++) { /* each distinct token once */
         const int32_t t = history[i];
-        if (t < 0 || t >= vocab)
-            continue;
-        int seen = 0;
-        if (done) {
-            seen = done[t];
-            done[t] = 1;
-        } else { /* no memory for the marks: look back instead (quadratic in last_n) */
-            for (int32_t j = from; j < i && !seen; j++)
-                seen = history[j] == t;
-        }
-        if (!seen)
+        if (t >= 0 && t < vocab && !seen[t]) {
+            seen[t] = 1;
             logits[t] = logits[t] > 0.0f ? logits[t] / penalty : logits[t] * penalty;
+        }
     }
-    free(done);
+    for (int32_t i = from; i < n; i++)
+        if (history[i] >= 0 && history[i] < vocab)
+            seen[history[i]] = 0;
 }
 
 int32_t fgm_sample(fgm_sampler *s, float *logits, int32_t vocab) {
@@ -605,7 +599,7 @@ int32_t fgm_sample(fgm_sampler *s, float *logits, int32_t vocab) {
     for (int32_t i = 0; i < k; i++)
         k_mass += pi[i].p;
     int32_t keep = 0;
-    while (keep < k && (keep == 0 || mass < top_p * k_mass))
+    while (keep < k && mass < top_p * k_mass) /* at least one: finite sums, top_p > 0 */
         mass += pi[keep++].p;
     float u = rng_unit(&s->state) * mass, acc = 0.0f;
     int32_t pick = pi[keep - 1].i;

@@ -84,7 +84,9 @@ typedef struct fgm_sampler {
 int32_t fgm_sample(fgm_sampler *s, float *logits, int32_t vocab);
 /* llama.cpp's repetition penalty: each distinct token among the last last_n
  * of history[0..n) (last_n < 0: all of them) has its logit divided by
- * penalty when positive, multiplied when not. penalty 1: nothing. */
-void fgm_penalize(float *logits, int32_t vocab, const int32_t *history, int32_t n, int32_t last_n, float penalty);
+ * penalty when positive, multiplied when not. penalty 1: nothing. seen:
+ * the caller's vocab bytes, all 0, left all 0 (the marks of one call). */
+void fgm_penalize(float *logits, int32_t vocab, const int32_t *history, int32_t n, int32_t last_n, float penalty,
+                  unsigned char *seen);
 
 #endif

@@ -495,7 +495,6 @@ refused = [
     (["generate", "-fa"], "nothing to turn on"),
     (["generate", "-b", "512"], "--prefill-chunk"),
     (["generate", "--dtype", "q8_0", "-ctk", "q4_0"], "pass one or the other"),
-    (["generate", "--backend", "cuda", "-ctk", "q8_0"], "keeps K and V in one type"),
     (["eval", "--sweep", "--dtypes", "f16,q8_0", "-ctk", "q8_0"], "do not go with it"),
     (["eval", "-c", "512"], "-c is not an option of eval"),
     (["generate", "--chat", prompt_file, "--repeat-penalty", "1.1"], "plain generate"),

@@ -244,12 +244,15 @@ static void test_sampler(void) {
     logits[3] = 4.0f;
     logits[5] = -1.0f;
     const int32_t hist[] = {3, 9, 3, 5, -1, V, 5, 3};
-    fgm_penalize(logits, V, hist, 8, -1, 2.0f);
+    unsigned char seen[V] = {0};
+    fgm_penalize(logits, V, hist, 8, -1, 2.0f, seen);
     EXPECT(logits[3] == 2.0f && logits[5] == -2.0f && logits[9] == 0.5f && logits[0] == 1.0f,
            "penalty once per token: %g %g %g %g", (double)logits[3], (double)logits[5], (double)logits[9],
            (double)logits[0]);
     logits[9] = 1.0f;
-    fgm_penalize(logits, V, hist, 8, 2, 2.0f); /* the last two: 5 and 3 */
+    for (int i = 0; i < V; i++)
+        EXPECT(!seen[i], "the marks are cleared: token %d", i);
+    fgm_penalize(logits, V, hist, 8, 2, 2.0f, seen); /* the last two: 5 and 3 */
     EXPECT(logits[3] == 1.0f && logits[5] == -4.0f && logits[9] == 1.0f, "last_n 2: %g %g %g", (double)logits[3],
            (double)logits[5], (double)logits[9]);
 }

@@ -350,10 +350,7 @@ int cli_parse(const char *cmd, const char *help, unsigned accept, int argc, char
             return cli_usage(cmd, "--dtype %s stores K and V alike, -ctk / -ctv set them one at a time: pass one or "
                                   "the other", fg_dtype_name(o->dtype));
         o->dtype = k;
-        o->v_dtype = v != k ? (int32_t)v : -1;
-        if (o->v_dtype >= 0 && o->backend && (!strcmp(o->backend, "cuda") || !strcmp(o->backend, "hip")))
-            return cli_usage(cmd, "K in %s and V in %s: the %s backend keeps K and V in one type (ref and cpu take "
-                                  "two)", fg_dtype_name(k), fg_dtype_name(v), o->backend);
+        o->v_dtype = v != k ? (int32_t)v : -1; /* the backends that cannot, the library refuses */
     }
     if (escape_prompt(o))
         return cli_usage(cmd, "out of memory");
@@ -482,23 +479,24 @@ int cli_compression(const char *cmd, const cli_opts *o, fg_compression_params *c
     return 0;
 }
 
+fg_dtype cli_v_dtype(const cli_opts *o) { return o->v_dtype >= 0 ? (fg_dtype)o->v_dtype : o->dtype; }
+
 void cli_runner_dtypes(const cli_opts *o, fgm_runner_params *rp) {
     rp->kv_dtype = o->dtype;
     rp->v_apart = o->v_dtype >= 0;
-    rp->v_dtype = o->v_dtype >= 0 ? (fg_dtype)o->v_dtype : o->dtype;
+    rp->v_dtype = cli_v_dtype(o);
 }
 
 const char *cli_dtype_label(const cli_opts *o, char *buf, size_t size) {
     if (o->v_dtype < 0)
         snprintf(buf, size, "K and V %s", fg_dtype_name(o->dtype));
     else
-        snprintf(buf, size, "K %s, V %s", fg_dtype_name(o->dtype), fg_dtype_name((fg_dtype)o->v_dtype));
+        snprintf(buf, size, "K %s, V %s", fg_dtype_name(o->dtype), fg_dtype_name(cli_v_dtype(o)));
     return buf;
 }
 
 size_t cli_kv_pair_bytes(const cli_opts *o, int32_t head_dim) {
-    return fg_kv_row_bytes(o->dtype, head_dim) +
-           fg_kv_row_bytes(o->v_dtype >= 0 ? (fg_dtype)o->v_dtype : o->dtype, head_dim);
+    return fg_kv_row_bytes(o->dtype, head_dim) + fg_kv_row_bytes(cli_v_dtype(o), head_dim);
 }
 
 /* The help lines of the options every model command may take, each under its group. */

@@ -106,6 +106,8 @@ int cli_find_model_in(const char *dir, char *model, char *tokenizer, size_t size
 int cli_need_model(const char *cmd, cli_opts *o, char *model, char *tok, size_t size);
 /* The compression parameters the options describe. */
 int cli_compression(const char *cmd, const cli_opts *o, fg_compression_params *cp);
+/* V's storage: v_dtype when apart, else dtype. */
+fg_dtype cli_v_dtype(const cli_opts *o);
 /* The runner's K and V storage, from --dtype / -ctk / -ctv. */
 void cli_runner_dtypes(const cli_opts *o, fgm_runner_params *rp);
 /* The storage named for people: "K and V q8_0", or "K q8_0, V f16". */

@@ -230,7 +230,7 @@ int cmd_bench(int argc, char **argv) {
             printf(", \"backend\": ");
             cli_json_string(stdout, fg_context_backend(fgm_runner_context(s.runner)));
             printf(", \"kv_dtype\": \"%s\", \"v_dtype\": \"%s\", \"threads\": %d, \"repetitions\": %d, \"rows\": [",
-                   fg_dtype_name(o.dtype), fg_dtype_name(o.v_dtype >= 0 ? (fg_dtype)o.v_dtype : o.dtype),
+                   fg_dtype_name(o.dtype), fg_dtype_name(cli_v_dtype(&o)),
                    (int)(o.threads ? o.threads : fg_default_threads()), (int)x.reps);
             for (int32_t i = 0; i < n_rows; i++) {
                 printf("%s{\"method\": ", i ? ", " : "");

@@ -169,9 +169,10 @@ static int generate_one(cli_opts *op, const fg_compression_params *cpp, const ge
     const int32_t seq_len = fgm_runner_ctx_len(s.runner), vocab = s.model.config.vocab_size;
     int32_t *tokens = NULL, n_prompt = 0, seq = -1;
     float *logits = malloc((size_t)vocab * sizeof *logits);
+    unsigned char *seen = calloc((size_t)vocab, 1); /* fgm_penalize's marks */
     text_buf text = {0};
     rc = 1;
-    if (!logits || (x.prompt_ids ? cli_read_ids("generate", x.prompt_ids, vocab, &tokens, &n_prompt)
+    if (!logits || !seen || (x.prompt_ids ? cli_read_ids("generate", x.prompt_ids, vocab, &tokens, &n_prompt)
                                  : cli_encode(&s, o.prompt, &tokens, &n_prompt)) != FG_OK) {
         fprintf(stderr, "fastgen generate: cannot %s the prompt\n", x.prompt_ids ? "read" : "encode");
         goto done;
@@ -218,7 +219,7 @@ static int generate_one(cli_opts *op, const fg_compression_params *cpp, const ge
     int32_t n_total = n_prompt;
     t0 = cli_now();
     for (int32_t step = 0; step < o.n; step++) {
-        fgm_penalize(logits, vocab, tokens, n_total, o.repeat_last_n, o.repeat_penalty);
+        fgm_penalize(logits, vocab, tokens, n_total, o.repeat_last_n, o.repeat_penalty, seen);
         int32_t next = fgm_sample(&sampler, logits, vocab);
         if (!x.ignore_eos && (next == s.tok.bos || next == s.tok.eos))
             break;
@@ -281,6 +282,7 @@ static int generate_one(cli_opts *op, const fg_compression_params *cpp, const ge
 done:
     free(tokens);
     free(logits);
+    free(seen);
     free(text.s);
     cli_close(&s);
     return rc;

@@ -151,26 +151,35 @@ typedef fg_status fg_bandwidth_fn(fg_backend *be, int copy, size_t bytes, int re
 typedef void (*fg_backend_proc)(void);
 typedef fg_backend_proc fg_get_proc_fn(const char *name);
 
+/* A backend's table, by role: what it is, its memory, its kernels (one per
+ * typedef above), its queue, its lifetime. Each backend's table lives with
+ * its kernels (kernels_ref/backend_ref.c, kernels_cpu/backend_cpu.c,
+ * kernels_cuda/backend_gpu.cu); NULL marks an optional entry it lacks. */
 typedef struct fg_backend_ops {
     const char *name;
+    int kv_apart; /* its kernels read K and V stored in two dtypes (layout k_dtype != v_dtype) */
+
+    /* memory: pages and the copies between them and the host */
     fg_buffer_alloc_fn *buffer_alloc;
     fg_buffer_free_fn *buffer_free;
-    fg_buffer_write_fn *buffer_write; /* optional */
-    fg_buffer_read_fn *buffer_read;   /* optional */
+    fg_buffer_write_fn *buffer_write;   /* optional (memcpy): host -> backend */
+    fg_buffer_read_fn *buffer_read;     /* optional (memcpy): backend -> host */
+    fg_buffer_copy_fn *buffer_copy;     /* optional (memcpy): within the backend (copy-on-write of shared pages) */
+    fg_buffer_copy2d_fn *buffer_copy2d; /* optional (a memcpy per row) */
+
+    /* kernels */
     fg_prefill_attention_fn *prefill_attention;
     fg_profile_stats_fn *profile_stats;
     fg_compact_fn *compact;
     fg_decode_step_fn *decode_step;
     fg_read_slots_fn *read_slots;
-    /* Releases the backend object (NULL when nothing to release). */
-    void (*destroy)(fg_backend *be);
-    fg_buffer_copy_fn *buffer_copy; /* optional (memcpy when NULL): copy-on-write of shared pages */
-    /* optional: NULL in the host backends */
+
+    /* queue: optional, NULL in the host backends */
     fg_synchronize_fn *synchronize;
     fg_set_stream_fn *set_stream;
     fg_get_proc_fn *get_proc; /* the backend's extras by name (fg_backend_get_proc) */
-    fg_buffer_copy2d_fn *buffer_copy2d; /* optional (a memcpy per row when NULL) */
-    int kv_apart; /* its kernels read K and V stored in two dtypes (layout k_dtype != v_dtype) */
+
+    void (*destroy)(fg_backend *be); /* releases the backend object (NULL: nothing to release) */
 } fg_backend_ops;
 
 /* The error sink a backend writes its messages to (the context). */

@@ -15,10 +15,7 @@
 #include "common/cpu_features.h"
 #include "common/slots.h"
 #include "kernels_cpu/kernels_cpu.h"
-
-#ifdef FG_X86
-#include <immintrin.h>
-#endif
+#include "kernels_cpu/simd.h"
 
 #define CAT3_(a, b, c) a##_##b##_##c
 #define CAT3(a, b, c) CAT3_(a, b, c)
@@ -78,30 +75,10 @@ static inline void fg_block_row_ptrs(const fg_page_layout *L, void *const *pages
     }
 }
 
-/* The dot products of R rows with hn query heads, reduced: s[h * FG_CPU_BLOCK
- * + r] (a head's row of scores) gets the sum of input r * hn + h. The
- * SIMD builds fold the n = R * hn vectors into one, whose 4-lane blocks hold
- * `per` sums each, value t (head t / R, row t % R) at lane 4 (t / per) +
- * t % per; this writes them as runs of a head's consecutive rows. */
-static inline __attribute__((always_inline)) void fg_dot_rows(const float *z, int per, int n, int R, float *s) {
-    const int run = per < R ? per : R;
-    for (int t = 0; t < n; t += run)
-        memcpy(s + (t / R) * FG_CPU_BLOCK + t % R, z + 4 * (t / per) + t % per, (size_t)run * sizeof(float));
-}
-
 /* How each instantiation reads a row of its cache dtype (VLOAD*: the ISA's). */
 #define ROW_F32(p, c) VLOAD((const float *)(const void *)(p) + (c))
 #define ROW_F16(p, c) VLOAD_F16((const uint16_t *)(const void *)(p) + (c))
 #define ROW_BF16(p, c) VLOAD_BF16((const uint16_t *)(const void *)(p) + (c))
-
-#ifdef FG_X86
-/* A block's fp16 scale, widened by F16C (the AVX2 and AVX-512 kernels). */
-__attribute__((target("f16c"))) static inline float fg_f16c_scale(const unsigned char *blk) {
-    uint16_t h;
-    memcpy(&h, blk, sizeof h);
-    return _cvtsh_ss(h);
-}
-#endif
 
 /* The instantiations: fg_cpu_attend_chunk_<dtype>_<isa>, and _mixed_<isa>
  * for K and V in two dtypes, which widens each block's rows with

@@ -9,16 +9,17 @@
 #include "kernels_cpu/kernels_cpu.h"
 #include "common/slots.h"
 
+#include "kernels_cpu/simd.h"
+
 #if defined(__x86_64__)
-#include <immintrin.h>
 
 /* 8 fp32 -> 8 fp16, round to nearest even (F16C); NaN stays NaN */
-__attribute__((target("avx2,f16c"))) static inline __m128i f16x8(const float *src) {
+FG_SIMD_AVX2_TARGET static inline __m128i f16x8(const float *src) {
     return _mm256_cvtps_ph(_mm256_loadu_ps(src), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 }
 
 /* 8 fp32 -> 8 bf16: add 0x7fff + the kept lsb, keep the high half; NaN -> quiet NaN */
-__attribute__((target("avx2"))) static inline __m128i bf16x8(const float *src) {
+FG_SIMD_AVX2_TARGET static inline __m128i bf16x8(const float *src) {
     __m256i x = _mm256_castps_si256(_mm256_loadu_ps(src));
     __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(x, 16), _mm256_set1_epi32(1));
     __m256i r = _mm256_srli_epi32(_mm256_add_epi32(x, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff))), 16);
@@ -31,7 +32,7 @@ __attribute__((target("avx2"))) static inline __m128i bf16x8(const float *src) {
     return _mm256_castsi256_si128(_mm256_permute4x64_epi64(packed, 0x08));
 }
 
-__attribute__((target("avx2,f16c"))) static void store_f16_avx2(uint16_t *dst, const float *src, int32_t n) {
+FG_SIMD_AVX2_TARGET static void store_f16_avx2(uint16_t *dst, const float *src, int32_t n) {
     int32_t i = 0;
     for (; i + 8 <= n; i += 8)
         _mm_storeu_si128((__m128i *)(void *)(dst + i), f16x8(src + i));
@@ -39,7 +40,7 @@ __attribute__((target("avx2,f16c"))) static void store_f16_avx2(uint16_t *dst, c
         dst[i] = fg_f32_to_f16(src[i]);
 }
 
-__attribute__((target("avx2"))) static void store_bf16_avx2(uint16_t *dst, const float *src, int32_t n) {
+FG_SIMD_AVX2_TARGET static void store_bf16_avx2(uint16_t *dst, const float *src, int32_t n) {
     int32_t i = 0;
     for (; i + 8 <= n; i += 8)
         _mm_storeu_si128((__m128i *)(void *)(dst + i), bf16x8(src + i));
@@ -50,26 +51,23 @@ __attribute__((target("avx2"))) static void store_bf16_avx2(uint16_t *dst, const
 /* The largest |x| of a block of qb (a multiple of 8) values; NaN ignored, as
  * the scalar loop's comparisons do (max_ps returns its second operand when
  * the first is NaN). */
-__attribute__((target("avx2"))) static inline float block_amax(const float *x, int32_t qb) {
+FG_SIMD_AVX2_TARGET static inline float block_amax(const float *x, int32_t qb) {
     const __m256 sign = _mm256_set1_ps(-0.0f);
     __m256 m = _mm256_setzero_ps();
     for (int32_t j = 0; j < qb; j += 8)
         m = _mm256_max_ps(_mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)), m);
-    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
-    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
-    h = _mm_max_ss(h, _mm_movehdup_ps(h));
-    return _mm_cvtss_f32(h);
+    return fg_hmax256(m);
 }
 
 /* The scale as fp16 (F16C rounds to nearest even as fg_f32_to_f16 does; a
  * scale is never NaN, the one input where the two may differ). */
-__attribute__((target("avx2,f16c"))) static inline void put_scale(unsigned char *dst, float scale) {
+FG_SIMD_AVX2_TARGET static inline void put_scale(unsigned char *dst, float scale) {
     fg_put_f16(dst, (uint16_t)_cvtss_sh(scale, _MM_FROUND_TO_NEAREST_INT));
 }
 
 /* fg_quantize_q8_0, 8 values at a time, the same bytes: roundf (halves away
  * from zero) as truncation plus a step where the remainder is >= 0.5. */
-__attribute__((target("avx2,f16c"))) static void quantize_q8_0_avx2(unsigned char *dst, const float *x,
+FG_SIMD_AVX2_TARGET static void quantize_q8_0_avx2(unsigned char *dst, const float *x,
                                                                     int32_t qb) {
     const float scale = block_amax(x, qb) / 127.0f, inv = scale != 0.0f ? 1.0f / scale : 0.0f;
     put_scale(dst, scale);
@@ -89,7 +87,7 @@ __attribute__((target("avx2,f16c"))) static void quantize_q8_0_avx2(unsigned cha
 }
 
 /* fg_quantize_q4_0, 8 values at a time, the same bytes. */
-__attribute__((target("avx2,f16c"))) static void quantize_q4_0_avx2(unsigned char *dst, const float *x,
+FG_SIMD_AVX2_TARGET static void quantize_q4_0_avx2(unsigned char *dst, const float *x,
                                                                     int32_t qb) {
     const float amax = block_amax(x, qb);
     float max = 0.0f; /* all zero (or NaN): 0, as the scalar loop leaves it */
@@ -116,7 +114,7 @@ __attribute__((target("avx2,f16c"))) static void quantize_q4_0_avx2(unsigned cha
         dst[2 + j] = (unsigned char)(nib[j] | nib[j + qb / 2] << 4);
 }
 
-__attribute__((target("avx2,f16c"))) static void quantize_row_avx2(unsigned char *dst, fg_dtype dtype, const float *src,
+FG_SIMD_AVX2_TARGET static void quantize_row_avx2(unsigned char *dst, fg_dtype dtype, const float *src,
                                                               int32_t n) {
     const int32_t qb = fg_qblock(n);
     const size_t bb = fg_qblock_bytes(dtype, qb);
@@ -132,7 +130,7 @@ __attribute__((target("avx2,f16c"))) static void quantize_row_avx2(unsigned char
  * for fp32 and 16 for 16-bit rows): a large compaction writes far more than
  * the caches hold, so skipping the read-for-ownership of every written line
  * saves up to a third of the memory traffic. The caller fences. */
-__attribute__((target("avx2,f16c"))) static void stream_row_avx2(void *dst, fg_dtype dtype, const float *src,
+FG_SIMD_AVX2_TARGET static void stream_row_avx2(void *dst, fg_dtype dtype, const float *src,
                                                                  int32_t n) {
     for (int32_t i = 0; i < n; i += 8) {
         if (dtype == FG_DTYPE_F32)

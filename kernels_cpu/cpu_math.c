@@ -6,7 +6,7 @@
 #ifdef FG_HAVE_BLAS
 #include <cblas.h>
 #endif
-#include "kernels_cpu/exp_avx2.h"
+#include "kernels_cpu/simd.h"
 #include "kernels_cpu/kernels_cpu.h"
 
 int fg_cpu_threads(const fg_backend *be) { return fg_threadpool_size(be->threads); }
@@ -52,7 +52,7 @@ void fg_blas_single_thread(void) {
 }
 
 #if defined(__x86_64__)
-__attribute__((target("avx2,fma"))) static float exp_sub_sum_avx2(float *x, int32_t n, float sub) {
+FG_SIMD_AVX2_TARGET static float exp_sub_sum_avx2(float *x, int32_t n, float sub) {
     const __m256 vs = _mm256_set1_ps(sub);
     __m256 acc = _mm256_setzero_ps();
     int32_t i = 0;

@@ -3,7 +3,7 @@
  * into ranges that the vector score update (decode_step_cpu.c) scans as it
  * goes and merges here. Also the plain step for the shapes the vector
  * kernels do not take. Written apart from the reference (kernels_ref/), so
- * that backend_ops compares two implementations of eviction. */
+ * that backend_ops compares two implementations of attention and eviction. */
 #include <math.h>
 
 #include "common/rules.h"
@@ -108,65 +108,81 @@ fg_status fg_cpu_decode_finish_head(const fg_page_layout *L, const fg_decode_hea
     return n == hd->n_slots_after ? FG_OK : FG_ERR_INTERNAL;
 }
 
-static float dot_row(const float *q, const void *row, fg_dtype dtype, int32_t d) {
+/* q . row, the row widened element by element from its dtype */
+static float dot_cached(const float *q, const void *row, fg_dtype dtype, int32_t d) {
     float s = 0.0f;
     for (int32_t c = 0; c < d; c++)
         s += q[c] * fg_load_elem(row, dtype, d, c);
     return s;
 }
 
-static float dot_f32(const float *a, const float *b, int32_t d) {
-    float s = 0.0f;
-    for (int32_t c = 0; c < d; c++)
-        s += a[c] * b[c];
-    return s;
-}
+/* Query heads one pass over the slots serves: their running maxima and sums
+ * live on the stack. */
+#define PLAIN_HEADS 16
 
+/* Not the reference's loops (kernels_ref/decode_step_ref.c reads each K row
+ * three times per query head): the order of the vector kernels, in scalar
+ * code. One pass over the slots serves up to PLAIN_HEADS query heads with an
+ * online softmax (each head's running max m and sum l; the output so far is
+ * rescaled by e^(m_old - m) when the max grows), so each K and V row is read
+ * once per pass. The new token's own key starts each head's state. A head
+ * that tracks scores then reads K once more to turn each slot's scores into
+ * its pooled attention, added as the vector path adds it (score = keep *
+ * score + sum_h p_h / (l_h G)). */
 fg_status fg_cpu_decode_step_plain(const fg_page_layout *L, const fg_shape *shape, const fg_decode_head *hd) {
-    const int32_t G = shape->n_q_heads / shape->n_kv_heads, d = shape->head_dim;
+    const int32_t G = shape->n_q_heads / shape->n_kv_heads, d = shape->head_dim, n = hd->n_slots;
     const float scale = 1.0f / sqrtf((float)d);
     const int track = fg_tracks_scores(hd->components);
+    const float keep = hd->score_mode == FG_SCORE_LAST ? 0.0f : 1.0f;
     void *const *pages = hd->pages, *const *meta = hd->meta;
-    int32_t n = hd->n_slots;
-
-    /* 1-2. attention and score update, one query head at a time (FG_SCORE_LAST:
-     * the scores become this step's attention) */
-    if (track && hd->score_mode == FG_SCORE_LAST)
-        for (int32_t s = 0; s < n; s++)
-            *fg_slot_score(L, meta, s) = 0.0f;
     float new_score = 0.0f;
-    for (int32_t h = 0; h < G; h++) {
-        const float *q = hd->q + (size_t)h * d;
-        float *o = hd->out + (size_t)h * d;
-        const float s_new = dot_f32(q, hd->k, d) * scale;
-        float m = s_new;
-        for (int32_t s = 0; s < n; s++) {
-            float x = dot_row(q, fg_slot_k(L, pages, meta, s), L->k_dtype, d) * scale;
-            if (x > m)
-                m = x;
-        }
-        const float p_new = expf(s_new - m);
-        float sum = p_new;
-        for (int32_t c = 0; c < d; c++)
-            o[c] = p_new * hd->v[c];
-        for (int32_t s = 0; s < n; s++) {
-            float p = expf(dot_row(q, fg_slot_k(L, pages, meta, s), L->k_dtype, d) * scale - m);
-            sum += p;
-            const void *vr = fg_slot_v(L, pages, meta, s);
+
+    for (int32_t h0 = 0; h0 < G; h0 += PLAIN_HEADS) {
+        const int32_t hn = G - h0 < PLAIN_HEADS ? G - h0 : PLAIN_HEADS;
+        const float *q = hd->q + (size_t)h0 * d;
+        float *out = hd->out + (size_t)h0 * d;
+        float m[PLAIN_HEADS], l[PLAIN_HEADS], self[PLAIN_HEADS];
+        for (int32_t h = 0; h < hn; h++) {
+            self[h] = m[h] = dot_cached(q + (size_t)h * d, hd->k, FG_DTYPE_F32, d) * scale;
+            l[h] = 1.0f;
             for (int32_t c = 0; c < d; c++)
-                o[c] += p * fg_load_elem(vr, L->v_dtype, d, c);
+                out[(size_t)h * d + c] = hd->v[c];
         }
-        for (int32_t c = 0; c < d; c++)
-            o[c] /= sum;
-        if (track) {
-            const float inv = 1.0f / (sum * (float)G);
-            for (int32_t s = 0; s < n; s++) {
-                float p = expf(dot_row(q, fg_slot_k(L, pages, meta, s), L->k_dtype, d) * scale - m);
-                *fg_slot_score(L, meta, s) += p * inv;
+        for (int32_t s = 0; s < n; s++) {
+            const void *kr = fg_slot_k(L, pages, meta, s), *vr = fg_slot_v(L, pages, meta, s);
+            for (int32_t h = 0; h < hn; h++) {
+                const float x = dot_cached(q + (size_t)h * d, kr, L->k_dtype, d) * scale;
+                float *o = out + (size_t)h * d;
+                if (x > m[h]) { /* a new max: what came before shrinks by e^(m_old - x) */
+                    const float shrink = expf(m[h] - x);
+                    l[h] *= shrink;
+                    for (int32_t c = 0; c < d; c++)
+                        o[c] *= shrink;
+                    m[h] = x;
+                }
+                const float p = expf(x - m[h]);
+                l[h] += p;
+                for (int32_t c = 0; c < d; c++)
+                    o[c] += p * fg_load_elem(vr, L->v_dtype, d, c);
             }
-            new_score += p_new * inv;
+        }
+        for (int32_t h = 0; h < hn; h++) {
+            const float inv = 1.0f / l[h];
+            for (int32_t c = 0; c < d; c++)
+                out[(size_t)h * d + c] *= inv;
+            l[h] = inv / (float)G; /* from here: the factor of the pooled attention */
+            new_score += expf(self[h] - m[h]) * l[h];
+        }
+        if (!track)
+            continue;
+        for (int32_t s = 0; s < n; s++) {
+            const void *kr = fg_slot_k(L, pages, meta, s);
+            float gained = 0.0f;
+            for (int32_t h = 0; h < hn; h++)
+                gained += expf(dot_cached(q + (size_t)h * d, kr, L->k_dtype, d) * scale - m[h]) * l[h];
+            float *score = fg_slot_score(L, meta, s);
+            *score = (h0 == 0 ? keep * *score : *score) + gained;
         }
     }
-
     return fg_cpu_decode_finish_head(L, hd, new_score, NULL);
 }

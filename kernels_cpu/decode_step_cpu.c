@@ -10,7 +10,7 @@
  *   3. per item of a head that tracks scores: its slots' scores grow by the
  *      pooled attention (from the raw scores, not a second pass over K) and
  *      are scanned for the lowest-ranked frequent candidate in the same
- *      vectorised pass (score_scan below);
+ *      vectorised pass (score_scan.h, each ISA's in its decode_<isa>.c);
  *   4. per head that tracks scores: insertion and eviction as in `ref`, from
  *      the merged scans.
  * The step is two jobs on the thread pool (decode_job below): step 2 of a
@@ -28,211 +28,23 @@
 #include <string.h>
 
 #include "kernels_cpu/attend_chunk.h"
+#include "kernels_cpu/score_scan.h"
 #include "kernels_cpu/kernels_cpu.h"
 #include "common/rules.h"
 #include "common/slots.h"
 
-#include "common/cpu_features.h"
-#ifdef FG_X86
-#include <immintrin.h>
-#endif
-
-/* ------------------------------------------------------------------ score update and scan */
-
-/* Step 3 of the header for the slots of one work item, fused: each slot's
- * score grows by its pooled attention (score = keep * score + sum_h raw[h]
- * f[h], the same operations in the same order in every variant, so every ISA
- * gives the same bits), a window row that fell out of the window becomes a
- * frequent candidate, and the candidates are counted and the lowest-ranked
- * (rank, then position) found. The vector variants keep a lowest-ranked
- * candidate per lane over the whole item and offer them to the scan at the
- * end: the minimum of (rank, position) is unique, so the order of the offers
- * does not matter. */
-typedef struct scan_args {
-    const fg_page_layout *layout;
-    void *const *meta;
-    const float *raw; /* raw[h * stride + (s - begin)]: slot s's e^(score - m_item[h]) */
-    size_t stride;
-    int32_t begin, end;
-    const float *f; /* [G] each head's factor: e^(m_item - M) / (L G) */
-    int32_t G;
-    float keep; /* 0: FG_SCORE_LAST (the scores become this step's), 1: they add up */
-    int mean;   /* FG_SCORE_MEAN: rank by score / age */
-    int32_t t;  /* the sequence length after this step */
-    int32_t window_start;
-} scan_args;
-
-typedef void score_scan_fn(const scan_args *g, fg_freq_scan *scan);
-
-/* The slots of one meta page from slot s0 on: their metadata and raw scores. */
-typedef struct scan_run {
-    float *score;
-    uint8_t *flags;
-    const int32_t *pos;
-    const float *raw;
-    int32_t rows;
-} scan_run;
-
-static inline scan_run page_run(const scan_args *g, int32_t s0) {
-    const fg_page_layout *L = g->layout;
-    const int32_t P = L->page_tokens, j0 = s0 % P;
-    fg_prefetch_meta(L, g->meta, g->end, s0 / P + FG_META_AHEAD);
-    unsigned char *page = g->meta[s0 / P];
-    const scan_run r = {(float *)(void *)(page + L->score_offset) + j0, page + L->flags_offset + j0,
-                        (const int32_t *)(const void *)(page + L->pos_offset) + j0, g->raw + (s0 - g->begin),
-                        g->end - s0 < P - j0 ? g->end - s0 : P - j0};
-    return r;
-}
-
-static inline void scan_offer(fg_freq_scan *scan, int32_t slot, float rank, int32_t pos) {
-    if (scan->worst < 0 || fg_ranks_below(rank, pos, scan->worst_rank, scan->worst_pos)) {
-        scan->worst = slot;
-        scan->worst_rank = rank;
-        scan->worst_pos = pos;
-    }
-}
-
-/* Slot s0 + x of a run (the generic variant, and the others' tails). */
-static inline void score_scan_one(const scan_args *g, const scan_run *r, int32_t s0, int32_t x, fg_freq_scan *scan) {
-    float gained = 0.0f; /* one operation a statement, so that clang's default contraction (within an
-                            expression) fuses nothing the vectors do not; GCC fuses none in ISO C (c_std=c11) */
-    for (int32_t h = 0; h < g->G; h++) {
-        const float part = r->raw[(size_t)h * g->stride + x] * g->f[h];
-        gained += part;
-    }
-    const float kept = g->keep * r->score[x];
-    const float sc = kept + gained;
-    r->score[x] = sc;
-    if (r->flags[x] == FG_SLOT_LOCAL && r->pos[x] < g->window_start)
-        r->flags[x] = FG_SLOT_FREQUENT;
-    if (r->flags[x] != FG_SLOT_FREQUENT)
-        return;
-    scan->n_freq++;
-    scan_offer(scan, s0 + x, g->mean ? sc / (float)(g->t - r->pos[x]) : sc, r->pos[x]);
-}
-
-static void score_scan_generic(const scan_args *g, fg_freq_scan *scan) {
-    for (int32_t s0 = g->begin; s0 < g->end;) {
-        const scan_run r = page_run(g, s0);
-        for (int32_t x = 0; x < r.rows; x++)
-            score_scan_one(g, &r, s0, x, scan);
-        s0 += r.rows;
-    }
-}
-
-#ifdef FG_X86
-/* 8 slots a step, the rest of a run one at a time */
-__attribute__((target("avx2,fma"))) static void score_scan_avx2(const scan_args *g, fg_freq_scan *scan) {
-    const __m256i local = _mm256_set1_epi32(FG_SLOT_LOCAL), freq = _mm256_set1_epi32(FG_SLOT_FREQUENT);
-    const __m256i ws = _mm256_set1_epi32(g->window_start), t = _mm256_set1_epi32(g->t);
-    const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    const __m256 keep = _mm256_set1_ps(g->keep);
-    __m256 best_rank = _mm256_set1_ps(INFINITY);
-    __m256i best_pos = _mm256_set1_epi32(INT32_MAX), best_slot = _mm256_set1_epi32(-1);
-    for (int32_t s0 = g->begin; s0 < g->end;) {
-        const scan_run r = page_run(g, s0);
-        int32_t x = 0;
-        for (; x + 8 <= r.rows; x += 8) {
-            __m256 gained = _mm256_setzero_ps();
-            for (int32_t h = 0; h < g->G; h++)
-                gained = _mm256_add_ps(gained, _mm256_mul_ps(_mm256_loadu_ps(r.raw + (size_t)h * g->stride + x),
-                                                             _mm256_set1_ps(g->f[h])));
-            const __m256 sc = _mm256_add_ps(_mm256_mul_ps(keep, _mm256_loadu_ps(r.score + x)), gained);
-            _mm256_storeu_ps(r.score + x, sc);
-            __m256i fl = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(r.flags + x)));
-            const __m256i p = _mm256_loadu_si256((const __m256i *)(const void *)(r.pos + x));
-            const __m256i leaving = _mm256_and_si256(_mm256_cmpeq_epi32(fl, local), _mm256_cmpgt_epi32(ws, p));
-            for (int bits = _mm256_movemask_ps(_mm256_castsi256_ps(leaving)); bits; bits &= bits - 1)
-                r.flags[x + __builtin_ctz((unsigned)bits)] = FG_SLOT_FREQUENT;
-            fl = _mm256_blendv_epi8(fl, freq, leaving);
-            const __m256i is_freq = _mm256_cmpeq_epi32(fl, freq);
-            const int fbits = _mm256_movemask_ps(_mm256_castsi256_ps(is_freq));
-            if (!fbits)
-                continue;
-            scan->n_freq += __builtin_popcount((unsigned)fbits);
-            const __m256 rank = g->mean ? _mm256_div_ps(sc, _mm256_cvtepi32_ps(_mm256_sub_epi32(t, p))) : sc;
-            const __m256i lower = _mm256_or_si256(
-                _mm256_castps_si256(_mm256_cmp_ps(rank, best_rank, _CMP_LT_OQ)),
-                _mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps(rank, best_rank, _CMP_EQ_OQ)),
-                                 _mm256_cmpgt_epi32(best_pos, p)));
-            const __m256i empty = _mm256_cmpgt_epi32(_mm256_setzero_si256(), best_slot); /* as ref: a lane's first
-                                                                                           candidate is taken whatever its rank (NaN too) */
-            const __m256i take = _mm256_and_si256(is_freq, _mm256_or_si256(lower, empty));
-            best_rank = _mm256_blendv_ps(best_rank, rank, _mm256_castsi256_ps(take));
-            best_pos = _mm256_blendv_epi8(best_pos, p, take);
-            best_slot = _mm256_blendv_epi8(best_slot, _mm256_add_epi32(_mm256_set1_epi32(s0 + x), iota), take);
-        }
-        for (; x < r.rows; x++)
-            score_scan_one(g, &r, s0, x, scan);
-        s0 += r.rows;
-    }
-    float br[8];
-    int32_t bp[8], bs[8];
-    _mm256_storeu_ps(br, best_rank);
-    _mm256_storeu_si256((__m256i *)(void *)bp, best_pos);
-    _mm256_storeu_si256((__m256i *)(void *)bs, best_slot);
-    for (int i = 0; i < 8; i++)
-        if (bs[i] >= 0)
-            scan_offer(scan, bs[i], br[i], bp[i]);
-}
-
-/* 16 slots a step, the last of a run masked */
-__attribute__((target("avx512f,avx512bw,avx512vl"))) static void score_scan_avx512(const scan_args *g,
-                                                                                    fg_freq_scan *scan) {
-    const __m512i local = _mm512_set1_epi32(FG_SLOT_LOCAL), freq = _mm512_set1_epi32(FG_SLOT_FREQUENT);
-    const __m512i ws = _mm512_set1_epi32(g->window_start), t = _mm512_set1_epi32(g->t);
-    const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-    const __m512 keep = _mm512_set1_ps(g->keep);
-    __m512 best_rank = _mm512_set1_ps(INFINITY);
-    __m512i best_pos = _mm512_set1_epi32(INT32_MAX), best_slot = _mm512_set1_epi32(-1);
-    for (int32_t s0 = g->begin; s0 < g->end;) {
-        const scan_run r = page_run(g, s0);
-        for (int32_t x = 0; x < r.rows; x += 16) {
-            const __mmask16 m = r.rows - x >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (r.rows - x)) - 1);
-            __m512 gained = _mm512_setzero_ps();
-            for (int32_t h = 0; h < g->G; h++)
-                gained = _mm512_add_ps(gained,
-                                       _mm512_mul_ps(_mm512_maskz_loadu_ps(m, r.raw + (size_t)h * g->stride + x),
-                                                     _mm512_set1_ps(g->f[h])));
-            const __m512 sc = _mm512_add_ps(_mm512_mul_ps(keep, _mm512_maskz_loadu_ps(m, r.score + x)), gained);
-            _mm512_mask_storeu_ps(r.score + x, m, sc);
-            __m512i fl = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, r.flags + x));
-            const __m512i p = _mm512_maskz_loadu_epi32(m, r.pos + x);
-            const __mmask16 leaving = _mm512_mask_cmpeq_epi32_mask(m, fl, local) & _mm512_cmplt_epi32_mask(p, ws);
-            if (leaving) {
-                fl = _mm512_mask_mov_epi32(fl, leaving, freq);
-                _mm_mask_storeu_epi8(r.flags + x, leaving, _mm512_cvtepi32_epi8(fl));
-            }
-            const __mmask16 is_freq = _mm512_mask_cmpeq_epi32_mask(m, fl, freq);
-            if (!is_freq)
-                continue;
-            scan->n_freq += __builtin_popcount((unsigned)is_freq);
-            const __m512 rank = g->mean ? _mm512_div_ps(sc, _mm512_cvtepi32_ps(_mm512_sub_epi32(t, p))) : sc;
-            const __mmask16 empty = _mm512_cmplt_epi32_mask(best_slot, _mm512_setzero_si512()); /* as ref: a lane's
-                                                                     first candidate is taken whatever its rank (NaN too) */
-            const __mmask16 take =
-                is_freq & (empty | _mm512_cmp_ps_mask(rank, best_rank, _CMP_LT_OQ) |
-                           (_mm512_cmp_ps_mask(rank, best_rank, _CMP_EQ_OQ) & _mm512_cmplt_epi32_mask(p, best_pos)));
-            best_rank = _mm512_mask_mov_ps(best_rank, take, rank);
-            best_pos = _mm512_mask_mov_epi32(best_pos, take, p);
-            best_slot = _mm512_mask_mov_epi32(best_slot, take, _mm512_add_epi32(_mm512_set1_epi32(s0 + x), iota));
-        }
-        s0 += r.rows;
-    }
-    float br[16];
-    int32_t bp[16], bs[16];
-    _mm512_storeu_ps(br, best_rank);
-    _mm512_storeu_si512(bp, best_pos);
-    _mm512_storeu_si512(bs, best_slot);
-    for (int i = 0; i < 16; i++)
-        if (bs[i] >= 0)
-            scan_offer(scan, bs[i], br[i], bp[i]);
-}
-#endif /* FG_X86 */
-
 /* ------------------------------------------------------------------ dispatch */
 
-static int isa_lanes(fg_cpu_isa isa) { return isa >= FG_ISA_AVX512 ? 16 : 8; }
+/* The ISA a step runs on: the CPU's, or a narrower one whose lanes divide
+ * the head dimension (d = 8 on an AVX-512 CPU: AVX2's 8 lanes). -1: no
+ * vector kernel takes d (not a multiple of 8), the plain step does. */
+static int step_isa(fg_cpu_isa isa, int32_t d) {
+    if (d % 8)
+        return -1;
+    if (isa >= FG_ISA_AVX512 && d % 16)
+        return FG_ISA_AVX2;
+    return (int)isa;
+}
 
 /* Whether the step dots bf16 rows with vdpbf16ps (the query rounded to
  * bf16): groups of 8 query heads, where the dots are compute-bound
@@ -286,12 +98,12 @@ static fg_attend_chunk_fn *isa_kernel(fg_cpu_isa isa, const fg_page_layout *L, i
 static score_scan_fn *isa_score_scan(fg_cpu_isa isa) {
 #ifdef FG_X86
     if (isa >= FG_ISA_AVX512)
-        return score_scan_avx512;
+        return fg_cpu_score_scan_avx512;
     if (isa == FG_ISA_AVX2)
-        return score_scan_avx2;
+        return fg_cpu_score_scan_avx2;
 #endif
     (void)isa;
-    return score_scan_generic;
+    return fg_cpu_score_scan_generic;
 }
 
 /* ------------------------------------------------------------------ the step */
@@ -452,7 +264,9 @@ fg_status fg_cpu_decode_step(fg_backend *be, const fg_page_layout *layout, const
     /* the per-dtype kernels keep a block's scales in arrays of FG_QSCALES; the mixed one's widen functions
        read each scale where it lies */
     const int scales = fg_dtype_quantized(layout->k_dtype) && layout->k_dtype == layout->v_dtype;
-    const int fast_ok = d % isa_lanes(st->isa) == 0 && G <= FG_MAX_GROUP && (!scales || d / fg_qblock(d) <= FG_QSCALES);
+    const int isa_or_none = step_isa(st->isa, d);
+    const int fast_ok = isa_or_none >= 0 && G <= FG_MAX_GROUP && (!scales || d / fg_qblock(d) <= FG_QSCALES);
+    const fg_cpu_isa isa = fast_ok ? (fg_cpu_isa)isa_or_none : st->isa;
     const int threads = fg_cpu_threads(be);
 
     /* plan: work items and workspace offsets (host arithmetic only) */
@@ -473,9 +287,9 @@ fg_status fg_cpu_decode_step(fg_backend *be, const fg_page_layout *layout, const
     const size_t off_order = off_item + up64((size_t)n_items * sizeof(fg_attend_chunk));
     const size_t off_track = off_order + up64(((size_t)n_items + n_heads) * sizeof(int32_t));
     const size_t off_q = off_track + up64((size_t)n_items * sizeof(int32_t));
-    const int bf16 = layout->k_dtype == layout->v_dtype && bf16_dots(st->isa, layout->k_dtype, d, G);
+    const int bf16 = layout->k_dtype == layout->v_dtype && bf16_dots(isa, layout->k_dtype, d, G);
     fg_widen_row_fn *widen_k, *widen_v;
-    fg_attend_chunk_fn *attend = isa_kernel(st->isa, layout, d, G, &widen_k, &widen_v);
+    fg_attend_chunk_fn *attend = isa_kernel(isa, layout, d, G, &widen_k, &widen_v);
     const size_t off_qb = off_q + up64((size_t)n_heads * G * d * sizeof(float));
     const size_t off_state = off_qb + (bf16 ? up64((size_t)n_heads * G * d * sizeof(uint16_t)) : 0);
     const size_t off_raw = off_state + up64((size_t)n_items * G * (d + 2) * sizeof(float));
@@ -561,7 +375,7 @@ fg_status fg_cpu_decode_step(fg_backend *be, const fg_page_layout *layout, const
             track_items[n_track++] = plan[i].first_item + c;
     }
     decode_job job = {layout, shape, heads, plan, items, order, track_items, attend,
-                      isa_score_scan(st->isa), qs,
+                      isa_score_scan(isa), qs,
                       ws + off_buf, per_thread, G, d, -1};
     fg_threadpool *pool = par ? be->threads : NULL;
     fg_threadpool_run(pool, n_items + n_lone, decode_task, (void *)&job);

@@ -1,6 +1,6 @@
 /*
  * The optimised CPU kernels (the context's thread pool + SIMD). The reference kernels in
- * kernels_ref/ are their oracle; the `cpu` backend (backends/backend_cpu.c)
+ * kernels_ref/ are their oracle; the `cpu` backend (backend_cpu.c)
  * puts them in its table.
  */
 #ifndef FG_KERNELS_CPU_H
@@ -33,9 +33,10 @@ void fg_cpu_freq_scan_merge(fg_freq_scan *into, const fg_freq_scan *from);
  * their score update (a head that tracks scores only). */
 fg_status fg_cpu_decode_finish_head(const fg_page_layout *layout, const fg_decode_head *head, float new_score,
                                     const fg_freq_scan *scanned);
-/* The whole step of one head as plain loops: the shapes the vector kernels
- * do not take (a head dimension that is not a multiple of the vector
- * lanes, groups of more than FG_MAX_GROUP query heads). */
+/* The whole step of one head in scalar code: the shapes the vector kernels
+ * do not take (a head dimension that is not a multiple of 8, groups of
+ * more than FG_MAX_GROUP query heads, quantized rows with more than
+ * FG_QSCALES blocks). */
 fg_status fg_cpu_decode_step_plain(const fg_page_layout *layout, const fg_shape *shape, const fg_decode_head *head);
 
 /* Asks for the metadata (positions, scores, rows, flags) of meta page

@@ -314,21 +314,22 @@ static fg_backend_proc gpu_get_proc(const char *name) {
 static constexpr fg_backend_ops gpu_ops_table() {
     fg_backend_ops o = {};
     o.name = FG_GPU_NAME;
+    o.kv_apart = 0; /* one dtype for K and V: the kernels are instantiated per dtype */
     o.buffer_alloc = gpu_malloc;
     o.buffer_free = gpu_free;
     o.buffer_write = gpu_write;
     o.buffer_read = gpu_read;
+    o.buffer_copy = gpu_copy;
+    o.buffer_copy2d = gpu_copy2d;
     o.prefill_attention = FG_GPU(prefill_attention);
     o.profile_stats = FG_GPU(profile_stats);
     o.compact = FG_GPU(compact);
     o.decode_step = FG_GPU(decode_step);
     o.read_slots = FG_GPU(read_slots);
-    o.destroy = gpu_destroy;
-    o.buffer_copy = gpu_copy;
     o.synchronize = FG_GPU(synchronize);
     o.set_stream = gpu_set_stream;
     o.get_proc = gpu_get_proc;
-    o.buffer_copy2d = gpu_copy2d;
+    o.destroy = gpu_destroy;
     return o;
 }
 static constexpr fg_backend_ops k_gpu_ops = gpu_ops_table();

@@ -22,7 +22,7 @@ static const fg_backend_ops k_cpu_ops = {
     .profile_stats = fg_cpu_profile_stats,
     .compact = fg_cpu_compact,
     .decode_step = fg_cpu_decode_step,
-    .read_slots = fg_ref_read_slots,
+    .read_slots = fg_ref_read_slots, /* host memory: the plain read is the fast one */
     .destroy = cpu_destroy,
 };
 

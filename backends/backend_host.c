@@ -1,11 +1,10 @@
-/* The `ref` backend: host memory and the serial reference kernels. It is the
- * oracle every other backend is checked against. */
+/* Memory of the backends whose memory is host memory (ref, cpu): 64-byte
+ * aligned blocks, page pools' chunks on transparent huge pages. */
 #define _DEFAULT_SOURCE /* madvise */
 #include <stdlib.h>
 #include <sys/mman.h>
 
 #include "backends/backend_host.h"
-#include "kernels_ref/kernels_ref.h"
 
 fg_status fg_host_buffer_alloc(fg_backend *be, size_t bytes, void **out) {
     /* 64-byte aligned so that rows can be loaded with aligned vectors. From
@@ -30,22 +29,4 @@ fg_status fg_host_buffer_alloc(fg_backend *be, size_t bytes, void **out) {
 void fg_host_buffer_free(fg_backend *be, void *ptr) {
     (void)be;
     free(ptr);
-}
-
-static const fg_backend_ops k_ref_ops = {
-    .name = "ref",
-    .kv_apart = 1,
-    .buffer_alloc = fg_host_buffer_alloc,
-    .buffer_free = fg_host_buffer_free,
-    .prefill_attention = fg_ref_prefill_attention,
-    .profile_stats = fg_ref_profile_stats,
-    .compact = fg_ref_compact,
-    .decode_step = fg_ref_decode_step,
-    .read_slots = fg_ref_read_slots,
-    .destroy = NULL,
-};
-
-fg_status fg_backend_ref_init(fg_backend *be) {
-    be->ops = &k_ref_ops;
-    return FG_OK;
 }

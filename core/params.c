@@ -120,9 +120,22 @@ fg_status fg_compression_params_preset(const char *name, fg_compression_params *
             return FG_OK;
         }
     }
-    return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
-                    "unknown policy preset \"%s\" (known: fastgen, fastgen-budget, full, streamingllm, h2o, local, "
-                    "frequent, snapkv, adakv, tova, fastgen-adaptive)", name);
+    char known[256];
+    size_t used = 0;
+    known[0] = '\0';
+    for (int32_t i = 0; fg_compression_preset_name(i) && used < sizeof known; i++)
+        used += (size_t)snprintf(known + used, sizeof known - used, "%s%s", i ? ", " : "", fg_compression_preset_name(i));
+    return fg_error(NULL, FG_ERR_INVALID_ARGUMENT, "unknown policy preset \"%s\" (known: %s)", name, known);
+}
+
+const char *fg_compression_preset_name(int32_t i) {
+    static const char *const k_modes[] = {"fastgen", "fastgen-budget", "fastgen-adaptive"};
+    const int32_t n_modes = (int32_t)(sizeof k_modes / sizeof k_modes[0]);
+    if (i >= 0 && i < n_modes)
+        return k_modes[i];
+    if (i >= n_modes && i - n_modes < (int32_t)(sizeof k_presets / sizeof k_presets[0]))
+        return k_presets[i - n_modes].name;
+    return NULL;
 }
 
 static int ratio_ok(float r) { return r >= 0.0f && r <= 1.0f; } /* false for NaN */
@@ -298,6 +311,24 @@ int32_t fg_policy_frequent_budget(const fg_policy *policy, int32_t t) {
     if (policy->frequent_tokens > 0 && k > policy->frequent_tokens)
         k = policy->frequent_tokens;
     return (int32_t)k;
+}
+
+fg_status fg_policy_rows(const fg_policy *policy, int32_t t, int32_t *window, int32_t *frequent) {
+    if (!policy)
+        return fg_error(NULL, FG_ERR_INVALID_ARGUMENT, "fg_policy_rows: policy must not be NULL");
+    if (t < 1)
+        return fg_error(NULL, FG_ERR_INVALID_ARGUMENT, "fg_policy_rows: t (%d) must be >= 1", (int)t);
+    if (!(policy->ratio_local >= 0.0f && policy->ratio_local <= 1.0f && policy->ratio_frequent >= 0.0f &&
+          policy->ratio_frequent <= 1.0f) || policy->local_tokens < 0 || policy->frequent_tokens < 0)
+        return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
+                        "fg_policy_rows: ratios must be in [0, 1] and token caps >= 0 (got %g, %g, %d, %d)",
+                        (double)policy->ratio_local, (double)policy->ratio_frequent, (int)policy->local_tokens,
+                        (int)policy->frequent_tokens);
+    if (window)
+        *window = fg_policy_window(policy, t);
+    if (frequent)
+        *frequent = fg_policy_frequent_budget(policy, t);
+    return FG_OK;
 }
 
 uint8_t fg_insert_flag(uint32_t c, uint8_t cls) {

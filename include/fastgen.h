@@ -259,12 +259,22 @@ FG_API void fg_compression_params_default(fg_compression_params *params);
  * the last 64 rows observed, compressed at 32 tokens at the earliest,
  * every head keeping at least 0.8 of the uniform share (alloc_floor). */
 FG_API fg_status fg_compression_params_preset(const char *name, fg_compression_params *params);
+/* The presets' names, i = 0, 1, ... (the three FastGen modes first); NULL
+ * past the last: what a tool lists or loops over. */
+FG_API const char *fg_compression_preset_name(int32_t i);
 FG_API fg_status fg_compression_params_validate(const fg_compression_params *params);
 /* "special+punct+frequent" -> FG_KEEP_* bits (names: special, punct,
  * frequent, local, full, snapshot). */
 FG_API fg_status fg_policy_parse(const char *text, uint32_t *components);
 /* FG_KEEP_* bits -> "special+punct" (written to buf, always NUL-terminated). */
 FG_API fg_status fg_policy_name(uint32_t components, char *buf, size_t buf_size);
+/* The rows an entry's ratios give at sequence length t >= 1, as the library
+ * computes them (each ratio rounded to parts per million first): its window
+ * w(t) = max(1, ceil(ratio_local t)) and its frequent budget k(t) =
+ * ceil(ratio_frequent t), each capped by its token cap when that is > 0.
+ * What a tool needs to predict an entry's memory (the components decide
+ * which of the two it keeps). Either output may be NULL. */
+FG_API fg_status fg_policy_rows(const fg_policy *policy, int32_t t, int32_t *window, int32_t *frequent);
 
 /* ---------------------------------------------------------------- context */
 

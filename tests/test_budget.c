@@ -13,7 +13,7 @@
 
 #include "core/internal.h"
 #include "tests/support/harness.h"
-#include "tests/support/synth.h"
+#include "tools/synth.h"
 
 enum { MAXH = 4, MAXE = 5 };
 
@@ -99,8 +99,8 @@ static void rows_of(fg_context *ctx, int32_t seq, int64_t *kept, int64_t *full) 
 
 static void test_context(void) {
     enum { L = 2, HQ = 16, HKV = 8, D = 64, N = 512, STEPS = 200 };
-    fg_synth syn;
-    EXPECT_OK(NULL, fg_synth_create(L, HQ, HKV, D, 5, &syn));
+    synth syn;
+    EXPECT_OK(NULL, synth_create(L, HQ, HKV, D, 5, &syn));
     fg_context_params p = test_context_params("cpu", L, HQ, HKV, D);
     p.max_seqs = 4;
     p.max_seq_len = N + STEPS;
@@ -109,7 +109,7 @@ static void test_context(void) {
     EXPECT_OK(NULL, fg_context_create(&p, &ctx));
     static int32_t tokens[N + STEPS];
     for (int32_t t = 0; t < N + STEPS; t++)
-        tokens[t] = fg_synth_token(&syn, t);
+        tokens[t] = synth_token(&syn, t);
     static float q[N * HQ * D], k[N * HKV * D], v[N * HKV * D], out[N * HQ * D];
     const float budgets[] = {0.25f, 0.4f, 0.6f, 1.0f};
     double prev_recovery = -1.0;
@@ -121,7 +121,7 @@ static void test_context(void) {
         EXPECT_OK(ctx, fg_seq_create(ctx, &cp, tokens, N, &seq));
         double recovered = 0.0;
         for (int32_t l = 0; l < L; l++) {
-            fg_synth_qkv(&syn, l, tokens, 0, N, q, k, v);
+            synth_qkv(&syn, l, tokens, 0, N, q, k, v);
             EXPECT_OK(ctx, fg_prefill(ctx, seq, l, q, k, v, out));
             int64_t layer_rows = 0;
             for (int32_t g = 0; g < HKV; g++) {
@@ -139,7 +139,7 @@ static void test_context(void) {
         for (int32_t step = 0; step < STEPS; step++)
             for (int32_t l = 0; l < L; l++) {
                 const int32_t pos = N + step;
-                fg_synth_qkv(&syn, l, &tokens[pos], pos, 1, q, k, v);
+                synth_qkv(&syn, l, &tokens[pos], pos, 1, q, k, v);
                 EXPECT_OK(ctx, fg_decode(ctx, l, 1, &seq, &tokens[pos], q, k, v, out));
             }
         rows_of(ctx, seq, &kept, &full);
@@ -165,7 +165,7 @@ static void test_context(void) {
     cp.budget_tokens = -1;
     EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_compression_params_validate(&cp));
     fg_context_destroy(&ctx);
-    fg_synth_destroy(&syn);
+    synth_destroy(&syn);
 }
 
 int main(void) {

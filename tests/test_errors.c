@@ -9,7 +9,7 @@
 
 #include "fastgen.h"
 #include "tests/support/harness.h"
-#include "tests/support/synth.h"
+#include "tools/synth.h"
 
 enum { L = 2, HKV = 5, G = 2, HQ = G * HKV, D = 16, N = 40, MAXLEN = 120 };
 
@@ -17,11 +17,11 @@ typedef struct twin {
     fg_context *bad, *good;
     int32_t seq_bad, seq_good;
     int32_t pos;
-    fg_synth *syn;
+    synth *syn;
     int32_t tokens[MAXLEN];
 } twin;
 
-static fg_context_params base_params(const fg_synth *syn) {
+static fg_context_params base_params(const synth *syn) {
     fg_context_params p = test_context_params("ref", L, HQ, HKV, D);
     p.kv_dtype = FG_DTYPE_BF16;
     p.max_seqs = 2;
@@ -31,10 +31,10 @@ static fg_context_params base_params(const fg_synth *syn) {
     return p;
 }
 
-static void prefill_all(fg_context *ctx, const fg_synth *syn, const int32_t *tokens, int32_t seq) {
+static void prefill_all(fg_context *ctx, const synth *syn, const int32_t *tokens, int32_t seq) {
     float q[N * HQ * D], k[N * HKV * D], v[N * HKV * D], out[N * HQ * D];
     for (int32_t l = 0; l < L; l++) {
-        fg_synth_qkv(syn, l, tokens, 0, N, q, k, v);
+        synth_qkv(syn, l, tokens, 0, N, q, k, v);
         EXPECT_OK(ctx, fg_prefill(ctx, seq, l, q, k, v, out));
     }
 }
@@ -44,7 +44,7 @@ static void step_both(twin *t, const char *after) {
     float q[HQ * D], k[HKV * D], v[HKV * D], ob[HQ * D], og[HQ * D];
     const int32_t p = t->pos;
     for (int32_t l = 0; l < L; l++) {
-        fg_synth_qkv(t->syn, l, &t->tokens[p], p, 1, q, k, v);
+        synth_qkv(t->syn, l, &t->tokens[p], p, 1, q, k, v);
         EXPECT_OK(t->bad, fg_decode(t->bad, l, 1, &t->seq_bad, &t->tokens[p], q, k, v, ob));
         EXPECT_OK(t->good, fg_decode(t->good, l, 1, &t->seq_good, &t->tokens[p], q, k, v, og));
         EXPECT(memcmp(ob, og, sizeof ob) == 0, "after %s: outputs differ at layer %d", after, (int)l);
@@ -208,9 +208,37 @@ static void test_params_and_classes(void) {
     EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_policy_name(comp, name, 0));
     EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_policy_name(0, name, sizeof name));
     EXPECT_STATUS(NULL, FG_ERR_CAPACITY, fg_policy_name(comp, name, 5));
+
+    /* the rows an entry's ratios give: the library's w(t) and k(t), what the CLI's matching predicts with */
+    fg_policy e = {FG_KEEP_FREQUENT | FG_KEEP_LOCAL, 0.3f, 0.1f, 0, 0};
+    int32_t w = -1, k = -1;
+    EXPECT_OK(NULL, fg_policy_rows(&e, 100, &w, &k));
+    EXPECT(w == 30 && k == 10, "w(100) = %d, k(100) = %d at 0.3 / 0.1", (int)w, (int)k);
+    EXPECT_OK(NULL, fg_policy_rows(&e, 7, &w, NULL)); /* ceil(2.1) */
+    EXPECT(w == 3, "w(7) = %d", (int)w);
+    e.ratio_local = 0.0f;
+    e.local_tokens = 5;
+    e.frequent_tokens = 4;
+    EXPECT_OK(NULL, fg_policy_rows(&e, 1000, &w, &k));
+    EXPECT(w == 1 && k == 4, "a zero window keeps 1 row, the cap bounds k: %d, %d", (int)w, (int)k);
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_policy_rows(NULL, 10, &w, &k));
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_policy_rows(&e, 0, &w, &k));
+    e.ratio_frequent = NAN;
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_policy_rows(&e, 10, &w, &k));
+    EXPECT(strstr(fg_last_error(NULL), "ratios") != NULL, "message: %s", fg_last_error(NULL));
+
+    /* the presets by index: each one loads, and the list ends */
+    int32_t n_presets = 0;
+    for (const char *pn; (pn = fg_compression_preset_name(n_presets)); n_presets++)
+        EXPECT_OK(NULL, fg_compression_params_preset(pn, &cp));
+    EXPECT(n_presets == 11, "%d presets listed", (int)n_presets);
+    EXPECT(fg_compression_preset_name(-1) == NULL, "no preset at -1");
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_compression_params_preset("bogus", &cp));
+    EXPECT(strstr(fg_last_error(NULL), "fastgen-adaptive") && strstr(fg_last_error(NULL), "tova"),
+           "the refusal lists the presets: %s", fg_last_error(NULL));
 }
 
-static void test_context_create(const fg_synth *syn) {
+static void test_context_create(const synth *syn) {
     fg_context *ctx = NULL;
     fg_context_params p = base_params(syn);
     EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_context_create(NULL, &ctx));
@@ -252,7 +280,7 @@ static void test_context_create(const fg_synth *syn) {
         EXPECT_OK(NULL, fg_context_create(&bp, &ctx));
         int32_t seq = -1, tokens[N];
         for (int32_t i = 0; i < N; i++)
-            tokens[i] = fg_synth_token(syn, i);
+            tokens[i] = synth_token(syn, i);
         EXPECT_OK(ctx, fg_seq_create(ctx, NULL, tokens, N, &seq));
         prefill_all(ctx, syn, tokens, seq);
         fg_memory_stats m;
@@ -326,7 +354,7 @@ static void test_calls(twin *t) {
     EXPECT_STATUS(c, FG_ERR_INVALID_ARGUMENT, fg_seq_create(c, NULL, t->tokens, -3, &s2));
     EXPECT_STATUS(c, FG_ERR_CAPACITY, fg_seq_create(c, NULL, t->tokens, MAXLEN + 1, &s2));
     step_both(t, "bad seq_create");
-    int32_t bad_tokens[3] = {1, FG_SYNTH_VOCAB, 4};
+    int32_t bad_tokens[3] = {1, SYNTH_VOCAB, 4};
     EXPECT_STATUS(c, FG_ERR_INVALID_ARGUMENT, fg_seq_create(c, NULL, bad_tokens, 3, &s2));
     bad_tokens[1] = -7;
     EXPECT_STATUS(c, FG_ERR_INVALID_ARGUMENT, fg_seq_create(c, NULL, bad_tokens, 3, &s2));
@@ -373,20 +401,20 @@ static void test_calls(twin *t) {
     const int32_t mixed[2] = {t->seq_bad, s2};
     EXPECT_STATUS(c, FG_ERR_BAD_STATE, fg_decode(c, 0, 2, mixed, toks2, dq, dk, dv, dout)); /* s2 not prefilled */
     EXPECT(strstr(fg_last_error(c), "prefill") != NULL, "decode before prefill: %s", fg_last_error(c));
-    const int32_t bad_tok = FG_SYNTH_VOCAB + 3;
+    const int32_t bad_tok = SYNTH_VOCAB + 3;
     EXPECT_STATUS(c, FG_ERR_INVALID_ARGUMENT, fg_decode(c, 0, 1, &t->seq_bad, &bad_tok, dq, dk, dv, dout));
     step_both(t, "bad decode");
 
     /* every layer must see the same token at a position */
     float q1[HQ * D], k1[HKV * D], v1[HKV * D];
-    const int32_t other = (tok + 1) % FG_SYNTH_VOCAB;
-    fg_synth_qkv(t->syn, 0, &t->tokens[t->pos], t->pos, 1, q1, k1, v1);
+    const int32_t other = (tok + 1) % SYNTH_VOCAB;
+    synth_qkv(t->syn, 0, &t->tokens[t->pos], t->pos, 1, q1, k1, v1);
     EXPECT_OK(c, fg_decode(c, 0, 1, &t->seq_bad, &tok, q1, k1, v1, dout));
-    fg_synth_qkv(t->syn, 1, &t->tokens[t->pos], t->pos, 1, q1, k1, v1);
+    synth_qkv(t->syn, 1, &t->tokens[t->pos], t->pos, 1, q1, k1, v1);
     EXPECT_STATUS(c, FG_ERR_INVALID_ARGUMENT, fg_decode(c, 1, 1, &t->seq_bad, &other, q1, k1, v1, dout));
     EXPECT_OK(c, fg_decode(c, 1, 1, &t->seq_bad, &tok, q1, k1, v1, dout));
     for (int32_t l = 0; l < L; l++) {
-        fg_synth_qkv(t->syn, l, &t->tokens[t->pos], t->pos, 1, q1, k1, v1);
+        synth_qkv(t->syn, l, &t->tokens[t->pos], t->pos, 1, q1, k1, v1);
         EXPECT_OK(t->good, fg_decode(t->good, l, 1, &t->seq_good, &tok, q1, k1, v1, dout));
     }
     t->pos++;
@@ -419,7 +447,7 @@ static void test_calls(twin *t) {
 /* A pool at its cap: the failing prefill or decode reports out of memory and
  * changes nothing; once pages are freed, decoding goes on exactly as in an
  * uncapped twin. */
-static void test_pool_cap(fg_synth *syn, const int32_t *tokens) {
+static void test_pool_cap(synth *syn, const int32_t *tokens) {
     fg_context_params p = base_params(syn);
     p.pool_chunk_pages = 1; /* the pool grows page by page */
     p.max_seqs = 3;
@@ -448,7 +476,7 @@ static void test_pool_cap(fg_synth *syn, const int32_t *tokens) {
     EXPECT_OK(a, fg_seq_create(a, &tiny, tokens, N, &filler));
     prefill_all(a, syn, tokens, sa);
     float q[N * HQ * D], k[N * HKV * D], v[N * HKV * D], out[N * HQ * D];
-    fg_synth_qkv(syn, 0, tokens, 0, N, q, k, v);
+    synth_qkv(syn, 0, tokens, 0, N, q, k, v);
     int32_t extra = -1;
     EXPECT_OK(a, fg_seq_create(a, &full, tokens, N, &extra));
     EXPECT_STATUS(a, FG_ERR_OUT_OF_MEMORY, fg_prefill(a, extra, 0, q, k, v, out));
@@ -463,7 +491,7 @@ static void test_pool_cap(fg_synth *syn, const int32_t *tokens) {
     int refused = 0;
     for (int32_t pos = N; pos < N + 4; pos++) {
         for (int32_t l = 0; l < L; l++) {
-            fg_synth_qkv(syn, l, &tokens[pos], pos, 1, dq, dk, dv);
+            synth_qkv(syn, l, &tokens[pos], pos, 1, dq, dk, dv);
             fg_status st = fg_decode(a, l, 1, &sa, &tokens[pos], dq, dk, dv, oa);
             if (st == FG_ERR_OUT_OF_MEMORY) {
                 refused++;
@@ -488,14 +516,14 @@ static void test_pool_cap(fg_synth *syn, const int32_t *tokens) {
 
 int main(void) {
     test_seed("test_errors");
-    fg_synth syn;
-    EXPECT(fg_synth_create(L, HQ, HKV, D, 11, &syn) == FG_OK, "synth");
+    synth syn;
+    EXPECT(synth_create(L, HQ, HKV, D, 11, &syn) == FG_OK, "synth");
     test_params_and_classes();
     test_context_create(&syn);
 
     twin t = {.syn = &syn, .pos = N};
     for (int32_t i = 0; i < MAXLEN; i++)
-        t.tokens[i] = fg_synth_token(&syn, i);
+        t.tokens[i] = synth_token(&syn, i);
     fg_context_params p = base_params(&syn);
     EXPECT_OK(NULL, fg_context_create(&p, &t.bad));
     EXPECT_OK(NULL, fg_context_create(&p, &t.good));
@@ -515,6 +543,6 @@ int main(void) {
     fg_context_destroy(&t.good);
 
     test_pool_cap(&syn, t.tokens);
-    fg_synth_destroy(&syn);
+    synth_destroy(&syn);
     return test_finish();
 }

@@ -23,7 +23,7 @@
 #include "tests/support/harness.h"
 #include "model/llama2c.h"
 #include "model/runner.h"
-#include "tests/support/synth.h"
+#include "tools/synth.h"
 #include "model/tokenizer.h"
 #include "model/io.h"
 
@@ -51,7 +51,7 @@ typedef struct side {
 
 typedef struct world {
     const char *backend;
-    fg_synth syn;
+    synth syn;
     int32_t tokens[SEQS][MAXLEN];
     int32_t len[SEQS][L]; /* tokens each sequence has seen at each layer (twin side) */
 } world;
@@ -86,13 +86,13 @@ static fg_status run_op(world *w, side *s, const op *o, const int32_t *len) {
     case OP_PREFILL: {
         const int32_t n = k_prompt[o->a];
         static float q[MAXLEN * HQ * D], k[MAXLEN * HKV * D], v[MAXLEN * HKV * D];
-        fg_synth_qkv(&w->syn, o->b, w->tokens[o->a], 0, n, q, k, v);
+        synth_qkv(&w->syn, o->b, w->tokens[o->a], 0, n, q, k, v);
         return fg_prefill(s->ctx, s->seq[o->a], o->b, q, k, v, s->out);
     }
     case OP_CHUNK: {
         const int32_t n = k_prompt[o->a], first = n / 3, at = o->batch ? first : 0, m = o->batch ? n - first : first;
         static float q[MAXLEN * HQ * D], k[MAXLEN * HKV * D], v[MAXLEN * HKV * D];
-        fg_synth_qkv(&w->syn, o->b, w->tokens[o->a], 0, n, q, k, v);
+        synth_qkv(&w->syn, o->b, w->tokens[o->a], 0, n, q, k, v);
         return fg_prefill_chunk(s->ctx, s->seq[o->a], o->b, at, m, q + (size_t)at * HQ * D, k + (size_t)at * HKV * D,
                                 v + (size_t)at * HKV * D, s->out);
     }
@@ -104,7 +104,7 @@ static fg_status run_op(world *w, side *s, const op *o, const int32_t *len) {
                 const int32_t p = len[i * L + o->a];
                 seqs[n] = s->seq[i];
                 toks[n] = w->tokens[i][p];
-                fg_synth_qkv(&w->syn, o->a, &toks[n], p, 1, q + (size_t)n * HQ * D, k + (size_t)n * HKV * D,
+                synth_qkv(&w->syn, o->a, &toks[n], p, 1, q + (size_t)n * HQ * D, k + (size_t)n * HKV * D,
                              v + (size_t)n * HKV * D);
                 n++;
             }
@@ -140,7 +140,7 @@ static fg_status run_op(world *w, side *s, const op *o, const int32_t *len) {
     case OP_APPEND: {
         static float q[5 * HQ * D], k[5 * HKV * D], v[5 * HKV * D];
         const int32_t p = len[o->a * L + o->b];
-        fg_synth_qkv(&w->syn, o->b, &w->tokens[o->a][p], p, 5, q, k, v);
+        synth_qkv(&w->syn, o->b, &w->tokens[o->a][p], p, 5, q, k, v);
         return fg_seq_append(s->ctx, s->seq[o->a], o->b, &w->tokens[o->a][p], 5, q, k, v, s->out);
     }
     }
@@ -294,12 +294,12 @@ static long g_stride = 1;
 
 static void walk_library(const char *backend) {
     world w = {.backend = backend};
-    EXPECT_OK(NULL, fg_synth_create(L, HQ, HKV, D, 7, &w.syn));
+    EXPECT_OK(NULL, synth_create(L, HQ, HKV, D, 7, &w.syn));
     for (int32_t i = 0; i < SEQS; i++)
         for (int32_t p = 0; p < MAXLEN; p++)
-            w.tokens[i][p] = fg_synth_token(&w.syn, p + 11 * i);
+            w.tokens[i][p] = synth_token(&w.syn, p + 11 * i);
     for (int32_t i = 0; i < SEQS; i++)
-        w.tokens[i][0] = FG_SYNTH_BOS;
+        w.tokens[i][0] = SYNTH_BOS;
     op ops[128];
     const int32_t n_ops = make_script(ops);
     const long first = 1 + (long)(rng_next() % (uint64_t)g_stride);
@@ -311,7 +311,7 @@ static void walk_library(const char *backend) {
     printf("%s: %ld allocation sites walked (every %ld-th, from number %ld) over %d calls, %ld failures injected\n", backend,
            walked, g_stride, first, (int)n_ops, failures);
     EXPECT(k > 20, "%s: only %ld allocations seen: is the wrapping linked?", backend, k - 1);
-    fg_synth_destroy(&w.syn);
+    synth_destroy(&w.syn);
 }
 
 /* ------------------------------------------------------------------ loaders and runner */

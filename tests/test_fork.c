@@ -18,12 +18,12 @@
 
 #include "fastgen.h"
 #include "tests/support/harness.h"
-#include "tests/support/synth.h"
+#include "tools/synth.h"
 
 enum { L = 2, HKV = 4, G = 2, HQ = G * HKV, D = 32, N = 48, STEPS = 30, MAXLEN = N + STEPS };
 
 typedef struct world {
-    fg_synth syn;
+    synth syn;
     fg_context *ctx;
     int32_t tokens[3][MAXLEN]; /* the prompt, then continuation a, then continuation b */
 } world;
@@ -31,7 +31,7 @@ typedef struct world {
 static void prefill(world *w, int32_t seq) {
     static float q[N * HQ * D], k[N * HKV * D], v[N * HKV * D], out[N * HQ * D];
     for (int32_t l = 0; l < L; l++) {
-        fg_synth_qkv(&w->syn, l, w->tokens[0], 0, N, q, k, v);
+        synth_qkv(&w->syn, l, w->tokens[0], 0, N, q, k, v);
         EXPECT_OK(w->ctx, fg_prefill(w->ctx, seq, l, q, k, v, out));
     }
 }
@@ -43,7 +43,7 @@ static void step(world *w, int32_t n, const int32_t *seqs, const int *conts, int
     for (int32_t l = 0; l < L; l++) {
         for (int32_t i = 0; i < n; i++) {
             toks[i] = w->tokens[conts[i]][pos];
-            fg_synth_qkv(&w->syn, l, &toks[i], pos, 1, q + i * HQ * D, k + i * HKV * D, v + i * HKV * D);
+            synth_qkv(&w->syn, l, &toks[i], pos, 1, q + i * HQ * D, k + i * HKV * D, v + i * HKV * D);
             /* the continuations differ in their values too, not only in their tokens */
             for (int32_t x = 0; x < HQ * D; x++)
                 q[i * HQ * D + x] += 0.25f * (float)conts[i];
@@ -81,13 +81,13 @@ static int same_heads(fg_context *ctx, int32_t a, int32_t b) {
  * sequences' tokens, continuations 1 and 2 apart after it; f16 rows, 4
  * sequences, pages of 4. Returns whether its context opened. */
 static int open_fork_world(world *w, const char *backend, uint64_t seed) {
-    EXPECT_OK(NULL, fg_synth_create(L, HQ, HKV, D, seed, &w->syn));
+    EXPECT_OK(NULL, synth_create(L, HQ, HKV, D, seed, &w->syn));
     for (int c = 0; c < 3; c++)
         for (int32_t t = 0; t < MAXLEN; t++)
-            w->tokens[c][t] = t < N ? fg_synth_token(&w->syn, t) : fg_synth_token(&w->syn, t + 1000 * c);
+            w->tokens[c][t] = t < N ? synth_token(&w->syn, t) : synth_token(&w->syn, t + 1000 * c);
     open_context(w, backend, FG_DTYPE_F16, 4, MAXLEN, 4);
     if (!w->ctx)
-        fg_synth_destroy(&w->syn);
+        synth_destroy(&w->syn);
     return w->ctx != NULL;
 }
 
@@ -183,7 +183,7 @@ static void run(const char *backend, const char *policy) {
     EXPECT(end.pages_in_use == 0 && end.kv_bytes_held == 0, "%s %s: %lld pages left after the last owner went",
            backend, policy, (long long)end.pages_in_use);
     fg_context_destroy(&w.ctx);
-    fg_synth_destroy(&w.syn);
+    synth_destroy(&w.syn);
 }
 
 /* Append (fg_seq_append): a chunk of tokens per layer equals the same tokens
@@ -192,10 +192,10 @@ static void run(const char *backend, const char *policy) {
 static void test_append(const char *backend) {
     enum { CHUNK = 20, AFTER = 6 };
     world w;
-    EXPECT_OK(NULL, fg_synth_create(L, HQ, HKV, D, 9, &w.syn));
+    EXPECT_OK(NULL, synth_create(L, HQ, HKV, D, 9, &w.syn));
     for (int c = 0; c < 3; c++)
         for (int32_t t = 0; t < MAXLEN; t++)
-            w.tokens[c][t] = fg_synth_token(&w.syn, t);
+            w.tokens[c][t] = synth_token(&w.syn, t);
     open_context(&w, backend, FG_DTYPE_BF16, 3, N + CHUNK + AFTER, 8);
     if (!w.ctx)
         return;
@@ -211,8 +211,8 @@ static void test_append(const char *backend) {
     fg_memory(w.ctx, -1, &m0);
     int32_t bad_chunk[CHUNK];
     memcpy(bad_chunk, &w.tokens[0][N], sizeof bad_chunk);
-    bad_chunk[10] = FG_SYNTH_VOCAB + 5;
-    fg_synth_qkv(&w.syn, 0, &w.tokens[0][N], N, CHUNK, q, k, v);
+    bad_chunk[10] = SYNTH_VOCAB + 5;
+    synth_qkv(&w.syn, 0, &w.tokens[0][N], N, CHUNK, q, k, v);
     EXPECT_STATUS(w.ctx, FG_ERR_INVALID_ARGUMENT, fg_seq_append(w.ctx, a, 0, bad_chunk, CHUNK, q, k, v, out_a[0]));
     fg_memory(w.ctx, -1, &m1);
     int32_t len = -1;
@@ -223,13 +223,13 @@ static void test_append(const char *backend) {
                                                          out_a[0]));
     /* a: the chunk, layer by layer; b: the same tokens, decoded one at a time */
     for (int32_t l = 0; l < L; l++) {
-        fg_synth_qkv(&w.syn, l, &w.tokens[0][N], N, CHUNK, q, k, v);
+        synth_qkv(&w.syn, l, &w.tokens[0][N], N, CHUNK, q, k, v);
         EXPECT_OK(w.ctx, fg_seq_append(w.ctx, a, l, &w.tokens[0][N], CHUNK, q, k, v, out_a[l]));
     }
     for (int32_t i = 0; i < CHUNK; i++)
         for (int32_t l = 0; l < L; l++) {
             float q1[HQ * D], k1[HKV * D], v1[HKV * D];
-            fg_synth_qkv(&w.syn, l, &w.tokens[0][N + i], N + i, 1, q1, k1, v1);
+            synth_qkv(&w.syn, l, &w.tokens[0][N + i], N + i, 1, q1, k1, v1);
             EXPECT_OK(w.ctx, fg_decode(w.ctx, l, 1, &b, &w.tokens[0][N + i], q1, k1, v1, out_b[l] + i * HQ * D));
         }
     EXPECT(memcmp(out_a, out_b, sizeof out_a) == 0 && same_heads(w.ctx, a, b),
@@ -251,7 +251,7 @@ static void test_append(const char *backend) {
     printf("  %-4s append: a chunk of %d tokens = %d decode steps, bit for bit; refused chunks change nothing\n",
            backend, CHUNK, CHUNK);
     fg_context_destroy(&w.ctx);
-    fg_synth_destroy(&w.syn);
+    synth_destroy(&w.syn);
 }
 
 /* Chunked prefill against one-shot: sequence a prefilled at once, b in
@@ -260,13 +260,13 @@ static void test_chunked(const char *backend) {
     enum { NC = 300, AFTER = 8, LEN = NC + AFTER };
     static const int32_t plan_b[] = {64, 128, 108}, plan_c[] = {1, 36, 100, 163};
     world w;
-    EXPECT_OK(NULL, fg_synth_create(L, HQ, HKV, D, 11, &w.syn));
+    EXPECT_OK(NULL, synth_create(L, HQ, HKV, D, 11, &w.syn));
     open_context(&w, backend, FG_DTYPE_F16, 3, LEN, 16);
     if (!w.ctx)
         return;
     static int32_t tokens[LEN];
     for (int32_t t = 0; t < LEN; t++)
-        tokens[t] = fg_synth_token(&w.syn, t);
+        tokens[t] = synth_token(&w.syn, t);
     int32_t a, b, c;
     EXPECT_OK(w.ctx, fg_seq_create(w.ctx, NULL, tokens, NC, &a));
     EXPECT_OK(w.ctx, fg_seq_create(w.ctx, NULL, tokens, NC, &b));
@@ -276,7 +276,7 @@ static void test_chunked(const char *backend) {
     double worst = 0.0;
     int bits_c = 1;
     for (int32_t l = 0; l < L; l++) {
-        fg_synth_qkv(&w.syn, l, tokens, 0, NC, q, k, v);
+        synth_qkv(&w.syn, l, tokens, 0, NC, q, k, v);
         EXPECT_OK(w.ctx, fg_prefill(w.ctx, a, l, q, k, v, out_a));
         for (int pass = 0; pass < 2; pass++) {
             const int32_t *plan = pass ? plan_c : plan_b, seq = pass ? c : b;
@@ -326,7 +326,7 @@ static void test_chunked(const char *backend) {
     for (int32_t s = 0; s < AFTER; s++)
         for (int32_t l = 0; l < L; l++) {
             float q1[HQ * D], k1[HKV * D], v1[HKV * D];
-            fg_synth_qkv(&w.syn, l, &tokens[NC + s], NC + s, 1, q1, k1, v1);
+            synth_qkv(&w.syn, l, &tokens[NC + s], NC + s, 1, q1, k1, v1);
             EXPECT_OK(w.ctx, fg_decode(w.ctx, l, 1, &a, &tokens[NC + s], q1, k1, v1, oa[s] + l * HQ * D));
             EXPECT_OK(w.ctx, fg_decode(w.ctx, l, 1, &b, &tokens[NC + s], q1, k1, v1, ob[s] + l * HQ * D));
         }
@@ -342,7 +342,7 @@ static void test_chunked(const char *backend) {
     printf("  %-4s chunked prefill: 64-row chunks = one-shot bit for bit; uneven chunks %s (NMSE %.1e)\n", backend,
            bits_c ? "bit for bit too" : "within rounding", worst);
     fg_context_destroy(&w.ctx);
-    fg_synth_destroy(&w.syn);
+    synth_destroy(&w.syn);
 }
 
 /* fg_memory(ctx, -1) of forks: held and full count shared pages alike, so a
@@ -388,7 +388,7 @@ static void test_fork_memory(const char *backend) {
         EXPECT_OK(w.ctx, fg_seq_destroy(w.ctx, round == 0 ? b : round == 1 ? a : c));
     }
     fg_context_destroy(&w.ctx);
-    fg_synth_destroy(&w.syn);
+    synth_destroy(&w.syn);
 }
 
 static void run_all(const char *backend) {

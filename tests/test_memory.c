@@ -8,7 +8,7 @@
 
 #include "fastgen.h"
 #include "tests/support/harness.h"
-#include "tests/support/synth.h"
+#include "tools/synth.h"
 
 enum { LAYERS = 2, HKV = 5, G = 2, D = 32, N = 200, STEPS = 150, P = 16 };
 
@@ -39,8 +39,8 @@ static totals sum_heads(fg_context *ctx, int32_t seq) {
 
 int main(void) {
     test_seed("test_memory");
-    fg_synth syn;
-    EXPECT(fg_synth_create(LAYERS, G * HKV, HKV, D, 3, &syn) == FG_OK, "synth");
+    synth syn;
+    EXPECT(synth_create(LAYERS, G * HKV, HKV, D, 3, &syn) == FG_OK, "synth");
     fg_context_params p = test_context_params("ref", LAYERS, G * HKV, HKV, D);
     p.kv_dtype = FG_DTYPE_F16;
     p.max_seqs = 3;
@@ -53,7 +53,7 @@ int main(void) {
 
     int32_t tokens[N + STEPS];
     for (int32_t i = 0; i < N + STEPS; i++)
-        tokens[i] = fg_synth_token(&syn, i);
+        tokens[i] = synth_token(&syn, i);
     const int32_t Hq = G * HKV;
     float *q = malloc((size_t)N * Hq * D * sizeof(float)), *out = malloc((size_t)N * Hq * D * sizeof(float));
     float *k = malloc((size_t)N * HKV * D * sizeof(float)), *v = malloc((size_t)N * HKV * D * sizeof(float));
@@ -66,7 +66,7 @@ int main(void) {
     EXPECT_OK(ctx, fg_seq_create(ctx, NULL, tokens, N, &s_fast));
     EXPECT_OK(ctx, fg_seq_create(ctx, &local, tokens, N, &s_local));
     for (int32_t l = 0; l < LAYERS; l++) {
-        fg_synth_qkv(&syn, l, tokens, 0, N, q, k, v);
+        synth_qkv(&syn, l, tokens, 0, N, q, k, v);
         EXPECT_OK(ctx, fg_prefill(ctx, s_fast, l, q, k, v, out));
         EXPECT_OK(ctx, fg_prefill(ctx, s_local, l, q, k, v, out));
     }
@@ -97,7 +97,7 @@ int main(void) {
     for (int32_t step = 0; step < STEPS; step++) {
         int32_t pos = N + step, toks[2] = {tokens[pos], tokens[pos]};
         for (int32_t l = 0; l < LAYERS; l++) {
-            fg_synth_qkv(&syn, l, &tokens[pos], pos, 1, dq[0], dk[0], dv[0]);
+            synth_qkv(&syn, l, &tokens[pos], pos, 1, dq[0], dk[0], dv[0]);
             memcpy(dq[1], dq[0], sizeof dq[0]);
             memcpy(dk[1], dk[0], sizeof dk[0]);
             memcpy(dv[1], dv[0], sizeof dv[0]);
@@ -126,7 +126,7 @@ int main(void) {
     int32_t s_again = -1;
     EXPECT_OK(ctx, fg_seq_create(ctx, NULL, tokens, N, &s_again));
     for (int32_t l = 0; l < LAYERS; l++) {
-        fg_synth_qkv(&syn, l, tokens, 0, N, q, k, v);
+        synth_qkv(&syn, l, tokens, 0, N, q, k, v);
         EXPECT_OK(ctx, fg_prefill(ctx, s_again, l, q, k, v, out));
     }
     EXPECT_OK(ctx, fg_memory(ctx, -1, &m));
@@ -145,6 +145,6 @@ int main(void) {
     free(v);
     free(out);
     fg_context_destroy(&ctx);
-    fg_synth_destroy(&syn);
+    synth_destroy(&syn);
     return test_finish();
 }

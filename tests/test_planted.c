@@ -8,12 +8,12 @@
 
 #include "fastgen.h"
 #include "tests/support/harness.h"
-#include "tests/support/synth.h"
+#include "tools/synth.h"
 
 static void run(int32_t d, int32_t G, int32_t observation_window) {
-    const int32_t Hkv = FG_SYNTH_N_TYPES, Hq = G * Hkv, n = 512, layers = 2;
-    fg_synth syn;
-    EXPECT(fg_synth_create(layers, Hq, Hkv, d, 7, &syn) == FG_OK, "synth");
+    const int32_t Hkv = SYNTH_N_TYPES, Hq = G * Hkv, n = 512, layers = 2;
+    synth syn;
+    EXPECT(synth_create(layers, Hq, Hkv, d, 7, &syn) == FG_OK, "synth");
     fg_context_params p = test_context_params("cpu", layers, Hq, Hkv, d);
     p.kv_dtype = FG_DTYPE_F16;
     p.max_seq_len = n;
@@ -24,7 +24,7 @@ static void run(int32_t d, int32_t G, int32_t observation_window) {
 
     int32_t tokens[512];
     for (int32_t i = 0; i < n; i++)
-        tokens[i] = fg_synth_token(&syn, i);
+        tokens[i] = synth_token(&syn, i);
     size_t nq = (size_t)n * Hq * d, nk = (size_t)n * Hkv * d;
     float *q = malloc(nq * sizeof *q), *k = malloc(nk * sizeof *k), *v = malloc(nk * sizeof *v);
     float *out = malloc(nq * sizeof *out);
@@ -32,16 +32,16 @@ static void run(int32_t d, int32_t G, int32_t observation_window) {
     EXPECT_OK(ctx, fg_seq_create(ctx, NULL, tokens, n, &seq));
     int32_t agree = 0;
     for (int32_t l = 0; l < layers; l++) {
-        fg_synth_qkv(&syn, l, tokens, 0, n, q, k, v);
+        synth_qkv(&syn, l, tokens, 0, n, q, k, v);
         EXPECT_OK(ctx, fg_prefill(ctx, seq, l, q, k, v, out));
         for (int32_t g = 0; g < Hkv; g++) {
             fg_head_info info;
             EXPECT_OK(ctx, fg_head_inspect(ctx, seq, l, g, &info));
-            fg_synth_type type = syn.types[l * Hkv + g];
-            int32_t want = fg_synth_expected_entry(type);
+            synth_type type = syn.types[l * Hkv + g];
+            int32_t want = synth_expected_entry(type);
             EXPECT(info.policy_index == want,
                    "d=%d G=%d obs=%d layer %d head %d planted %s: chose entry %d (recoveries %.3f %.3f %.3f %.3f)",
-                   (int)d, (int)G, (int)observation_window, (int)l, (int)g, fg_synth_type_name(type),
+                   (int)d, (int)G, (int)observation_window, (int)l, (int)g, synth_type_name(type),
                    (int)info.policy_index, (double)info.recovery[0], (double)info.recovery[1],
                    (double)info.recovery[2], (double)info.recovery[3]);
             agree += info.policy_index == want;
@@ -54,7 +54,7 @@ static void run(int32_t d, int32_t G, int32_t observation_window) {
     free(v);
     free(out);
     fg_context_destroy(&ctx);
-    fg_synth_destroy(&syn);
+    synth_destroy(&syn);
 }
 
 int main(void) {

@@ -24,12 +24,12 @@
 #include "fastgen.h"
 #include "tests/support/harness.h"
 #include "common/dtype.h"
-#include "tests/support/synth.h"
+#include "tools/synth.h"
 
 enum { L = 2, HKV = 5, G = 2, HQ = G * HKV, D = 32, N = 48, MAXLEN = 160 };
 
 typedef struct world {
-    fg_synth syn;
+    synth syn;
     fg_context *ctx;
     fg_dtype dtype;
     int32_t tokens[MAXLEN];
@@ -42,19 +42,19 @@ static world g_w; /* large: static */
 /* The rows of every position; with `swap_from` >= 0, the chunk rows at and
  * after it take, in the layer's SINK head, the queries of its LOCAL head. */
 static void world_init(world *w, uint64_t seed, fg_dtype dtype, int32_t swap_from) {
-    EXPECT_OK(NULL, fg_synth_create(L, HQ, HKV, D, seed, &w->syn));
+    EXPECT_OK(NULL, synth_create(L, HQ, HKV, D, seed, &w->syn));
     w->dtype = dtype;
     for (int32_t t = 0; t < MAXLEN; t++)
-        w->tokens[t] = fg_synth_token(&w->syn, t);
+        w->tokens[t] = synth_token(&w->syn, t);
     fg_token_classes_classify(w->syn.classes, w->tokens, MAXLEN, 0, w->cls);
     for (int32_t l = 0; l < L; l++) {
-        fg_synth_qkv(&w->syn, l, w->tokens, 0, MAXLEN, w->q[l], w->k[l], w->v[l]);
+        synth_qkv(&w->syn, l, w->tokens, 0, MAXLEN, w->q[l], w->k[l], w->v[l]);
         if (swap_from < 0)
             continue;
         int32_t sink = -1, local = -1;
         for (int32_t g = 0; g < HKV; g++) {
-            sink = w->syn.types[l * HKV + g] == FG_SYNTH_SINK ? g : sink;
-            local = w->syn.types[l * HKV + g] == FG_SYNTH_LOCAL ? g : local;
+            sink = w->syn.types[l * HKV + g] == SYNTH_SINK ? g : sink;
+            local = w->syn.types[l * HKV + g] == SYNTH_LOCAL ? g : local;
         }
         for (int32_t t = swap_from; t < MAXLEN; t++)
             memcpy(&w->q[l][((size_t)t * HQ + sink * G) * D], &w->q[l][((size_t)t * HQ + local * G) * D],
@@ -378,7 +378,7 @@ static void test_brute(const char *backend, const char *preset, fg_dtype dtype, 
         EXPECT(skipped > 0 && changed > 0, "%s: the swapped case left no entry out of reach (the check did not run)",
                backend);
     fg_context_destroy(&ctx);
-    fg_synth_destroy(&w->syn);
+    synth_destroy(&w->syn);
 }
 
 /* A full cache, re-profiled: the chunk equals a one-shot prefill's rows. */
@@ -429,7 +429,7 @@ static void test_full(const char *backend) {
     printf("  %-4s full cache: a re-profiled chunk of %d = one-shot prefill %s (NMSE %.1e)\n", backend, C,
            bits ? "bit for bit" : "within rounding", worst);
     fg_context_destroy(&ctx);
-    fg_synth_destroy(&w->syn);
+    synth_destroy(&w->syn);
 }
 
 /* A conversation on `backend` and on ref: the same choices and kept rows. */
@@ -499,7 +499,7 @@ static void test_convo(const char *backend) {
     printf("  %-4s conversation (append 20, decode 6, append 30, decode 5, append 9): policies and kept rows = ref, "
            "outputs NMSE %.1e, %zu KV bytes held\n",
            backend, e, got.held);
-    fg_synth_destroy(&w->syn);
+    synth_destroy(&w->syn);
 }
 
 /* A fork that re-profiles leaves its parent as an independent sequence; a
@@ -525,7 +525,7 @@ static void test_fork_and_refusal(const char *backend) {
     fg_memory(ctx, -1, &m0);
     int32_t bad[C];
     memcpy(bad, &w->tokens[N], sizeof bad);
-    bad[C - 1] = FG_SYNTH_VOCAB + 1;
+    bad[C - 1] = SYNTH_VOCAB + 1;
     EXPECT_STATUS(ctx, FG_ERR_INVALID_ARGUMENT, fg_seq_append(ctx, child, 0, bad, C, &w->q[0][(size_t)N * HQ * D],
                                                              &w->k[0][(size_t)N * HKV * D], &w->v[0][(size_t)N * HKV * D], out));
     fg_memory(ctx, -1, &m1);
@@ -564,7 +564,7 @@ static void test_fork_and_refusal(const char *backend) {
     EXPECT_STATUS(ctx, FG_ERR_INVALID_ARGUMENT, fg_seq_create(ctx, &cp, w->tokens, N, &x));
     printf("  %-4s fork: a re-profiled child leaves its parent = its twin; refused chunks change nothing\n", backend);
     fg_context_destroy(&ctx);
-    fg_synth_destroy(&w->syn);
+    synth_destroy(&w->syn);
 }
 
 static void run(const char *backend) {

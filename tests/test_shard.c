@@ -14,7 +14,7 @@
 
 #include "fastgen.h"
 #include "tests/support/harness.h"
-#include "tests/support/synth.h"
+#include "tools/synth.h"
 
 enum { L = 2, HKV = 4, G = 2, HQ = G * HKV, D = 32, N = 160, STEPS = 24, RANKS = 2, RKV = HKV / RANKS };
 enum { RQ = RKV * G, MAXLEN = N + STEPS };
@@ -25,7 +25,7 @@ typedef struct shard_run {
     int32_t kv0, n_kv; /* the KV heads it owns */
 } shard_run;
 
-static void open_run(const char *backend, const fg_synth *syn, const fg_compression_params *cp, int32_t kv0,
+static void open_run(const char *backend, const synth *syn, const fg_compression_params *cp, int32_t kv0,
                      int32_t n_kv, shard_run *r) {
     fg_context_params p = test_context_params(backend, L, n_kv * G, n_kv, D);
     p.max_seqs = 1;
@@ -46,7 +46,7 @@ static void slice(const float *x, int32_t n, int32_t H, int32_t h0, int32_t nh, 
 
 /* Prefill and decode of the whole model (one run) and of its shards; returns
  * whether the outputs agree bit for bit (sharded == whole). */
-static int compare(const char *backend, const fg_synth *syn, const char *preset, shard_run *whole,
+static int compare(const char *backend, const synth *syn, const char *preset, shard_run *whole,
                    shard_run shard[RANKS], const int32_t *tokens) {
     fg_compression_params cp;
     EXPECT_OK(NULL, fg_compression_params_preset(preset, &cp));
@@ -63,7 +63,7 @@ static int compare(const char *backend, const fg_synth *syn, const char *preset,
     for (int32_t step = -1; step < STEPS; step++) { /* -1: the prompt */
         const int32_t pos = step < 0 ? 0 : N + step, n = step < 0 ? N : 1;
         for (int32_t l = 0; l < L; l++) {
-            fg_synth_qkv(syn, l, tokens + pos, pos, n, q, k, v);
+            synth_qkv(syn, l, tokens + pos, pos, n, q, k, v);
             EXPECT_OK(whole->ctx, step < 0 ? fg_prefill(whole->ctx, whole->seq, l, q, k, v, out)
                                            : fg_decode(whole->ctx, l, 1, &whole->seq, &tokens[pos], q, k, v, out));
             for (int r = 0; r < RANKS; r++) {
@@ -88,11 +88,11 @@ static void close_runs(shard_run *whole, shard_run shard[RANKS]) {
 }
 
 static void run(const char *backend) {
-    fg_synth syn;
-    EXPECT_OK(NULL, fg_synth_create(L, HQ, HKV, D, 11, &syn));
+    synth syn;
+    EXPECT_OK(NULL, synth_create(L, HQ, HKV, D, 11, &syn));
     int32_t tokens[MAXLEN];
     for (int32_t t = 0; t < MAXLEN; t++)
-        tokens[t] = fg_synth_token(&syn, t);
+        tokens[t] = synth_token(&syn, t);
 
     /* the paper's mode and every fixed policy: the shards are the whole, bit for bit */
     const char *per_head[] = {"fastgen", "full", "streamingllm", "h2o", "local", "frequent", "snapkv", "tova"};
@@ -148,7 +148,7 @@ static void run(const char *backend) {
     }
     printf("  %-4s sharded over %d ranks: fastgen and 7 fixed policies equal the whole model bit for bit\n", backend,
            RANKS);
-    fg_synth_destroy(&syn);
+    synth_destroy(&syn);
 }
 
 int main(int argc, char **argv) {

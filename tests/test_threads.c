@@ -16,7 +16,7 @@
 
 #include "fastgen.h"
 #include "tests/support/harness.h"
-#include "tests/support/synth.h"
+#include "tools/synth.h"
 
 enum { L = 2, HKV = 2, G = 2, HQ = G * HKV, D = 32, N = 48, STEPS = 40, SEQS = 2, JOBS = 4, REPEATS = 2 };
 
@@ -37,8 +37,8 @@ static void *run_job(void *arg) {
     job *j = arg;
     j->n_out = 0;
     j->status = FG_OK;
-    fg_synth syn;
-    fg_status st = fg_synth_create(L, HQ, HKV, D, 100 + (uint64_t)j->index, &syn);
+    synth syn;
+    fg_status st = synth_create(L, HQ, HKV, D, 100 + (uint64_t)j->index, &syn);
     fg_context *ctx = NULL;
     if (st == FG_OK) {
         fg_context_params p = test_context_params(j->backend, L, HQ, HKV, D);
@@ -65,12 +65,12 @@ static void *run_job(void *arg) {
     static _Thread_local float q[(N + STEPS) * HQ * D], k[(N + STEPS) * HKV * D], v[(N + STEPS) * HKV * D];
     for (int32_t s = 0; s < SEQS && st == FG_OK; s++) {
         for (int32_t t = 0; t < N + STEPS; t++)
-            tokens[s][t] = fg_synth_token(&syn, t + 17 * s + j->index);
+            tokens[s][t] = synth_token(&syn, t + 17 * s + j->index);
         fg_compression_params cp;
         fg_compression_params_preset(presets[s], &cp);
         st = fg_seq_create(ctx, &cp, tokens[s], N - 5 * s, &seqs[s]);
         for (int32_t l = 0; l < L && st == FG_OK; l++) {
-            fg_synth_qkv(&syn, l, tokens[s], 0, N - 5 * s, q, k, v);
+            synth_qkv(&syn, l, tokens[s], 0, N - 5 * s, q, k, v);
             st = fg_prefill(ctx, seqs[s], l, q, k, v, j->out + j->n_out);
             j->n_out += (size_t)(N - 5 * s) * HQ * D;
         }
@@ -81,7 +81,7 @@ static void *run_job(void *arg) {
             for (int32_t s = 0; s < SEQS; s++) {
                 const int32_t pos = N - 5 * s + step;
                 toks[s] = tokens[s][pos];
-                fg_synth_qkv(&syn, l, &toks[s], pos, 1, q + (size_t)s * HQ * D, k + (size_t)s * HKV * D,
+                synth_qkv(&syn, l, &toks[s], pos, 1, q + (size_t)s * HQ * D, k + (size_t)s * HKV * D,
                              v + (size_t)s * HKV * D);
             }
             st = fg_decode(ctx, l, SEQS, seqs, toks, q, k, v, j->out + j->n_out);
@@ -98,7 +98,7 @@ static void *run_job(void *arg) {
         snprintf(j->error, sizeof j->error, "%s", ctx ? fg_last_error(ctx) : fg_last_error(NULL));
     j->status = st;
     fg_context_destroy(&ctx);
-    fg_synth_destroy(&syn);
+    synth_destroy(&syn);
     return NULL;
 }
 
@@ -110,7 +110,7 @@ static void *run_job(void *arg) {
  * outputs and kept counts, appended to out. */
 enum { LONG_N = 2100, LONG_STEPS = 6 };
 
-static size_t long_decode(const fg_synth *syn, fg_threadpool *pool, float *out) {
+static size_t long_decode(const synth *syn, fg_threadpool *pool, float *out) {
     fg_context_params p = test_context_params("cpu", 1, HQ, HKV, D);
     p.max_seqs = 2;
     p.max_seq_len = LONG_N + LONG_STEPS;
@@ -122,7 +122,7 @@ static size_t long_decode(const fg_synth *syn, fg_threadpool *pool, float *out) 
     static int32_t tokens[LONG_N + LONG_STEPS];
     static float q[LONG_N * HQ * D], k[LONG_N * HKV * D], v[LONG_N * HKV * D], o[LONG_N * HQ * D];
     for (int32_t t = 0; t < LONG_N + LONG_STEPS; t++)
-        tokens[t] = fg_synth_token(syn, t);
+        tokens[t] = synth_token(syn, t);
     const char *presets[2] = {"full", "h2o"};
     int32_t seqs[2];
     size_t n = 0;
@@ -130,13 +130,13 @@ static size_t long_decode(const fg_synth *syn, fg_threadpool *pool, float *out) 
         fg_compression_params cp;
         fg_compression_params_preset(presets[s], &cp);
         EXPECT(fg_seq_create(ctx, &cp, tokens, LONG_N, &seqs[s]) == FG_OK, "long seq");
-        fg_synth_qkv(syn, 0, tokens, 0, LONG_N, q, k, v);
+        synth_qkv(syn, 0, tokens, 0, LONG_N, q, k, v);
         EXPECT(fg_prefill(ctx, seqs[s], 0, q, k, v, o) == FG_OK, "long prefill: %s", fg_last_error(ctx));
     }
     for (int32_t step = 0; step < LONG_STEPS; step++) {
         int32_t toks[2] = {tokens[LONG_N + step], tokens[LONG_N + step]};
         for (int s = 0; s < 2; s++)
-            fg_synth_qkv(syn, 0, &toks[s], LONG_N + step, 1, q + (size_t)s * HQ * D, k + (size_t)s * HKV * D,
+            synth_qkv(syn, 0, &toks[s], LONG_N + step, 1, q + (size_t)s * HQ * D, k + (size_t)s * HKV * D,
                          v + (size_t)s * HKV * D);
         EXPECT(fg_decode(ctx, 0, 2, seqs, toks, q, k, v, out + n) == FG_OK, "long decode: %s", fg_last_error(ctx));
         n += (size_t)2 * HQ * D;
@@ -240,8 +240,8 @@ static void test_pool(const char *spin) {
     EXPECT(!atomic_load(&j.nested_bad), "a NULL pool runs serially");
 
     /* contexts that share the pool; n_threads must agree with it */
-    fg_synth syn;
-    EXPECT(fg_synth_create(L, HQ, HKV, D, 7, &syn) == FG_OK, "synthetic workload");
+    synth syn;
+    EXPECT(synth_create(L, HQ, HKV, D, 7, &syn) == FG_OK, "synthetic workload");
     fg_context_params p = test_context_params("cpu", L, HQ, HKV, D);
     p.classes = syn.classes;
     p.threadpool = pool;
@@ -258,7 +258,7 @@ static void test_pool(const char *spin) {
     const size_t n = long_decode(&syn, pool, on_pool);
     EXPECT(n == long_decode(&syn, NULL, serial) && memcmp(on_pool, serial, n * sizeof(float)) == 0,
            "spin %s: decode steps of %d rows on 3 threads equal the serial ones bit for bit", spin, 2 * LONG_N);
-    fg_synth_destroy(&syn);
+    synth_destroy(&syn);
     fg_threadpool_destroy(&pool);
 }
 
@@ -270,7 +270,7 @@ enum { RACE_N = 40, RACE_STEPS = 40 };
 
 typedef struct racer {
     fg_context *ctx;
-    const fg_synth *syn;
+    const synth *syn;
     int32_t seq, n;
     float *out;     /* [RACE_STEPS][L][HQ * D] */
     int32_t refused, wrong;
@@ -282,8 +282,8 @@ static void *race(void *arg) {
     float q[HQ * D], k[HKV * D], v[HKV * D];
     for (int32_t s = 0; s < RACE_STEPS; s++)
         for (int32_t l = 0; l < L; l++) {
-            const int32_t p = r->n + s, tok = fg_synth_token(r->syn, p);
-            fg_synth_qkv(r->syn, l, &tok, p, 1, q, k, v);
+            const int32_t p = r->n + s, tok = synth_token(r->syn, p);
+            synth_qkv(r->syn, l, &tok, p, 1, q, k, v);
             for (;;) {
                 const fg_status st =
                     fg_decode(r->ctx, l, 1, &r->seq, &tok, q, k, v, r->out + ((size_t)s * L + l) * HQ * D);
@@ -304,8 +304,8 @@ static void *race(void *arg) {
 }
 
 static void shared_context(const char *backend) {
-    fg_synth syn;
-    EXPECT(fg_synth_create(L, HQ, HKV, D, 7, &syn) == FG_OK, "synth");
+    synth syn;
+    EXPECT(synth_create(L, HQ, HKV, D, 7, &syn) == FG_OK, "synth");
     fg_context *ctx[2] = {NULL, NULL}; /* [0]: two threads at once; [1]: one after the other */
     racer r[2][2];
     float *outs = malloc((size_t)4 * RACE_STEPS * L * HQ * D * sizeof(float));
@@ -323,11 +323,11 @@ static void shared_context(const char *backend) {
             float *q = malloc((size_t)n * HQ * D * sizeof *q), *k = malloc((size_t)n * HKV * D * sizeof *k);
             float *v = malloc((size_t)n * HKV * D * sizeof *v), *o = malloc((size_t)n * HQ * D * sizeof *o);
             for (int32_t t = 0; t < n; t++)
-                tokens[t] = fg_synth_token(&syn, t);
+                tokens[t] = synth_token(&syn, t);
             r[c][i] = (racer){.ctx = ctx[c], .syn = &syn, .n = n, .out = outs + (size_t)(2 * c + i) * RACE_STEPS * L * HQ * D};
             EXPECT_OK(ctx[c], fg_seq_create(ctx[c], &cp, tokens, n, &r[c][i].seq));
             for (int32_t l = 0; l < L; l++) {
-                fg_synth_qkv(&syn, l, tokens, 0, n, q, k, v);
+                synth_qkv(&syn, l, tokens, 0, n, q, k, v);
                 EXPECT_OK(ctx[c], fg_prefill(ctx[c], r[c][i].seq, l, q, k, v, o));
             }
             free(tokens);
@@ -361,7 +361,7 @@ static void shared_context(const char *backend) {
     for (int c = 0; c < 2; c++)
         fg_context_destroy(&ctx[c]);
     free(outs);
-    fg_synth_destroy(&syn);
+    synth_destroy(&syn);
 }
 
 int main(int argc, char **argv) {

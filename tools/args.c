@@ -437,9 +437,7 @@ int cli_compression(const char *cmd, const cli_opts *o, fg_compression_params *c
     /* --budget: FastGen's budget mode (its finer shortlist) unless another policy is named */
     const char *policy = o->budget > 0.0f && !strcmp(o->policy, "fastgen") ? "fastgen-budget" : o->policy;
     if (fg_compression_params_preset(policy, cp) != FG_OK)
-        return cli_usage(cmd, "unknown policy \"%s\" (fastgen, fastgen-budget, fastgen-adaptive, full, streamingllm, h2o, "
-                              "local, frequent, snapkv, adakv, tova)",
-                         o->policy);
+        return cli_usage(cmd, "%s", fg_last_error(NULL)); /* the name, and the presets the library knows */
     if (o->budget > 0.0f) {
         if (strcmp(policy, "fastgen-budget") && strcmp(policy, "fastgen-adaptive"))
             return cli_usage(cmd, "--budget applies to FastGen's budget modes (--policy fastgen-adaptive, fastgen or "

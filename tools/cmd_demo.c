@@ -8,7 +8,7 @@
 #include "tools/cli.h"
 #include "tools/cmd_generate_serve.h"
 #include "tools/svg.h"
-#include "tests/support/synth.h"
+#include "tools/synth.h"
 #include "model/io.h"
 
 static int demo_fail(const char *what, fg_status st, const fg_context *ctx) {
@@ -120,8 +120,8 @@ static int demo_synthetic(int argc, char **argv) {
     if (rc)
         return rc < 0 ? 0 : rc;
 
-    fg_synth syn;
-    fg_status st = fg_synth_create(o.layers, o.q_heads, o.kv_heads, o.dim, o.seed, &syn);
+    synth syn;
+    fg_status st = synth_create(o.layers, o.q_heads, o.kv_heads, o.dim, o.seed, &syn);
     if (st)
         return demo_fail("synthetic workload", st, NULL);
     fg_context_params cp;
@@ -140,7 +140,7 @@ static int demo_synthetic(int argc, char **argv) {
     fg_context *ctx = NULL;
     st = fg_context_create(&cp, &ctx);
     if (st) {
-        fg_synth_destroy(&syn);
+        synth_destroy(&syn);
         return demo_fail("context", st, NULL);
     }
 
@@ -166,7 +166,7 @@ static int demo_synthetic(int argc, char **argv) {
         goto done;
     }
     for (int32_t p = 0; p < total; p++)
-        tokens[p] = fg_synth_token(&syn, p);
+        tokens[p] = synth_token(&syn, p);
 
     /* every sequence sees the same stream: a batch of identical requests */
     double t0 = cli_now();
@@ -177,7 +177,7 @@ static int demo_synthetic(int argc, char **argv) {
         }
     }
     for (int32_t l = 0; l < o.layers; l++) {
-        fg_synth_qkv(&syn, l, tokens, 0, n, q, k, v);
+        synth_qkv(&syn, l, tokens, 0, n, q, k, v);
         for (int32_t b = 0; b < B; b++)
             if ((st = fg_prefill(ctx, seqs[b], l, q, k, v, out))) {
                 rc = demo_fail("prefill", st, ctx);
@@ -195,7 +195,7 @@ static int demo_synthetic(int argc, char **argv) {
         const int32_t p = n + step;
         for (int32_t l = 0; l < o.layers; l++) {
             double ts = cli_now();
-            fg_synth_qkv(&syn, l, &tokens[p], p, 1, dq, dk, dv);
+            synth_qkv(&syn, l, &tokens[p], p, 1, dq, dk, dv);
             for (int32_t b = 1; b < B; b++) {
                 memcpy(dq + (size_t)b * Hq * d, dq, (size_t)Hq * d * sizeof *dq);
                 memcpy(dk + (size_t)b * Hkv * d, dk, (size_t)Hkv * d * sizeof *dk);
@@ -228,7 +228,7 @@ static int demo_synthetic(int argc, char **argv) {
                 goto done;
             }
             const char letters[] = "SPFLX";
-            int32_t expected = fg_synth_expected_entry(syn.types[l * Hkv + g]);
+            int32_t expected = synth_expected_entry(syn.types[l * Hkv + g]);
             int ok = info.policy_index == expected;
             char c = info.policy_index < 5 ? letters[info.policy_index] : '?';
             putchar(ok ? c : c - 'A' + 'a');
@@ -276,7 +276,7 @@ done:
     free(seqs);
     free(dtok);
     fg_context_destroy(&ctx);
-    fg_synth_destroy(&syn);
+    synth_destroy(&syn);
     return rc;
 }
 
@@ -505,9 +505,9 @@ static int demo_model(const char *model, const char *tokenizer, const char *svg_
     snprintf(subtitle, sizeof subtitle, "%s: %d prompt + %d generated tokens, FastGen adaptive (budget 50%%), KV rows "
              "kept %.0f%%", slash ? slash + 1 : model, (int)n_prompt, (int)(len[1] - n_prompt),
              100.0 * (double)adaptive.rows_kept / (double)(adaptive.rows_full ? adaptive.rows_full : 1));
-    const fg_svg_profile_data pd = {subtitle, L, H, policy, kept, recovery, name_ptr, E};
+    const svg_profile_data pd = {subtitle, L, H, policy, kept, recovery, name_ptr, E};
     FILE *f = fopen(svg_path, "w");
-    int wrote = f && fg_svg_profile(f, &pd) == 0 && !ferror(f);
+    int wrote = f && svg_profile(f, &pd) == 0 && !ferror(f);
     if (f)
         wrote = fclose(f) == 0 && wrote;
     free(policy);

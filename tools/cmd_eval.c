@@ -9,7 +9,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "tools/cli.h"
@@ -122,26 +121,20 @@ out:
     return st;
 }
 
-/* ceil(r t) as the library computes it (ratios in parts per million). */
-static int64_t ceil_ratio(double r, int64_t t) {
-    int64_t ppm = llround(r * 1e6);
-    return (ppm * t + 999999) / 1000000;
-}
-
-/* Rows a one-entry baseline keeps at length t (its budgets are deterministic;
- * the stories have no special token after BOS, which the sinks hold). */
+/* Rows a one-entry baseline keeps at length t, by the library's w(t) and
+ * k(t) (its budgets are deterministic; the stories have no special token
+ * after BOS, which the sinks hold). h2o splits r between its window and its
+ * heavy hitters. */
 static int64_t baseline_rows(const char *family, double r, int64_t t, int32_t n_sink) {
-    int64_t w = ceil_ratio(r, t) < 1 ? 1 : ceil_ratio(r, t), k = ceil_ratio(r, t), rows;
-    if (!strcmp(family, "h2o")) {
-        int64_t half = ceil_ratio(r / 2, t);
-        rows = (half < 1 ? 1 : half) + half;
-    } else if (!strcmp(family, "streamingllm")) {
-        rows = n_sink + w;
-    } else if (!strcmp(family, "local")) {
-        rows = w;
-    } else {
-        rows = k;
-    }
+    const int split = !strcmp(family, "h2o");
+    const fg_policy e = {0, (float)(split ? r / 2 : r), (float)(split ? r / 2 : r), 0, 0};
+    int32_t w, k;
+    if (fg_policy_rows(&e, (int32_t)t, &w, &k) != FG_OK)
+        return t;
+    const int64_t rows = split                           ? (int64_t)w + k
+                         : !strcmp(family, "streamingllm") ? (int64_t)n_sink + w
+                         : !strcmp(family, "local")        ? w
+                                                           : k;
     return rows < t ? rows : t;
 }
 
@@ -153,16 +146,19 @@ static void baseline_params(const char *family, double rho, int32_t t0, int32_t 
     for (int64_t t = t0; t < t1; t++)
         full += t;
     double lo = 0.0, hi = 1.0;
+    int64_t rows_lo = 0, rows_hi = 0; /* lo keeps fewer rows than the target, hi at least as many */
     for (int it = 0; it < 40; it++) {
         double mid = 0.5 * (lo + hi);
         int64_t rows = 0;
         for (int64_t t = t0; t < t1; t++)
             rows += baseline_rows(family, mid, t, cp->n_sink);
         if ((double)rows < rho * (double)full)
-            lo = mid;
+            lo = mid, rows_lo = rows;
         else
-            hi = mid;
+            hi = mid, rows_hi = rows;
     }
+    if (rows_hi > 0 && (double)rows_hi - rho * (double)full < rho * (double)full - (double)rows_lo)
+        lo = hi; /* the closer of the two */
     fg_policy *p = &cp->shortlist[0];
     if (!strcmp(family, "h2o"))
         p->ratio_local = p->ratio_frequent = (float)(lo / 2);
@@ -237,8 +233,8 @@ static const char *k_eval_help =
     "options:\n"
     "  -m, --model FILE     GGUF file or llama2.c checkpoint (default: found as for generate)\n"
     "  -z, --tokenizer FILE llama2.c tokenizer (default: tok512.bin beside the model)\n"
-    "  --prompts FILE       one prompt per line, \\n for a newline in one (default tests/data/prompts.txt,\n"
-    "                       here or in the source tree fastgen was built from; - for standard input)\n"
+    "  --prompts FILE       one prompt per line, \\n for a newline in one; - for standard input\n"
+    "                       (default: 32 story openings built into fastgen, tools/prompts.txt)\n"
     "  --limit K            only the first K prompts (--chat: conversations)\n"
     "  -n, --steps N        reference tokens per prompt (default 128)\n"
     "  --backend NAME       ref | cpu | cuda | hip (default cpu)\n"
@@ -318,12 +314,11 @@ static int eval_option(void *user, const char *opt, const char *val, int *used) 
     return 2;
 }
 
-static char **read_prompts(const char *path, int32_t *n) {
-    size_t size;
+/* The prompts of `text` (owned by the result): one per line, "\n" a newline
+ * inside one, blank lines and lines starting with # skipped. lines[0] owns
+ * the buffer, the prompts follow. `name` names the set in messages. */
+static char **parse_prompts(char *text, size_t size, const char *name, int32_t *n) {
     *n = 0;
-    char *text = cli_read_text("eval", path, &size);
-    if (!text)
-        return NULL;
     char **lines = calloc(size / 2 + 2, sizeof *lines);
     if (!lines) {
         free(text);
@@ -346,13 +341,32 @@ static char **read_prompts(const char *path, int32_t *n) {
     }
     if (count == 0) {
         fprintf(stderr, "fastgen eval: %s holds no prompt (one prompt per line; blank lines and lines starting "
-                        "with # are skipped)\n", path);
+                        "with # are skipped)\n", name);
         free(text);
         free(lines);
         return NULL;
     }
     *n = count;
     return lines;
+}
+
+static char **read_prompts(const char *path, int32_t *n) {
+    size_t size;
+    *n = 0;
+    char *text = cli_read_text("eval", path, &size);
+    return text ? parse_prompts(text, size, path, n) : NULL;
+}
+
+static char **default_prompts(int32_t *n) {
+    *n = 0;
+    const size_t size = strlen(cli_default_prompts);
+    char *text = malloc(size + 1);
+    if (!text) {
+        fprintf(stderr, "fastgen eval: out of memory\n");
+        return NULL;
+    }
+    memcpy(text, cli_default_prompts, size + 1);
+    return parse_prompts(text, size, "the built-in prompt set", n);
 }
 
 static void progress(int done, int total) {
@@ -363,23 +377,6 @@ static void progress(int done, int total) {
     if (done == total)
         fputc('\n', stderr);
     fflush(stderr);
-}
-
-/* tests/data/prompts.txt from here, else from the source tree this binary was built from. */
-static const char *find_default_prompts(char *buf, size_t size) {
-    const char *rel = "tests/data/prompts.txt";
-    struct stat st;
-    if (stat(rel, &st) == 0 && S_ISREG(st.st_mode))
-        return rel;
-#ifdef FG_SOURCE_DIR
-    snprintf(buf, size, "%s/%s", FG_SOURCE_DIR, rel);
-    if (stat(buf, &st) == 0 && S_ISREG(st.st_mode))
-        return buf;
-#else
-    (void)buf;
-    (void)size;
-#endif
-    return NULL;
 }
 
 int cmd_eval(int argc, char **argv) {
@@ -411,12 +408,9 @@ int cmd_eval(int argc, char **argv) {
         return cli_usage("eval", "--chat draws no chart: --svg does not go with it");
     if (x.chat)
         return eval_chat(&o, x.chat, x.limit);
-    char default_prompts[4096];
-    if (!x.prompts && !x.passkey && !(x.prompts = find_default_prompts(default_prompts, sizeof default_prompts)))
-        return cli_usage("eval", "no prompt set found (tests/data/prompts.txt of the source tree): pass --prompts FILE, "
-                                 "one prompt per line");
     int32_t n_prompts = 0;
-    char **prompts = read_prompts(x.passkey ? x.passkey : x.prompts, &n_prompts);
+    char **prompts = x.passkey || x.prompts ? read_prompts(x.passkey ? x.passkey : x.prompts, &n_prompts)
+                                            : default_prompts(&n_prompts);
     if (!prompts)
         return 1;
     if (x.limit && x.limit < n_prompts)
@@ -494,7 +488,8 @@ int cmd_eval(int argc, char **argv) {
     if (show)
         progress(n_prompts, n_prompts);
     if (n_done == 0) {
-        fprintf(stderr, "fastgen eval: no prompt of %s fits the context with -n %d; nothing to report\n", x.prompts,
+        fprintf(stderr, "fastgen eval: no prompt of %s fits the context with -n %d; nothing to report\n",
+                x.prompts ? x.prompts : "the built-in set",
                 (int)o.n);
         goto done;
     }
@@ -545,7 +540,7 @@ int cmd_eval(int argc, char **argv) {
         }
     }
     if (o.svg) {
-        fg_svg_series s_kl[1 + N_BASE], s_top1[1 + N_BASE];
+        svg_series s_kl[1 + N_BASE], s_top1[1 + N_BASE];
         double xs[1 + N_BASE][N_T], y_kl[1 + N_BASE][N_T], y_top1[1 + N_BASE][N_T];
         for (int f = 0; f <= N_BASE; f++) {
             for (int t = 0; t < N_T; t++) {
@@ -555,22 +550,22 @@ int cmd_eval(int argc, char **argv) {
                 y_top1[f][t] = top1[i];
             }
             const char *name = f == 0 ? "fastgen (T = 0.90, 0.95, 0.98)" : k_base[f - 1];
-            s_kl[f] = (fg_svg_series){name, N_T, xs[f], y_kl[f], NULL, NULL};
-            s_top1[f] = (fg_svg_series){name, N_T, xs[f], y_top1[f], NULL, NULL};
+            s_kl[f] = (svg_series){name, N_T, xs[f], y_kl[f], NULL, NULL};
+            s_top1[f] = (svg_series){name, N_T, xs[f], y_top1[f], NULL, NULL};
         }
         char sub[512];
         const char *slash = strrchr(o.model, '/');
         snprintf(sub, sizeof sub, "%s: %d prompts, %d teacher-forced tokens each", slash ? slash + 1 : o.model,
                  (int)n_prompts, (int)o.n);
         cli_utf8_whole(sub);
-        const fg_svg_chart charts[2] = {
-            {"Mean KL(full || compressed) vs KV memory kept", FG_SVG_MEMORY_LABEL, "mean KL", s_kl, 1 + N_BASE, 1, 0,
+        const svg_chart charts[2] = {
+            {"Mean KL(full || compressed) vs KV memory kept", SVG_MEMORY_LABEL, "mean KL", s_kl, 1 + N_BASE, 1, 0,
              sub},
-            {"Top-1 agreement with the full cache vs KV memory kept", FG_SVG_MEMORY_LABEL, "top-1 agreement", s_top1,
+            {"Top-1 agreement with the full cache vs KV memory kept", SVG_MEMORY_LABEL, "top-1 agreement", s_top1,
              1 + N_BASE, 1, 1, sub},
         };
         FILE *fp = fopen(o.svg, "w");
-        if (!fp || fg_svg_charts(fp, charts, 2) != 0) {
+        if (!fp || svg_charts(fp, charts, 2) != 0) {
             fprintf(stderr, "fastgen eval: cannot write %s\n", o.svg);
             if (fp)
                 fclose(fp);

@@ -177,12 +177,6 @@ static int method_params(const char *method, double r, fg_compression_params *cp
     return colon ? method_options(colon + 1, cp) : fg_compression_params_validate(cp) == FG_OK;
 }
 
-/* ceil(r t) as the library computes it (ratios in parts per million). */
-static int64_t ceil_ratio(float r, int64_t t) {
-    const int64_t ppm = llround((double)r * 1e6);
-    return (ppm * t + 999999) / 1000000;
-}
-
 /* Rows a one-entry preset keeps per KV head at length t >= n (the prompt's
  * length n); spec[t]: special tokens among the first t (sinks included).
  * -1: no count for this method. */
@@ -193,11 +187,11 @@ static int64_t method_rows(const fg_compression_params *cp, int64_t t, int64_t n
         return t;
     if (c & (FG_KEEP_PUNCT) || e->local_tokens || e->frequent_tokens)
         return -1;
-    int64_t rows = 0, w = 0;
-    if (c & FG_KEEP_LOCAL) {
-        w = ceil_ratio(e->ratio_local, t);
-        w = w < 1 ? 1 : w > t ? t : w;
-    }
+    int32_t wt, kt, wn, kn; /* the library's w and k at t and at the prompt's length n */
+    if (fg_policy_rows(e, (int32_t)t, &wt, &kt) != FG_OK || fg_policy_rows(e, (int32_t)n, &wn, &kn) != FG_OK)
+        return -1;
+    int64_t rows = 0;
+    const int64_t w = c & FG_KEEP_LOCAL ? (wt > t ? t : wt) : 0;
     const int pin = (c & FG_KEEP_SPECIAL) != 0;
     if (pin) /* the special tokens, and the window's others */
         rows = spec[t] + w - (spec[t] - spec[t - w]);
@@ -205,17 +199,11 @@ static int64_t method_rows(const fg_compression_params *cp, int64_t t, int64_t n
         rows = w;
     if (c & FG_KEEP_FREQUENT) { /* k(t) of the others */
         const int64_t others = t - rows;
-        const int64_t k = ceil_ratio(e->ratio_frequent, t);
-        rows += k < others ? k : others;
+        rows += kt < others ? kt : others;
     } else if (c & FG_KEEP_SNAPSHOT) { /* k(n) of the prompt's others outside its window, for good */
-        int64_t wn = 0;
-        if (c & FG_KEEP_LOCAL) {
-            wn = ceil_ratio(e->ratio_local, n);
-            wn = wn < 1 ? 1 : wn > n ? n : wn;
-        }
-        int64_t others = n - wn - (pin ? spec[n - wn] : 0);
-        const int64_t k = ceil_ratio(e->ratio_frequent, n);
-        rows += k < others ? k : others;
+        const int64_t w_n = c & FG_KEEP_LOCAL ? (wn > n ? n : wn) : 0;
+        const int64_t others = n - w_n - (pin ? spec[n - w_n] : 0);
+        rows += kn < others ? kn : others;
     }
     return rows < t ? rows : t;
 }
@@ -724,7 +712,7 @@ static int report(sweep *w, const cli_opts *o, double seconds, int passkey) {
         static double xs[NS][SW_MAX_POINTS], y0[NS][SW_MAX_POINTS], y1[NS][SW_MAX_POINTS];
         static double lo[2][NS][SW_MAX_POINTS], hi[2][NS][SW_MAX_POINTS];
         static char names[NS][96];
-        fg_svg_series s0[NS], s1[NS];
+        svg_series s0[NS], s1[NS];
         int32_t ns = 0;
         for (int32_t di = 0; di < w->n_dt; di++)
             for (int32_t m = 0; m < w->n_methods; m++, ns++) {
@@ -743,23 +731,23 @@ static int report(sweep *w, const cli_opts *o, double seconds, int passkey) {
                 else
                     snprintf(names[ns], sizeof names[ns], "%s", w->methods[m]);
                 cli_utf8_whole(names[ns]); /* a long name is cut between characters */
-                s0[ns] = (fg_svg_series){names[ns], w->n_points, xs[ns], y0[ns], lo[0][ns], hi[0][ns]};
-                s1[ns] = (fg_svg_series){names[ns], w->n_points, xs[ns], y1[ns], lo[1][ns], hi[1][ns]};
+                s0[ns] = (svg_series){names[ns], w->n_points, xs[ns], y0[ns], lo[0][ns], hi[0][ns]};
+                s1[ns] = (svg_series){names[ns], w->n_points, xs[ns], y1[ns], lo[1][ns], hi[1][ns]};
             }
-        const char *xl = w->by_bytes ? "KV bytes kept / full cache of the reference dtype" : FG_SVG_MEMORY_LABEL;
+        const char *xl = w->by_bytes ? "KV bytes kept / full cache of the reference dtype" : SVG_MEMORY_LABEL;
         char sub[512];
         const char *slash = strrchr(o->model, '/');
         snprintf(sub, sizeof sub, "%s: %d prompts, %d %s tokens each; bands: bootstrap 95%% intervals over the "
                  "prompts", slash ? slash + 1 : o->model, (int)w->n_prompts, (int)w->n_steps,
                  passkey ? "answer" : "teacher-forced");
         cli_utf8_whole(sub);
-        const fg_svg_chart charts[2] = {
+        const svg_chart charts[2] = {
             {passkey ? "Passkey accuracy vs KV memory kept" : "Mean KL(full || compressed) vs KV memory kept", xl,
              passkey ? "accuracy" : "mean KL", s0, ns, 1, passkey, sub},
             {"Top-1 agreement with the full cache vs KV memory kept", xl, "top-1 agreement", s1, ns, 1, 1, sub},
         };
         FILE *fp = fopen(o->svg, "w");
-        int bad = !fp || fg_svg_charts(fp, charts, passkey ? 1 : 2) != 0;
+        int bad = !fp || svg_charts(fp, charts, passkey ? 1 : 2) != 0;
         if (fp)
             bad |= fclose(fp) != 0;
         if (bad) {

@@ -188,9 +188,9 @@ int cmd_profile(int argc, char **argv) {
         snprintf(subtitle, sizeof subtitle, "%s: %s, policy %s, T = %.2f, KV rows kept %.0f%%",
                  slash ? slash + 1 : o.model, tokens_said, o.policy, (double)cp.threshold,
                  100.0 * (double)mem.rows_kept / (double)(mem.rows_full ? mem.rows_full : 1));
-        const fg_svg_profile_data pd = {subtitle, c->n_layers, c->n_kv_heads, policy, kept_share, recovery, name_ptr,
+        const svg_profile_data pd = {subtitle, c->n_layers, c->n_kv_heads, policy, kept_share, recovery, name_ptr,
                                         cp.n_policies};
-        const int bad = !f || !kept_share || !recovery || fg_svg_profile(f, &pd) != 0;
+        const int bad = !f || !kept_share || !recovery || svg_profile(f, &pd) != 0;
         free(kept_share);
         free(recovery);
         if (bad) {

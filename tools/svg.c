@@ -34,7 +34,7 @@ static const struct {
 
 static const char *const k_spare[] = {"#393b79", "#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd"};
 
-const char *fg_svg_color(const char *name) {
+const char *svg_color(const char *name) {
     size_t len = strcspn(name, ": ("); /* "fastgen-adaptive:window=8", "h2o q8_0", "fastgen (T = 0.9)" */
     for (size_t i = 0; i < sizeof k_palette / sizeof k_palette[0]; i++)
         if (strlen(k_palette[i].name) == len && !strncmp(k_palette[i].name, name, len))
@@ -57,7 +57,7 @@ static int legend_rows(FILE *f, int x, int y, int width, const char *const *name
         }
         if (draw) {
             fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"16\" height=\"16\" fill=\"%s\"/>\n<text x=\"%d\" y=\"%d\">",
-                    cx, cy, fg_svg_color(names[e]), cx + 22, cy + 13);
+                    cx, cy, svg_color(names[e]), cx + 22, cy + 13);
             cli_xml_text(f, names[e]);
             fprintf(f, "</text>\n");
         }
@@ -66,7 +66,7 @@ static int legend_rows(FILE *f, int x, int y, int width, const char *const *name
     return n ? cy - y + 22 : 0;
 }
 
-int fg_svg_profile(FILE *f, const fg_svg_profile_data *d) {
+int svg_profile(FILE *f, const svg_profile_data *d) {
     const int32_t L = d->n_layers, H = d->n_heads;
     const int cell = 28, left = 70, bar_w = 200, gap = 40;
     const int map_w = H * cell, map_h = L * cell;
@@ -120,9 +120,9 @@ int fg_svg_profile(FILE *f, const fg_svg_profile_data *d) {
             const double fill_h = (cell - 2) * kept;
             fprintf(f, "</title><rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"%s\" fill-opacity=\"0.25\" "
                        "stroke=\"white\"/>",
-                    left + g * cell, y, cell, cell, fg_svg_color(name));
+                    left + g * cell, y, cell, cell, svg_color(name));
             fprintf(f, "<rect x=\"%d\" y=\"%.1f\" width=\"%d\" height=\"%.1f\" fill=\"%s\"/>", left + g * cell + 1,
-                    y + 1 + (cell - 2) - fill_h, cell - 2, fill_h, fg_svg_color(name));
+                    y + 1 + (cell - 2) - fill_h, cell - 2, fill_h, svg_color(name));
             fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\" font-size=\"11\" fill=\"#111\" stroke=\"white\" "
                        "stroke-width=\"2.5\" paint-order=\"stroke\">%.0f</text></g>\n",
                     left + g * cell + cell / 2, y + cell / 2 + 4, 100.0 * kept);
@@ -134,7 +134,7 @@ int fg_svg_profile(FILE *f, const fg_svg_profile_data *d) {
             double w = (double)bar_w * counts[e] / H;
             fprintf(f, "<rect x=\"%.1f\" y=\"%d\" width=\"%.1f\" height=\"%d\" fill=\"%s\" stroke=\"white\">"
                        "<title>layer %d: %d x ",
-                    x, y + 3, w, cell - 6, fg_svg_color(d->names[e]), (int)l, (int)counts[e]);
+                    x, y + 3, w, cell - 6, svg_color(d->names[e]), (int)l, (int)counts[e]);
             cli_xml_text(f, d->names[e]);
             fprintf(f, "</title></rect>\n");
             if (w >= 14)
@@ -189,13 +189,13 @@ static axis axis_for(double lo, double hi, int unit) {
 }
 
 /* One line chart inside a group shifted down by dy. */
-static void chart(FILE *f, int dy, const fg_svg_chart *c) {
+static void chart(FILE *f, int dy, const svg_chart *c) {
     const int left = 70, top = 56, w = CHART_W, h = CHART_H, legend_x = left + w + 30;
     const int inset = 10; /* the points stay inside the frame, never on it */
     double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
     for (int32_t s = 0; s < c->n_series; s++)
         for (int32_t i = 0; i < c->series[s].n; i++) {
-            const fg_svg_series *se = &c->series[s];
+            const svg_series *se = &c->series[s];
             if (!isfinite(se->x[i]) || !isfinite(se->y[i]))
                 continue;
             x0 = fmin(x0, se->x[i]);
@@ -232,10 +232,10 @@ static void chart(FILE *f, int dy, const fg_svg_chart *c) {
     static const char *const k_dash[] = {"", " stroke-dasharray=\"6,3\"", " stroke-dasharray=\"2,3\"",
                                          " stroke-dasharray=\"8,3,2,3\""};
     for (int32_t s = 0; s < c->n_series; s++) { /* the bands under every line */
-        const fg_svg_series *se = &c->series[s];
+        const svg_series *se = &c->series[s];
         if (!se->y_lo || !se->y_hi)
             continue;
-        fprintf(f, "<polygon fill=\"%s\" fill-opacity=\"0.15\" stroke=\"none\" points=\"", fg_svg_color(se->name));
+        fprintf(f, "<polygon fill=\"%s\" fill-opacity=\"0.15\" stroke=\"none\" points=\"", svg_color(se->name));
         for (int32_t i = 0; i < se->n; i++)
             if (isfinite(se->x[i]) && isfinite(se->y_hi[i]))
                 fprintf(f, "%.1f,%.1f ", SX(se->x[i]), SY(se->y_hi[i]));
@@ -245,11 +245,11 @@ static void chart(FILE *f, int dy, const fg_svg_chart *c) {
         fprintf(f, "\"/>\n");
     }
     for (int32_t s = 0; s < c->n_series; s++) {
-        const fg_svg_series *se = &c->series[s];
-        const char *col = fg_svg_color(se->name);
+        const svg_series *se = &c->series[s];
+        const char *col = svg_color(se->name);
         int same = 0; /* series of one colour (a method at several dtypes) differ by their dashes */
         for (int32_t r = 0; r < s; r++)
-            same += !strcmp(fg_svg_color(c->series[r].name), col);
+            same += !strcmp(svg_color(c->series[r].name), col);
         const char *dash = k_dash[same % 4];
         fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\"%s points=\"", col, dash);
         for (int32_t i = 0; i < se->n; i++)
@@ -278,7 +278,7 @@ static void chart(FILE *f, int dy, const fg_svg_chart *c) {
     fprintf(f, "</g>\n");
 }
 
-int fg_svg_charts(FILE *f, const fg_svg_chart *charts, int32_t n_charts) {
+int svg_charts(FILE *f, const svg_chart *charts, int32_t n_charts) {
     fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\" font-family=\"sans-serif\" "
                "font-size=\"12\">\n<rect width=\"100%%\" height=\"100%%\" fill=\"white\"/>\n",
             70 + CHART_W + 30 + 260, CHART_STEP * n_charts);

@@ -1,5 +1,5 @@
-/* The synthetic workload of tests/support/synth.h. */
-#include "tests/support/synth.h"
+/* The synthetic workload of tools/synth.h. */
+#include "tools/synth.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -27,40 +27,40 @@ static const char *const k_punct[] = {".", ",", "\n", "!", "?", " -"};
 #define N_PUNCT 6
 #define FIRST_WORD (3 + N_PUNCT)
 
-fg_status fg_synth_create(int32_t n_layers, int32_t n_q_heads, int32_t n_kv_heads, int32_t head_dim, uint64_t seed,
-                          fg_synth *out) {
+fg_status synth_create(int32_t n_layers, int32_t n_q_heads, int32_t n_kv_heads, int32_t head_dim, uint64_t seed,
+                          synth *out) {
     if (!out || n_layers <= 0 || n_kv_heads <= 0 || n_q_heads % n_kv_heads || head_dim < 16)
         return FG_ERR_INVALID_ARGUMENT;
-    *out = (fg_synth){n_layers, n_q_heads, n_kv_heads, head_dim, seed, NULL, NULL};
+    *out = (synth){n_layers, n_q_heads, n_kv_heads, head_dim, seed, NULL, NULL};
     out->types = malloc((size_t)n_layers * n_kv_heads * sizeof *out->types);
     if (!out->types)
         return FG_ERR_OUT_OF_MEMORY;
     for (int32_t l = 0; l < n_layers; l++)
         for (int32_t g = 0; g < n_kv_heads; g++)
-            out->types[l * n_kv_heads + g] = (fg_synth_type)((g + 2 * l) % FG_SYNTH_N_TYPES);
+            out->types[l * n_kv_heads + g] = (synth_type)((g + 2 * l) % SYNTH_N_TYPES);
 
-    char words[FG_SYNTH_VOCAB][8];
-    const char *pieces[FG_SYNTH_VOCAB];
+    char words[SYNTH_VOCAB][8];
+    const char *pieces[SYNTH_VOCAB];
     pieces[0] = "<unk>";
-    pieces[FG_SYNTH_BOS] = "<s>";
-    pieces[FG_SYNTH_EOS] = "</s>";
+    pieces[SYNTH_BOS] = "<s>";
+    pieces[SYNTH_EOS] = "</s>";
     for (int32_t i = 0; i < N_PUNCT; i++)
         pieces[3 + i] = k_punct[i];
-    for (int32_t i = FIRST_WORD; i < FG_SYNTH_VOCAB; i++) {
+    for (int32_t i = FIRST_WORD; i < SYNTH_VOCAB; i++) {
         snprintf(words[i], sizeof words[i], " w%d", (int)i);
         pieces[i] = words[i];
     }
-    fg_status st = fg_token_classes_create(FG_SYNTH_VOCAB, pieces, &out->classes);
+    fg_status st = fg_token_classes_create(SYNTH_VOCAB, pieces, &out->classes);
     if (st == FG_OK)
-        st = fg_token_classes_set(out->classes, FG_SYNTH_BOS, FG_TOKEN_SPECIAL);
+        st = fg_token_classes_set(out->classes, SYNTH_BOS, FG_TOKEN_SPECIAL);
     if (st == FG_OK)
-        st = fg_token_classes_set(out->classes, FG_SYNTH_EOS, FG_TOKEN_SPECIAL);
+        st = fg_token_classes_set(out->classes, SYNTH_EOS, FG_TOKEN_SPECIAL);
     if (st)
-        fg_synth_destroy(out);
+        synth_destroy(out);
     return st;
 }
 
-void fg_synth_destroy(fg_synth *s) {
+void synth_destroy(synth *s) {
     if (!s)
         return;
     free(s->types);
@@ -68,23 +68,23 @@ void fg_synth_destroy(fg_synth *s) {
     s->types = NULL;
 }
 
-const char *fg_synth_type_name(fg_synth_type t) {
+const char *synth_type_name(synth_type t) {
     static const char *const names[] = {"sink", "punct", "heavy", "local", "broad"};
-    return t < FG_SYNTH_N_TYPES ? names[t] : "?";
+    return t < SYNTH_N_TYPES ? names[t] : "?";
 }
 
-int32_t fg_synth_expected_entry(fg_synth_type t) { return (int32_t)t; }
+int32_t synth_expected_entry(synth_type t) { return (int32_t)t; }
 
-int32_t fg_synth_token(const fg_synth *s, int32_t p) {
+int32_t synth_token(const synth *s, int32_t p) {
     if (p == 0)
-        return FG_SYNTH_BOS;
+        return SYNTH_BOS;
     double u = uniform(hash4(s->seed, 0x70c, (uint64_t)p, 1));
     if (u < 0.12)
         return 3 + (int32_t)(hash4(s->seed, 0x70c, (uint64_t)p, 2) % N_PUNCT);
-    return FIRST_WORD + (int32_t)(hash4(s->seed, 0x70c, (uint64_t)p, 3) % (FG_SYNTH_VOCAB - FIRST_WORD));
+    return FIRST_WORD + (int32_t)(hash4(s->seed, 0x70c, (uint64_t)p, 3) % (SYNTH_VOCAB - FIRST_WORD));
 }
 
-static int is_heavy(const fg_synth *s, int32_t layer, int32_t g, int32_t p) {
+static int is_heavy(const synth *s, int32_t layer, int32_t g, int32_t p) {
     return uniform(hash4(s->seed, 0x4ea, (uint64_t)(layer * 4096 + g), (uint64_t)p)) < 0.05;
 }
 
@@ -99,7 +99,7 @@ static int32_t n_pairs(int32_t d) { return (d - CH_ROT) / 2 < 16 ? (d - CH_ROT) 
 
 static double theta(int32_t f, int32_t m) { return pow(1.0 / 64.0, (double)f / (double)(m > 1 ? m - 1 : 1)); }
 
-void fg_synth_qkv(const fg_synth *s, int32_t layer, const int32_t *tokens, int32_t pos0, int32_t n, float *q, float *k,
+void synth_qkv(const synth *s, int32_t layer, const int32_t *tokens, int32_t pos0, int32_t n, float *q, float *k,
                   float *v) {
     const int32_t Hq = s->n_q_heads, Hkv = s->n_kv_heads, d = s->head_dim, G = Hq / Hkv, m = n_pairs(d);
     /* planted scores of ~12 (in units of q.k / sqrt(d)) over noise of ~0.3 */
@@ -131,24 +131,24 @@ void fg_synth_qkv(const fg_synth *s, int32_t layer, const int32_t *tokens, int32
                 kr[CH_ROT + 2 * f] += B * (float)cos(theta(f, m) * p);
                 kr[CH_ROT + 2 * f + 1] += B * (float)sin(theta(f, m) * p);
             }
-            const fg_synth_type type = s->types[layer * Hkv + g];
+            const synth_type type = s->types[layer * Hkv + g];
             for (int32_t h = g * G; h < (g + 1) * G; h++) {
                 float *qr = q + ((size_t)r * Hq + h) * d;
                 const uint64_t hq = hash4(s->seed, (uint64_t)layer, (uint64_t)(h + 1000), (uint64_t)p);
                 for (int32_t c = 0; c < d; c++)
                     qr[c] = noise * gauss(hash4(hq, 3, (uint64_t)c, 0));
                 switch (type) {
-                case FG_SYNTH_SINK: qr[CH_SPECIAL] += A; break;
-                case FG_SYNTH_PUNCT: qr[CH_PUNCT] += A; break;
-                case FG_SYNTH_HEAVY: qr[CH_HEAVY] += A; break;
-                case FG_SYNTH_LOCAL:
+                case SYNTH_SINK: qr[CH_SPECIAL] += A; break;
+                case SYNTH_PUNCT: qr[CH_PUNCT] += A; break;
+                case SYNTH_HEAVY: qr[CH_HEAVY] += A; break;
+                case SYNTH_LOCAL:
                     for (int32_t f = 0; f < m; f++) {
                         qr[CH_ROT + 2 * f] += B * (float)cos(theta(f, m) * p);
                         qr[CH_ROT + 2 * f + 1] += B * (float)sin(theta(f, m) * p);
                     }
                     break;
-                case FG_SYNTH_BROAD:
-                case FG_SYNTH_N_TYPES: break;
+                case SYNTH_BROAD:
+                case SYNTH_N_TYPES: break;
                 }
             }
         }

@@ -1,4 +1,5 @@
 /* Backends that were not compiled in: the same symbols, a clear refusal. */
+#include "fastgen_config.h"
 #include "backends/backend.h"
 
 #ifndef FG_HAVE_CUDA

@@ -12,6 +12,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "fastgen_config.h"
+
 #ifdef FG_HAVE_BLAS
 #include <cblas.h>
 #endif

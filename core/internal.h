@@ -244,42 +244,6 @@ typedef struct fg_adaptive {
     fg_adaptive_layer *layers; /* [n_layers] */
 } fg_adaptive;
 
-struct fg_seq;
-fg_status fg_adaptive_create(fg_context *ctx, const fg_compression_params *cp, int32_t n_prompt, fg_adaptive **out);
-void fg_adaptive_destroy(fg_context *ctx, fg_adaptive **ad);
-fg_status fg_adaptive_clone(fg_context *ctx, const fg_adaptive *src, fg_adaptive **out);
-/* Row `pos` of `layer` joins the observed rows (its query, a host array [Hq][d]). */
-void fg_adaptive_observe(const fg_context *ctx, fg_adaptive *ad, int32_t layer, int32_t pos, const float *q);
-/* The observed rows of `layer` go (its prefill starts again). */
-void fg_adaptive_forget(fg_adaptive *ad, int32_t layer);
-/* Positions [first, last) of a pass whose rows start at position pos0 (q:
- * [][Hq][d] from pos0, activation memory) join the adaptive mode's observed
- * rows of `layer`. */
-fg_status fg_observe_rows(fg_context *ctx, struct fg_seq *s, int32_t layer, int32_t pos0, int32_t first, int32_t last,
-                          const float *q);
-/* Shares the sequence's budget among every head of every layer and
- * prepares their compressed caches in new pages (nothing of the sequence
- * changes). trade puts them in place and takes the full caches and the
- * observed rows into the plan (a second trade undoes it); abort frees what
- * the plan holds (the new caches before a trade, the old ones after). */
-typedef struct fg_adaptive_plan fg_adaptive_plan;
-fg_status fg_adaptive_prepare(fg_context *ctx, struct fg_seq *s, fg_adaptive_plan **plan);
-void fg_adaptive_trade(struct fg_seq *s, fg_adaptive_plan *plan);
-void fg_adaptive_abort(fg_context *ctx, fg_adaptive_plan **plan);
-/* prepare, trade and abort: the sequence compressed now, or as it was on failure. */
-fg_status fg_adaptive_compress(fg_context *ctx, struct fg_seq *s);
-/* Whether a sequence still observed is due for its compression after a
- * layer sweep: every layer at one length, at or past compress_at (an append
- * can carry it past without a decode step at compress_at). */
-int fg_adaptive_due(const fg_context *ctx, const struct fg_seq *s);
-/* Levels of memory each family is tried at: level l keeps about l / FG_AD_LEVELS of the rows. */
-#define FG_AD_LEVELS 40
-/* For tests: the predicted error and the rows of every unit (layer x KV
- * head), family and level, [units][n_policies][FG_AD_LEVELS + 1], of a
- * sequence still observed (every layer at one length), and the budget they
- * share, in rows. */
-fg_status fg_adaptive_curves(fg_context *ctx, const struct fg_seq *s, double *err, int32_t *rows, int64_t *budget_rows);
-
 typedef struct fg_seq {
     int in_use;
     fg_compression_params cp;
@@ -295,6 +259,41 @@ typedef struct fg_seq {
      * the live sequence whose first fork_len tokens this one shares, or -1 */
     int32_t parent, fork_len;
 } fg_seq;
+
+fg_status fg_adaptive_create(fg_context *ctx, const fg_compression_params *cp, int32_t n_prompt, fg_adaptive **out);
+void fg_adaptive_destroy(fg_context *ctx, fg_adaptive **ad);
+fg_status fg_adaptive_clone(fg_context *ctx, const fg_adaptive *src, fg_adaptive **out);
+/* Row `pos` of `layer` joins the observed rows (its query, a host array [Hq][d]). */
+void fg_adaptive_observe(const fg_context *ctx, fg_adaptive *ad, int32_t layer, int32_t pos, const float *q);
+/* The observed rows of `layer` go (its prefill starts again). */
+void fg_adaptive_forget(fg_adaptive *ad, int32_t layer);
+/* Positions [first, last) of a pass whose rows start at position pos0 (q:
+ * [][Hq][d] from pos0, activation memory) join the adaptive mode's observed
+ * rows of `layer`. */
+fg_status fg_observe_rows(fg_context *ctx, fg_seq *s, int32_t layer, int32_t pos0, int32_t first, int32_t last,
+                          const float *q);
+/* Shares the sequence's budget among every head of every layer and
+ * prepares their compressed caches in new pages (nothing of the sequence
+ * changes). trade puts them in place and takes the full caches and the
+ * observed rows into the plan (a second trade undoes it); abort frees what
+ * the plan holds (the new caches before a trade, the old ones after). */
+typedef struct fg_adaptive_plan fg_adaptive_plan;
+fg_status fg_adaptive_prepare(fg_context *ctx, fg_seq *s, fg_adaptive_plan **plan);
+void fg_adaptive_trade(fg_seq *s, fg_adaptive_plan *plan);
+void fg_adaptive_abort(fg_context *ctx, fg_adaptive_plan **plan);
+/* prepare, trade and abort: the sequence compressed now, or as it was on failure. */
+fg_status fg_adaptive_compress(fg_context *ctx, fg_seq *s);
+/* Whether a sequence still observed is due for its compression after a
+ * layer sweep: every layer at one length, at or past compress_at (an append
+ * can carry it past without a decode step at compress_at). */
+int fg_adaptive_due(const fg_context *ctx, const fg_seq *s);
+/* Levels of memory each family is tried at: level l keeps about l / FG_AD_LEVELS of the rows. */
+#define FG_AD_LEVELS 40
+/* For tests: the predicted error and the rows of every unit (layer x KV
+ * head), family and level, [units][n_policies][FG_AD_LEVELS + 1], of a
+ * sequence still observed (every layer at one length), and the budget they
+ * share, in rows. */
+fg_status fg_adaptive_curves(fg_context *ctx, const fg_seq *s, double *err, int32_t *rows, int64_t *budget_rows);
 
 struct fg_context {
     fg_context_params params;
@@ -392,7 +391,7 @@ void fg_head_share(fg_context *ctx, fg_head *h, int copy);
  * into pages of its own (fg_head_repack), and then the same head of the
  * other sequences, whose share grew, is tidied too. A repack that fails
  * leaves its head as it was (only memory is at stake). */
-void fg_head_tidy(fg_context *ctx, struct fg_seq *s, size_t i);
+void fg_head_tidy(fg_context *ctx, fg_seq *s, size_t i);
 /* Gathers a head's kept rows into new pages of its own, slot s in row s,
  * and gives back the old ones. On failure the head is as it was. */
 fg_status fg_head_repack(fg_context *ctx, fg_head *h);

@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "fastgen_config.h"
 #include "core/internal.h"
 
 static _Thread_local char t_error[512] = "";

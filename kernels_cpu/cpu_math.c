@@ -1,6 +1,7 @@
 /* The helpers of cpu_math.h. */
 #include "kernels_cpu/cpu_math.h"
 
+#include "fastgen_config.h"
 #include <math.h>
 
 #ifdef FG_HAVE_BLAS

@@ -1,6 +1,7 @@
 /* The model runner of model/runner.h. */
 #include "model/runner.h"
 
+#include "fastgen_config.h"
 #include "model/dequant.h"
 #include "model/matvec.h"
 #include "model/io.h"

@@ -33,6 +33,7 @@
  *          run between the steps of the same loop. Under HIP-CPU the figures
  *          are the host's and the header says so.
  */
+#define FG_EXPERIMENTAL /* FG_ADAPTIVE_*, fg_cpu_describe (fastgen.h) */
 #include <math.h>
 
 #include "backends/backend.h"

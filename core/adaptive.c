@@ -32,6 +32,7 @@
  * in new pages, and decode on with that policy; the full caches go once
  * every head has its new one. All of it runs on the host from rows read
  * back, so every backend makes the same choice. */
+#define FG_EXPERIMENTAL /* FG_ADAPTIVE_*, fg_cpu_describe (fastgen.h) */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

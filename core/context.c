@@ -42,24 +42,27 @@ static fg_status validate_params(const fg_context_params *p) {
              "classes must not be NULL (build them with fg_token_classes_create)");
     FG_CHECK(p->io == FG_IO_HOST || p->io == FG_IO_DEVICE, NULL, FG_ERR_INVALID_ARGUMENT,
              "io must be FG_IO_HOST (0) or FG_IO_DEVICE (1), got %d", (int)p->io);
-    FG_CHECK(p->compression.allocation != FG_ALLOC_ADAPTIVE || p->compression.defer_until <= p->max_seq_len, NULL,
-             FG_ERR_INVALID_ARGUMENT, "compression.defer_until %d is beyond max_seq_len %d: no sequence could ever be "
-             "compressed", (int)p->compression.defer_until, (int)p->max_seq_len);
-    return fg_compression_params_validate(&p->compression);
+    return FG_OK;
 }
 
-fg_status fg_context_create(const fg_context_params *params, fg_context **out) {
-    FG_CHECK(params && out, NULL, FG_ERR_INVALID_ARGUMENT, "fg_context_create: params and out must not be NULL");
+fg_status fg_context_create_sized(const fg_context_params *caller, size_t size, fg_context **out) {
+    FG_CHECK(caller && out, NULL, FG_ERR_INVALID_ARGUMENT, "fg_context_create: params and out must not be NULL");
     *out = NULL;
-    fg_status st = validate_params(params);
+    fg_context_params p; /* the caller's fields over the defaults (fastgen.h's "Growth") */
+    fg_context_params_defaults(&p);
+    fg_status st = fg_struct_read(&p, sizeof p, caller, size, FG_CONTEXT_PARAMS_OLDEST, "fg_context_params");
+    if (st == FG_OK)
+        st = validate_params(&p);
     if (st)
         return st;
+    const fg_context_params *params = &p;
     const char *backend = params->backend ? params->backend : "cpu";
     FG_CHECK(strlen(backend) < 16, NULL, FG_ERR_INVALID_ARGUMENT, "unknown backend \"%s\"", backend);
 
     fg_context *ctx = calloc(1, sizeof *ctx);
     FG_CHECK(ctx, NULL, FG_ERR_OUT_OF_MEMORY, "out of memory creating a context");
     ctx->params = *params;
+    fg_compression_params_default(&ctx->compression);
     strcpy(ctx->backend_name, backend);
     ctx->params.backend = ctx->backend_name;
     ctx->params.classes = NULL;
@@ -160,6 +163,23 @@ static fg_status context_set_stream(fg_context *ctx, void *stream) {
 fg_status fg_context_set_stream(fg_context *ctx, void *stream) {
     FG_CLAIM(ctx, "fg_context_set_stream");
     return fg_release(ctx, context_set_stream(ctx, stream));
+}
+
+static fg_status set_compression(fg_context *ctx, const fg_compression_params *caller, size_t size) {
+    fg_compression_params cp;
+    fg_status st = fg_compression_params_read(&cp, caller, size);
+    if (st)
+        return fg_error(ctx, st, "fg_context_set_compression: %s", fg_last_error(NULL));
+    FG_CHECK(cp.allocation != FG_ALLOC_ADAPTIVE || cp.defer_until <= ctx->params.max_seq_len, ctx,
+             FG_ERR_INVALID_ARGUMENT, "fg_context_set_compression: defer_until %d is beyond max_seq_len %d: no sequence "
+             "could ever be compressed", (int)cp.defer_until, (int)ctx->params.max_seq_len);
+    ctx->compression = cp;
+    return FG_OK;
+}
+
+fg_status fg_context_set_compression_sized(fg_context *ctx, const fg_compression_params *compression, size_t size) {
+    FG_CLAIM(ctx, "fg_context_set_compression");
+    return fg_release(ctx, set_compression(ctx, compression, size));
 }
 
 static fg_status synchronize(fg_context *ctx) {

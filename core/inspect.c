@@ -10,13 +10,15 @@ static size_t kv_row_bytes(const fg_context *ctx) {
     return ctx->layout.k_row_bytes + ctx->layout.v_row_bytes;
 }
 
-static fg_status head_inspect(const fg_context *ctx, int32_t seq, int32_t layer, int32_t kv_head, fg_head_info *info) {
+static fg_status head_inspect(const fg_context *ctx, int32_t seq, int32_t layer, int32_t kv_head,
+                              fg_head_info *out, size_t size) {
     fg_seq *s = NULL;
     fg_head *h = NULL;
     fg_status st = fg_get_head(ctx, seq, layer, kv_head, &s, &h);
     if (st)
         return st;
-    FG_CHECK(info, (fg_context *)ctx, FG_ERR_INVALID_ARGUMENT, "fg_head_inspect: info must not be NULL");
+    FG_CHECK(out, (fg_context *)ctx, FG_ERR_INVALID_ARGUMENT, "fg_head_inspect: info must not be NULL");
+    fg_head_info whole, *info = &whole;
     memset(info, 0, sizeof *info);
     info->policy_index = h->policy_index;
     info->components = h->components;
@@ -30,12 +32,14 @@ static fg_status head_inspect(const fg_context *ctx, int32_t seq, int32_t layer,
     info->kv_bytes_full = (size_t)fg_pages_for(ctx, info->length) * page_kv;
     for (int32_t p = 0; p < h->n_pages; p++)
         info->kv_bytes_shared += fg_pool_shared(&ctx->pool, h->page_ids[p]) ? page_kv : 0;
-    return FG_OK;
+    st = fg_struct_write(out, size, info, sizeof *info, FG_HEAD_INFO_OLDEST, "fg_head_info");
+    return st ? fg_error((fg_context *)ctx, st, "fg_head_inspect: %s", fg_last_error(NULL)) : FG_OK;
 }
 
-fg_status fg_head_inspect(const fg_context *ctx, int32_t seq, int32_t layer, int32_t kv_head, fg_head_info *info) {
+fg_status fg_head_inspect_sized(const fg_context *ctx, int32_t seq, int32_t layer, int32_t kv_head, fg_head_info *info,
+                                size_t size) {
     FG_CLAIM(ctx, "fg_head_inspect");
-    return fg_release(ctx, head_inspect(ctx, seq, layer, kv_head, info));
+    return fg_release(ctx, head_inspect(ctx, seq, layer, kv_head, info, size));
 }
 
 static int cmp_i32(const void *a, const void *b) {
@@ -105,7 +109,7 @@ static int64_t shared_full_pages(const fg_context *ctx) {
     return shared;
 }
 
-static fg_status memory(const fg_context *ctx, int32_t seq, fg_memory_stats *stats) {
+static fg_status memory(const fg_context *ctx, int32_t seq, fg_memory_stats *stats, size_t size) {
     FG_CHECK(ctx, NULL, FG_ERR_INVALID_ARGUMENT, "fg_memory: context must not be NULL");
     FG_CHECK(stats, (fg_context *)ctx, FG_ERR_INVALID_ARGUMENT, "fg_memory: stats must not be NULL");
     fg_memory_stats m = {0};
@@ -129,13 +133,13 @@ static fg_status memory(const fg_context *ctx, int32_t seq, fg_memory_stats *sta
     m.pool_bytes = fg_pool_bytes(&ctx->pool) + fg_pool_bytes(&ctx->meta_pool);
     m.pages_in_use = ctx->pool.in_use; /* row pages (each has a meta page) */
     m.pages_free = fg_pool_pages_total(&ctx->pool) - ctx->pool.in_use;
-    *stats = m;
-    return FG_OK;
+    fg_status st = fg_struct_write(stats, size, &m, sizeof m, FG_MEMORY_STATS_OLDEST, "fg_memory_stats");
+    return st ? fg_error((fg_context *)ctx, st, "fg_memory: %s", fg_last_error(NULL)) : FG_OK;
 }
 
-fg_status fg_memory(const fg_context *ctx, int32_t seq, fg_memory_stats *stats) {
+fg_status fg_memory_sized(const fg_context *ctx, int32_t seq, fg_memory_stats *stats, size_t size) {
     FG_CLAIM(ctx, "fg_memory");
-    return fg_release(ctx, memory(ctx, seq, stats));
+    return fg_release(ctx, memory(ctx, seq, stats, size));
 }
 
 static fg_status trim(fg_context *ctx) {

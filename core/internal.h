@@ -32,6 +32,27 @@ void fg_error_restore(fg_context *ctx, const fg_error_saved *saved, const char *
 /* Clears the context's message and the thread's (a call's start). */
 void fg_error_clear(fg_context *ctx);
 
+/* ---- public structs across header versions (core/params.c; fastgen.h's "Growth") */
+/* The oldest layout of each struct the library reads or writes: the fields
+ * before the last one added since the sizes were passed. */
+#define FG_CONTEXT_PARAMS_OLDEST offsetof(fg_context_params, v_dtype)
+#define FG_COMPRESSION_PARAMS_OLDEST offsetof(fg_compression_params, defer_until)
+#define FG_HEAD_INFO_OLDEST offsetof(fg_head_info, kv_bytes_shared)
+#define FG_MEMORY_STATS_OLDEST offsetof(fg_memory_stats, kv_bytes_alone)
+/* A caller's struct of `size` bytes over the defaults in dst (dst_size
+ * bytes): the fields it has are its, later ones keep their defaults; refused
+ * below `oldest`, or above dst_size with a byte past it that is not zero
+ * (a newer header's field). `what` names the struct in the message. */
+fg_status fg_struct_read(void *dst, size_t dst_size, const void *src, size_t size, size_t oldest, const char *what);
+/* src (src_size bytes) into the caller's struct of `size` bytes: the fields
+ * it has; zero past src_size. Refused below `oldest`. */
+fg_status fg_struct_write(void *dst, size_t size, const void *src, size_t src_size, size_t oldest, const char *what);
+/* A caller's compression params (size bytes) read over the defaults and validated. */
+fg_status fg_compression_params_read(fg_compression_params *dst, const fg_compression_params *src, size_t size);
+/* Validation of a whole current-size struct. */
+fg_status fg_compression_params_check(const fg_compression_params *p);
+void fg_context_params_defaults(fg_context_params *p);
+
 /* ---- budgets (core/params.c) */
 
 #define FG_KEEP_ALL (FG_KEEP_SPECIAL | FG_KEEP_PUNCT | FG_KEEP_FREQUENT | FG_KEEP_LOCAL | FG_KEEP_FULL | FG_KEEP_SNAPSHOT)
@@ -297,6 +318,7 @@ fg_status fg_adaptive_curves(fg_context *ctx, const fg_seq *s, double *err, int3
 
 struct fg_context {
     fg_context_params params;
+    fg_compression_params compression; /* of sequences created without their own (fg_context_set_compression) */
     char backend_name[16];
     fg_shape shape;
     fg_page_layout layout;

@@ -1,4 +1,5 @@
 /* Parameters: defaults, presets, validation, policy names and budgets. */
+#define FG_EXPERIMENTAL /* FG_ADAPTIVE_*, fg_cpu_describe (fastgen.h) */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -13,9 +14,38 @@ static const fg_policy k_paper_shortlist[] = {
     {FG_KEEP_FULL, 0.3f, 0.3f, 0, 0},
 };
 
-void fg_compression_params_default(fg_compression_params *p) {
-    if (!p)
-        return;
+/* ---------------------------------------------------------------- structs across header versions */
+
+fg_status fg_struct_read(void *dst, size_t dst_size, const void *src, size_t size, size_t oldest, const char *what) {
+    if (size < oldest)
+        return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
+                        "%s of %zu bytes: this library reads %zu to %zu (call through fastgen.h's inline functions, "
+                        "which pass sizeof)", what, size, oldest, dst_size);
+    const unsigned char *tail = (const unsigned char *)src;
+    for (size_t i = dst_size; i < size; i++)
+        if (tail[i])
+            return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
+                            "%s of %zu bytes sets byte %zu, past the %zu this library (fastgen %s) knows: a field of "
+                            "a newer fastgen.h, which this library cannot honour (zero: its default)",
+                            what, size, i, dst_size, FG_VERSION_STRING);
+    memcpy(dst, src, size < dst_size ? size : dst_size);
+    return FG_OK;
+}
+
+fg_status fg_struct_write(void *dst, size_t size, const void *src, size_t src_size, size_t oldest, const char *what) {
+    if (size < oldest)
+        return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
+                        "%s of %zu bytes: this library writes %zu to %zu (call through fastgen.h's inline functions, "
+                        "which pass sizeof)", what, size, oldest, src_size);
+    memcpy(dst, src, size < src_size ? size : src_size);
+    if (size > src_size) /* fields of a newer header: zero, their defaults */
+        memset((unsigned char *)dst + src_size, 0, size - src_size);
+    return FG_OK;
+}
+
+/* ---------------------------------------------------------------- compression parameters */
+
+static void compression_defaults(fg_compression_params *p) {
     memset(p, 0, sizeof *p);
     p->n_policies = (int32_t)(sizeof k_paper_shortlist / sizeof k_paper_shortlist[0]);
     memcpy(p->shortlist, k_paper_shortlist, sizeof k_paper_shortlist);
@@ -25,6 +55,13 @@ void fg_compression_params_default(fg_compression_params *p) {
     p->observation_window = 0;
     p->allocation = FG_ALLOC_SHORTLIST;
     p->alloc_floor = 0.2f;
+}
+
+void fg_compression_params_default_sized(fg_compression_params *params, size_t size) {
+    fg_compression_params p;
+    compression_defaults(&p);
+    if (params)
+        (void)fg_struct_write(params, size, &p, sizeof p, 0, "fg_compression_params");
 }
 
 /* The one-entry presets: fixed policies and peer methods. */
@@ -80,10 +117,18 @@ static const fg_policy k_adaptive_families[] = {
     {FG_KEEP_FULL, 0.3f, 0.3f, 0, 0},
 };
 
-fg_status fg_compression_params_preset(const char *name, fg_compression_params *p) {
-    if (!name || !p)
+static fg_status preset(const char *name, fg_compression_params *p);
+
+fg_status fg_compression_params_preset_sized(const char *name, fg_compression_params *params, size_t size) {
+    if (!name || !params)
         return fg_error(NULL, FG_ERR_INVALID_ARGUMENT, "fg_compression_params_preset: name and params must not be NULL");
-    fg_compression_params_default(p);
+    fg_compression_params p;
+    fg_status st = preset(name, &p);
+    return st ? st : fg_struct_write(params, size, &p, sizeof p, FG_COMPRESSION_PARAMS_OLDEST, "fg_compression_params");
+}
+
+static fg_status preset(const char *name, fg_compression_params *p) {
+    compression_defaults(p);
     if (strcmp(name, "fastgen") == 0)
         return FG_OK;
     if (strcmp(name, "fastgen-budget") == 0) {
@@ -140,9 +185,20 @@ const char *fg_compression_preset_name(int32_t i) {
 
 static int ratio_ok(float r) { return r >= 0.0f && r <= 1.0f; } /* false for NaN */
 
-fg_status fg_compression_params_validate(const fg_compression_params *p) {
-    if (!p)
+fg_status fg_compression_params_read(fg_compression_params *dst, const fg_compression_params *src, size_t size) {
+    if (!src)
         return fg_error(NULL, FG_ERR_INVALID_ARGUMENT, "compression params must not be NULL");
+    compression_defaults(dst);
+    fg_status st = fg_struct_read(dst, sizeof *dst, src, size, FG_COMPRESSION_PARAMS_OLDEST, "fg_compression_params");
+    return st ? st : fg_compression_params_check(dst);
+}
+
+fg_status fg_compression_params_validate_sized(const fg_compression_params *params, size_t size) {
+    fg_compression_params p;
+    return fg_compression_params_read(&p, params, size);
+}
+
+fg_status fg_compression_params_check(const fg_compression_params *p) {
     if (p->n_policies < 1 || p->n_policies > FG_MAX_SHORTLIST)
         return fg_error(NULL, FG_ERR_INVALID_ARGUMENT, "shortlist needs 1..%d policies, got %d", FG_MAX_SHORTLIST,
                         (int)p->n_policies);
@@ -345,9 +401,7 @@ uint8_t fg_insert_flag(uint32_t c, uint8_t cls) {
     return 0;
 }
 
-void fg_context_params_default(fg_context_params *p) {
-    if (!p)
-        return;
+void fg_context_params_defaults(fg_context_params *p) {
     memset(p, 0, sizeof *p);
     p->backend = NULL;
     p->kv_dtype = FG_DTYPE_F32;
@@ -356,7 +410,13 @@ void fg_context_params_default(fg_context_params *p) {
     p->max_seq_len = 4096;
     p->page_tokens = 16;
     p->pool_chunk_pages = 256;
-    fg_compression_params_default(&p->compression);
+}
+
+void fg_context_params_default_sized(fg_context_params *params, size_t size) {
+    fg_context_params p;
+    fg_context_params_defaults(&p);
+    if (params)
+        (void)fg_struct_write(params, size, &p, sizeof p, 0, "fg_context_params");
 }
 
 /* ---------------------------------------------------------------- cache dtypes */

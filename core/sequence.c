@@ -52,18 +52,18 @@ fg_status fg_get_head(const fg_context *ctx, int32_t seq, int32_t layer, int32_t
     return FG_OK;
 }
 
-static fg_status seq_create(fg_context *ctx, const fg_compression_params *compression, const int32_t *prompt,
-                        int32_t n_prompt, int32_t *seq_out) {
-    FG_CHECK(ctx, NULL, FG_ERR_INVALID_ARGUMENT, "fg_seq_create: context must not be NULL");
+static fg_status seq_create(fg_context *ctx, const fg_compression_params *compression, size_t size,
+                            const int32_t *prompt, int32_t n_prompt, int32_t *seq_out) {
     FG_CHECK(prompt && seq_out, ctx, FG_ERR_INVALID_ARGUMENT, "fg_seq_create: prompt and seq_out must not be NULL");
     FG_CHECK(n_prompt > 0, ctx, FG_ERR_INVALID_ARGUMENT, "fg_seq_create: the prompt needs >= 1 token, got %d",
              (int)n_prompt);
     FG_CHECK(n_prompt <= ctx->params.max_seq_len, ctx, FG_ERR_CAPACITY,
              "prompt of %d tokens is longer than max_seq_len %d", (int)n_prompt, (int)ctx->params.max_seq_len);
-    const fg_compression_params *cp = compression ? compression : &ctx->params.compression;
-    fg_status st = fg_compression_params_validate(cp);
+    fg_compression_params own; /* the caller's fields over the defaults (fastgen.h's "Growth") */
+    fg_status st = compression ? fg_compression_params_read(&own, compression, size) : FG_OK;
     if (st)
         return fg_error(ctx, st, "%s", fg_last_error(NULL));
+    const fg_compression_params *cp = compression ? &own : &ctx->compression;
     FG_CHECK(cp->allocation != FG_ALLOC_ADAPTIVE || cp->defer_until <= ctx->params.max_seq_len, ctx,
              FG_ERR_INVALID_ARGUMENT, "defer_until %d is beyond max_seq_len %d: the sequence could never be compressed",
              (int)cp->defer_until, (int)ctx->params.max_seq_len);
@@ -101,10 +101,10 @@ static fg_status seq_create(fg_context *ctx, const fg_compression_params *compre
     return FG_OK;
 }
 
-fg_status fg_seq_create(fg_context *ctx, const fg_compression_params *compression, const int32_t *prompt,
-                        int32_t n_prompt, int32_t *seq_out) {
+fg_status fg_seq_create_sized(fg_context *ctx, const fg_compression_params *compression, size_t size,
+                              const int32_t *prompt, int32_t n_prompt, int32_t *seq_out) {
     FG_CLAIM(ctx, "fg_seq_create");
-    return fg_release(ctx, seq_create(ctx, compression, prompt, n_prompt, seq_out));
+    return fg_release(ctx, seq_create(ctx, compression, size, prompt, n_prompt, seq_out));
 }
 
 /* c becomes a copy of s that shares its pages (one more owner each). */

@@ -14,7 +14,9 @@
  *
  * Conventions: every function returns an fg_status (FG_OK = 0, errors < 0)
  * and leaves a message readable with fg_last_error(); handles are opaque;
- * fg_*_destroy() takes the address of the handle, accepts NULL and clears it.
+ * the destroy calls of handles (fg_context_destroy, fg_token_classes_destroy,
+ * fg_threadpool_destroy) take the address of the handle, accept NULL and
+ * clear it; fg_seq_destroy takes a sequence's id.
  * Activations (Q, K, V, outputs) are fp32 arrays, on the host by default or
  * in the device's memory with FG_IO_DEVICE; keys are passed after RoPE. A
  * failed call leaves every cache as it was before the call.
@@ -28,6 +30,19 @@
  * overlap any call on its context. Token classes and parameters are read
  * only: share them freely once built. A thread pool takes one job at a time
  * and queues the others (fg_threadpool_run).
+ *
+ * Growth: a public struct only ever grows at its end. Every call that reads
+ * or fills one is an inline function of this header that passes the
+ * struct's size, as the program was compiled, to the library's _sized entry
+ * point. A program built against an older header therefore keeps working
+ * with a newer library: the fields its header did not have take their
+ * defaults, and outputs it does not know are not written. A struct from a
+ * newer header is accepted by an older library when every field the library
+ * does not know is zero (their defaults), and refused with a message
+ * otherwise. fg_policy is fixed as it is (new per-entry settings would join
+ * fg_compression_params). Research switches and diagnostics that may change
+ * between minor versions are declared only when FG_EXPERIMENTAL is defined
+ * before this header is included.
  */
 #ifndef FASTGEN_H
 #define FASTGEN_H
@@ -187,14 +202,17 @@ typedef enum fg_allocation {
     FG_ALLOC_ADAPTIVE = 2
 } fg_allocation;
 
+#ifdef FG_EXPERIMENTAL
 /* Variants of the adaptive mode (fg_compression_params.adaptive_flags), to
- * measure what each of its parts brings; none is better than the mode. */
+ * measure what each of its parts brings; none is better than the mode.
+ * Experimental: they may change or go between minor versions. */
 enum {
     FG_ADAPTIVE_PER_LAYER = 1u << 0,   /* the budget shared within each layer, not across layers */
     FG_ADAPTIVE_MASS = 1u << 1,        /* predicted error = the attention the kept rows miss (no values) */
     FG_ADAPTIVE_ANCHOR_END = 1u << 2   /* every observed row judged by what is kept at the compression,
                                           not by what a query at its own position keeps */
 };
+#endif
 
 /* What fg_seq_append does with the heads' policies (the paper profiles once,
  * at the prompt; re-profiling every turn is beyond it). */
@@ -235,7 +253,8 @@ typedef struct fg_compression_params {
     int32_t score_pool;
     fg_allocation allocation;             /* FG_ALLOC_SHORTLIST (default), FG_ALLOC_ADAKV, FG_ALLOC_ADAPTIVE */
     float alloc_floor;                    /* AdaKV, adaptive: the share of the uniform one every head keeps, in [0, 1] */
-    uint32_t adaptive_flags;              /* FG_ALLOC_ADAPTIVE: FG_ADAPTIVE_* variants, for comparisons; 0 = the mode */
+    uint32_t adaptive_flags;              /* 0 (the adaptive mode); experimental variants for comparisons
+                                             (FG_ADAPTIVE_*, declared with FG_EXPERIMENTAL) */
     int32_t defer_until;                  /* FG_ALLOC_ADAPTIVE: the heads keep their full caches until the sequence
                                              holds this many tokens (its prompt, when longer); the decode rows
                                              join the observed ones, so at most observation_window of them;
@@ -243,7 +262,10 @@ typedef struct fg_compression_params {
 } fg_compression_params;
 
 /* The paper: special, +punct, +frequent, +local, full; r = 0.3, T = 0.95. */
-FG_API void fg_compression_params_default(fg_compression_params *params);
+FG_API void fg_compression_params_default_sized(fg_compression_params *params, size_t size);
+static inline void fg_compression_params_default(fg_compression_params *params) {
+    fg_compression_params_default_sized(params, sizeof *params);
+}
 /* Named presets: "fastgen", "full", "streamingllm" (special+local, 4 sinks),
  * "h2o" (frequent+local), "local", "frequent", "fastgen-budget" (budget mode
  * at 0.5 over special+punct+frequent+local at ratios 0.025, 0.05, 0.1, 0.15,
@@ -258,11 +280,17 @@ FG_API void fg_compression_params_default(fg_compression_params *params);
  * frequent+local (H2O), special+local (StreamingLLM, 4 sinks) and full;
  * the last 64 rows observed, compressed at 32 tokens at the earliest,
  * every head keeping at least 0.8 of the uniform share (alloc_floor). */
-FG_API fg_status fg_compression_params_preset(const char *name, fg_compression_params *params);
+FG_API fg_status fg_compression_params_preset_sized(const char *name, fg_compression_params *params, size_t size);
+static inline fg_status fg_compression_params_preset(const char *name, fg_compression_params *params) {
+    return fg_compression_params_preset_sized(name, params, sizeof *params);
+}
 /* The presets' names, i = 0, 1, ... (the three FastGen modes first); NULL
  * past the last: what a tool lists or loops over. */
 FG_API const char *fg_compression_preset_name(int32_t i);
-FG_API fg_status fg_compression_params_validate(const fg_compression_params *params);
+FG_API fg_status fg_compression_params_validate_sized(const fg_compression_params *params, size_t size);
+static inline fg_status fg_compression_params_validate(const fg_compression_params *params) {
+    return fg_compression_params_validate_sized(params, sizeof *params);
+}
 /* "special+punct+frequent" -> FG_KEEP_* bits (names: special, punct,
  * frequent, local, full, snapshot). */
 FG_API fg_status fg_policy_parse(const char *text, uint32_t *components);
@@ -363,9 +391,6 @@ typedef struct fg_context_params {
     int32_t head_dim;           /* d */
     fg_dtype kv_dtype;          /* storage of cached K, and of V unless v_dtype says otherwise; accumulation is
                                    fp32 */
-    int32_t v_dtype;            /* storage of cached V apart from K (an fg_dtype, as llama.cpp's -ctv), or -1
-                                   (the default): kv_dtype. ref and cpu only: cuda and hip refuse a v_dtype
-                                   other than kv_dtype with FG_ERR_UNAVAILABLE */
     int32_t max_seqs;           /* sequences alive at once */
     int32_t max_seq_len;        /* prompt + generated tokens per sequence */
     int32_t page_tokens;        /* rows per page (default 16) */
@@ -376,18 +401,34 @@ typedef struct fg_context_params {
     fg_threadpool *threadpool;  /* optional: the pool the context's CPU work runs on (it must outlive the
                                    context); NULL = the context starts its own of n_threads */
     const fg_token_classes *classes; /* required; the context keeps its own copy */
-    fg_compression_params compression; /* default for sequences */
     fg_log_fn log_fn;           /* optional */
     void *log_user;
     fg_io io;                   /* FG_IO_HOST (default) or FG_IO_DEVICE (cuda, hip) */
     void *stream;               /* cuda / hip: the engine's cudaStream_t / hipStream_t that all the context's
                                    work is queued on; NULL = the backend's own stream */
+    int32_t v_dtype;            /* storage of cached V apart from K (an fg_dtype, as llama.cpp's -ctv), or -1
+                                   (the default): kv_dtype. ref and cpu only: cuda and hip refuse a v_dtype
+                                   other than kv_dtype with FG_ERR_UNAVAILABLE */
 } fg_context_params;
 
 /* Every field's default: start from it (a zeroed struct is not one: its
  * page_tokens of 0 is refused, and a v_dtype of 0 would store V as f32). */
-FG_API void fg_context_params_default(fg_context_params *params);
-FG_API fg_status fg_context_create(const fg_context_params *params, fg_context **out);
+FG_API void fg_context_params_default_sized(fg_context_params *params, size_t size);
+static inline void fg_context_params_default(fg_context_params *params) {
+    fg_context_params_default_sized(params, sizeof *params);
+}
+FG_API fg_status fg_context_create_sized(const fg_context_params *params, size_t size, fg_context **out);
+static inline fg_status fg_context_create(const fg_context_params *params, fg_context **out) {
+    return fg_context_create_sized(params, sizeof *params, out);
+}
+/* The compression a sequence created with compression = NULL takes
+ * (initially fg_compression_params_default's), validated as fg_seq_create
+ * validates it; the context keeps a copy. */
+FG_API fg_status fg_context_set_compression_sized(fg_context *ctx, const fg_compression_params *compression,
+                                                  size_t size);
+static inline fg_status fg_context_set_compression(fg_context *ctx, const fg_compression_params *compression) {
+    return fg_context_set_compression_sized(ctx, compression, sizeof *compression);
+}
 FG_API void fg_context_destroy(fg_context **ctx);
 /* The message of the last call on ctx: "" when it succeeded (every call
  * clears it first), or of this thread's last failure when ctx is NULL (for
@@ -405,25 +446,38 @@ FG_API fg_status fg_synchronize(fg_context *ctx);
 /* Name of the backend the context runs on. */
 FG_API const char *fg_context_backend(const fg_context *ctx);
 
-/* What the cpu backend found on this CPU and picked for it: vendor, family
- * and model, the ISA, the decode kernel's prefetch hint and why (a table row
- * per CPU family; FASTGEN_PF_LOCALITY=nta|t0 and FG_CPU_ISA override). */
+#ifdef FG_EXPERIMENTAL
+/* Diagnostics: what the cpu backend found on this CPU and picked for it:
+ * vendor, family and model, the ISA, the decode kernel's prefetch hint and
+ * why (a table row per CPU family; the environment variables
+ * FASTGEN_PF_LOCALITY=nta|t0 and FG_CPU_ISA=generic|avx2|avx512 override,
+ * for benchmarks). The text and the variables may change between minor
+ * versions. */
 FG_API fg_status fg_cpu_describe(char *buf, size_t size);
+#endif
 
 /* Whether a backend is compiled in and usable here (FG_OK) or why not. */
 FG_API fg_status fg_backend_probe(const char *name);
 
 /* ---------------------------------------------------------------- sequences */
 
-/* Registers a sequence with its prompt. compression: NULL = the context's. */
-FG_API fg_status fg_seq_create(fg_context *ctx, const fg_compression_params *compression, const int32_t *prompt,
-                               int32_t n_prompt, int32_t *seq_out);
+/* Registers a sequence with its prompt. compression: NULL = the context's
+ * (fg_context_set_compression). */
+FG_API fg_status fg_seq_create_sized(fg_context *ctx, const fg_compression_params *compression, size_t size,
+                                     const int32_t *prompt, int32_t n_prompt, int32_t *seq_out);
+static inline fg_status fg_seq_create(fg_context *ctx, const fg_compression_params *compression,
+                                      const int32_t *prompt, int32_t n_prompt, int32_t *seq_out) {
+    return fg_seq_create_sized(ctx, compression, sizeof *compression, prompt, n_prompt, seq_out);
+}
 FG_API fg_status fg_seq_destroy(fg_context *ctx, int32_t seq);
 /* A new sequence that continues from seq (after its prefill, between decode
  * sweeps: every layer at the same length; FG_ERR_BAD_STATE before): it
- * shares seq's pages, which are copied only when one side is about to write
- * them (copy-on-write), and counted once by fg_memory(ctx, -1). Destroying
- * either leaves the other intact. */
+ * shares seq's K/V row pages, which are never copied (each side writes new
+ * rows into pages of its own, and a head whose share stops saving memory
+ * gathers its kept rows into its own pages once), and its small metadata
+ * pages, copied when one side is about to write them (copy-on-write); shared
+ * pages are counted once by fg_memory(ctx, -1). Destroying either leaves the
+ * other intact. */
 FG_API fg_status fg_seq_fork(fg_context *ctx, int32_t seq, int32_t *child);
 /* Tokens the sequence has at layer (0 before that layer's prefill). */
 FG_API fg_status fg_seq_length(const fg_context *ctx, int32_t seq, int32_t layer, int32_t *length);
@@ -492,8 +546,12 @@ typedef struct fg_head_info {
                                 for itself gathers its rows into pages of its own) */
 } fg_head_info;
 
-FG_API fg_status fg_head_inspect(const fg_context *ctx, int32_t seq, int32_t layer, int32_t kv_head,
-                                 fg_head_info *info);
+FG_API fg_status fg_head_inspect_sized(const fg_context *ctx, int32_t seq, int32_t layer, int32_t kv_head,
+                                       fg_head_info *info, size_t size);
+static inline fg_status fg_head_inspect(const fg_context *ctx, int32_t seq, int32_t layer, int32_t kv_head,
+                                        fg_head_info *info) {
+    return fg_head_inspect_sized(ctx, seq, layer, kv_head, info, sizeof *info);
+}
 /* Kept positions in ascending order (a synchronising read). capacity: size of
  * positions; *n_out receives the kept count (even when capacity is short:
  * then FG_ERR_CAPACITY and nothing is written). */
@@ -520,7 +578,10 @@ typedef struct fg_memory_stats {
  * rows_full count every sequence's rows. Else one sequence, with every page
  * it holds, shared or not, against its own full cache (pool fields are
  * global). */
-FG_API fg_status fg_memory(const fg_context *ctx, int32_t seq, fg_memory_stats *stats);
+FG_API fg_status fg_memory_sized(const fg_context *ctx, int32_t seq, fg_memory_stats *stats, size_t size);
+static inline fg_status fg_memory(const fg_context *ctx, int32_t seq, fg_memory_stats *stats) {
+    return fg_memory_sized(ctx, seq, stats, sizeof *stats);
+}
 /* Returns pool chunks with no page in use to the backend. */
 FG_API fg_status fg_trim(fg_context *ctx);
 

@@ -9,6 +9,7 @@
  *   Intel Xeon family 6 model 207 (Emerald Rapids), as a user measured it:
  *     nta halved the speed (summary 0.43 against 0.80 with t0).
  * Any other CPU takes t0, the hint that never starves the loads. */
+#define FG_EXPERIMENTAL /* FG_ADAPTIVE_*, fg_cpu_describe (fastgen.h) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

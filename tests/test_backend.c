@@ -15,6 +15,7 @@
  * Wrong uses of the I/O options are refused.
  * Usage: test_backend [backend...]   (default: every backend that probes OK)
  */
+#define FG_EXPERIMENTAL /* FG_ADAPTIVE_*, fg_cpu_describe (fastgen.h) */
 #include <string.h>
 
 #include "backends/backend.h"
@@ -71,8 +72,6 @@ static int run_backend(const char *backend, int32_t threads, fg_io io, const sha
     p.max_seqs = 2;
     p.max_seq_len = maxlen;
     p.classes = tc;
-    p.compression.threshold = 0.9f;
-    p.compression.append_mode = FG_APPEND_REPROFILE;
     const int32_t total = maxlen;
     const size_t qn = (size_t)n * Hq * d, row_q = (size_t)Hq * d, row_k = (size_t)sc->Hkv * d;
     dev_io dv = {.be = {.err = fg_error_to_stderr}};
@@ -96,6 +95,11 @@ static int run_backend(const char *backend, int32_t threads, fg_io io, const sha
         fprintf(stderr, "backend %s: %s\n", backend, fg_last_error(NULL));
         return 0;
     }
+    fg_compression_params paper; /* the sequences created without their own */
+    fg_compression_params_default(&paper);
+    paper.threshold = 0.9f;
+    paper.append_mode = FG_APPEND_REPROFILE;
+    EXPECT_OK(ctx, fg_context_set_compression(ctx, &paper));
     fg_compression_params h2o;
     fg_compression_params_preset("h2o", &h2o);
     h2o.shortlist[0].local_tokens = 7;

@@ -238,12 +238,12 @@ static void run_case(int case_no) {
     p.max_seq_len = MAXN;
     p.page_tokens = c.page_tokens;
     p.classes = tc;
-    p.compression = c.cp;
     p.kv_dtype = (fg_dtype)rng_int(0, 2);
     fg_context *ctx = NULL;
     EXPECT_OK(NULL, fg_context_create(&p, &ctx));
     if (!ctx)
         return;
+    EXPECT_OK(ctx, fg_context_set_compression(ctx, &c.cp));
 
     /* one sequence with the whole shortlist, one forced onto a single entry */
     const int32_t forced = rng_int(0, c.cp.n_policies - 1);
@@ -334,11 +334,11 @@ static void run_adakv_case(int case_no) {
     p.max_seq_len = MAXN;
     p.page_tokens = c.page_tokens;
     p.classes = tc;
-    p.compression = c.cp;
     fg_context *ctx = NULL;
     int32_t seq = -1;
     float *out = malloc((size_t)c.n * Hq * c.d * sizeof(float));
     EXPECT_OK(NULL, fg_context_create(&p, &ctx));
+    EXPECT_OK(ctx, fg_context_set_compression(ctx, &c.cp));
     EXPECT_OK(ctx, fg_seq_create(ctx, NULL, c.tokens, c.n, &seq));
     EXPECT_OK(ctx, fg_prefill(ctx, seq, 0, c.q, c.k, c.v, out));
 

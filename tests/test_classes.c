@@ -59,10 +59,12 @@ int main(void) {
     p.head_dim = 4;
     p.max_seq_len = 16;
     p.classes = tc;
-    fg_compression_params_preset("full", &p.compression);
-    p.compression.shortlist[0].components = FG_KEEP_SPECIAL;
+    fg_compression_params special;
+    fg_compression_params_preset("full", &special);
+    special.shortlist[0].components = FG_KEEP_SPECIAL;
     fg_context *ctx = NULL;
     EXPECT_OK(NULL, fg_context_create(&p, &ctx));
+    EXPECT_OK(ctx, fg_context_set_compression(ctx, &special));
     const int32_t prompt[] = {1, 14, 6};
     float q[3 * 4] = {0}, k[3 * 4] = {0}, v[3 * 4] = {0}, out[3 * 4];
     int32_t seq = -1;

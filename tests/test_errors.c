@@ -317,7 +317,6 @@ static void test_context_create(const synth *syn) {
     EXPECT(strstr(fg_last_error(NULL), "n_threads") != NULL, "the message says why: %s", fg_last_error(NULL));
     BAD_PARAM(n_threads, 100000, FG_ERR_INVALID_ARGUMENT);
     BAD_PARAM(classes, NULL, FG_ERR_INVALID_ARGUMENT);
-    BAD_PARAM(compression.threshold, 1.01f, FG_ERR_INVALID_ARGUMENT);
     BAD_PARAM(backend, "tpu", FG_ERR_INVALID_ARGUMENT);
     BAD_PARAM(backend, "a-backend-name-longer-than-sixteen", FG_ERR_INVALID_ARGUMENT);
 #undef BAD_PARAM
@@ -339,6 +338,110 @@ static void test_context_create(const synth *syn) {
     fg_context_destroy(NULL);
     ctx = NULL;
     fg_context_destroy(&ctx);
+}
+
+/* fastgen.h's "Growth": structs of an older header (their last field
+ * missing) and of a newer one (bytes past this library's) through the
+ * _sized entry points, as a program built against that header calls them. */
+static void test_struct_growth(const synth *syn, const int32_t *tokens) {
+    enum { GUARD = 24 };
+    const unsigned char mark = 0xA5;
+    const size_t old_ctx = offsetof(fg_context_params, v_dtype), cur_ctx = sizeof(fg_context_params);
+    union {
+        fg_context_params p;
+        unsigned char b[sizeof(fg_context_params) + GUARD];
+    } cp;
+    memset(cp.b, mark, sizeof cp.b);
+    fg_context_params_default_sized(&cp.p, old_ctx); /* an old program's default: its bytes only */
+    int untouched = 1;
+    for (size_t i = old_ctx; i < sizeof cp.b; i++)
+        untouched &= cp.b[i] == mark;
+    EXPECT(untouched, "the default of an old-size struct writes nothing past its size");
+    const fg_context_params want = base_params(syn);
+    memcpy(&cp.p, &want, old_ctx); /* the fields the old header had */
+    fg_context *old = NULL, *cur = NULL;
+    EXPECT_OK(NULL, fg_context_create_sized(&cp.p, old_ctx, &old)); /* v_dtype (past it) takes its default */
+    EXPECT_OK(NULL, fg_context_create(&want, &cur));
+    int32_t s_old = -1, s_cur = -1;
+    if (old && cur) {
+        EXPECT_OK(old, fg_seq_create(old, NULL, tokens, N, &s_old));
+        EXPECT_OK(cur, fg_seq_create(cur, NULL, tokens, N, &s_cur));
+        prefill_all(old, syn, tokens, s_old);
+        prefill_all(cur, syn, tokens, s_cur);
+        /* an old-size output: the fields it has, nothing past it */
+        union {
+            fg_memory_stats m;
+            unsigned char b[sizeof(fg_memory_stats) + GUARD];
+        } ms;
+        const size_t old_ms = offsetof(fg_memory_stats, kv_bytes_alone);
+        memset(ms.b, mark, sizeof ms.b);
+        fg_memory_stats full;
+        EXPECT_OK(old, fg_memory_sized(old, s_old, &ms.m, old_ms));
+        EXPECT_OK(cur, fg_memory(cur, s_cur, &full));
+        untouched = 1;
+        for (size_t i = old_ms; i < sizeof ms.b; i++)
+            untouched &= ms.b[i] == mark;
+        EXPECT(untouched && memcmp(&ms.m, &full, old_ms) == 0,
+               "an old fg_memory_stats gets its fields (V as kv_dtype, as the full struct's context) and no more");
+        union {
+            fg_head_info h;
+            unsigned char b[sizeof(fg_head_info) + GUARD];
+        } hi;
+        const size_t old_hi = offsetof(fg_head_info, kv_bytes_shared);
+        memset(hi.b, mark, sizeof hi.b);
+        EXPECT_OK(old, fg_head_inspect_sized(old, s_old, 0, 0, &hi.h, old_hi));
+        EXPECT(hi.b[old_hi] == mark && hi.h.kept > 0, "an old fg_head_info: its fields, nothing past them");
+        /* a newer header's output: the fields past this library's are zero, their defaults */
+        memset(hi.b, mark, sizeof hi.b);
+        EXPECT_OK(old, fg_head_inspect_sized(old, s_old, 0, 0, &hi.h, sizeof hi.b));
+        EXPECT(hi.b[sizeof(fg_head_info)] == 0 && hi.b[sizeof hi.b - 1] == 0, "a newer fg_head_info's tail is zeroed");
+        EXPECT_STATUS(old, FG_ERR_INVALID_ARGUMENT, fg_memory_sized(old, s_old, &ms.m, 8));
+        EXPECT(strstr(fg_last_error(old), "fg_memory_stats") != NULL, "message: %s", fg_last_error(old));
+    }
+    fg_context_destroy(&old);
+    fg_context_destroy(&cur);
+
+    /* a newer header's struct: accepted when its unknown fields are zero, refused when one is set */
+    memset(cp.b, 0, sizeof cp.b);
+    memcpy(&cp.p, &want, cur_ctx);
+    EXPECT_OK(NULL, fg_context_create_sized(&cp.p, sizeof cp.b, &old));
+    fg_context_destroy(&old);
+    cp.b[cur_ctx + 3] = 1;
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_context_create_sized(&cp.p, sizeof cp.b, &old));
+    EXPECT(old == NULL && strstr(fg_last_error(NULL), "newer fastgen.h") != NULL, "message: %s", fg_last_error(NULL));
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_context_create_sized(&cp.p, old_ctx - 4, &old));
+    EXPECT(old == NULL && strstr(fg_last_error(NULL), "sizeof") != NULL, "too small: %s", fg_last_error(NULL));
+
+    /* compression params of an old header: the preset's fields it has; defer_until past it is 0 */
+    const size_t old_cp = offsetof(fg_compression_params, defer_until);
+    union {
+        fg_compression_params c;
+        unsigned char b[sizeof(fg_compression_params) + GUARD];
+    } cc;
+    memset(cc.b, mark, sizeof cc.b);
+    EXPECT_OK(NULL, fg_compression_params_preset_sized("fastgen-adaptive", &cc.c, old_cp));
+    EXPECT(cc.b[old_cp] == mark && cc.c.allocation == FG_ALLOC_ADAPTIVE, "an old preset: its fields only");
+    EXPECT_OK(NULL, fg_compression_params_validate_sized(&cc.c, old_cp));
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_compression_params_validate_sized(&cc.c, sizeof cc.b));
+    EXPECT(strstr(fg_last_error(NULL), "newer fastgen.h") != NULL, "the guard bytes read as a newer header's fields: %s",
+           fg_last_error(NULL));
+    fg_context_params one = want;
+    one.max_seqs = 1;
+    EXPECT_OK(NULL, fg_context_create(&one, &old));
+    if (old) {
+        EXPECT_OK(old, fg_seq_create_sized(old, &cc.c, old_cp, tokens, N, &s_old));
+        EXPECT_OK(old, fg_seq_destroy(old, s_old));
+        /* the context's default for sequences: validated, refused without a change */
+        fg_compression_params bad;
+        fg_compression_params_default(&bad);
+        bad.threshold = 1.01f;
+        EXPECT_STATUS(old, FG_ERR_INVALID_ARGUMENT, fg_context_set_compression(old, &bad));
+        EXPECT(strstr(fg_last_error(old), "threshold") != NULL, "message: %s", fg_last_error(old));
+        EXPECT_STATUS(old, FG_ERR_INVALID_ARGUMENT, fg_context_set_compression(old, NULL));
+        EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_context_set_compression(NULL, &bad));
+        EXPECT_OK(old, fg_seq_create(old, NULL, tokens, N, &s_old));
+    }
+    fg_context_destroy(&old);
 }
 
 static void test_calls(twin *t) {
@@ -524,6 +627,7 @@ int main(void) {
     twin t = {.syn = &syn, .pos = N};
     for (int32_t i = 0; i < MAXLEN; i++)
         t.tokens[i] = synth_token(&syn, i);
+    test_struct_growth(&syn, t.tokens);
     fg_context_params p = base_params(&syn);
     EXPECT_OK(NULL, fg_context_create(&p, &t.bad));
     EXPECT_OK(NULL, fg_context_create(&p, &t.good));

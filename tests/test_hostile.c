@@ -276,8 +276,16 @@ static void adaptive_append(void) {
     fg_context_params p = test_context_params(g_backend, L, HQ, HKV, D);
     p.max_seq_len = 64;
     p.classes = g_classes;
-    p.compression = cp;
-    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_context_create(&p, &ctx));
+    EXPECT_OK(NULL, fg_context_create(&p, &ctx));
+    fg_compression_params before;
+    fg_compression_params_preset("h2o", &before);
+    EXPECT_OK(ctx, fg_context_set_compression(ctx, &before));
+    EXPECT_STATUS(ctx, FG_ERR_INVALID_ARGUMENT, fg_context_set_compression(ctx, &cp));
+    EXPECT(strstr(fg_last_error(ctx), "max_seq_len") != NULL, "the context's default is refused too: %s",
+           fg_last_error(ctx));
+    /* and the refusal left the default as it was: a sequence created without its own is h2o's */
+    EXPECT_OK(ctx, fg_seq_create(ctx, NULL, g_w.tokens, 8, &seq));
+    fg_context_destroy(&ctx);
     alarm(0);
 }
 

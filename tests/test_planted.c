@@ -18,9 +18,12 @@ static void run(int32_t d, int32_t G, int32_t observation_window) {
     p.kv_dtype = FG_DTYPE_F16;
     p.max_seq_len = n;
     p.classes = syn.classes;
-    p.compression.observation_window = observation_window;
+    fg_compression_params cp;
+    fg_compression_params_default(&cp);
+    cp.observation_window = observation_window;
     fg_context *ctx = NULL;
     EXPECT_OK(NULL, fg_context_create(&p, &ctx));
+    EXPECT_OK(ctx, fg_context_set_compression(ctx, &cp));
 
     int32_t tokens[512];
     for (int32_t i = 0; i < n; i++)

@@ -31,11 +31,12 @@ static void open_run(const char *backend, const synth *syn, const fg_compression
     p.max_seqs = 1;
     p.max_seq_len = MAXLEN;
     p.classes = syn->classes;
-    p.compression = *cp;
     r->ctx = NULL;
     r->kv0 = kv0;
     r->n_kv = n_kv;
     EXPECT_OK(NULL, fg_context_create(&p, &r->ctx));
+    if (r->ctx)
+        EXPECT_OK(r->ctx, fg_context_set_compression(r->ctx, cp));
 }
 
 /* The rows of heads [h0, h0 + nh) of x[n][H][D], packed into out[n][nh][D]. */

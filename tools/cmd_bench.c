@@ -1,5 +1,6 @@
 /* fastgen bench: llama-bench's pp/tg table for a model, with the full cache
  * and with compression, each row's speed against the full cache's. */
+#define FG_EXPERIMENTAL /* FG_ADAPTIVE_*, fg_cpu_describe (fastgen.h) */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

@@ -135,8 +135,10 @@ static int demo_synthetic(int argc, char **argv) {
     cp.max_seqs = o.batch;
     cp.max_seq_len = o.prompt + o.steps;
     cp.classes = syn.classes;
-    cp.compression.threshold = o.threshold;
     cp.n_threads = o.threads;
+    fg_compression_params comp; /* the paper's, at the demo's T */
+    fg_compression_params_default(&comp);
+    comp.threshold = o.threshold;
     fg_context *ctx = NULL;
     st = fg_context_create(&cp, &ctx);
     if (st) {
@@ -171,7 +173,7 @@ static int demo_synthetic(int argc, char **argv) {
     /* every sequence sees the same stream: a batch of identical requests */
     double t0 = cli_now();
     for (int32_t b = 0; b < B; b++) {
-        if ((st = fg_seq_create(ctx, NULL, tokens, n, &seqs[b]))) {
+        if ((st = fg_seq_create(ctx, &comp, tokens, n, &seqs[b]))) {
             rc = demo_fail("sequence", st, ctx);
             goto done;
         }

@@ -19,6 +19,7 @@
  *
  * --passkey decodes greedily from each prompt (a number hidden in filler,
  * asked for at the end) and counts the runs whose answer holds the number. */
+#define FG_EXPERIMENTAL /* FG_ADAPTIVE_*, fg_cpu_describe (fastgen.h) */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,4 +1,5 @@
 /* fastgen version: the library version, the backends built, the CPU. */
+#define FG_EXPERIMENTAL /* FG_ADAPTIVE_*, fg_cpu_describe (fastgen.h) */
 #include <stdio.h>
 #include <string.h>
 

@@ -42,6 +42,8 @@ static fg_status validate_params(const fg_context_params *p) {
              "classes must not be NULL (build them with fg_token_classes_create)");
     FG_CHECK(p->io == FG_IO_HOST || p->io == FG_IO_DEVICE, NULL, FG_ERR_INVALID_ARGUMENT,
              "io must be FG_IO_HOST (0) or FG_IO_DEVICE (1), got %d", (int)p->io);
+    FG_CHECK(p->reserved == 0, NULL, FG_ERR_INVALID_ARGUMENT,
+             "fg_context_params.reserved must be 0 (start from fg_context_params_default), got %d", (int)p->reserved);
     return FG_OK;
 }
 

@@ -33,8 +33,11 @@ void fg_error_restore(fg_context *ctx, const fg_error_saved *saved, const char *
 void fg_error_clear(fg_context *ctx);
 
 /* ---- public structs across header versions (core/params.c; fastgen.h's "Growth") */
-/* The oldest layout of each struct the library reads or writes: the fields
- * before the last one added since the sizes were passed. */
+/* The smallest size of each struct the library reads or writes: 0.2's
+ * layout without its last field. 0.2 is the first version that passes
+ * sizes (0.1 programs do not load: the soname changed), so these exist to
+ * exercise the older-header path (test_errors) until a field is added, when
+ * 0.2's sizeof becomes the oldest. */
 #define FG_CONTEXT_PARAMS_OLDEST offsetof(fg_context_params, v_dtype)
 #define FG_COMPRESSION_PARAMS_OLDEST offsetof(fg_compression_params, defer_until)
 #define FG_HEAD_INFO_OLDEST offsetof(fg_head_info, kv_bytes_shared)

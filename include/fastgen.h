@@ -38,8 +38,10 @@
  * with a newer library: the fields its header did not have take their
  * defaults, and outputs it does not know are not written. A struct from a
  * newer header is accepted by an older library when every field the library
- * does not know is zero (their defaults), and refused with a message
- * otherwise. fg_policy is fixed as it is (new per-entry settings would join
+ * does not know is zero, and refused with a message otherwise: so a field
+ * added later has 0 as its default, and the struct's sizeof grows with it.
+ * Bindings (ctypes, cffi) call the exported _sized functions with their
+ * struct's size. A call that fails writes nothing to its output struct. fg_policy is fixed as it is (new per-entry settings would join
  * fg_compression_params). Research switches and diagnostics that may change
  * between minor versions are declared only when FG_EXPERIMENTAL is defined
  * before this header is included.
@@ -84,7 +86,7 @@ typedef enum fg_status {
 /* Static name of a status ("FG_ERR_INVALID_ARGUMENT: invalid argument"). */
 FG_API const char *fg_status_string(fg_status status);
 
-/* Runtime version string, e.g. "0.1.0"; compare with FG_VERSION_* macros. */
+/* Runtime version string, e.g. "0.2.0"; compare with FG_VERSION_* macros. */
 FG_API const char *fg_version(void);
 /* The backends this build serves, e.g. "ref, cpu, cuda"; a HIP backend that
  * runs on the CPU through HIP-CPU is listed as "hip (HIP-CPU emulation)". */
@@ -409,6 +411,8 @@ typedef struct fg_context_params {
     int32_t v_dtype;            /* storage of cached V apart from K (an fg_dtype, as llama.cpp's -ctv), or -1
                                    (the default): kv_dtype. ref and cpu only: cuda and hip refuse a v_dtype
                                    other than kv_dtype with FG_ERR_UNAVAILABLE */
+    int32_t reserved;           /* 0: the room alignment leaves after v_dtype, kept zero (checked) so that a
+                                   field added there later is told apart from an older program's struct */
 } fg_context_params;
 
 /* Every field's default: start from it (a zeroed struct is not one: its

@@ -1,8 +1,8 @@
 /*
  * The decode step's attention over one work item (attend_chunk.inc), one
  * instantiation per cache dtype and ISA, and what they share. Each ISA is a
- * translation unit of its own (attend_generic.c, attend_avx2.c,
- * attend_avx512.c), so the variants compile apart and in parallel; the
+ * translation unit of its own (decode_generic.c, decode_avx2.c,
+ * decode_avx512.c), so the variants compile apart and in parallel; the
  * ISA's vector macros (VLOAD, VFMA, ...) are defined in its file before it
  * includes attend_chunk_dtypes.inc. decode_step_cpu.c picks one at run time.
  */
@@ -93,7 +93,7 @@ FG_ATTEND_CHUNK_ISA(generic);
 #ifdef FG_X86
 FG_ATTEND_CHUNK_ISA(avx2);
 FG_ATTEND_CHUNK_ISA(avx512);
-fg_attend_chunk_fn fg_cpu_attend_chunk_bf16_avx512bf16; /* bf16 rows dotted by vdpbf16ps (attend_avx512.c) */
+fg_attend_chunk_fn fg_cpu_attend_chunk_bf16_avx512bf16; /* bf16 rows dotted by vdpbf16ps (decode_avx512.c) */
 #endif
 
 #endif /* FG_ATTEND_CHUNK_H */

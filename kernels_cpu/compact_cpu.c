@@ -2,7 +2,9 @@
  * pages, parallel over spans of the prompt; large compactions write their
  * rows with non-temporal stores where aligned, 16-bit caches convert 8 values at a
  * time (F16C for fp16, integer rounding for bf16), and q8_0 / q4_0 blocks
- * quantize 8 values at a time, all bit-identical to the scalar path. */
+ * quantize 8 values at a time, all bit-identical to the scalar path (their
+ * target allows FMA, but ISO C mode, c_std=c11, keeps GCC from contracting a
+ * multiply and an add into one). */
 #include <math.h>
 #include <string.h>
 

@@ -181,7 +181,8 @@ fg_status fg_cpu_decode_step_plain(const fg_page_layout *L, const fg_shape *shap
             for (int32_t h = 0; h < hn; h++)
                 gained += expf(dot_cached(q + (size_t)h * d, kr, L->k_dtype, d) * scale - m[h]) * l[h];
             float *score = fg_slot_score(L, meta, s);
-            *score = (h0 == 0 ? keep * *score : *score) + gained;
+            /* FG_SCORE_LAST: this step's attention alone (as ref, a NaN score does not carry over) */
+            *score = h0 > 0 || keep != 0.0f ? *score + gained : gained;
         }
     }
     return fg_cpu_decode_finish_head(L, hd, new_score, NULL);

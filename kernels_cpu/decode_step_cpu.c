@@ -36,7 +36,7 @@
 /* ------------------------------------------------------------------ dispatch */
 
 /* The ISA a step runs on: the CPU's, or a narrower one whose lanes divide
- * the head dimension (d = 8 on an AVX-512 CPU: AVX2's 8 lanes). -1: no
+ * the head dimension (d = 8, 24, 40, ... on an AVX-512 CPU: AVX2's 8 lanes). -1: no
  * vector kernel takes d (not a multiple of 8), the plain step does. */
 static int step_isa(fg_cpu_isa isa, int32_t d) {
     if (d % 8)
@@ -111,7 +111,7 @@ static score_scan_fn *isa_score_scan(fg_cpu_isa isa) {
 typedef struct head_plan {
     int32_t first_item, n_items; /* work items of the head */
     size_t raw;                  /* offset of its raw scores, or SIZE_MAX */
-    int fast;                    /* 0: the reference kernel handles the head */
+    int fast;                    /* 0: the plain step handles the head (decode_finish_cpu.c) */
     float new_score;             /* the new token's pooled self-attention */
     _Atomic int32_t left;        /* its items not yet attended */
 } head_plan;
@@ -366,7 +366,7 @@ fg_status fg_cpu_decode_step(fg_backend *be, const fg_page_layout *layout, const
             order[at] = order[at - 1];
         order[at] = it;
     }
-    int32_t n_lone = 0, n_track = 0; /* heads without items (the reference kernel's, or empty ones) finish as
+    int32_t n_lone = 0, n_track = 0; /* heads without items (the plain step's, or empty ones) finish as
                                         tasks of their own; the items of heads that track scores, head by head */
     for (int32_t i = 0; i < n_heads; i++) {
         if (plan[i].n_items == 0)

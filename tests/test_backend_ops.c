@@ -523,8 +523,8 @@ static void case_decode_mixed(backend_pair *bp) {
  * groups above 64), tracking heads among them */
 static void case_decode_odd_dim(backend_pair *bp) {
     check_decode(bp, 7, 2, FG_DTYPE_F16, 3, 2, (const int32_t[]){9, 30}, (const uint32_t[]){S | P | F | L, F}, 20, 0);
-    check_decode(bp, 12, 20, FG_DTYPE_BF16, 16, 3, (const int32_t[]){40, 300, 5},
-                 (const uint32_t[]){S | P | F | L, F, FG_KEEP_FULL}, 12, 0);
+    check_decode(bp, 12, 20, FG_DTYPE_BF16, 16, 3, (const int32_t[]){40, 300, 5}, /* the third head: FG_SCORE_LAST */
+                 (const uint32_t[]){FG_KEEP_FULL, F, S | P | F | L}, 12, 0);
     if (!bp->one.ops->synchronize) /* a host backend */
         check_decode(bp, 64, 70, FG_DTYPE_F32, 16, 2, (const int32_t[]){100, 9}, (const uint32_t[]){F | L, F}, 4, 1);
 }

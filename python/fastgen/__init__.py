@@ -341,7 +341,11 @@ class Model(_fastgen._Model):
                          prefill_chunk=prefill_chunk)
         self.path = path
         self._cli_args = ["-m", path] + (["-z", os.fspath(tokenizer)] if tokenizer is not None else [])
-        self._cli_args += ["--dtype", kv_dtype, "-t", str(threads)] + (["--backend", backend] if backend else [])
+        self._cli_args += ["--dtype", kv_dtype] + (["-t", str(threads)] if threads else [])
+        self._cli_args += ["--backend", backend] if backend else []
+        self._cli_args += ["-ctv", v_dtype] if v_dtype else []
+        self._cli_args += ["--prefill-chunk", str(prefill_chunk)] if prefill_chunk else []
+        self._ctx_size = ctx_size  # eval's runs size their sequences themselves: refused there when set
         self._cli_args += ["--f32-activations"] if f32_activations else []
 
     def __enter__(self) -> "Model":
@@ -393,6 +397,9 @@ class Model(_fastgen._Model):
     # -- evaluation: the CLI's, so the figures are `fastgen eval`'s to the digit
 
     def _cli(self, args: list[str]) -> dict:
+        if self._ctx_size:
+            raise ValueError("eval and passkey size each run's context from its prompt: create the Model without "
+                             "ctx_size to evaluate")
         cmd = [_cli_path(), "eval"] + self._cli_args + args + ["--json", "-q"]
         run = subprocess.run(cmd, capture_output=True, text=True)
         if run.returncode != 0:

@@ -174,7 +174,7 @@ static int array_get(PyObject *obj, const char *name, char type, int writable, i
         }
         int flags = PyBUF_STRIDES | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
         if (PyObject_GetBuffer(obj, &a->view, flags) < 0) {
-            if (writable && PyErr_ExceptionMatches(PyExc_BufferError)) {
+            if (writable && (PyErr_ExceptionMatches(PyExc_BufferError) || PyErr_ExceptionMatches(PyExc_ValueError))) {
                 PyErr_Clear();
                 PyErr_Format(PyExc_ValueError, "%s must be writable (it receives the output)", name);
             }
@@ -315,8 +315,17 @@ static void ints_release(arg_ints *v) {
 static int ints_get(PyObject *obj, const char *name, arg_ints *v) {
     memset(v, 0, sizeof *v);
     if (PyObject_CheckBuffer(obj) && !PyBytes_Check(obj) && !PyByteArray_Check(obj)) {
-        if (array_get(obj, name, 'i', 0, ON_HOST, NULL, &v->arr) < 0)
+        /* an int32 array is used in place; another integer array is copied below, element by element */
+        arg_array *a = &v->arr;
+        if (PyObject_GetBuffer(obj, &a->view, PyBUF_STRIDES | PyBUF_FORMAT) < 0)
             return -1;
+        if (!format_is(a->view.format, 'i') || a->view.itemsize != 4 || !PyBuffer_IsContiguous(&a->view, 'C')) {
+            array_release(a);
+            goto copy;
+        }
+        a->data = a->view.buf;
+        a->ndim = a->view.ndim;
+        a->shape[0] = a->ndim ? a->view.shape[0] : 0;
         if (v->arr.ndim != 1) {
             PyErr_Format(PyExc_ValueError, "%s: expected a 1-D array of int32, got %d dimensions", name, v->arr.ndim);
             array_release(&v->arr);
@@ -331,6 +340,7 @@ static int ints_get(PyObject *obj, const char *name, arg_ints *v) {
                      PyLong_AsLong(obj));
         return -1;
     }
+copy:;
     PyObject *seq = PySequence_Fast(obj, "");
     if (!seq) {
         PyErr_Clear();
@@ -1567,7 +1577,7 @@ static int model_init(ModelObject *self, PyObject *args, PyObject *kw) {
     PyObject *path_o, *tok_o = Py_None;
     const char *backend = NULL, *kv = "f16", *vd = NULL;
     int max_seqs = 4, threads = 0, f32 = 0, ctx_size = 0, chunk = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|O$zszipipi:Model", kwlist, PyUnicode_FSConverter, &path_o, &tok_o,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|O$zsziipii:Model", kwlist, PyUnicode_FSConverter, &path_o, &tok_o,
                                      &backend, &kv, &vd, &max_seqs, &threads, &f32, &ctx_size, &chunk))
         return -1;
     PyObject *tok_bytes = NULL;

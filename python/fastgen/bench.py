@@ -32,7 +32,7 @@ def cpu_name() -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--prompt", type=int, default=1024, help="prompt tokens (default 1024)")
-    ap.add_argument("--steps", type=int, default=200, help="decode steps on each side (default 200)")
+    ap.add_argument("--steps", type=int, default=300, help="decode steps on each side (default 200)")
     ap.add_argument("--block", type=int, default=10, help="steps per block before switching sides")
     ap.add_argument("--method", default="full", help="compression preset (default full)")
     ap.add_argument("--threads", type=int, default=0)
@@ -67,22 +67,28 @@ def main() -> None:
                     ctx.decode(layer, seqs, tokens, q, k, v)
         return time.perf_counter() - t0
 
-    t_py = t_c = t_alloc = 0.0
+    py, c, alloc = [], [], []  # seconds per block, side by side
     done = 0
     while done < args.steps:
         b = min(args.block, args.steps - done)
-        t_py += python_steps(b, True)
-        t_c += ctx._bench_decode_c(seqs, tokens, q, k, v, out, b)
-        t_alloc += python_steps(b, False)
+        sides = [lambda: py.append(python_steps(b, True) / b),
+                 lambda: c.append(ctx._bench_decode_c(seqs, tokens, q, k, v, out, b) / b),
+                 lambda: alloc.append(python_steps(b, False) / b)]
+        for i in range(3):  # each side first in turn: neither always sees the shorter cache or the warmer one
+            sides[(i + done // b) % 3]()
         done += b
-    us = lambda t: 1e6 * t / args.steps  # noqa: E731
+    py, c, alloc = np.array(py), np.array(c), np.array(alloc)
+    med = lambda x: float(np.median(x))  # noqa: E731 (each block's ratio: the machine's drift cancels)
     print(f"fastgen {fastgen.__version__}, backend {ctx.backend}, {cpu_name()}, threads {args.threads or 'all'}")
-    print(f"context: {L} layers x {hkv} KV heads x {d}, prompt {n}, then {3 * args.steps} steps; method "
-          f"{args.method}")
-    print(f"decode step from C:               {us(t_c):9.1f} us")
-    print(f"decode step from Python (out=):   {us(t_py):9.1f} us   overhead {100 * (t_py / t_c - 1):+.1f}%")
-    print(f"decode step from Python (new out): {us(t_alloc):8.1f} us   overhead {100 * (t_alloc / t_c - 1):+.1f}%")
-    print(f"per call: {1e6 * (t_py - t_c) / (args.steps * L):.2f} us through the binding")
+    print(f"context: {L} layers x {hkv} KV heads x {d}, prompt {n}, then {3 * args.steps} steps in blocks of "
+          f"{args.block}; method {args.method}")
+    print(f"decode step (30 layers) from C:             median {1e6 * med(c):9.1f} us")
+    print(f"decode step from Python, out= given:        median {1e6 * med(py):9.1f} us   overhead "
+          f"{100 * (med(py / c) - 1):+.2f}% (median of the blocks' ratios)")
+    print(f"decode step from Python, a new out a call:  median {1e6 * med(alloc):9.1f} us   overhead "
+          f"{100 * (med(alloc / c) - 1):+.2f}%")
+    print(f"per call through the binding: {1e6 * med(py - c) / L:.2f} us (out= given), "
+          f"{1e6 * med(alloc - c) / L:.2f} us (new out)")
     ctx.close()
 
 

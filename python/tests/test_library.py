@@ -1,0 +1,284 @@
+"""The binding of the library (fastgen.Context and friends) against a NumPy reference and the C library's rules."""
+
+import ctypes
+import threading
+
+import numpy as np
+import pytest
+
+import fastgen
+
+L, HQ, HKV, D = 2, 4, 2, 16
+
+
+def attention(q, k, v):
+    """Causal attention of the last len(q) rows over k, v (GQA: query head h reads KV head h // (HQ / HKV))."""
+    n, t = q.shape[0], k.shape[0]
+    g = q.shape[1] // k.shape[1]
+    out = np.empty(q.shape, dtype=np.float64)
+    for i in range(n):
+        pos = t - n + i
+        for h in range(q.shape[1]):
+            s = k[: pos + 1, h // g].astype(np.float64) @ q[i, h].astype(np.float64) / np.sqrt(q.shape[2])
+            p = np.exp(s - s.max())
+            out[i, h] = (p / p.sum()) @ v[: pos + 1, h // g]
+    return out
+
+
+def rows(rng, n, heads):
+    return rng.standard_normal((n, heads, D), dtype=np.float32)
+
+
+@pytest.fixture(params=["ref", "cpu"])
+def backend(request):
+    return request.param
+
+
+def test_build():
+    assert fastgen.__version__.count(".") == 2
+    assert {"ref", "cpu"} <= set(fastgen.backends())
+    assert fastgen.presets()[:3] == ["fastgen", "fastgen-budget", "fastgen-adaptive"]
+    assert fastgen.kv_row_bytes("f16", 64) == 128
+    assert fastgen.kv_row_bytes("q8_0", 64) == 68
+
+
+def test_compression_presets_and_overrides():
+    c = fastgen.compression("fastgen-adaptive", budget=0.25, window=48, defer=40)
+    assert (c.allocation, c.budget, c.observation_window, c.defer_until) == ("adaptive", 0.25, 48, 40)
+    assert c.shortlist[-1].components == "full"
+    assert fastgen.compression("h2o").shortlist[0].components == "frequent+local"
+    assert fastgen.Policy("local", ratio_local=0.3).rows(100) == (30, 0)
+    with pytest.raises(ValueError, match="unknown field 'bugdet'"):
+        fastgen.compression("fastgen", bugdet=0.5)
+    with pytest.raises(ValueError, match="budget"):
+        fastgen.compression("fastgen-adaptive", budget=1.5)
+    with pytest.raises(ValueError, match="allocation: expected one of shortlist, adakv, adaptive"):
+        fastgen.compression("fastgen", allocation="greedy")
+    with pytest.raises(ValueError, match="no-such-preset"):
+        fastgen.compression("no-such-preset")
+
+
+def test_full_cache_is_attention(backend):
+    """Prefill and decode with the full cache: exact causal attention (f32 cache), 2-D and 3-D shapes."""
+    rng = np.random.default_rng(1)
+    n = 37
+    with fastgen.Context(L, HQ, HKV, D, vocab_size=100, backend=backend, kv_dtype="f32", max_seqs=2,
+                         max_seq_len=64, method="full") as ctx:
+        seq = ctx.create(np.arange(n, dtype=np.int32) % 100)
+        ks, vs = [], []
+        for layer in range(L):
+            q, k, v = rows(rng, n, HQ), rows(rng, n, HKV), rows(rng, n, HKV)
+            out = ctx.prefill(seq, layer, q, k, v)
+            assert out.shape == (n, HQ, D) and out.dtype == np.float32
+            np.testing.assert_allclose(out, attention(q, k, v), atol=2e-5)
+            ks.append(k)
+            vs.append(v)
+        for step in range(3):
+            for layer in range(L):
+                q, k, v = rows(rng, 1, HQ), rows(rng, 1, HKV), rows(rng, 1, HKV)
+                ks[layer] = np.concatenate([ks[layer], k])
+                vs[layer] = np.concatenate([vs[layer], v])
+                out = np.full((1, HQ * D), np.nan, dtype=np.float32)  # flattened: [n, heads * dim]
+                got = ctx.decode(layer, [seq], [5], q.reshape(1, -1), k, v, out=out)
+                assert got is out
+                np.testing.assert_allclose(out.reshape(1, HQ, D), attention(q, ks[layer], vs[layer]), atol=2e-5)
+        assert ctx.length(seq, 0) == n + 3
+        mem = ctx.memory(seq)
+        assert mem["rows_kept"] == mem["rows_full"] == L * HKV * (n + 3)
+
+
+def test_adaptive_compresses_and_reports():
+    rng = np.random.default_rng(2)
+    n = 200
+    with fastgen.Context(L, HQ, HKV, D, vocab_size=100, max_seqs=2, max_seq_len=256) as ctx:
+        seq = ctx.create(rng.integers(0, 100, n), "fastgen-adaptive", budget=0.25)
+        for layer in range(L):
+            ctx.prefill(seq, layer, rows(rng, n, HQ), rows(rng, n, HKV), rows(rng, n, HKV))
+        mem = ctx.memory(seq)
+        assert mem["rows_kept"] <= 0.3 * mem["rows_full"]
+        heads = ctx.heads(seq)
+        assert heads["kept"].shape == (L, HKV) and heads["recovery"].shape == (L, HKV, 3)
+        assert heads["kept"].sum() == mem["rows_kept"]
+        info = ctx.inspect(seq, 1, 1)
+        pos = ctx.positions(seq, 1, 1)
+        assert pos.dtype == np.int32 and len(pos) == info["kept"] and np.all(np.diff(pos) > 0)
+        assert info["components"] in heads["components"][1]
+
+
+def test_batched_decode_fork_and_append():
+    rng = np.random.default_rng(3)
+    n = 20
+    with fastgen.Context(L, HQ, HKV, D, vocab_size=100, kv_dtype="f32", max_seqs=4, max_seq_len=64,
+                         method="h2o") as ctx:
+        a = ctx.create(list(range(n)))
+        for layer in range(L):
+            ctx.prefill(a, layer, rows(rng, n, HQ), rows(rng, n, HKV), rows(rng, n, HKV))
+        b, c, d = ctx.fork(a), ctx.fork(a), ctx.fork(a)
+        assert ctx.memory()["kv_bytes_held"] == ctx.memory(a)["kv_bytes_held"]  # shared pages counted once
+        q, k, v = rows(rng, 2, HQ), rows(rng, 2, HKV), rows(rng, 2, HKV)
+        both = ctx.decode(0, np.array([b, c], dtype=np.int32), [1, 1], q, k, v)
+        # the same rows decoded one by one on identical forks give the same outputs
+        one = np.concatenate([ctx.decode(0, [d], [1], q[:1], k[:1], v[:1]),
+                              ctx.decode(0, [a], [1], q[1:], k[1:], v[1:])])
+        np.testing.assert_allclose(both, one, atol=1e-6)
+        ctx.decode(1, [a, b, c, d], [1] * 4, rows(rng, 4, HQ), rows(rng, 4, HKV), rows(rng, 4, HKV))
+        ctx.destroy(b)
+        out = ctx.append(c, 0, [7, 8, 9], rows(rng, 3, HQ), rows(rng, 3, HKV), rows(rng, 3, HKV))
+        assert out.shape == (3, HQ, D) and np.isfinite(out).all()
+
+
+def test_prefill_chunk_equals_prefill():
+    rng = np.random.default_rng(4)
+    n = 24
+    qkv = [(rows(rng, n, HQ), rows(rng, n, HKV), rows(rng, n, HKV)) for _ in range(L)]
+    outs = []
+    with fastgen.Context(L, HQ, HKV, D, vocab_size=100, backend="ref", max_seqs=2, max_seq_len=64) as ctx:
+        whole, chunked = ctx.create(list(range(n))), ctx.create(list(range(n)))
+        for layer, (q, k, v) in enumerate(qkv):
+            outs.append(ctx.prefill(whole, layer, q, k, v))
+            parts = [ctx.prefill_chunk(chunked, layer, b, q[b:b + 8], k[b:b + 8], v[b:b + 8]) for b in (0, 8, 16)]
+            np.testing.assert_array_equal(np.concatenate(parts), outs[-1])
+        assert ctx.heads(whole)["policy_index"].tolist() == ctx.heads(chunked)["policy_index"].tolist()
+
+
+class DLPackOnly:
+    """An array reachable through __dlpack__ only (as a torch tensor is)."""
+
+    def __init__(self, a):
+        self.a = a
+
+    def __dlpack__(self, stream=None):
+        return self.a.__dlpack__()
+
+
+def test_dlpack_path_matches_buffer_path():
+    rng = np.random.default_rng(5)
+    n = 12
+    q, k, v = rows(rng, n, HQ), rows(rng, n, HKV), rows(rng, n, HKV)
+    with fastgen.Context(L, HQ, HKV, D, vocab_size=100, backend="ref", max_seqs=2, max_seq_len=32,
+                         method="full") as ctx:
+        s1, s2 = ctx.create(list(range(n))), ctx.create(list(range(n)))
+        ref = ctx.prefill(s1, 0, q, k, v)
+        out = np.empty_like(ref)
+        ctx.prefill(s2, 0, DLPackOnly(q), DLPackOnly(k), DLPackOnly(v), out=DLPackOnly(out))
+        np.testing.assert_array_equal(out, ref)
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
+                ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+class _DLManaged(ctypes.Structure):
+    _fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", ctypes.c_void_p)]
+
+
+class FakeDeviceTensor:
+    """A DLPack producer whose tensor says it lives on CUDA device 0 (nothing is read from it)."""
+
+    def __init__(self, shape, code=2, bits=32):
+        self.shape = (ctypes.c_int64 * len(shape))(*shape)
+        self.managed = _DLManaged()
+        self.managed.dl_tensor.device = _DLDevice(2, 0)
+        self.managed.dl_tensor.ndim = len(shape)
+        self.managed.dl_tensor.dtype = _DLDataType(code, bits, 1)
+        self.managed.dl_tensor.shape = self.shape
+
+    def __dlpack__(self, stream=None):
+        new = ctypes.pythonapi.PyCapsule_New
+        new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+        return new(ctypes.addressof(self.managed), b"dltensor", None)
+
+
+def test_error_messages():
+    rng = np.random.default_rng(6)
+    ctx = fastgen.Context(L, HQ, HKV, D, vocab_size=100, max_seqs=1, max_seq_len=32)
+    seq = ctx.create([1, 2, 3, 4])
+    q, k, v = rows(rng, 4, HQ), rows(rng, 4, HKV), rows(rng, 4, HKV)
+    with pytest.raises(ValueError, match=r"FG_ERR_BAD_STATE|before|prefill") as e:
+        ctx.decode(0, [seq], [1], q[:1], k[:1], v[:1])
+    assert e.value.status == "FG_ERR_BAD_STATE"
+    with pytest.raises(TypeError, match=r"q must be float32, got float64"):
+        ctx.prefill(seq, 0, q.astype(np.float64), k, v)
+    with pytest.raises(ValueError, match=r"k: expected shape \(n_prompt, n_kv_heads, head_dim\) = \(4, 2, 16\), "
+                                         r"or \(4, 32\) flattened, got \(4, 4, 16\)"):
+        ctx.prefill(seq, 0, q, q, v)
+    with pytest.raises(ValueError, match=r"v must be C-contiguous"):
+        ctx.prefill(seq, 0, q, k, np.asfortranarray(v))
+    with pytest.raises(ValueError, match=r"out must be writable"):
+        ro = np.empty_like(q)
+        ro.setflags(write=False)
+        ctx.prefill(seq, 0, q, k, v, out=ro)
+    with pytest.raises(TypeError, match=r"expected a float32 array \(NumPy, or a tensor with __dlpack__\), got list"):
+        ctx.prefill(seq, 0, q.tolist(), k, v)
+    with pytest.raises(ValueError, match=r"q is on a device \(DLPack device type 2\), but the context's activations "
+                                         r"are in host memory"):
+        ctx.prefill(seq, 0, FakeDeviceTensor((4, HQ, D)), k, v)
+    with pytest.raises(ValueError, match=r"tokens: expected one per sequence \(1\), got 2"):
+        ctx.decode(0, [seq], [1, 2], q[:1], k[:1], v[:1])
+    with pytest.raises(ValueError, match=r"seq 5 is not a sequence of this context"):
+        ctx.prefill(5, 0, q, k, v)
+    with pytest.raises(ValueError, match=r"max_seqs|sequences are in use") as e:
+        ctx.create([1])
+    assert e.value.status == "FG_ERR_CAPACITY"
+    ctx.prefill(seq, 0, q, k, v)  # the failed calls left the context usable
+    ctx.close()
+    ctx.close()  # a second close does nothing
+    with pytest.raises(ValueError, match="the context is closed"):
+        ctx.prefill(seq, 1, q, k, v)
+    with pytest.raises(ValueError, match="classes=TokenClasses"):
+        fastgen.Context(L, HQ, HKV, D)
+    with pytest.raises(ValueError, match="n_kv_heads|divide"):
+        fastgen.Context(L, 3, 2, D, vocab_size=10)
+
+
+def test_token_classes():
+    tc = fastgen.TokenClasses(5, [",", "hello", " .", None, "\u2581,"], encoding="text")
+    assert tc.count("punct") == 2 and tc.get(0) == "punct" and tc.get(1) == "ordinary"
+    sp = fastgen.TokenClasses(5, [",", "hello", " .", None, "\u2581,"], encoding="sentencepiece")
+    assert sp.get(4) == "punct"
+    tc.set(1, "special")
+    assert tc.classify([1, 0, 3], n_sink=0) == ["special", "punct", "ordinary"]
+    with pytest.raises(ValueError, match="expected vocab_size = 5 strings, got 2"):
+        fastgen.TokenClasses(5, ["a", "b"])
+    with pytest.raises(ValueError, match="cls: expected one of ordinary, special, punct"):
+        tc.set(0, "stopword")
+
+
+def test_threads_share_nothing_but_the_gil():
+    """Decode on two contexts from two threads at once (the GIL is released inside the calls)."""
+    rng = np.random.default_rng(7)
+    results, errors = {}, []
+
+    def work(i):
+        try:
+            with fastgen.Context(L, HQ, HKV, D, vocab_size=100, backend="ref", kv_dtype="f32", max_seqs=1,
+                                 max_seq_len=512, method="full") as ctx:
+                r = np.random.default_rng(100)
+                s = ctx.create([i % 100 for i in range(300)])
+                for layer in range(L):
+                    ctx.prefill(s, layer, rows(r, 300, HQ), rows(r, 300, HKV), rows(r, 300, HKV))
+                for _ in range(20):
+                    for layer in range(L):
+                        out = ctx.decode(layer, [s], [1], rows(r, 1, HQ), rows(r, 1, HKV), rows(r, 1, HKV))
+                results[i] = out
+        except Exception as exc:  # noqa: BLE001 (reported below)
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    np.testing.assert_array_equal(results[0], results[1])
+    del rng

@@ -1,0 +1,90 @@
+"""fastgen.Model on SmolLM2-135M-Instruct: the same engine as the CLI, figure for figure."""
+
+import json
+import subprocess
+
+import numpy as np
+import pytest
+
+import fastgen
+
+CHAT = "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"
+STORY = ("Once upon a time, in a village by the sea, there lived an old fisherman named Tom. Every morning he "
+         "took his boat out before the sun rose, and every evening he came back with a basket of fish. ") * 3
+
+
+def cli_generate(model_path, prompt, policy, n, *extra):
+    run = subprocess.run([fastgen._cli_path(), "generate", "-m", model_path, "-p", prompt, "--policy", policy,
+                          "-n", str(n), "--json", "-q", *extra], capture_output=True, text=True, check=True)
+    return json.loads(run.stdout)
+
+
+@pytest.mark.parametrize("method", ["full", "fastgen", "fastgen-adaptive"])
+def test_generate_equals_cli(model, model_path, method):
+    g = model.generate(CHAT, method=method, max_tokens=16)
+    cli = cli_generate(model_path, CHAT, method, 16)
+    assert g.prompt_ids + g.ids == cli["tokens"]
+    assert g.memory["kv_bytes_held"] == cli["kv_bytes_held"] and g.memory["kv_bytes_full"] == cli["kv_bytes_full"]
+    assert "Paris" in g.text
+    assert g.tokens_per_s > 0 and g.prefill_s > 0
+
+
+def test_options_reach_the_runner(model_path):
+    """f32 activations and q8_0 caches: the CLI's runs with the same options, id for id."""
+    with fastgen.Model(model_path, f32_activations=True, kv_dtype="q8_0", threads=2) as m:
+        g = m.generate(CHAT, method="fastgen-adaptive", max_tokens=12)
+    cli = cli_generate(model_path, CHAT, "fastgen-adaptive", 12, "--f32-activations", "--dtype", "q8_0", "-t", "2")
+    assert g.prompt_ids + g.ids == cli["tokens"] and g.memory["kv_bytes_held"] == cli["kv_bytes_held"]
+
+
+def test_generate_compresses_and_samples(model):
+    g = model.generate(STORY, method="fastgen-adaptive", budget=0.25, max_tokens=8, ignore_eos=True)
+    assert len(g.ids) == 8 and g.kv_share < 0.4
+    a = model.generate(STORY, max_tokens=12, temperature=0.8, seed=3)
+    b = model.generate(STORY, max_tokens=12, temperature=0.8, seed=3)
+    c = model.generate(STORY, max_tokens=12, temperature=0.8, seed=4)
+    assert a.ids == b.ids and (a.ids != c.ids or a.text == c.text)
+
+
+def test_profile(model):
+    p = model.profile(STORY)
+    cfg = model.config
+    assert p.policy_index.shape == (cfg["n_layers"], cfg["n_kv_heads"])
+    assert p.recovery.shape == (cfg["n_layers"], cfg["n_kv_heads"], len(p.shortlist))
+    assert np.all(p.recovery[..., -1] > 0.999)  # the full cache recovers everything
+    chosen = np.take_along_axis(p.recovery, p.policy_index[..., None], axis=2)[..., 0]
+    # the paper's rule: the first entry that reaches T = 0.95, else the last
+    assert np.all((chosen >= 0.95 - 1e-6) | (p.policy_index == len(p.shortlist) - 1))
+    assert p.kept.sum() == p.memory["rows_kept"] < p.memory["rows_full"]
+    assert p.components[0][0] == p.shortlist[p.policy_index[0, 0]]
+
+
+def test_eval_rows_are_the_cli_sweep(model):
+    rows = model.eval([STORY[:200], "The weather in Paris today is"], budgets=[0.5], steps=8)
+    methods = [r["method"] for r in rows]
+    assert methods[0] == "fastgen-adaptive" and {"h2o", "snapkv", "tova"} <= set(methods)
+    for r in rows:
+        assert r["budget"] == 0.5 and r["prompts"] == 2 and r["kl_mean"] >= 0 and 0 <= r["top1"] <= 1
+        assert r["kv_kept_min"] <= r["kv_kept"] <= r["kv_kept_max"]
+
+
+def test_passkey(model):
+    filler = "The grass is green. The sky is blue. The sun is yellow. Here we go. There and back again. "
+    prompt = (filler * 4 + "The pass key is 71432. Remember it. 71432 is the pass key. " + filler * 4 +
+              "What is the pass key? The pass key is")
+    rows = model.passkey([("71432", prompt)], methods=["fastgen-adaptive", "streamingllm"], budgets=[0.5])
+    assert [r["method"] for r in rows] == ["fastgen-adaptive", "streamingllm"]
+    assert all(0 <= r["accuracy"] <= 1 for r in rows)
+
+
+def test_model_errors(model):
+    with pytest.raises(RuntimeError, match="no-such-model.gguf"):
+        fastgen.Model("/nonexistent/no-such-model.gguf")
+    with pytest.raises(ValueError, match="unknown field 'budgett'"):
+        model.generate("hi", budgett=0.5)
+    with pytest.raises(ValueError, match="not a token id"):
+        model.detokenize([10 ** 6])
+    m = fastgen.Model(model.path, threads=1)
+    m.close()
+    with pytest.raises(ValueError, match="the model is closed"):
+        m.generate("hi")

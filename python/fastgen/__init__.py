@@ -181,7 +181,8 @@ def _compression_fields(comp: Compression | dict | str | None, overrides: dict) 
     if comp is None and not overrides:
         return None
     if comp is None:
-        raise ValueError("compression overrides need a method: pass method=NAME (e.g. method=\"fastgen-adaptive\")")
+        raise ValueError(f"compression overrides ({', '.join(overrides)}) need a preset to start from: pass its "
+                         "name or a Compression (e.g. \"fastgen-adaptive\")")
     if isinstance(comp, dict):
         comp = Compression(**{**comp, "shortlist": [Policy(**p) if isinstance(p, dict) else p
                                                      for p in comp["shortlist"]]})
@@ -227,6 +228,10 @@ class Context(_fastgen._Context):
                                      pool_chunk_pages=pool_chunk_pages).items() if v is not None}
         super().__init__(n_layers, n_q_heads, n_kv_heads, head_dim, classes, backend=backend, kv_dtype=kv_dtype,
                          v_dtype=v_dtype, max_pool_bytes=max_pool_bytes, threads=threads, io=io, stream=stream, **kw)
+        if compression is not None and method is not None:
+            raise ValueError("Context: pass compression= or method=, not both")
+        if classes is not None and vocab_size is not None and vocab_size != classes.vocab_size:
+            raise ValueError(f"Context: vocab_size={vocab_size} but the classes cover {classes.vocab_size} ids")
         fields = _compression_fields(compression if method is None else method, overrides)
         if fields is not None:
             self._set_compression(fields)
@@ -244,7 +249,8 @@ class Context(_fastgen._Context):
         return f"<fastgen.Context {self.backend}: {layers} layers, {hq} q heads, {hkv} kv heads, head_dim {d}>"
 
     def set_compression(self, compression: Compression | str | None = None, **overrides: Any) -> None:
-        """The compression a sequence created without one takes (fg_context_set_compression)."""
+        """The compression a sequence created without one takes (fg_context_set_compression); None: the
+        paper's FastGen (the library's default), overrides applied to it."""
         self._set_compression(_compression_fields(compression or "fastgen", overrides))
 
     def create(self, prompt: Sequence[int] | np.ndarray, compression: Compression | str | None = None,
@@ -362,15 +368,16 @@ class Model(_fastgen._Model):
                  top_k: int = 0, seed: int = 1, ignore_eos: bool = False, **overrides: Any) -> Generation:
         """Text from a prompt (text, or token ids) under a compression method (a preset name or a
         :class:`Compression`; budget and keyword overrides as in :func:`compression`). Greedy at
-        temperature 0, else sampled (top_k, top_p, seed) as the CLI samples. The timings and the KV
-        memory held at the end come with the text."""
+        temperature 0, else sampled (top_k, top_p, seed) as the CLI samples; at most max_tokens, fewer
+        where the model's context (or ctx_size) ends first or at the end of text (unless ignore_eos). The
+        timings and the KV memory held at the end come with the text."""
         if budget is not None:
             overrides["budget"] = budget
         comp = compression(method, **overrides)
         ids = self._ids(prompt)
         r = self._generate(ids, comp._fields(), max_tokens, temperature, top_p, top_k, seed, ignore_eos)
         tps = r["decode_runs"] / r["decode_s"] if r["decode_s"] > 0 else 0.0
-        return Generation(text=self.detokenize(r["ids"]), ids=r["ids"], prompt_ids=ids,
+        return Generation(text=self.detokenize(r["ids"], after=ids[-1]), ids=r["ids"], prompt_ids=ids,
                           method=comp.method or "custom", prefill_s=r["prefill_s"], decode_s=r["decode_s"],
                           decode_runs=r["decode_runs"], tokens_per_s=tps, memory=r["memory"])
 

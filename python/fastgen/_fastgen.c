@@ -333,6 +333,11 @@ static int ints_get(PyObject *obj, const char *name, arg_ints *v) {
         }
         v->data = v->arr.data;
         v->n = v->arr.shape[0];
+        if (v->n > INT32_MAX) {
+            PyErr_Format(PyExc_ValueError, "%s: %zd ids; at most %d", name, v->n, (int)INT32_MAX);
+            array_release(&v->arr);
+            return -1;
+        }
         return 0;
     }
     if (PyLong_Check(obj)) {
@@ -349,6 +354,11 @@ copy:;
         return -1;
     }
     const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    if (n > INT32_MAX) {
+        Py_DECREF(seq);
+        PyErr_Format(PyExc_ValueError, "%s: %zd ids; at most %d", name, n, (int)INT32_MAX);
+        return -1;
+    }
     v->owned = n <= 16 ? v->small : PyMem_Malloc((size_t)(n ? n : 1) * sizeof(int32_t));
     if (!v->owned) {
         Py_DECREF(seq);
@@ -962,8 +972,11 @@ static int context_ready(ContextObject *self) {
     return 1;
 }
 
+/* The message: this thread's last failure (fg_last_error(NULL)), which is this call's even when another
+ * thread's call on the same context has written the context's own since. */
 static PyObject *context_fail(ContextObject *self, fg_status st, const char *what) {
-    return raise_status(st, what, self->ctx ? fg_last_error(self->ctx) : fg_last_error(NULL));
+    (void)self;
+    return raise_status(st, what, fg_last_error(NULL));
 }
 
 /* The library call runs with the GIL released; close() waits for none and refuses while busy. */
@@ -995,8 +1008,8 @@ static int context_init(ContextObject *self, PyObject *args, PyObject *kw) {
                                      &ClassesType, &classes, &backend, &kv_dtype, &v_dtype, &max_seqs, &max_seq_len,
                                      &page_tokens, &pool_chunk, &max_pool, &threads, &io, &stream))
         return -1;
-    if (self->ctx) {
-        PyErr_SetString(PyExc_ValueError, "Context: already initialised");
+    if (self->ctx || self->prompt_len) {
+        PyErr_SetString(PyExc_ValueError, "Context: already initialised (make a new one)");
         return -1;
     }
     p.n_layers = n_layers;
@@ -1193,6 +1206,14 @@ fail:
     return -1;
 }
 
+/* With io="device" on the context's own stream (stream=None) the producer's stream is not ordered after our
+ * kernels: wait for them before the tensors' memory can go back to its allocator. */
+static fg_status device_settle(ContextObject *self, fg_status st) {
+    if (st == FG_OK && self->io == ON_DEVICE && !self->stream)
+        CONTEXT_CALL(self, st, fg_synchronize(self->ctx));
+    return st;
+}
+
 /* The return value: out, the reference the call held. */
 static PyObject *qkv_result(qkv_args *a) {
     PyObject *r = a->out_obj;
@@ -1219,6 +1240,7 @@ static PyObject *context_prefill(ContextObject *self, PyObject *const *args, Py_
         return NULL;
     fg_status st;
     CONTEXT_CALL(self, st, fg_prefill(self->ctx, seq, layer, x.q.data, x.k.data, x.v.data, x.out.data));
+    st = device_settle(self, st);
     if (st) {
         qkv_release(&x);
         return context_fail(self, st, "fg_prefill");
@@ -1239,12 +1261,17 @@ static PyObject *context_prefill_chunk(ContextObject *self, PyObject *const *arg
         PyErr_Clear();
         n = 0;
     }
+    if (n > INT32_MAX) {
+        PyErr_Format(PyExc_ValueError, "q: %zd rows; at most %d", n, (int)INT32_MAX);
+        return NULL;
+    }
     qkv_args x;
     if (qkv_get(self, a[3], a[4], a[5], a[6], n, "n", &x) < 0)
         return NULL;
     fg_status st;
     CONTEXT_CALL(self, st,
                  fg_prefill_chunk(self->ctx, seq, layer, begin, (int32_t)n, x.q.data, x.k.data, x.v.data, x.out.data));
+    st = device_settle(self, st);
     if (st) {
         qkv_release(&x);
         return context_fail(self, st, "fg_prefill_chunk");
@@ -1274,6 +1301,7 @@ static PyObject *context_decode(ContextObject *self, PyObject *const *args, Py_s
         fg_status st;
         CONTEXT_CALL(self, st, fg_decode(self->ctx, layer, (int32_t)seqs.n, seqs.data, tokens.data, x.q.data,
                                          x.k.data, x.v.data, x.out.data));
+        st = device_settle(self, st);
         if (st) {
             qkv_release(&x);
             context_fail(self, st, "fg_decode");
@@ -1302,6 +1330,7 @@ static PyObject *context_append(ContextObject *self, PyObject *const *args, Py_s
         fg_status st;
         CONTEXT_CALL(self, st, fg_seq_append(self->ctx, seq, layer, tokens.data, (int32_t)tokens.n, x.q.data,
                                              x.k.data, x.v.data, x.out.data));
+        st = device_settle(self, st);
         if (st) {
             qkv_release(&x);
             context_fail(self, st, "fg_seq_append");
@@ -1366,6 +1395,11 @@ static PyObject *context_positions(ContextObject *self, PyObject *args) {
         Py_DECREF(out);
         return context_fail(self, st, "fg_head_positions");
     }
+    if (got < n) { /* another thread's call in between evicted rows: the array's first got are the kept ones */
+        PyObject *cut = PySequence_GetSlice(out, 0, got);
+        Py_DECREF(out);
+        return cut;
+    }
     return out;
 }
 
@@ -1424,6 +1458,12 @@ static PyObject *context_bench_decode_c(ContextObject *self, PyObject *args) {
         return NULL;
     }
     qkv_args x;
+    if (tokens.n != seqs.n) {
+        PyErr_Format(PyExc_ValueError, "tokens: expected one per sequence (%zd), got %zd", seqs.n, tokens.n);
+        ints_release(&seqs);
+        ints_release(&tokens);
+        return NULL;
+    }
     if (qkv_get(self, q, k, v, out, seqs.n, "n_seqs", &x) < 0) {
         ints_release(&seqs);
         ints_release(&tokens);
@@ -1580,12 +1620,16 @@ static int model_init(ModelObject *self, PyObject *args, PyObject *kw) {
     if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|O$zsziipii:Model", kwlist, PyUnicode_FSConverter, &path_o, &tok_o,
                                      &backend, &kv, &vd, &max_seqs, &threads, &f32, &ctx_size, &chunk))
         return -1;
+    if (self->loaded || self->busy) {
+        Py_DECREF(path_o);
+        PyErr_SetString(PyExc_ValueError, "Model: already initialised (make a new one)");
+        return -1;
+    }
     PyObject *tok_bytes = NULL;
     if (tok_o != Py_None && !PyUnicode_FSConverter(tok_o, &tok_bytes)) {
         Py_DECREF(path_o);
         return -1;
     }
-    model_free(self);
     fgm_runner_params rp = {.backend = backend, .max_seqs = max_seqs, .q8_activations = !f32, .n_threads = threads,
                            .max_len = ctx_size, .prefill_chunk = chunk};
     char err[512] = "";
@@ -1603,6 +1647,7 @@ static int model_init(ModelObject *self, PyObject *args, PyObject *kw) {
     const char *path = PyBytes_AS_STRING(path_o);
     const char *tokp = tok_bytes ? PyBytes_AS_STRING(tok_bytes) : NULL;
     if (st == FG_OK) {
+        self->busy++;
         Py_BEGIN_ALLOW_THREADS st = fgm_model_load(path, &self->model, err, sizeof err);
         if (st == FG_OK) {
             if (self->model.gguf && !tokp)
@@ -1620,7 +1665,7 @@ static int model_init(ModelObject *self, PyObject *args, PyObject *kw) {
             self->loaded = 1;
             st = fgm_runner_create(&self->model, &self->tok, &rp, &self->runner, err, sizeof err);
         }
-        Py_END_ALLOW_THREADS
+        Py_END_ALLOW_THREADS self->busy--;
     }
     Py_DECREF(path_o);
     Py_XDECREF(tok_bytes);
@@ -1682,9 +1727,19 @@ static PyObject *model_tokenize(ModelObject *self, PyObject *args, PyObject *kw)
     return list;
 }
 
-static PyObject *model_detokenize(ModelObject *self, PyObject *arg) {
+static PyObject *model_detokenize(ModelObject *self, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"ids", "after", NULL};
+    PyObject *arg;
+    int after = -1;
+    if (!model_ready(self) || !PyArg_ParseTupleAndKeywords(args, kw, "O|$i:detokenize", kwlist, &arg, &after))
+        return NULL;
+    if (after >= self->tok.vocab_size) {
+        PyErr_Format(PyExc_ValueError, "after: %d is not a token id (vocabulary of %d)", after,
+                     (int)self->tok.vocab_size);
+        return NULL;
+    }
     arg_ints ids;
-    if (!model_ready(self) || ints_get(arg, "ids", &ids) < 0)
+    if (ints_get(arg, "ids", &ids) < 0)
         return NULL;
     PyObject *parts = PyList_New(0);
     for (Py_ssize_t i = 0; parts && i < ids.n; i++) {
@@ -1694,8 +1749,8 @@ static PyObject *model_detokenize(ModelObject *self, PyObject *arg) {
             Py_CLEAR(parts);
             break;
         }
-        const char *piece = fgm_tokenizer_decode(&self->tok, i ? ids.data[i - 1] : self->tok.bos, ids.data[i]);
-        PyObject *s = PyBytes_FromString(piece);
+        const int32_t prev = i ? ids.data[i - 1] : after >= 0 ? after : self->tok.bos;
+        PyObject *s = PyBytes_FromString(fgm_tokenizer_decode(&self->tok, prev, ids.data[i]));
         if (!s || PyList_Append(parts, s) < 0)
             Py_CLEAR(parts);
         Py_XDECREF(s);
@@ -1852,10 +1907,11 @@ static PyObject *model_profile(ModelObject *self, PyObject *args) {
         }
     fg_memory_stats mem;
     PyObject *r = NULL;
-    if (heads && fg_memory(ctx, seq, &mem) == FG_OK) {
+    if (heads && (st = fg_memory(ctx, seq, &mem)) != FG_OK)
+        raise_status(st, "fg_memory", fg_last_error(NULL));
+    else if (heads) {
         PyObject *mem_d = memory_dict(&mem);
-        r = mem_d ? Py_BuildValue("{s:N,s:N}", "heads", heads, "memory", mem_d) : NULL;
-        heads = NULL;
+        r = mem_d ? Py_BuildValue("{s:O,s:N}", "heads", heads, "memory", mem_d) : NULL;
     }
     Py_XDECREF(heads);
     fgm_runner_release(self->runner, seq);
@@ -1890,7 +1946,9 @@ static PyMethodDef model_methods[] = {
      "tokenize(text, bos=True, special=True) -> list[int]\n--\n\n"
      "The model's token ids for text (BOS first when the model expects it and bos is true; special: chat markers "
      "in the text become their tokens)."},
-    {"detokenize", (PyCFunction)model_detokenize, METH_O, "detokenize(ids) -> str\n--\n\nThe text of token ids."},
+    {"detokenize", (PyCFunction)(void (*)(void))model_detokenize, METH_VARARGS | METH_KEYWORDS,
+     "detokenize(ids, *, after=-1) -> str\n--\n\nThe text of token ids; after: the id before them, for a "
+     "continuation (a first piece's leading space depends on it)."},
     {"_generate", (PyCFunction)model_generate, METH_VARARGS, NULL},
     {"_profile", (PyCFunction)model_profile, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL},

@@ -235,6 +235,10 @@ def test_error_messages():
     ctx.close()  # a second close does nothing
     with pytest.raises(ValueError, match="the context is closed"):
         ctx.prefill(seq, 1, q, k, v)
+    with pytest.raises(ValueError, match="compression= or method=, not both"):
+        fastgen.Context(L, HQ, HKV, D, vocab_size=10, compression=fastgen.compression("h2o"), method="full")
+    with pytest.raises(ValueError, match=r"overrides \(budget\) need a preset"):
+        fastgen.Context(L, HQ, HKV, D, vocab_size=10).create([1, 2], budget=0.5)
     with pytest.raises(ValueError, match="classes=TokenClasses"):
         fastgen.Context(L, HQ, HKV, D)
     with pytest.raises(ValueError, match="n_kv_heads|divide"):

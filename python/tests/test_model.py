@@ -77,6 +77,11 @@ def test_passkey(model):
     assert all(0 <= r["accuracy"] <= 1 for r in rows)
 
 
+def test_detokenize_continues(model):
+    ids = model.tokenize("Hello world, and hello again.")
+    assert model.detokenize(ids[:3]) + model.detokenize(ids[3:], after=ids[2]) == model.detokenize(ids)
+
+
 def test_model_errors(model):
     with pytest.raises(RuntimeError, match="no-such-model.gguf"):
         fastgen.Model("/nonexistent/no-such-model.gguf")

@@ -260,7 +260,6 @@ def test_token_classes():
 
 def test_threads_share_nothing_but_the_gil():
     """Decode on two contexts from two threads at once (the GIL is released inside the calls)."""
-    rng = np.random.default_rng(7)
     results, errors = {}, []
 
     def work(i):
@@ -285,4 +284,3 @@ def test_threads_share_nothing_but_the_gil():
         t.join()
     assert not errors
     np.testing.assert_array_equal(results[0], results[1])
-    del rng

@@ -42,8 +42,7 @@ def test_generate_compresses_and_samples(model):
     assert len(g.ids) == 8 and g.kv_share < 0.4
     a = model.generate(STORY, max_tokens=12, temperature=0.8, seed=3)
     b = model.generate(STORY, max_tokens=12, temperature=0.8, seed=3)
-    c = model.generate(STORY, max_tokens=12, temperature=0.8, seed=4)
-    assert a.ids == b.ids and (a.ids != c.ids or a.text == c.text)
+    assert a.ids == b.ids  # a seed reproduces its sample
 
 
 def test_profile(model):

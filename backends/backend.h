@@ -111,6 +111,61 @@ typedef fg_status fg_read_slots_fn(fg_backend *be, const fg_page_layout *layout,
                                    uint8_t *flags,   /* [n_slots] or NULL */
                                    float *score);    /* [n_slots] or NULL */
 
+/* ---- adaptive_observe, adaptive_errors: the adaptive mode's decision for
+ * one unit, a (sequence, layer, KV head) whose slots 0..t-1 hold positions
+ * 0..t-1 (its full cache), run where the cache lies (core/adaptive.c has
+ * the method). Only the queries and entry levels go down and the column
+ * sums and errors come back: no backend reads a cache back to decide.
+ * scratch is backend memory (buffer_alloc) of fg_observe_scratch_floats
+ * floats; observe fills it, errors reads it. Host arrays otherwise. */
+typedef struct fg_observe_unit {
+    void *const *pages;     /* the head's row pages */
+    void *const *meta;      /* its meta pages: slot s's K/V row */
+    int32_t n_pages;
+    int32_t t;              /* keys: slot j holds position j */
+    int32_t n_rows;         /* W observed rows */
+    const int32_t *row_pos; /* [W] their positions, ascending, < t */
+    float *scratch;         /* backend memory: K, V [t][d] (float), p [G][W][t] */
+} fg_observe_unit;
+
+/* Floats of a unit's scratch. */
+static inline size_t fg_observe_scratch_floats(int32_t t, int32_t W, int32_t G, int32_t d) {
+    return (size_t)t * (2 * (size_t)d + (size_t)G * W);
+}
+
+/* Attention below this moves no predicted error measurably: observe stores
+ * it as 0 (but a row's own key), so errors skips it. */
+#define FG_OBSERVE_NEGLIGIBLE 1e-6f
+
+/* Pass 1: the unit's K and V unpacked to float, and each observed row's
+ * attention p[h][i][j] (query head h of the group, row i at position p_i)
+ * over keys j <= p_i, 0 after it and where negligible. Column sums of the
+ * raw attention, over every row and head / G: col_all[j]; over the rows at
+ * or after position decode_from only: col_decode[j]. Summed in the order
+ * h, then i: every backend's sums are the same floats where the p are.
+ * n_rows = 0: the unpack only (compact then reads K and V from the
+ * scratch), q and the sums unused. */
+typedef fg_status fg_adaptive_observe_fn(fg_backend *be, const fg_page_layout *layout, const fg_shape *shape,
+                                         const fg_observe_unit *u,
+                                         const float *q,     /* host [W][G][d] */
+                                         int32_t decode_from,
+                                         float *col_all,     /* host [t] */
+                                         float *col_decode); /* host [t] */
+
+/* Pass 2: for n_sets key sets per row, nested by level (entry[s][i][j] = the
+ * first of n_levels levels whose set holds key j for row i; n_levels: none),
+ * the error each level would give row i, summed over the group's heads:
+ *   err[i][s][l] = sum_h || sum_{j: entry <= l} p v_j / sum_{j: entry <= l} p - o ||^2
+ *   o = sum_j p v_j / sum_j p   (the unit's output over every key not negligible)
+ * (a level that keeps no attention outputs 0: its error is || o ||^2)
+ * or, with mass set, sum_h (1 - sum_{j: entry <= l} p): the attention a
+ * level misses. Sums over keys in float (ref: double), the rest in double. */
+typedef fg_status fg_adaptive_errors_fn(fg_backend *be, const fg_shape *shape, const fg_observe_unit *u,
+                                        int32_t n_sets, int32_t n_levels,
+                                        const uint8_t *entry, /* host [n_sets][W][t] */
+                                        int mass,
+                                        double *err);         /* host [W][n_sets][n_levels] */
+
 /* ---- buffers: device memory for pages. write/read copy between host and
  * backend memory (NULL in a backend whose memory is host memory). */
 typedef fg_status fg_buffer_alloc_fn(fg_backend *be, size_t bytes, void **out);
@@ -173,6 +228,8 @@ typedef struct fg_backend_ops {
     fg_compact_fn *compact;
     fg_decode_step_fn *decode_step;
     fg_read_slots_fn *read_slots;
+    fg_adaptive_observe_fn *adaptive_observe;
+    fg_adaptive_errors_fn *adaptive_errors;
 
     /* queue: optional, NULL in the host backends */
     fg_synchronize_fn *synchronize;

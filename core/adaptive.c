@@ -30,8 +30,13 @@
  * predicted error is lower. Each unit keeps at least alloc_floor of the
  * uniform share. The heads then keep what their (family, level) keeps now,
  * in new pages, and decode on with that policy; the full caches go once
- * every head has its new one. All of it runs on the host from rows read
- * back, so every backend makes the same choice. */
+ * every head has its new one.
+ *
+ * The arithmetic over keys runs where the cache lies (backend.h's
+ * adaptive_observe and adaptive_errors); the host ranks the keys, turns
+ * every family's sets into entry levels (the first level that keeps a key
+ * for a row: the sets are nested), adds the rows' errors in row order and
+ * allocates. No backend reads a cache back to decide. */
 #define FG_EXPERIMENTAL /* FG_ADAPTIVE_*, fg_cpu_describe (fastgen.h) */
 #include <math.h>
 #include <stdlib.h>
@@ -208,186 +213,83 @@ static void family_rows(const fg_policy *fam, int32_t t, const uint8_t *cls, int
 
 /* ---------------------------------------------------------------- one unit */
 
-/* Host scratch of one unit: t keys, W observed rows of G query heads. */
-typedef struct unit_scratch {
-    float *k, *v;             /* [t][d] the head's rows, in position order */
-    int32_t *slot_pos;        /* [t] */
-    float *p;                 /* [G][W][t] observed attention */
-    double *full;             /* [G][W][d] the full cache's output of every observed row */
-    fg_rank_entry *order;     /* [n_fam][t] each family's candidates, best first */
-    double *row_err;          /* [W][n_fam][FG_AD_LEVELS + 1] each row's errors, summed in row order */
-} unit_scratch;
+/* Entry levels: key j is kept for an observed row at every level from
+ * entry[j] on (the sets of a family are nested: windows only grow and k
+ * only rises); FG_AD_NEVER: at none of them. */
+#define FG_AD_NEVER (FG_AD_LEVELS + 1)
 
-/* What one thread needs for a row's curve. */
-typedef struct row_scratch {
-    double *base, *win, *oth; /* [G][d + 1]: sums of p v (d) and of p (the last) over the pinned keys and
-                                 the row's own, the window's others, the frequent or snapshot part */
-    uint8_t *taken;           /* [t] keys the frequent or snapshot part holds for the row */
-} row_scratch;
-
-static int32_t ad_threads(const fg_context *ctx) { return fg_threadpool_size(ctx->threads); }
-
-/* Adds (sign +1) or takes away (-1) key j's share of row i to sums [G][d + 1]. */
-static void row_add(const unit_scratch *u, double *sums, int32_t i, int32_t j, int32_t t, int32_t G, int32_t W,
-                    int32_t d, double sign) {
-    const float *vj = u->v + (size_t)j * d;
-    for (int32_t h = 0; h < G; h++) {
-        const double a = sign * u->p[((size_t)h * W + i) * t + j];
-        if (a == 0.0)
-            continue;
-        double *acc = sums + (size_t)h * (d + 1);
-        for (int32_t x = 0; x < d; x++)
-            acc[x] += a * vj[x];
-        acc[d] += a;
-    }
-}
-
-/* err[l] = the squared error of observed row i (position p) at every level
- * of family `fam`, as a decode query at p: its own key and the pinned keys
- * before it, the window ending at p (w(p + 1)), and the best-ranked
- * k(p + 1) of the others before the window (order: the family's
- * candidates, best first). */
-static void row_curve(const fg_policy *fam, const uint8_t *cls, const fg_rank_entry *order, int32_t n_order,
-                      const unit_scratch *u, row_scratch *rs, int32_t t, int32_t W, int32_t i, int32_t p, int32_t G,
-                      int32_t d, uint32_t flags, double *err) {
+/* entry[j] for observed row at position p and family `fam`, as a decode
+ * query at p sees it: its own key and the pinned keys before it at level 0,
+ * the window ending at p (w(p + 1)) from the level it reaches j, and the
+ * best-ranked k(p + 1) of the others before the window (order: the
+ * family's candidates, best first) from the level that first takes j; a
+ * taken key the window reaches later stays kept from its first level. */
+static void row_entry(const fg_policy *fam, const uint8_t *cls, const fg_rank_entry *order, int32_t n_order,
+                      int32_t t, int32_t p, uint32_t flags, uint8_t *entry) {
     /* FG_ADAPTIVE_ANCHOR_END: the window and k of the compression's length for every row */
     const int anchor_end = (flags & FG_ADAPTIVE_ANCHOR_END) != 0;
-    const int32_t tr = anchor_end ? t : p + 1;
+    const int32_t tr = anchor_end ? t : p + 1, top = anchor_end ? t : p;
     const uint32_t c = fg_effective_components(fam->components);
-    const size_t sz = (size_t)G * (d + 1) * sizeof(double);
-    memset(rs->base, 0, sz);
-    memset(rs->win, 0, sz);
-    memset(rs->oth, 0, sz);
-    row_add(u, rs->base, i, p, t, G, W, d, 1.0);
+    memset(entry, FG_AD_NEVER, (size_t)t);
+    entry[p] = 0;
     if (c & (FG_KEEP_SPECIAL | FG_KEEP_PUNCT))
         for (int32_t j = 0; j < p; j++)
             if (fg_is_pinned(c, cls[j]))
-                row_add(u, rs->base, i, j, t, G, W, d, 1.0);
+                entry[j] = 0;
     const int other = (c & (FG_KEEP_FREQUENT | FG_KEEP_SNAPSHOT)) != 0;
-    /* keys from lo on are counted (the row's own in base); the order's next; keys the other part holds */
-    const int32_t top = anchor_end ? t : p;
-    int32_t lo = top, next = 0, taken = 0;
+    int32_t lo = top, next = 0, taken = 0; /* the window's first key; the order's next; the other part's keys */
     for (int32_t l = 0; l <= FG_AD_LEVELS; l++) {
         const fg_policy pol = family_at(fam, l);
         const int32_t nlo = (c & FG_KEEP_LOCAL) ? tr - fg_policy_window(&pol, tr) : top;
-        for (int32_t j = lo - 1; j >= nlo; j--) { /* the window grows back (keys after the row add nothing) */
+        for (int32_t j = lo - 1; j >= nlo; j--) { /* the window grows back */
             if (j == p || fg_is_pinned(c, cls[j]))
                 continue;
-            if (rs->taken[j]) { /* the other part's until now */
-                rs->taken[j] = 0;
+            if (entry[j] != FG_AD_NEVER) /* the other part's until now: kept since then */
                 taken--;
-                row_add(u, rs->oth, i, j, t, G, W, d, -1.0);
-            }
-            row_add(u, rs->win, i, j, t, G, W, d, 1.0);
+            else
+                entry[j] = (uint8_t)l;
         }
         lo = nlo < lo ? nlo : lo;
         if (other) {
             const int32_t k = fg_policy_frequent_budget(&pol, tr);
             while (taken < k && next < n_order) {
                 const int32_t j = order[next++].pos;
-                if (j >= lo) /* in the window, or after the row: for good, as the window only grows */
+                if (j >= lo || j == p) /* in the window, after the row, or its own: for good */
                     continue;
-                rs->taken[j] = 1;
+                entry[j] = (uint8_t)l;
                 taken++;
-                row_add(u, rs->oth, i, j, t, G, W, d, 1.0);
             }
         }
-        double e = 0.0;
-        for (int32_t h = 0; h < G; h++) {
-            const double *b = rs->base + (size_t)h * (d + 1), *w = rs->win + (size_t)h * (d + 1);
-            const double *o = rs->oth + (size_t)h * (d + 1), *full = u->full + ((size_t)h * W + i) * d;
-            const double den = b[d] + w[d] + o[d];
-            if (flags & FG_ADAPTIVE_MASS) { /* the attention the kept rows miss, values aside */
-                e += 1.0 - den;
-                continue;
-            }
-            for (int32_t x = 0; x < d; x++) {
-                const double diff = (b[x] + w[x] + o[x]) / den - full[x];
-                e += diff * diff;
-            }
-        }
-        err[l] = e;
     }
-    for (int32_t n = 0; n < next; n++) /* the row's marks go */
-        rs->taken[order[n].pos] = 0;
 }
 
-/* One observed row of one query head: its attention over the t keys (p)
- * and the full cache's output (full). */
-typedef struct observe_job {
+/* Host scratch of one unit: t keys, W observed rows of G query heads. */
+typedef struct unit_scratch {
+    float *q;             /* [W][G][d] the group's observed queries */
+    int32_t *slot_pos;    /* [t] */
+    float *col_all, *col_decode; /* [t] the observed attention's column sums */
+    fg_rank_entry *order; /* [n_fam][t] each family's candidates, best first */
+    uint8_t *entry;       /* [n_sets][W][t] entry levels of every family but full */
+    double *row_err;      /* [W][n_sets][FG_AD_LEVELS + 1] each row's errors */
+    float *scratch;       /* backend memory: fg_observe_scratch_floats */
+} unit_scratch;
+
+/* The entry levels of one observed row for every family but full. */
+typedef struct entry_job {
+    const fg_seq *s;
     const unit_scratch *u;
-    const float *const *obs_q;
-    const int32_t *obs_pos;
-    int32_t W, t, G, d, g;
-    float scale;
-} observe_job;
+    const int32_t *n_order, *obs_pos, *sets; /* sets: [n_sets] the family of each */
+    int32_t t, W, n_sets;
+} entry_job;
 
-static void observe_row(void *arg, int32_t hi, int32_t thread) {
+static void entry_row(void *arg, int32_t i, int32_t thread) {
     (void)thread;
-    const observe_job *jb = arg;
-    const unit_scratch *u = jb->u;
-    const int32_t W = jb->W, t = jb->t, G = jb->G, d = jb->d;
-    const int32_t h = hi / W, i = hi % W;
-    const float *q = jb->obs_q[i] + (size_t)(jb->g * G + h) * d;
-    float *p = u->p + ((size_t)h * W + i) * t;
-    double *full = u->full + ((size_t)h * W + i) * d;
-    const int32_t pi = jb->obs_pos[i];
-    float m = -INFINITY;
-    for (int32_t j = 0; j <= pi; j++) {
-        float x = 0.0f;
-        for (int32_t c = 0; c < d; c++)
-            x += q[c] * u->k[(size_t)j * d + c];
-        p[j] = x * jb->scale;
-        m = p[j] > m ? p[j] : m;
-    }
-    double sum = 0.0;
-    for (int32_t j = 0; j <= pi; j++) {
-        p[j] = expf(p[j] - m);
-        sum += p[j];
-    }
-    memset(full, 0, (size_t)d * sizeof *full);
-    for (int32_t j = 0; j <= pi; j++) {
-        p[j] = (float)(p[j] / sum);
-        if (p[j] < FG_AD_NEGLIGIBLE && j < pi) /* no weight in any error, the full output's included */
-            continue;
-        for (int32_t x = 0; x < d; x++)
-            full[x] += (double)p[j] * u->v[(size_t)j * d + x];
-    }
-    for (int32_t j = pi + 1; j < t; j++)
-        p[j] = 0.0f;
-}
-
-/* The observed attention p and full outputs of unit (layer, g) from the
- * keys and values in u, and its ranks: the frequent part's is the
- * cumulative attention of every row so far (the prompt's profile, then the
- * observed decode rows), the snapshot's the observed rows' (max-pooled). */
-static void observe_unit(const fg_context *ctx, const fg_seq *s, const fg_adaptive_layer *a, int32_t g,
-                         const int32_t *obs_pos, const float *const *obs_q, int32_t W, unit_scratch *u, float *score,
-                         float *snap, float *pooled) {
-    const int32_t Hq = ctx->params.n_q_heads, Hkv = ctx->params.n_kv_heads, d = ctx->params.head_dim, G = Hq / Hkv;
-    const int32_t t = s->length[0], n_prompt = s->ad->n_prompt;
-    const float scale = 1.0f / sqrtf((float)d);
-    for (int32_t j = 0; j < t; j++) {
-        score[j] = j < n_prompt ? a->col[(size_t)g * n_prompt + j] : 0.0f;
-        snap[j] = 0.0f;
-    }
-    const observe_job job = {u, obs_q, obs_pos, W, t, G, d, g, scale};
-    fg_threadpool_run(ctx->threads, G * W, observe_row, (void *)&job);
-    for (int32_t h = 0; h < G; h++) /* the ranks, in a fixed order */
-        for (int32_t i = 0; i < W; i++) {
-            float *p = u->p + ((size_t)h * W + i) * t;
-            for (int32_t j = 0; j <= obs_pos[i]; j++) {
-                snap[j] += p[j] / (float)G;
-                if (obs_pos[i] >= n_prompt)
-                    score[j] += p[j] / (float)G;
-                if (p[j] < FG_AD_NEGLIGIBLE && j < obs_pos[i]) /* the row's own key stays: every set holds it */
-                    p[j] = 0.0f;
-            }
-        }
-    if (s->cp.score_pool > 1) {
-        const fg_profile_view raw = {.n = t, .row_begin = 0, .length = t, .cls = s->cls, .col = snap};
-        fg_policy_pool_ranks(&s->cp, &raw, pooled);
-        memcpy(snap, pooled, (size_t)t * sizeof *snap);
+    const entry_job *j = arg;
+    const fg_seq *s = j->s;
+    for (int32_t x = 0; x < j->n_sets; x++) {
+        const int32_t f = j->sets[x];
+        row_entry(&s->cp.shortlist[f], s->cls, j->u->order + (size_t)f * j->t, j->n_order[f], j->t, j->obs_pos[i],
+                  s->cp.adaptive_flags, j->u->entry + ((size_t)x * j->W + i) * j->t);
     }
 }
 
@@ -534,8 +436,6 @@ struct fg_adaptive_plan {
 
 typedef struct compress_scratch {
     unit_scratch u;
-    row_scratch *rows;            /* [threads] */
-    int32_t n_threads;
     unit_curves *curves;          /* [units] */
     float *score, *snap;          /* [units][t] the frequent part's ranks and the snapshot's */
     float *pooled;                /* [t] */
@@ -546,27 +446,22 @@ typedef struct compress_scratch {
     uint8_t *keep_flags;          /* [t] */
     float *keep_score;            /* [t] */
     fg_rank_entry *rank;          /* [t] */
-    float *dk, *dv;               /* a head's rows for compact, in activation memory (FG_IO_DEVICE) */
+    float *hk, *hv;               /* [t][d] a head's rows on the host, to compact from (host activations of a
+                                     backend with its own memory) */
 } compress_scratch;
 
 static void scratch_free(fg_context *ctx, compress_scratch *w) {
-    void *host[] = {w->u.k,    w->u.v,      w->u.slot_pos, w->u.p,        w->u.full,     w->u.order,
-                    w->u.row_err, w->curves, w->score,     w->snap,       w->pooled,     w->choice,
-                    w->tmp,    w->obs_pos,  (void *)w->obs_q, w->keep_pos, w->keep_src,   w->keep_flags,
-                    w->keep_score, w->rank};
+    void *host[] = {w->u.q,      w->u.slot_pos,  w->u.col_all,   w->u.col_decode, w->u.order, w->u.entry,
+                    w->u.row_err, w->curves,     w->score,       w->snap,         w->pooled,  w->choice,
+                    w->tmp,      w->obs_pos,     (void *)w->obs_q, w->keep_pos,   w->keep_src, w->keep_flags,
+                    w->keep_score, w->rank,      w->hk,          w->hv};
     for (size_t i = 0; i < sizeof host / sizeof host[0]; i++)
         free(host[i]);
-    for (int32_t i = 0; w->rows && i < w->n_threads; i++) {
-        free(w->rows[i].base);
-        free(w->rows[i].win);
-        free(w->rows[i].oth);
-        free(w->rows[i].taken);
+    if (w->u.scratch) {
+        if (ctx->be.ops->synchronize)
+            ctx->be.ops->synchronize(&ctx->be); /* nothing queued still reads it */
+        ctx->be.ops->buffer_free(&ctx->be, w->u.scratch);
     }
-    free(w->rows);
-    if (ctx->be.device_io && ctx->be.ops->synchronize)
-        ctx->be.ops->synchronize(&ctx->be); /* nothing queued still reads them */
-    fg_io_free(ctx, w->dk);
-    fg_io_free(ctx, w->dv);
 }
 
 void fg_adaptive_abort(fg_context *ctx, fg_adaptive_plan **pplan) {
@@ -594,33 +489,25 @@ void fg_adaptive_trade(fg_seq *s, fg_adaptive_plan *plan) {
 }
 
 
-/* The error curves of observed row i, every family. */
-typedef struct curve_job {
-    const fg_seq *s;
-    const unit_scratch *u;
-    compress_scratch *w;
-    const int32_t *n_order;
-    int32_t t, W, G, d, n_fam;
-    size_t per_row;
-} curve_job;
-
-static void curve_row(void *arg, int32_t i, int32_t thread) {
-    const curve_job *j = arg;
-    const fg_seq *s = j->s;
-    row_scratch *rs = &j->w->rows[thread];
-    for (int32_t f = 0; f < j->n_fam; f++)
-        if (!(s->cp.shortlist[f].components & FG_KEEP_FULL))
-            row_curve(&s->cp.shortlist[f], s->cls, j->u->order + (size_t)f * j->t, j->n_order[f], j->u, rs, j->t, j->W,
-                      i, j->w->obs_pos[i], j->G, j->d, s->cp.adaptive_flags,
-                      j->u->row_err + (size_t)i * j->per_row + (size_t)f * (FG_AD_LEVELS + 1));
+/* The unit's full cache as the observe op sees it (scratch: the unit's). */
+static fg_observe_unit observe_view(const fg_head *h, int32_t t, int32_t W, const int32_t *obs_pos, float *scratch) {
+    return (fg_observe_unit){.pages = h->pages, .meta = h->meta, .n_pages = h->n_pages, .t = t, .n_rows = W,
+                             .row_pos = obs_pos, .scratch = scratch};
 }
 
-/* The curves of every unit: rows read back, observed, every family's pass. */
+/* The curves of every unit: observed where the cache lies, ranked and
+ * given entry levels on the host, their errors where the cache lies. */
 static fg_status unit_curves_all(fg_context *ctx, const fg_seq *s, compress_scratch *w) {
     const int32_t L = ctx->params.n_layers, Hq = ctx->params.n_q_heads, Hkv = ctx->params.n_kv_heads;
     const int32_t d = ctx->params.head_dim, G = Hq / Hkv, t = s->length[0], n_fam = s->cp.n_policies;
+    const int32_t n_prompt = s->ad->n_prompt;
     const fg_adaptive *ad = s->ad;
     unit_scratch *u = &w->u;
+    const fg_shape shape = {G, 1, d};
+    int32_t sets[FG_MAX_SHORTLIST], n_sets = 0; /* the families with errors to compute: all but full */
+    for (int32_t f = 0; f < n_fam; f++)
+        if (!(s->cp.shortlist[f].components & FG_KEEP_FULL))
+            sets[n_sets++] = f;
     for (int32_t l = 0; l < L; l++) {
         const fg_adaptive_layer *a = &ad->layers[l];
         const int32_t W = a->n_obs;
@@ -631,16 +518,32 @@ static fg_status unit_curves_all(fg_context *ctx, const fg_seq *s, compress_scra
         }
         for (int32_t g = 0; g < Hkv; g++) {
             const int32_t unit = l * Hkv + g;
-            fg_status st = fg_head_read_rows(&ctx->be, &ctx->layout, &s->heads[unit], t, u->k, u->v,
-                                                u->slot_pos, NULL, NULL);
+            const fg_head *h = &s->heads[unit];
+            fg_status st = ctx->be.ops->read_slots(&ctx->be, &ctx->layout, h->meta, t, u->slot_pos, NULL, NULL);
             if (st)
                 return st;
             for (int32_t j = 0; j < t; j++) /* a full head holds every position once, in order */
                 if (u->slot_pos[j] != j)
                     return fg_error(ctx, FG_ERR_INTERNAL, "adaptive compression: layer %d head %d slot %d holds "
                                     "position %d", (int)l, (int)g, (int)j, (int)u->slot_pos[j]);
+            for (int32_t i = 0; i < W; i++) /* the group's queries */
+                memcpy(u->q + (size_t)i * G * d, w->obs_q[i] + (size_t)g * G * d, (size_t)G * d * sizeof *u->q);
+            const fg_observe_unit ou = observe_view(h, t, W, w->obs_pos, u->scratch);
+            if ((st = ctx->be.ops->adaptive_observe(&ctx->be, &ctx->layout, &shape, &ou, u->q, n_prompt, u->col_all,
+                                                    u->col_decode)))
+                return st;
+            /* the ranks: the frequent part's is the cumulative attention of every row so far (the prompt's
+             * profile, then the observed decode rows), the snapshot's the observed rows' */
             float *score = w->score + (size_t)unit * t, *snap = w->snap + (size_t)unit * t;
-            observe_unit(ctx, s, a, g, w->obs_pos, w->obs_q, W, u, score, snap, w->pooled);
+            for (int32_t j = 0; j < t; j++) {
+                score[j] = (j < n_prompt ? a->col[(size_t)g * n_prompt + j] : 0.0f) + u->col_decode[j];
+                snap[j] = u->col_all[j];
+            }
+            if (s->cp.score_pool > 1) {
+                const fg_profile_view raw = {.n = t, .row_begin = 0, .length = t, .cls = s->cls, .col = snap};
+                fg_policy_pool_ranks(&s->cp, &raw, w->pooled);
+                memcpy(snap, w->pooled, (size_t)t * sizeof *snap);
+            }
             unit_curves *uc = &w->curves[unit];
             int32_t n_order[FG_MAX_SHORTLIST];
             for (int32_t f = 0; f < n_fam; f++) { /* each family's candidates, ranked as fg_policy_keep does */
@@ -656,14 +559,17 @@ static fg_status unit_curves_all(fg_context *ctx, const fg_seq *s, compress_scra
                 for (int32_t lv = 0; lv <= FG_AD_LEVELS; lv++)
                     uc->err[f][lv] = 0.0;
             }
-            const size_t per_row = (size_t)n_fam * (FG_AD_LEVELS + 1);
-            const curve_job cj = {s, u, w, n_order, t, W, G, d, n_fam, per_row};
-            fg_threadpool_run(ctx->threads, W, curve_row, (void *)&cj);
-            for (int32_t i = 0; i < W; i++) /* in row order, whatever the threads */
-                for (int32_t f = 0; f < n_fam; f++)
-                    if (!(s->cp.shortlist[f].components & FG_KEEP_FULL))
-                        for (int32_t lv = 0; lv <= FG_AD_LEVELS; lv++)
-                            uc->err[f][lv] += u->row_err[(size_t)i * per_row + (size_t)f * (FG_AD_LEVELS + 1) + lv];
+            if (n_sets == 0 || W == 0)
+                continue;
+            const entry_job ej = {s, u, n_order, w->obs_pos, sets, t, W, n_sets};
+            if ((st = fg_threadpool_run(ctx->threads, W, entry_row, (void *)&ej)) ||
+                (st = ctx->be.ops->adaptive_errors(&ctx->be, &shape, &ou, n_sets, FG_AD_LEVELS + 1, u->entry,
+                                                   (s->cp.adaptive_flags & FG_ADAPTIVE_MASS) != 0, u->row_err)))
+                return st;
+            for (int32_t i = 0; i < W; i++) /* in row order, whatever the backend */
+                for (int32_t x = 0; x < n_sets; x++)
+                    for (int32_t lv = 0; lv <= FG_AD_LEVELS; lv++)
+                        uc->err[sets[x]][lv] += u->row_err[((size_t)i * n_sets + x) * (FG_AD_LEVELS + 1) + lv];
             for (int32_t f = 0; f < n_fam; f++)
                 for (int32_t lv = 0; lv <= FG_AD_LEVELS; lv++)
                     if (!(uc->err[f][lv] <= FG_AD_WORST)) /* NaN or above: the worst */
@@ -673,13 +579,26 @@ static fg_status unit_curves_all(fg_context *ctx, const fg_seq *s, compress_scra
     return FG_OK;
 }
 
-/* The new cache of one unit in fr: what its (family, level) keeps now, in new pages. */
+/* The new cache of one unit in fr: what its (family, level) keeps now, in
+ * new pages, compacted from the unit's rows unpacked where they lie (the
+ * scratch, when activation memory is backend memory), else on the host. */
 static fg_status unit_compact(fg_context *ctx, const fg_seq *s, int32_t unit, int32_t choice, compress_scratch *w,
                               fg_head *fr) {
     const int32_t d = ctx->params.head_dim, G = ctx->params.n_q_heads / ctx->params.n_kv_heads, t = s->length[0];
     const fg_head *h = &s->heads[unit];
-    unit_scratch *u = &w->u;
-    fg_status st = fg_head_read_rows(&ctx->be, &ctx->layout, h, t, u->k, u->v, NULL, NULL, NULL);
+    const fg_shape shape = {G, 1, d};
+    const float *k, *v;
+    fg_status st;
+    if (w->hk) {
+        st = fg_head_read_rows(&ctx->be, &ctx->layout, h, t, w->hk, w->hv, NULL, NULL, NULL);
+        k = w->hk;
+        v = w->hv;
+    } else {
+        const fg_observe_unit ou = observe_view(h, t, 0, NULL, w->u.scratch);
+        st = ctx->be.ops->adaptive_observe(&ctx->be, &ctx->layout, &shape, &ou, NULL, 0, NULL, NULL);
+        k = w->u.scratch;
+        v = k + (size_t)t * d;
+    }
     if (st)
         return st;
     fr->policy_index = FG_AD_FAMILY(choice);
@@ -694,21 +613,12 @@ static fg_status unit_compact(fg_context *ctx, const fg_seq *s, int32_t unit, in
         return st;
     fr->n_slots = kept;
     fg_head_compacted(fr);
-    const float *k = u->k, *v = u->v;
-    if (ctx->be.device_io) {
-        if ((st = fg_io_write(ctx, w->dk, u->k, (size_t)t * d * sizeof(float))) ||
-            (st = fg_io_write(ctx, w->dv, u->v, (size_t)t * d * sizeof(float))))
-            return st;
-        k = w->dk;
-        v = w->dv;
-    }
-    const fg_shape shape = {G, 1, d};
     const fg_compact_head ch = {.kv_head = 0, .n_keep = kept, .pos = w->keep_pos, .flags = w->keep_flags,
                                 .score = w->keep_score, .pages = fr->pages, .meta = fr->meta,
                                 .src = w->keep_src};
     st = ctx->be.ops->compact(&ctx->be, &ctx->layout, &shape, t, k, v, 1, &ch);
-    if (st == FG_OK && ctx->be.device_io && ctx->be.ops->synchronize)
-        st = ctx->be.ops->synchronize(&ctx->be); /* written before the buffers take the next head's rows */
+    if (st == FG_OK && ctx->be.ops->synchronize)
+        st = ctx->be.ops->synchronize(&ctx->be); /* written before the scratch takes the next head's rows */
     return st;
 }
 
@@ -725,42 +635,38 @@ static int64_t budget_of(const fg_compression_params *cp, int32_t n_units, int32
 static fg_status scratch_alloc(fg_context *ctx, compress_scratch *w, int32_t t, int32_t W, int32_t G, int32_t d,
                                int32_t n_fam, int32_t n_units) {
     unit_scratch *u = &w->u;
-    u->k = malloc((size_t)t * d * sizeof *u->k);
-    u->v = malloc((size_t)t * d * sizeof *u->v);
+    u->q = malloc((size_t)(W ? W : 1) * G * d * sizeof *u->q);
     u->slot_pos = malloc((size_t)t * sizeof *u->slot_pos);
-    u->p = malloc((size_t)G * W * t * sizeof *u->p);
-    u->full = malloc((size_t)G * W * d * sizeof *u->full);
+    u->col_all = malloc((size_t)t * sizeof *u->col_all);
+    u->col_decode = malloc((size_t)t * sizeof *u->col_decode);
     u->order = malloc((size_t)n_fam * t * sizeof *u->order);
-    u->row_err = malloc((size_t)W * n_fam * (FG_AD_LEVELS + 1) * sizeof *u->row_err);
-    w->n_threads = ad_threads(ctx);
-    w->rows = calloc((size_t)w->n_threads, sizeof *w->rows);
-    int rows_ok = w->rows != NULL;
-    for (int32_t i = 0; rows_ok && i < w->n_threads; i++) {
-        row_scratch *rs = &w->rows[i];
-        rs->base = malloc((size_t)G * (d + 1) * sizeof *rs->base);
-        rs->win = malloc((size_t)G * (d + 1) * sizeof *rs->win);
-        rs->oth = malloc((size_t)G * (d + 1) * sizeof *rs->oth);
-        rs->taken = calloc((size_t)t, 1);
-        rows_ok = rs->base && rs->win && rs->oth && rs->taken;
-    }
+    u->entry = malloc((size_t)n_fam * (W ? W : 1) * t);
+    u->row_err = malloc((size_t)(W ? W : 1) * n_fam * (FG_AD_LEVELS + 1) * sizeof *u->row_err);
     w->curves = malloc((size_t)n_units * sizeof *w->curves);
     w->score = malloc((size_t)n_units * t * sizeof *w->score);
     w->snap = malloc((size_t)n_units * t * sizeof *w->snap);
     w->pooled = malloc((size_t)t * sizeof *w->pooled);
     w->choice = malloc((size_t)n_units * sizeof *w->choice);
     w->tmp = malloc((size_t)n_units * sizeof *w->tmp);
-    w->obs_pos = malloc((size_t)W * sizeof *w->obs_pos);
-    w->obs_q = malloc((size_t)W * sizeof *w->obs_q);
+    w->obs_pos = malloc((size_t)(W ? W : 1) * sizeof *w->obs_pos);
+    w->obs_q = malloc((size_t)(W ? W : 1) * sizeof *w->obs_q);
     w->keep_pos = malloc((size_t)t * sizeof *w->keep_pos);
     w->keep_src = malloc((size_t)t * sizeof *w->keep_src);
     w->keep_flags = malloc((size_t)t);
     w->keep_score = malloc((size_t)t * sizeof *w->keep_score);
     w->rank = malloc((size_t)t * sizeof *w->rank);
-    if (!(u->k && u->v && u->slot_pos && u->p && u->full && u->order && u->row_err && rows_ok && w->curves &&
+    /* a backend with its own memory under host activations compacts from host rows */
+    const int host_rows = ctx->be.ops->buffer_read && !ctx->be.device_io;
+    if (host_rows) {
+        w->hk = malloc((size_t)t * d * sizeof *w->hk);
+        w->hv = malloc((size_t)t * d * sizeof *w->hv);
+    }
+    if (!(u->q && u->slot_pos && u->col_all && u->col_decode && u->order && u->entry && u->row_err && w->curves &&
           w->score && w->snap && w->pooled && w->choice && w->tmp && w->obs_pos && w->obs_q && w->keep_pos &&
-          w->keep_src && w->keep_flags && w->keep_score && w->rank))
+          w->keep_src && w->keep_flags && w->keep_score && w->rank && (!host_rows || (w->hk && w->hv))))
         return fg_error(ctx, FG_ERR_OUT_OF_MEMORY, "out of host memory compressing a sequence of %d tokens", (int)t);
-    return FG_OK;
+    return ctx->be.ops->buffer_alloc(&ctx->be, fg_observe_scratch_floats(t, W, G, d) * sizeof(float),
+                                     (void **)&u->scratch);
 }
 
 fg_status fg_adaptive_prepare(fg_context *ctx, fg_seq *s, fg_adaptive_plan **out) {
@@ -779,8 +685,6 @@ fg_status fg_adaptive_prepare(fg_context *ctx, fg_seq *s, fg_adaptive_plan **out
     }
     if (st == FG_OK && !(plan && plan->fresh))
         st = fg_error(ctx, FG_ERR_OUT_OF_MEMORY, "out of host memory compressing a sequence of %d tokens", (int)t);
-    if (st == FG_OK && ctx->be.device_io && (st = fg_io_alloc(ctx, (size_t)t * d * sizeof(float), &w.dk)) == FG_OK)
-        st = fg_io_alloc(ctx, (size_t)t * d * sizeof(float), &w.dv);
     if (st == FG_OK)
         st = unit_curves_all(ctx, s, &w);
     if (st == FG_OK && (cp->adaptive_flags & FG_ADAPTIVE_PER_LAYER)) /* each layer its share, among its heads */
@@ -827,7 +731,6 @@ fg_status fg_adaptive_curves(fg_context *ctx, const fg_seq *s, double *err, int3
     const int32_t W = s->ad->window;
     compress_scratch w;
     memset(&w, 0, sizeof w);
-    unit_scratch *u = &w.u;
     fg_status st = scratch_alloc(ctx, &w, t, W, G, d, n_fam, n_units);
     if (st == FG_OK)
         st = unit_curves_all(ctx, s, &w);
@@ -840,7 +743,6 @@ fg_status fg_adaptive_curves(fg_context *ctx, const fg_seq *s, double *err, int3
             }
     if (st == FG_OK)
         *budget_rows = budget_of(&s->cp, n_units, t);
-    (void)u;
     scratch_free(ctx, &w);
     return st;
 }

@@ -23,6 +23,8 @@ static const fg_backend_ops k_cpu_ops = {
     .compact = fg_cpu_compact,
     .decode_step = fg_cpu_decode_step,
     .read_slots = fg_ref_read_slots, /* host memory: the plain read is the fast one */
+    .adaptive_observe = fg_cpu_adaptive_observe,
+    .adaptive_errors = fg_cpu_adaptive_errors,
     .destroy = cpu_destroy,
 };
 

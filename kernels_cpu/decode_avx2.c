@@ -6,6 +6,7 @@
 
 #ifdef FG_X86
 #include "kernels_cpu/attend_chunk_dtypes.inc"
+#include "kernels_cpu/level_sums.inc"
 
 /* 8 slots a step, the rest of a run one at a time */
 __attribute__((target("avx2,fma"))) void fg_cpu_score_scan_avx2(const scan_args *g, fg_freq_scan *scan) {

@@ -7,6 +7,7 @@
 
 #ifdef FG_X86
 #include "kernels_cpu/attend_chunk_dtypes.inc"
+#include "kernels_cpu/level_sums.inc"
 
 /* 16 slots a step, the last of a run masked */
 __attribute__((target("avx512f,avx512bw,avx512vl"))) void fg_cpu_score_scan_avx512(const scan_args *g,

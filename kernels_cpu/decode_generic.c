@@ -6,6 +6,7 @@
 #include "kernels_cpu/score_scan.h"
 
 #include "kernels_cpu/attend_chunk_dtypes.inc"
+#include "kernels_cpu/level_sums.inc"
 
 void fg_cpu_score_scan_generic(const scan_args *g, fg_freq_scan *scan) {
     for (int32_t s0 = g->begin; s0 < g->end;) {

@@ -63,6 +63,22 @@ typedef struct fg_cpu_tuning {
 } fg_cpu_tuning;
 fg_cpu_tuning fg_cpu_tuning_detect(void);
 
+/* The adaptive mode's per-level sums of one observed row (level_sums.inc),
+ * one per ISA; d a multiple of the ISA's vector width (8 or 16). */
+typedef void fg_level_sums_fn(const float *p, const float *v, const uint8_t *entry, int32_t n, int32_t d,
+                              int32_t n_levels, float *acc, float *mass);
+/* Then the errors of every level from those sums (work: 2 d doubles; d a multiple of 4). */
+typedef void fg_level_errors_fn(const float *acc, const float *mass, int32_t n_levels, int32_t d, int mass_only,
+                                double *work, double *err);
+fg_level_sums_fn fg_cpu_level_sums_generic;
+fg_level_errors_fn fg_cpu_level_errors_generic;
+#ifdef FG_X86
+fg_level_sums_fn fg_cpu_level_sums_avx2, fg_cpu_level_sums_avx512;
+fg_level_errors_fn fg_cpu_level_errors_avx2, fg_cpu_level_errors_avx512;
+#endif
+fg_adaptive_observe_fn fg_cpu_adaptive_observe;
+fg_adaptive_errors_fn fg_cpu_adaptive_errors;
+
 /* Threads a cpu kernel uses: the size of the backend's pool (1 without one). */
 int fg_cpu_threads(const fg_backend *be);
 

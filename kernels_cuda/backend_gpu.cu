@@ -326,6 +326,8 @@ static constexpr fg_backend_ops gpu_ops_table() {
     o.compact = FG_GPU(compact);
     o.decode_step = FG_GPU(decode_step);
     o.read_slots = FG_GPU(read_slots);
+    o.adaptive_observe = FG_GPU(adaptive_observe);
+    o.adaptive_errors = FG_GPU(adaptive_errors);
     o.synchronize = FG_GPU(synchronize);
     o.set_stream = gpu_set_stream;
     o.get_proc = gpu_get_proc;

@@ -245,6 +245,8 @@ fg_profile_stats_fn FG_GPU(profile_stats);
 fg_compact_fn FG_GPU(compact);
 fg_decode_step_fn FG_GPU(decode_step);
 fg_read_slots_fn FG_GPU(read_slots);
+fg_adaptive_observe_fn FG_GPU(adaptive_observe);
+fg_adaptive_errors_fn FG_GPU(adaptive_errors);
 }
 
 #endif /* FG_GPU_COMMON_CUH */

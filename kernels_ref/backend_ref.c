@@ -13,6 +13,8 @@ static const fg_backend_ops k_ref_ops = {
     .compact = fg_ref_compact,
     .decode_step = fg_ref_decode_step,
     .read_slots = fg_ref_read_slots,
+    .adaptive_observe = fg_ref_adaptive_observe,
+    .adaptive_errors = fg_ref_adaptive_errors,
 };
 
 fg_status fg_backend_ref_init(fg_backend *be) {

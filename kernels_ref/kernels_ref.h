@@ -14,6 +14,8 @@ fg_profile_stats_fn fg_ref_profile_stats;
 fg_compact_fn fg_ref_compact;
 fg_decode_step_fn fg_ref_decode_step;
 fg_read_slots_fn fg_ref_read_slots;
+fg_adaptive_observe_fn fg_ref_adaptive_observe;
+fg_adaptive_errors_fn fg_ref_adaptive_errors;
 
 /* Query head h of prompt rows [row_begin, n) (q, out and the statistics hold
  * those rows only; writes out[:, h], row_max[h], row_sum[h]). */
@@ -27,4 +29,13 @@ void fg_ref_compact_head(const fg_page_layout *layout, const fg_shape *shape, co
                          const fg_compact_head *head);
 /* Returns FG_ERR_INTERNAL when the slot count disagrees with the host mirror. */
 fg_status fg_ref_decode_step_head(const fg_page_layout *layout, const fg_shape *shape, const fg_decode_head *head);
+/* The adaptive mode's parts (adaptive_ref.c), the cpu backend's too where
+ * they are not its work: K and V of slots 0..t-1 as float [t][d]; the
+ * column sums (backend.h's order) that then zero the negligible keys; the
+ * errors of every level from per-level sums acc[n_levels + 1][d + 1] in
+ * double, added to err[n_levels] (sums: 2 (d + 1) doubles of scratch). */
+void fg_ref_unpack_rows(const fg_page_layout *layout, const fg_observe_unit *u, float *k, float *v);
+void fg_ref_observe_sums(const fg_observe_unit *u, int32_t G, float *p, int32_t decode_from, float *col_all,
+                         float *col_decode);
+void fg_ref_level_errors(const double *acc, int32_t n_levels, int32_t d, int mass, double *sums, double *err);
 #endif /* FG_KERNELS_REF_H */

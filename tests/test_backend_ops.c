@@ -7,7 +7,9 @@
  *   decode_step                       heads of 1 .. 20000 rows in one batch,
  *                                     mixed policies, several steps, and a
  *                                     500-step run: outputs NMSE, kept sets
- *                                     exactly, scores close.
+ *                                     exactly, scores close;
+ *   adaptive_observe, adaptive_errors the adaptive mode's column sums and
+ *                                     per-level errors, NMSE.
  * NMSE in double: <= 1e-8 with fp32 caches, <= 5e-4 with fp16/bf16. Guard
  * regions after every output must stay untouched; NaN/Inf fail. Each
  * backend runs with 1 and 2 threads, which must agree bit for bit.
@@ -439,6 +441,103 @@ static void check_compact(backend_pair *bp, int32_t d, fg_dtype dt, int32_t n) {
     free(score);
 }
 
+/* ------------------------------------------------------------------ the adaptive mode's ops */
+
+static double nmse_d(const double *a, const double *ref, size_t n) {
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        num += (a[i] - ref[i]) * (a[i] - ref[i]);
+        den += ref[i] * ref[i];
+    }
+    return den > 0.0 ? num / den : num;
+}
+
+/* adaptive_observe and adaptive_errors on one unit: a full cache of t rows
+ * (slot j = position j), W observed rows (the last ones and a few earlier),
+ * random entry levels for two sets, both error modes. */
+static void check_adaptive(backend_pair *bp, int32_t d, int32_t G, fg_dtype dt, int32_t t, int32_t W) {
+    enum { SETS = 2, LEVELS = 41 };
+    const fg_shape sh = {G, 1, d};
+    const fg_page_layout L = layout_of(16, d, dt);
+    float *k = malloc((size_t)t * d * sizeof *k), *v = malloc((size_t)t * d * sizeof *v);
+    float *q = malloc((size_t)W * G * d * sizeof *q), *score = calloc((size_t)t, sizeof *score);
+    int32_t *pos = malloc((size_t)t * sizeof *pos), *rows = malloc((size_t)W * sizeof *rows);
+    uint8_t *flags = malloc((size_t)t), *entry = malloc((size_t)SETS * W * t);
+    fill(k, (size_t)t * d, 1.0f);
+    fill(v, (size_t)t * d, 1.0f);
+    fill(q, (size_t)W * G * d, 3.0f); /* peaked attention: some of it negligible */
+    for (int32_t j = 0; j < t; j++) {
+        pos[j] = j;
+        flags[j] = FG_SLOT_FULL;
+    }
+    for (int32_t i = 0; i < W; i++) /* the last rows, the first few spread before them */
+        rows[i] = i < W / 4 ? (int32_t)((int64_t)(t - W) * i / (W / 4 + 1)) + i : t - W + i;
+    for (size_t x = 0; x < (size_t)SETS * W * t; x++)
+        entry[x] = (uint8_t)rng_int(0, LEVELS); /* LEVELS: kept at none */
+    head_cache a, b;
+    cache_alloc(&bp->ref, &L, t, &a);
+    cache_alloc(&bp->one, &L, t, &b);
+    compact_one(&bp->ref, &L, &sh, t, k, v, 0, pos, flags, score, t, &a);
+    compact_one(&bp->one, &L, &sh, t, k, v, 0, pos, flags, score, t, &b);
+    fg_backend *bes[3] = {&bp->ref, &bp->one, &bp->two};
+    const head_cache *caches[3] = {&a, &b, &b};
+    const size_t n_err = (size_t)W * SETS * LEVELS;
+    float *col[3][2];
+    double *err[3][2];
+    void *scratch[3];
+    for (int x = 0; x < 3; x++) {
+        EXPECT(bes[x]->ops->buffer_alloc(bes[x], fg_observe_scratch_floats(t, W, G, d) * sizeof(float),
+                                         &scratch[x]) == FG_OK, "scratch");
+        const fg_observe_unit u = {caches[x]->pages, caches[x]->meta, caches[x]->n_pages, t, W, rows,
+                                   (float *)scratch[x]};
+        col[x][0] = guarded((size_t)t);
+        col[x][1] = guarded((size_t)t);
+        EXPECT(bes[x]->ops->adaptive_observe(bes[x], &L, &sh, &u, q, t - W / 2, col[x][0], col[x][1]) == FG_OK,
+               "%s adaptive_observe", bes[x]->ops->name);
+        for (int mass = 0; mass < 2; mass++) {
+            err[x][mass] = malloc(n_err * sizeof(double));
+            EXPECT(bes[x]->ops->adaptive_errors(bes[x], &sh, &u, SETS, LEVELS, entry, mass, err[x][mass]) == FG_OK,
+                   "%s adaptive_errors", bes[x]->ops->name);
+        }
+    }
+    const double e_all = nmse(col[1][0], col[0][0], (size_t)t), e_dec = nmse(col[1][1], col[0][1], (size_t)t);
+    const double e_err = nmse_d(err[1][0], err[0][0], n_err), e_mass = nmse_d(err[1][1], err[0][1], n_err);
+    int finite = 1;
+    for (size_t x = 0; x < n_err; x++)
+        finite &= isfinite(err[1][0][x]) && isfinite(err[1][1][x]) && err[1][0][x] >= 0.0;
+    EXPECT(finite, "%s adaptive d=%d G=%d: errors finite and >= 0", bp->name, (int)d, (int)G);
+    /* fp16/bf16/quantized rows are unpacked exactly: the same float keys and values as ref */
+    EXPECT(e_all <= 1e-8 && e_dec <= 1e-8, "%s adaptive_observe d=%d G=%d t=%d W=%d dtype %d: NMSE col_all %.3g "
+           "col_decode %.3g", bp->name, (int)d, (int)G, (int)t, (int)W, (int)dt, e_all, e_dec);
+    EXPECT(e_err <= 1e-8 && e_mass <= 1e-8, "%s adaptive_errors d=%d G=%d t=%d W=%d dtype %d: NMSE %.3g, mass %.3g",
+           bp->name, (int)d, (int)G, (int)t, (int)W, (int)dt, e_err, e_mass);
+    EXPECT(guard_ok(col[1][0], (size_t)t) && guard_ok(col[1][1], (size_t)t) && guard_ok(col[2][0], (size_t)t) &&
+               guard_ok(col[2][1], (size_t)t), "%s adaptive_observe wrote past its sums", bp->name);
+    EXPECT(memcmp(col[1][0], col[2][0], (size_t)t * sizeof(float)) == 0 &&
+               memcmp(err[1][0], err[2][0], n_err * sizeof(double)) == 0 &&
+               memcmp(err[1][1], err[2][1], n_err * sizeof(double)) == 0,
+           "%s adaptive ops: 1 and 2 threads differ", bp->name);
+    printf("  %-4s adaptive d=%-3d G=%d t=%-5d W=%-2d dtype %d  NMSE col %.1e errors %.1e mass %.1e\n", bp->name,
+           (int)d, (int)G, (int)t, (int)W, (int)dt, e_all, e_err, e_mass);
+    for (int x = 0; x < 3; x++) {
+        bes[x]->ops->buffer_free(bes[x], scratch[x]);
+        free(col[x][0]);
+        free(col[x][1]);
+        free(err[x][0]);
+        free(err[x][1]);
+    }
+    cache_free(&bp->ref, &a);
+    cache_free(&bp->one, &b);
+    free(k);
+    free(v);
+    free(q);
+    free(score);
+    free(pos);
+    free(rows);
+    free(flags);
+    free(entry);
+}
+
 /* ---- the cases: each a function, named in k_cases (--filter, --list) */
 
 /* The components, short, in the cases below. */
@@ -643,6 +742,18 @@ static void case_decode_kv_apart(backend_pair *bp) {
 #undef L
 #undef N
 
+/* adaptive_observe, adaptive_errors: vector widths 16, 8 and none, the
+ * group sizes, a cache of one row, stored dtypes */
+static void case_adaptive(backend_pair *bp) {
+    const int32_t shapes[][5] = {
+        /* d, G, dtype, t, W */
+        {64, 1, FG_DTYPE_F32, 1, 1},     {128, 4, FG_DTYPE_F32, 300, 64}, {80, 2, FG_DTYPE_F16, 257, 16},
+        {7, 3, FG_DTYPE_F32, 50, 8},     {128, 8, FG_DTYPE_BF16, 1100, 64}, {64, 2, FG_DTYPE_Q8_0, 200, 32},
+    };
+    for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++)
+        check_adaptive(bp, shapes[c][0], shapes[c][1], (fg_dtype)shapes[c][2], shapes[c][3], shapes[c][4]);
+}
+
 typedef struct op_case {
     const char *name;
     void (*run)(backend_pair *bp);
@@ -663,6 +774,7 @@ static const op_case k_cases[] = {
     {"decode-quantized", case_decode_quantized},
     {"decode-shared", case_decode_shared},
     {"decode-kv-apart", case_decode_kv_apart},
+    {"adaptive", case_adaptive},
 };
 
 /* The ISA the cpu kernels take under FG_CPU_ISA, and without it. */

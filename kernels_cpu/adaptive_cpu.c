@@ -1,0 +1,190 @@
+/* The adaptive mode's decision for one unit on the CPU (backend.h:
+ * adaptive_observe, adaptive_errors): the observed rows' scores as sgemm
+ * tiles, softmax per row, column sums per key tile (each item owns its
+ * columns: the order of ref's sums); then each observed row's per-level
+ * sums in float with the ISA's vectors (level_sums.inc), its errors in
+ * double. Items never share an output, so threads change no bit. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels_cpu/cpu_math.h"
+#include "kernels_cpu/kernels_cpu.h"
+#include "kernels_ref/kernels_ref.h"
+
+typedef struct observe_job {
+    const fg_observe_unit *u;
+    const float *q, *k;
+    float *p;
+    int32_t G, d, decode_from;
+    float *col_all, *col_decode;
+} observe_job;
+
+/* Item (h, key tile): scores of every observed row over the tile. */
+static void score_item(void *arg, int32_t item, int32_t thread) {
+    (void)thread;
+    const observe_job *jb = arg;
+    const fg_observe_unit *u = jb->u;
+    const int32_t t = u->t, W = u->n_rows, d = jb->d, G = jb->G;
+    const int32_t n_tiles = (t + FG_TK - 1) / FG_TK, h = item / n_tiles, j0 = (item % n_tiles) * FG_TK;
+    const int32_t cols = t - j0 < FG_TK ? t - j0 : FG_TK;
+    fg_sgemm_nt(W, cols, d, 1.0f / sqrtf((float)d), jb->q + (size_t)h * d, G * d, jb->k + (size_t)j0 * d, d, 0.0f,
+                jb->p + (size_t)h * W * t + j0, t);
+}
+
+/* Item (h, i): the row's softmax over keys 0..pos, 0 after. */
+static void softmax_item(void *arg, int32_t item, int32_t thread) {
+    (void)thread;
+    const observe_job *jb = arg;
+    const fg_observe_unit *u = jb->u;
+    const int32_t t = u->t, pos = u->row_pos[item % u->n_rows];
+    float *p = jb->p + (size_t)item * t; /* item = h * W + i */
+    float m = -INFINITY;
+    for (int32_t j = 0; j <= pos; j++)
+        m = p[j] > m ? p[j] : m;
+    const float inv = 1.0f / fg_exp_sub_sum(p, pos + 1, m);
+    for (int32_t j = 0; j <= pos; j++)
+        p[j] *= inv;
+    memset(p + pos + 1, 0, (size_t)(t - pos - 1) * sizeof *p);
+}
+
+/* Item (key tile): its columns' sums, then its negligible keys to 0. */
+static void sums_item(void *arg, int32_t item, int32_t thread) {
+    (void)thread;
+    const observe_job *jb = arg;
+    const fg_observe_unit *u = jb->u;
+    const int32_t t = u->t, W = u->n_rows, j0 = item * FG_TK, j1 = j0 + FG_TK < t ? j0 + FG_TK : t;
+    const float G = (float)jb->G;
+    for (int32_t j = j0; j < j1; j++)
+        jb->col_all[j] = jb->col_decode[j] = 0.0f;
+    for (int32_t h = 0; h < jb->G; h++)
+        for (int32_t i = 0; i < W; i++) {
+            float *pr = jb->p + ((size_t)h * W + i) * t;
+            const int32_t pos = u->row_pos[i], end = pos + 1 < j1 ? pos + 1 : j1;
+            for (int32_t j = j0; j < end; j++) {
+                jb->col_all[j] += pr[j] / G;
+                if (pos >= jb->decode_from)
+                    jb->col_decode[j] += pr[j] / G;
+                if (pr[j] < FG_OBSERVE_NEGLIGIBLE && j < pos)
+                    pr[j] = 0.0f;
+            }
+        }
+}
+
+fg_status fg_cpu_adaptive_observe(fg_backend *be, const fg_page_layout *layout, const fg_shape *shape,
+                                  const fg_observe_unit *u, const float *q, int32_t decode_from, float *col_all,
+                                  float *col_decode) {
+    const int32_t d = shape->head_dim, G = shape->n_q_heads / shape->n_kv_heads, t = u->t, W = u->n_rows;
+    float *k = u->scratch, *v = k + (size_t)t * d, *p = v + (size_t)t * d;
+    fg_ref_unpack_rows(layout, u, k, v); /* a copy at memory speed: no kernel of its own */
+    if (W == 0) /* the unpack only */
+        return FG_OK;
+    fg_blas_single_thread();
+    const observe_job jb = {u, q, k, p, G, d, decode_from, col_all, col_decode};
+    const int32_t n_tiles = (t + FG_TK - 1) / FG_TK;
+    fg_status st = fg_threadpool_run(be->threads, G * n_tiles, score_item, (void *)&jb);
+    if (st == FG_OK)
+        st = fg_threadpool_run(be->threads, G * W, softmax_item, (void *)&jb);
+    if (st == FG_OK)
+        st = fg_threadpool_run(be->threads, n_tiles, sums_item, (void *)&jb);
+    return st;
+}
+
+typedef struct errors_job {
+    const fg_observe_unit *u;
+    const float *v, *p;
+    const uint8_t *entry;
+    int32_t G, d, n_sets, n_levels, mass;
+    fg_level_sums_fn *sums;
+    fg_level_errors_fn *errors; /* NULL: the plain path (ref's, in double) */
+    float *fws;   /* [threads][n_levels + 1][d + 1] */
+    double *dws;  /* [threads][(n_levels + 1) (d + 1) + 2 (d + 1)] */
+    double *err;
+} errors_job;
+
+/* Item (i, s): row i's errors for set s, summed over the group's heads in order. */
+static void errors_item(void *arg, int32_t item, int32_t thread) {
+    const errors_job *jb = arg;
+    const fg_observe_unit *u = jb->u;
+    const int32_t t = u->t, W = u->n_rows, d = jb->d, L = jb->n_levels;
+    const int32_t i = item / jb->n_sets, s = item % jb->n_sets, n = u->row_pos[i] + 1;
+    const size_t cells = (size_t)(L + 1) * (d + 1);
+    float *acc = jb->fws + (size_t)thread * cells, *mass = acc + (size_t)(L + 1) * d;
+    double *dacc = jb->dws + (size_t)thread * (cells + 2 * (size_t)(d + 1)), *sums = dacc + cells;
+    double *out = jb->err + ((size_t)i * jb->n_sets + s) * L;
+    const uint8_t *e = jb->entry + ((size_t)s * W + i) * t;
+    for (int32_t l = 0; l < L; l++)
+        out[l] = 0.0;
+    for (int32_t h = 0; h < jb->G; h++) {
+        memset(acc, 0, cells * sizeof *acc);
+        jb->sums(jb->p + ((size_t)h * W + i) * t, jb->v, e, n, d, L, acc, mass);
+        if (jb->errors) {
+            jb->errors(acc, mass, L, d, jb->mass, sums, out);
+            continue;
+        }
+        for (int32_t l = 0; l <= L; l++) {
+            for (int32_t x = 0; x < d; x++)
+                dacc[(size_t)l * (d + 1) + x] = acc[(size_t)l * d + x];
+            dacc[(size_t)l * (d + 1) + d] = mass[l];
+        }
+        fg_ref_level_errors(dacc, L, d, jb->mass, sums, out);
+    }
+}
+
+/* The plain loop for a d no vector width divides. */
+static void level_sums_plain(const float *p, const float *v, const uint8_t *entry, int32_t n, int32_t d,
+                             int32_t n_levels, float *acc, float *mass) {
+    for (int32_t j = 0; j < n; j++) {
+        if (p[j] == 0.0f)
+            continue;
+        const int32_t e = entry[j] < n_levels ? entry[j] : n_levels;
+        for (int32_t x = 0; x < d; x++)
+            acc[(size_t)e * d + x] += p[j] * v[(size_t)j * d + x];
+        mass[e] += p[j];
+    }
+}
+
+/* The ISA's pair for head_dim d, or the plain sums and no vector errors. */
+static void level_fns(const fg_backend *be, int32_t d, fg_level_sums_fn **sums, fg_level_errors_fn **errors) {
+    const fg_cpu_state *st = be->impl;
+    *sums = level_sums_plain;
+    *errors = NULL;
+#ifdef FG_X86
+    if (st->isa >= FG_ISA_AVX512 && d % 16 == 0) {
+        *sums = fg_cpu_level_sums_avx512;
+        *errors = fg_cpu_level_errors_avx512;
+        return;
+    }
+    if (st->isa >= FG_ISA_AVX2 && d % 8 == 0) {
+        *sums = fg_cpu_level_sums_avx2;
+        *errors = fg_cpu_level_errors_avx2;
+        return;
+    }
+#endif
+    (void)st;
+    if (d % 8 == 0) {
+        *sums = fg_cpu_level_sums_generic;
+        *errors = fg_cpu_level_errors_generic;
+    }
+}
+
+fg_status fg_cpu_adaptive_errors(fg_backend *be, const fg_shape *shape, const fg_observe_unit *u, int32_t n_sets,
+                                 int32_t n_levels, const uint8_t *entry, int mass, double *err) {
+    const int32_t d = shape->head_dim, G = shape->n_q_heads / shape->n_kv_heads, t = u->t;
+    const int threads = fg_cpu_threads(be);
+    const size_t cells = (size_t)(n_levels + 1) * (d + 1);
+    float *fws = malloc((size_t)threads * cells * sizeof *fws);
+    double *dws = malloc((size_t)threads * (cells + 2 * (size_t)(d + 1)) * sizeof *dws);
+    if (!fws || !dws) {
+        free(fws);
+        free(dws);
+        return be->err(be->err_sink, FG_ERR_OUT_OF_MEMORY, "out of host memory for the adaptive mode's sums");
+    }
+    const float *v = u->scratch + (size_t)t * d;
+    errors_job jb = {u, v, v + (size_t)t * d, entry, G, d, n_sets, n_levels, mass, NULL, NULL, fws, dws, err};
+    level_fns(be, d, &jb.sums, &jb.errors);
+    const fg_status st = fg_threadpool_run(be->threads, u->n_rows * n_sets, errors_item, (void *)&jb);
+    free(fws);
+    free(dws);
+    return st;
+}

@@ -269,7 +269,8 @@ fg_status fg_compression_params_check(const fg_compression_params *p) {
             return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
                             "FG_ALLOC_ADAPTIVE observes the last observation_window rows: 1..4096, got %d",
                             (int)p->observation_window);
-        if (p->adaptive_flags & ~(uint32_t)(FG_ADAPTIVE_PER_LAYER | FG_ADAPTIVE_MASS | FG_ADAPTIVE_ANCHOR_END))
+        if (p->adaptive_flags & ~(uint32_t)(FG_ADAPTIVE_PER_LAYER | FG_ADAPTIVE_MASS | FG_ADAPTIVE_ANCHOR_END |
+                                           FG_ADAPTIVE_TAIL_RANKS))
             return fg_error(NULL, FG_ERR_INVALID_ARGUMENT, "unknown adaptive_flags 0x%x",
                             (unsigned)p->adaptive_flags);
         if (p->score_mode != FG_SCORE_SUM)

@@ -1,6 +1,7 @@
 /* Prefill: one-shot (fg_prefill) and chunked (fg_prefill_chunk). Each
  * layer's prompt is attended, profiled (docs/design.md §2.3), given its
  * policies and compacted into the cache (§2.4). */
+#define FG_EXPERIMENTAL /* FG_ADAPTIVE_TAIL_RANKS (fastgen.h) */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -102,7 +103,9 @@ static fg_status prefill_layer(fg_context *ctx, fg_seq *s, int32_t layer, const 
 
     /* distinct local windows w(n) of the shortlist */
     fg_profile_request req = {.n = n, .row_begin = 0, .n_windows = 0};
-    if (cp->observation_window > 0 && cp->observation_window < n && !s->ad) /* adaptive: ranks by every row */
+    /* adaptive: ranks by every row, unless told the tail's */
+    if (cp->observation_window > 0 && cp->observation_window < n &&
+        (!s->ad || (cp->adaptive_flags & FG_ADAPTIVE_TAIL_RANKS)))
         req.row_begin = n - cp->observation_window;
     int32_t window_of[FG_MAX_SHORTLIST];
     fg_shortlist_windows(cp, n, &req, window_of);

@@ -211,8 +211,10 @@ typedef enum fg_allocation {
 enum {
     FG_ADAPTIVE_PER_LAYER = 1u << 0,   /* the budget shared within each layer, not across layers */
     FG_ADAPTIVE_MASS = 1u << 1,        /* predicted error = the attention the kept rows miss (no values) */
-    FG_ADAPTIVE_ANCHOR_END = 1u << 2   /* every observed row judged by what is kept at the compression,
+    FG_ADAPTIVE_ANCHOR_END = 1u << 2,  /* every observed row judged by what is kept at the compression,
                                           not by what a query at its own position keeps */
+    FG_ADAPTIVE_TAIL_RANKS = 1u << 3   /* the frequent part ranks keys by the attention of the prompt's
+                                          last observation_window rows, not of every prompt row */
 };
 #endif
 

@@ -254,7 +254,7 @@ static const char *k_eval_help =
     "                       bootstrap 95% interval over the prompts\n"
     "  --methods LIST       --sweep / --passkey: comma-separated presets, the driven one first, each with\n"
     "                       options after colons (fastgen-adaptive:window=64:defer=64; window, defer,\n"
-    "                       floor, pool (snapkv, adakv), sink, families=DIGITS, flags=per-layer+mass+end)\n"
+    "                       floor, pool (snapkv, adakv), sink, families=DIGITS, flags=per-layer+mass+end+tail)\n"
     "  --budgets LIST       --sweep / --passkey: the driven method's budgets (default\n"
     "                       0.25,0.35,0.5,0.65,0.8,0.9)\n"
     "  --dtypes LIST        --sweep / --passkey: every method on caches of each dtype (f16,q8_0,q4_0),\n"

@@ -134,6 +134,8 @@ static int method_options(const char *opts, fg_compression_params *cp) {
                     cp->adaptive_flags |= FG_ADAPTIVE_MASS;
                 else if (!strcmp(f, "end"))
                     cp->adaptive_flags |= FG_ADAPTIVE_ANCHOR_END;
+                else if (!strcmp(f, "tail"))
+                    cp->adaptive_flags |= FG_ADAPTIVE_TAIL_RANKS;
                 else
                     return 0;
             }

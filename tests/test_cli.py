@@ -387,6 +387,14 @@ check(len(rows) == 9 and [x["test"] for x in rows[::3]] == ["pp40", "tg8 @ d40",
       all(x["vs_full"] == 1.0 and x["kv_kept"] == 1.0 for x in rows[::3]) and
       all(0 < x["kv_kept"] < 1 and x["tokens_per_s"] > 0 for x in rows if x["method"] != "full"),
       "bench: pp and tg rows, full first, compression holding less: %r %r" % (rows[:2], r.stderr))
+tg = [x for x in rows if x["test"].startswith("tg")]
+check(bj.get("read_bandwidth_gbs", 0) > 0 and bj.get("weights_read_bytes", 0) > 0 and
+      all("limit_tokens_per_s" not in x for x in rows if x["test"].startswith("pp")) and
+      all(x["limit_tokens_per_s"] > 0 and abs(x["of_limit"] - x["tokens_per_s"] / x["limit_tokens_per_s"]) < 1e-3
+          for x in tg) and
+      all(x["kv_bytes"] < tg[0]["kv_bytes"] and x["limit_tokens_per_s"] > tg[0]["limit_tokens_per_s"]
+          for x in tg[1:3]),
+      "bench: each tg row's limit, from the bandwidth over the weights and the KV rows it holds: %r" % tg[:2])
 r = run("bench", *model_args(), "-p", "16", "-n", "4", "-d", "8", "-r", "1")
 check(r.returncode == 0 and "| full |" in r.stdout and "vs full" in r.stdout, "bench's table: %r" % r.stdout[:300])
 for bad in (["--methods", "h2o"], ["--methods", "full,h2o:0.5"], ["-p", "0", "-n", "0"], ["-d", "1,2,x"], ["-d", "0"],

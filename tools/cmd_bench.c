@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/dequant.h"
+#include "model/model.h"
 #include "tools/cli.h"
 
 static const char *k_bench_help_head =
@@ -15,7 +17,10 @@ static const char *k_bench_help_head =
     "prompt of -d tokens), each run -r times with random tokens after one\n"
     "untimed warm-up run, for the full\n"
     "cache and for every compression method, with the KV memory each holds and\n"
-    "its speed against the full cache's in the same run.\n"
+    "its speed against the full cache's in the same run. A tg row also gets\n"
+    "its decode's limit: the read bandwidth (a probe in the same run, the same\n"
+    "threads) over the bytes a token must read (the weights, and the KV rows\n"
+    "held, mean of the test's start and end), and the share of it reached.\n"
     "\n"
     "options:\n";
 static const char *k_bench_help_tail =
@@ -98,7 +103,9 @@ typedef struct bench_row {
     const char *method;
     char test[32];
     double mean, sd, ratio;
-    double kept; /* KV bytes held / full at the end of the test */
+    double kept;     /* KV bytes held / full at the end of the test */
+    double kv_bytes; /* tg: KV bytes held, mean of the decode's start and end */
+    double limit;    /* tg: tokens per second at the read bandwidth; 0 for pp */
 } bench_row;
 
 static uint64_t g_rng = 0x5eedf00dull;
@@ -110,7 +117,7 @@ static int32_t random_token(int32_t vocab) {
 
 /* Runs test (pp n at depth 0, or tg n after a prompt of depth) `reps` times under cp. */
 static fg_status run_test(cli_session *s, const fg_compression_params *cp, int is_pp, int32_t n, int32_t depth,
-                          int32_t reps, double *tps, double *kept) {
+                          int32_t reps, double *tps, double *kept, double *kv_bytes) {
     const int32_t vocab = s->model.config.vocab_size, len = is_pp ? n : depth;
     int32_t *tokens = malloc((size_t)(len > 0 ? len : 1) * sizeof *tokens);
     float *logits = malloc((size_t)vocab * sizeof *logits);
@@ -122,7 +129,9 @@ static fg_status run_test(cli_session *s, const fg_compression_params *cp, int i
         double t0 = cli_now();
         st = fgm_runner_prefill(s->runner, cp, tokens, len > 0 ? len : 1, &seq, logits);
         double t = cli_now() - t0;
+        fg_memory_stats m0 = {0};
         if (st == FG_OK && !is_pp) {
+            fg_memory(fgm_runner_context(s->runner), seq, &m0);
             t0 = cli_now();
             for (int32_t i = 0; i < n && st == FG_OK; i++) {
                 const int32_t next = random_token(vocab);
@@ -135,6 +144,7 @@ static fg_status run_test(cli_session *s, const fg_compression_params *cp, int i
             fg_memory_stats m;
             fg_memory(fgm_runner_context(s->runner), seq, &m);
             *kept = m.kv_bytes_full ? (double)m.kv_bytes_held / (double)m.kv_bytes_full : 0.0;
+            *kv_bytes = 0.5 * ((double)m0.kv_bytes_held + (double)m.kv_bytes_held);
         }
         if (seq >= 0)
             fgm_runner_release(s->runner, seq);
@@ -142,6 +152,62 @@ static fg_status run_test(cli_session *s, const fg_compression_params *cp, int i
     free(tokens);
     free(logits);
     return st;
+}
+
+/* The read-bandwidth probe: 512 MiB (past any last-level cache) summed
+ * as 64-bit words, 8 chains a thread so the adds never bound it, by
+ * `threads` threads each over its part; bytes per second, best of 5. */
+typedef struct probe_job {
+    const uint64_t *buf;
+    size_t per;
+    uint64_t part[FG_MAX_THREADS];
+} probe_job;
+
+static void probe_task(void *arg, int32_t t, int32_t thread) {
+    (void)thread;
+    probe_job *j = arg;
+    const uint64_t *p = j->buf + (size_t)t * j->per;
+    uint64_t a[8] = {0};
+    for (size_t i = 0; i < j->per; i += 8)
+        for (int k = 0; k < 8; k++)
+            a[k] += p[i + k];
+    j->part[t] = a[0] ^ a[1] ^ a[2] ^ a[3] ^ a[4] ^ a[5] ^ a[6] ^ a[7];
+}
+
+static double read_bandwidth(int32_t threads) {
+    const size_t bytes = (size_t)512 << 20, words = bytes / sizeof(uint64_t);
+    uint64_t *buf = malloc(bytes);
+    fg_threadpool *pool = NULL;
+    static probe_job job;
+    double best = 0.0;
+    if (buf && fg_threadpool_create(threads, &pool) == FG_OK) {
+        for (size_t i = 0; i < words; i++)
+            buf[i] = i;
+        job.buf = buf;
+        job.per = words / (size_t)threads / 8 * 8;
+        for (int r = 0; r < 5; r++) {
+            const double t0 = cli_now();
+            if (fg_threadpool_run(pool, threads, probe_task, &job) != FG_OK)
+                break;
+            const double t = cli_now() - t0;
+            const double bps = t > 0.0 ? (double)(job.per * (size_t)threads * sizeof(uint64_t)) / t : 0.0;
+            best = bps > best ? bps : best;
+        }
+    }
+    fg_threadpool_destroy(&pool);
+    free(buf);
+    return best;
+}
+
+/* Weight bytes a decode step reads: every matrix, the norms, and the
+ * classifier (the embedding table when it is shared; else one row of it). */
+static double weights_read(const fgm_llama_model *m) {
+    double bytes = (double)fgm_llama_weight_bytes(m);
+    if (!m->config.shared_classifier) {
+        const fgm_tensor *e = &m->weights.token_embedding;
+        bytes -= (double)fgm_type_row_bytes(e->type, e->cols) * (double)(e->rows - 1);
+    }
+    return bytes;
 }
 
 int cmd_bench(int argc, char **argv) {
@@ -205,7 +271,7 @@ int cmd_bench(int argc, char **argv) {
                 snprintf(row->test, sizeof row->test, "pp%d", (int)n);
             else
                 snprintf(row->test, sizeof row->test, "tg%d @ d%d", (int)n, (int)depth);
-            st = run_test(&s, &methods[m].cp, is_pp, n, depth, x.reps, tps, &row->kept);
+            st = run_test(&s, &methods[m].cp, is_pp, n, depth, x.reps, tps, &row->kept, &row->kv_bytes);
             double sum = 0.0, sq = 0.0;
             for (int32_t r = 0; r < x.reps; r++)
                 sum += tps[r];
@@ -217,6 +283,14 @@ int cmd_bench(int argc, char **argv) {
             row->ratio = full->mean > 0.0 ? row->mean / full->mean : 0.0;
         }
     }
+    const int32_t threads = o.threads ? o.threads : fg_default_threads();
+    const int cpu_backend = !strcmp(fg_context_backend(fgm_runner_context(s.runner)), "cpu") ||
+                            !strcmp(fg_context_backend(fgm_runner_context(s.runner)), "ref");
+    /* the host's bandwidth bounds the host backends only */
+    const double bw = st == FG_OK && x.tg > 0 && cpu_backend ? read_bandwidth(threads) : 0.0;
+    const double wbytes = weights_read(&s.model);
+    for (int32_t i = 0; i < n_rows; i++)
+        rows[i].limit = bw > 0.0 && strncmp(rows[i].test, "pp", 2) ? bw / (wbytes + rows[i].kv_bytes) : 0.0;
     if (st) {
         fprintf(stderr, "fastgen bench: %s\n", cli_reason(s.runner, st));
         rc = 1;
@@ -230,26 +304,40 @@ int cmd_bench(int argc, char **argv) {
             cli_json_string(stdout, name);
             printf(", \"backend\": ");
             cli_json_string(stdout, fg_context_backend(fgm_runner_context(s.runner)));
-            printf(", \"kv_dtype\": \"%s\", \"v_dtype\": \"%s\", \"threads\": %d, \"repetitions\": %d, \"rows\": [",
-                   fg_dtype_name(o.dtype), fg_dtype_name(cli_v_dtype(&o)),
-                   (int)(o.threads ? o.threads : fg_default_threads()), (int)x.reps);
+            printf(", \"kv_dtype\": \"%s\", \"v_dtype\": \"%s\", \"threads\": %d, \"repetitions\": %d, "
+                   "\"read_bandwidth_gbs\": %.3f, \"weights_read_bytes\": %.0f, \"rows\": [",
+                   fg_dtype_name(o.dtype), fg_dtype_name(cli_v_dtype(&o)), (int)threads, (int)x.reps, bw / 1e9,
+                   wbytes);
             for (int32_t i = 0; i < n_rows; i++) {
                 printf("%s{\"method\": ", i ? ", " : "");
                 cli_json_string(stdout, rows[i].method);
-                printf(", \"test\": \"%s\", \"tokens_per_s\": %.3f, \"sd\": %.3f, \"vs_full\": %.4f, \"kv_kept\": %.4f}",
+                printf(", \"test\": \"%s\", \"tokens_per_s\": %.3f, \"sd\": %.3f, \"vs_full\": %.4f, \"kv_kept\": %.4f",
                        rows[i].test, rows[i].mean, rows[i].sd, rows[i].ratio, rows[i].kept);
+                if (rows[i].limit > 0.0)
+                    printf(", \"kv_bytes\": %.0f, \"limit_tokens_per_s\": %.3f, \"of_limit\": %.4f", rows[i].kv_bytes,
+                           rows[i].limit, rows[i].mean / rows[i].limit);
+                printf("}");
             }
             printf("]}\n");
         } else {
             char kv[32];
             cli_dtype_label(&o, kv, sizeof kv);
-            printf("| model | backend | KV | method | KV kept | test | t/s | vs full |\n");
-            printf("| --- | --- | --- | --- | ---: | --- | ---: | ---: |\n");
-            for (int32_t i = 0; i < n_rows; i++)
-                printf("| %s | %s | %s | %s | %.1f%% | %s | %.2f ± %.2f | %.2fx |\n", name,
+            printf("| model | backend | KV | method | KV kept | test | t/s | vs full | limit t/s | of limit |\n");
+            printf("| --- | --- | --- | --- | ---: | --- | ---: | ---: | ---: | ---: |\n");
+            for (int32_t i = 0; i < n_rows; i++) {
+                char lim[32] = "-", of[32] = "-";
+                if (rows[i].limit > 0.0) {
+                    snprintf(lim, sizeof lim, "%.1f", rows[i].limit);
+                    snprintf(of, sizeof of, "%.2f", rows[i].mean / rows[i].limit);
+                }
+                printf("| %s | %s | %s | %s | %.1f%% | %s | %.2f ± %.2f | %.2fx | %s | %s |\n", name,
                        fg_context_backend(fgm_runner_context(s.runner)), kv, rows[i].method,
-                       100.0 * rows[i].kept, rows[i].test, rows[i].mean, rows[i].sd, rows[i].ratio);
+                       100.0 * rows[i].kept, rows[i].test, rows[i].mean, rows[i].sd, rows[i].ratio, lim, of);
+            }
             printf("\n%d runs each, random tokens; cpu: %s\n", (int)x.reps, cpu);
+            if (bw > 0.0)
+                printf("limit: read bandwidth %.1f GB/s (%d threads, 512 MiB probe) over the weights a token reads "
+                       "(%.1f MB) and the KV rows held\n", bw / 1e9, (int)threads, wbytes / 1e6);
         }
     }
     free(rows);

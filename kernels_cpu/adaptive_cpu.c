@@ -8,17 +8,41 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/slots.h"
 #include "kernels_cpu/cpu_math.h"
 #include "kernels_cpu/kernels_cpu.h"
 #include "kernels_ref/kernels_ref.h"
 
 typedef struct observe_job {
+    const fg_page_layout *layout;
+    fg_unpack_row_fn *unpack;
     const fg_observe_unit *u;
     const float *q, *k;
     float *p;
     int32_t G, d, decode_from;
     float *col_all, *col_decode;
 } observe_job;
+
+/* Item (key tile): its K and V rows into float, with the ISA's widening
+ * where the dtype has one, else as ref reads them. */
+static void unpack_item(void *arg, int32_t item, int32_t thread) {
+    (void)thread;
+    const observe_job *jb = arg;
+    const fg_observe_unit *u = jb->u;
+    const fg_page_layout *L = jb->layout;
+    const int32_t d = jb->d, j0 = item * FG_TK, j1 = j0 + FG_TK < u->t ? j0 + FG_TK : u->t;
+    float *k = u->scratch, *v = k + (size_t)u->t * d;
+    for (int32_t s = j0; s < j1; s++) {
+        const int32_t r = *fg_slot_row(L, u->meta, s);
+        const unsigned char *kr = fg_row_k(L, u->pages, r), *vr = fg_row_v(L, u->pages, r);
+        if (!jb->unpack || !jb->unpack(kr, L->k_dtype, d, k + (size_t)s * d))
+            for (int32_t c = 0; c < d; c++)
+                k[(size_t)s * d + c] = fg_load_elem(kr, L->k_dtype, d, c);
+        if (!jb->unpack || !jb->unpack(vr, L->v_dtype, d, v + (size_t)s * d))
+            for (int32_t c = 0; c < d; c++)
+                v[(size_t)s * d + c] = fg_load_elem(vr, L->v_dtype, d, c);
+    }
+}
 
 /* Item (h, key tile): scores of every observed row over the tile. */
 static void score_item(void *arg, int32_t item, int32_t thread) {
@@ -71,18 +95,31 @@ static void sums_item(void *arg, int32_t item, int32_t thread) {
         }
 }
 
+/* The ISA's row widening for head_dim d, NULL for ref's element reads. */
+static fg_unpack_row_fn *unpack_for(const fg_backend *be, int32_t d) {
+    const fg_cpu_state *st = be->impl;
+#ifdef FG_X86
+    if (st->isa >= FG_ISA_AVX512 && d % 16 == 0)
+        return fg_cpu_unpack_row_avx512;
+    if (st->isa >= FG_ISA_AVX2 && d % 8 == 0)
+        return fg_cpu_unpack_row_avx2;
+#endif
+    (void)st;
+    return d % 8 == 0 ? fg_cpu_unpack_row_generic : NULL;
+}
+
 fg_status fg_cpu_adaptive_observe(fg_backend *be, const fg_page_layout *layout, const fg_shape *shape,
                                   const fg_observe_unit *u, const float *q, int32_t decode_from, float *col_all,
                                   float *col_decode) {
     const int32_t d = shape->head_dim, G = shape->n_q_heads / shape->n_kv_heads, t = u->t, W = u->n_rows;
     float *k = u->scratch, *v = k + (size_t)t * d, *p = v + (size_t)t * d;
-    fg_ref_unpack_rows(layout, u, k, v); /* a copy at memory speed: no kernel of its own */
-    if (W == 0) /* the unpack only */
-        return FG_OK;
-    fg_blas_single_thread();
-    const observe_job jb = {u, q, k, p, G, d, decode_from, col_all, col_decode};
+    const observe_job jb = {layout, unpack_for(be, d), u, q, k, p, G, d, decode_from, col_all, col_decode};
     const int32_t n_tiles = (t + FG_TK - 1) / FG_TK;
-    fg_status st = fg_threadpool_run(be->threads, G * n_tiles, score_item, (void *)&jb);
+    fg_status st = fg_threadpool_run(be->threads, n_tiles, unpack_item, (void *)&jb);
+    if (st || W == 0) /* W = 0: the unpack only */
+        return st;
+    fg_blas_single_thread();
+    st = fg_threadpool_run(be->threads, G * n_tiles, score_item, (void *)&jb);
     if (st == FG_OK)
         st = fg_threadpool_run(be->threads, G * W, softmax_item, (void *)&jb);
     if (st == FG_OK)
@@ -99,6 +136,7 @@ typedef struct errors_job {
     fg_level_errors_fn *errors; /* NULL: the plain path (ref's, in double) */
     float *fws;   /* [threads][n_levels + 1][d + 1] */
     double *dws;  /* [threads][(n_levels + 1) (d + 1) + 2 (d + 1)] */
+    int32_t *iws; /* [threads][t + n_levels + 2]: the keys by level, where each level starts */
     double *err;
 } errors_job;
 
@@ -113,11 +151,23 @@ static void errors_item(void *arg, int32_t item, int32_t thread) {
     double *dacc = jb->dws + (size_t)thread * (cells + 2 * (size_t)(d + 1)), *sums = dacc + cells;
     double *out = jb->err + ((size_t)i * jb->n_sets + s) * L;
     const uint8_t *e = jb->entry + ((size_t)s * W + i) * t;
+    int32_t *key = jb->iws + (size_t)thread * ((size_t)t + L + 2), *start = key + t;
     for (int32_t l = 0; l < L; l++)
         out[l] = 0.0;
+    /* the keys by level (a counting sort, in key order within a level), once for every head */
+    memset(start, 0, (size_t)(L + 2) * sizeof *start);
+    for (int32_t j = 0; j < n; j++)
+        start[(e[j] < L ? e[j] : L) + 1]++;
+    for (int32_t l = 0; l <= L; l++)
+        start[l + 1] += start[l];
+    for (int32_t j = 0; j < n; j++)
+        key[start[e[j] < L ? e[j] : L]++] = j;
+    for (int32_t l = L; l >= 0; l--) /* back to where each level starts */
+        start[l + 1] = start[l];
+    start[0] = 0;
     for (int32_t h = 0; h < jb->G; h++) {
         memset(acc, 0, cells * sizeof *acc);
-        jb->sums(jb->p + ((size_t)h * W + i) * t, jb->v, e, n, d, L, acc, mass);
+        jb->sums(jb->p + ((size_t)h * W + i) * t, jb->v, key, start, d, L, acc, mass);
         if (jb->errors) {
             jb->errors(acc, mass, L, d, jb->mass, sums, out);
             continue;
@@ -132,16 +182,17 @@ static void errors_item(void *arg, int32_t item, int32_t thread) {
 }
 
 /* The plain loop for a d no vector width divides. */
-static void level_sums_plain(const float *p, const float *v, const uint8_t *entry, int32_t n, int32_t d,
+static void level_sums_plain(const float *p, const float *v, const int32_t *key, const int32_t *start, int32_t d,
                              int32_t n_levels, float *acc, float *mass) {
-    for (int32_t j = 0; j < n; j++) {
-        if (p[j] == 0.0f)
-            continue;
-        const int32_t e = entry[j] < n_levels ? entry[j] : n_levels;
-        for (int32_t x = 0; x < d; x++)
-            acc[(size_t)e * d + x] += p[j] * v[(size_t)j * d + x];
-        mass[e] += p[j];
-    }
+    for (int32_t l = 0; l <= n_levels; l++)
+        for (int32_t k = start[l]; k < start[l + 1]; k++) {
+            const int32_t j = key[k];
+            if (p[j] == 0.0f)
+                continue;
+            for (int32_t x = 0; x < d; x++)
+                acc[(size_t)l * d + x] += p[j] * v[(size_t)j * d + x];
+            mass[l] += p[j];
+        }
 }
 
 /* The ISA's pair for head_dim d, or the plain sums and no vector errors. */
@@ -175,16 +226,19 @@ fg_status fg_cpu_adaptive_errors(fg_backend *be, const fg_shape *shape, const fg
     const size_t cells = (size_t)(n_levels + 1) * (d + 1);
     float *fws = malloc((size_t)threads * cells * sizeof *fws);
     double *dws = malloc((size_t)threads * (cells + 2 * (size_t)(d + 1)) * sizeof *dws);
-    if (!fws || !dws) {
+    int32_t *iws = malloc((size_t)threads * ((size_t)t + n_levels + 2) * sizeof *iws);
+    if (!fws || !dws || !iws) {
         free(fws);
         free(dws);
+        free(iws);
         return be->err(be->err_sink, FG_ERR_OUT_OF_MEMORY, "out of host memory for the adaptive mode's sums");
     }
     const float *v = u->scratch + (size_t)t * d;
-    errors_job jb = {u, v, v + (size_t)t * d, entry, G, d, n_sets, n_levels, mass, NULL, NULL, fws, dws, err};
+    errors_job jb = {u, v, v + (size_t)t * d, entry, G, d, n_sets, n_levels, mass, NULL, NULL, fws, dws, iws, err};
     level_fns(be, d, &jb.sums, &jb.errors);
     const fg_status st = fg_threadpool_run(be->threads, u->n_rows * n_sets, errors_item, (void *)&jb);
     free(fws);
     free(dws);
+    free(iws);
     return st;
 }

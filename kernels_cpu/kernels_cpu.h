@@ -64,17 +64,22 @@ typedef struct fg_cpu_tuning {
 fg_cpu_tuning fg_cpu_tuning_detect(void);
 
 /* The adaptive mode's per-level sums of one observed row (level_sums.inc),
- * one per ISA; d a multiple of the ISA's vector width (8 or 16). */
-typedef void fg_level_sums_fn(const float *p, const float *v, const uint8_t *entry, int32_t n, int32_t d,
+ * one per ISA, over keys sorted by level (start: [n_levels + 2]); d a
+ * multiple of the ISA's vector width (8 or 16). */
+typedef void fg_level_sums_fn(const float *p, const float *v, const int32_t *key, const int32_t *start, int32_t d,
                               int32_t n_levels, float *acc, float *mass);
 /* Then the errors of every level from those sums (work: 2 d doubles; d a multiple of 4). */
 typedef void fg_level_errors_fn(const float *acc, const float *mass, int32_t n_levels, int32_t d, int mass_only,
                                 double *work, double *err);
+/* And a cached row into float (f32, f16, bf16; 0 for the other dtypes). */
+typedef int fg_unpack_row_fn(const unsigned char *row, fg_dtype dtype, int32_t d, float *out);
 fg_level_sums_fn fg_cpu_level_sums_generic;
 fg_level_errors_fn fg_cpu_level_errors_generic;
+fg_unpack_row_fn fg_cpu_unpack_row_generic;
 #ifdef FG_X86
 fg_level_sums_fn fg_cpu_level_sums_avx2, fg_cpu_level_sums_avx512;
 fg_level_errors_fn fg_cpu_level_errors_avx2, fg_cpu_level_errors_avx512;
+fg_unpack_row_fn fg_cpu_unpack_row_avx2, fg_cpu_unpack_row_avx512;
 #endif
 fg_adaptive_observe_fn fg_cpu_adaptive_observe;
 fg_adaptive_errors_fn fg_cpu_adaptive_errors;

@@ -195,6 +195,12 @@ static int vector_kernel(int32_t type, int64_t in) {
 }
 
 int fgm_matvec_quantizes(int32_t type) {
+    return type == FGM_GGML_Q4_0 || type == FGM_GGML_Q4_1 || type == FGM_GGML_Q5_0 || type == FGM_GGML_Q5_1 ||
+           type == FGM_GGML_Q8_0;
+}
+
+/* Whether the vector kernels of this file take the type (the others: the plain loop). */
+static int q8_vector_type(int32_t type) {
     return type == FGM_GGML_Q4_0 || type == FGM_GGML_Q4_1 || type == FGM_GGML_Q8_0;
 }
 
@@ -234,6 +240,20 @@ static void dot_q8_generic(int32_t type, const unsigned char *w, const fgm_q8_bl
                 for (int j = 0; j < QK; j++)
                     dot += (int8_t)wb[2 + j] * a->qs[j];
                 wb += 34;
+            } else if (type == FGM_GGML_Q5_0 || type == FGM_GGML_Q5_1) {
+                /* d [m] qh qs: value j = low nibble j (high for j >= 16) | bit j of qh << 4, less 16 for q5_0 */
+                const int m1 = type == FGM_GGML_Q5_1, off = m1 ? 0 : 16;
+                uint32_t qh;
+                memcpy(&qh, wb + (m1 ? 4 : 2), 4);
+                const unsigned char *qs = wb + (m1 ? 8 : 6);
+                for (int j = 0; j < QK / 2; j++)
+                    dot += (int)(((qs[j] & 0x0F) | (((qh >> j) & 1u) << 4)) - off) * a->qs[j] +
+                           (int)(((qs[j] >> 4) | (((qh >> (j + 16)) & 1u) << 4)) - off) * a->qs[j + QK / 2];
+                if (m1) {
+                    memcpy(&h, wb + 2, 2);
+                    summ += fg_f16_to_f32(h) * a->s;
+                }
+                wb += m1 ? 24 : 22;
             } else {
                 const unsigned char *qs = wb + (type == FGM_GGML_Q4_1 ? 4 : 2);
                 const int off = type == FGM_GGML_Q4_1 ? 0 : 8;
@@ -346,8 +366,10 @@ static run_job make_job(const fgm_matvec_out *outs, int32_t n, int k, const floa
     for (int32_t p = 0; p < n; p++) {
         const fgm_tensor *W = outs[p].W;
         r.part[p].o = outs[p];
-        r.part[p].j = (matvec_job){k >= 0 ? (kernel)k : vector_kernel(W->type, W->cols) ? K_AVX2 : K_GENERIC, W,
-                                   fgm_type_info_of(W->type), x, act, rows};
+        kernel kp = k >= 0 ? (kernel)k : vector_kernel(W->type, W->cols) ? K_AVX2 : K_GENERIC;
+        if ((kp == K_Q8_AVX2 || kp == K_Q8_VNNI) && !q8_vector_type(W->type))
+            kp = K_Q8_GENERIC;
+        r.part[p].j = (matvec_job){kp, W, fgm_type_info_of(W->type), x, act, rows};
     }
     return r;
 }

@@ -52,7 +52,8 @@ typedef struct fgm_q8_block {
     int8_t qs[32];
 } fgm_q8_block;
 
-/* Whether fgm_matvec_q8 takes weights of this type (q4_0, q4_1, q8_0). */
+/* Whether fgm_matvec_q8 takes weights of this type (q4_0, q4_1, q5_0, q5_1,
+ * q8_0; the q5 types through the plain integer loop). */
 int fgm_matvec_quantizes(int32_t type);
 
 /* fgm_matvec with quantized activations; act: room for rows * W->cols / 32

@@ -239,9 +239,11 @@ static void test_crafted(void) {
 /* ------------------------------------------------------------------ the files and their models */
 
 /* Greedy ids after a prompt: n tokens. */
-static fg_status greedy(const fgm_llama_model *m, const fgm_tokenizer *t, const int32_t *prompt, int32_t n_prompt,
-                        int32_t n, int32_t *out) {
-    fgm_runner_params rp = {.backend = "cpu", .kv_dtype = FG_DTYPE_F32, .max_seqs = 1};
+static fg_status greedy_as(const fgm_llama_model *m, const fgm_tokenizer *t, const int32_t *prompt, int32_t n_prompt,
+                           int32_t n, int q8, int32_t *out) {
+    /* q8: llama.cpp's defaults whole, its f16 cache with the 8-bit activations */
+    fgm_runner_params rp = {.backend = "cpu", .kv_dtype = q8 ? FG_DTYPE_F16 : FG_DTYPE_F32, .max_seqs = 1,
+                            .q8_activations = q8};
     fgm_runner *r = NULL;
     char err[256];
     fg_status st = fgm_runner_create(m, t, &rp, &r, err, sizeof err);
@@ -265,6 +267,11 @@ static fg_status greedy(const fgm_llama_model *m, const fgm_tokenizer *t, const 
     free(logits);
     fgm_runner_destroy(&r);
     return st;
+}
+
+static fg_status greedy(const fgm_llama_model *m, const fgm_tokenizer *t, const int32_t *prompt, int32_t n_prompt,
+                        int32_t n, int32_t *out) {
+    return greedy_as(m, t, prompt, n_prompt, n, 0, out);
 }
 
 /* The model with every weight matrix dequantized to f32 in memory (norms are already f32). */
@@ -357,8 +364,20 @@ static void test_model_file(const char *name, int f32) {
             free(layers);
             EXPECT(agree >= 16, "%s prompt %d: llama.cpp's ids for only %d tokens", name, k, (int)agree);
         }
-        printf("%-22s prompt %d: %2d of %d greedy ids equal llama.cpp's%s\n", name, k, (int)agree, (int)n,
-               f32 ? "" : "; equal to its weights dequantized to f32");
+        /* llama.cpp's arithmetic (the CLI's default): 8-bit activations against q4_0/q4_1/q5_0/q5_1/q8_0
+           weights, f32 ones against f16 and f32 weights, as its CPU backend multiplies them; an f16 cache */
+        int32_t agree_q8 = 0;
+        if (greedy_as(&m, &tok, prompt, n_prompt, n, 1, got) == FG_OK)
+            while (agree_q8 < n && got[agree_q8] == want[agree_q8])
+                agree_q8++;
+        /* exactly with AVX2 and AVX-512 kernels (what llama.cpp's run had); the portable ones (FG_CPU_ISA=
+           generic) sum attention in another order, and these tiny models part on such differences */
+        const char *isa = getenv("FG_CPU_ISA");
+        const int exact = !isa || strcmp(isa, "generic") != 0;
+        EXPECT(exact ? agree_q8 == n : agree_q8 >= 32, "%s prompt %d: with 8-bit activations llama.cpp's ids for "
+               "%d of %d tokens", name, k, (int)agree_q8, (int)n);
+        printf("%-22s prompt %d: %2d of %d greedy ids equal llama.cpp's%s; %d with 8-bit activations\n", name, k,
+               (int)agree, (int)n, f32 ? "" : " (equal to its weights dequantized to f32)", (int)agree_q8);
     }
     free(ref);
     fgm_tokenizer_free(&tok);
@@ -613,7 +632,7 @@ static void random_blocks(int32_t type, unsigned char *w, int64_t n_values) {
  * against the plain reference, f32 activations and llama.cpp's q8 ones. */
 static void test_matvec(void) {
     static const int32_t types[] = {FGM_GGML_Q4_0, FGM_GGML_Q4_1, FGM_GGML_Q8_0, FGM_GGML_F16, FGM_GGML_BF16,
-                                    FGM_GGML_Q5_1, FGM_GGML_Q4_K, FGM_GGML_Q6_K};
+                                    FGM_GGML_Q5_0, FGM_GGML_Q5_1, FGM_GGML_Q4_K, FGM_GGML_Q6_K};
     enum { OUT = 67, IN = 512 };
     unsigned char *w = malloc((size_t)OUT * IN * 4);
     float *x = malloc(sizeof(float) * FGM_MATVEC_MAX_ROWS * IN), *row = malloc(sizeof(float) * IN);

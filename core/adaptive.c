@@ -8,8 +8,9 @@
  * Then, per (layer, KV head) unit, from the cached keys and values:
  *
  *   1. p[h][i][j]: the attention of each observed row i (at position p_i)
- *      of each query head h of the group over the keys j <= p_i, and the
- *      full cache's output o[h][i] = sum_j p[h][i][j] v_j;
+ *      of each query head h of the group over the keys j <= p_i (below
+ *      FG_OBSERVE_NEGLIGIBLE: 0, but the row's own), and the full cache's
+ *      output o[h][i] = sum_j p[h][i][j] v_j / sum_j p[h][i][j];
  *   2. for every family of the shortlist (its components and the split of
  *      its ratios) and every level l = 0..FG_AD_LEVELS (the family scaled to
  *      keep about l / FG_AD_LEVELS of the rows), the error it would give the
@@ -44,10 +45,6 @@
 
 #include "core/internal.h"
 
-/* Attention below this moves no predicted error measurably (the errors of
- * the levels that matter are many orders above); skipping it makes a pass
- * cost the keys the observed rows attend, not all of them. */
-#define FG_AD_NEGLIGIBLE 1e-6f
 /* The predicted error of a level whose arithmetic overflowed (NaN or Inf
  * keys, queries or values): it ranks after every real one, and the sum of
  * every unit's stays finite, so each search below compares real numbers. */
@@ -237,12 +234,20 @@ static void row_entry(const fg_policy *fam, const uint8_t *cls, const fg_rank_en
             if (fg_is_pinned(c, cls[j]))
                 entry[j] = 0;
     const int other = (c & (FG_KEEP_FREQUENT | FG_KEEP_SNAPSHOT)) != 0;
-    int32_t lo = top, next = 0, taken = 0; /* the window's first key; the order's next; the other part's keys */
+    /* the window's first key; the order's next; the other part's keys; whether the row's own is one of them
+       (ANCHOR_END: a key before the window at the compression's length, it takes a slot as fg_policy_keep
+       gives it one, but is kept from level 0 whatever) */
+    int32_t lo = top, next = 0, taken = 0, own_taken = 0;
     for (int32_t l = 0; l <= FG_AD_LEVELS; l++) {
         const fg_policy pol = family_at(fam, l);
         const int32_t nlo = (c & FG_KEEP_LOCAL) ? tr - fg_policy_window(&pol, tr) : top;
         for (int32_t j = lo - 1; j >= nlo; j--) { /* the window grows back */
-            if (j == p || fg_is_pinned(c, cls[j]))
+            if (j == p) {
+                taken -= own_taken;
+                own_taken = 0;
+                continue;
+            }
+            if (fg_is_pinned(c, cls[j]))
                 continue;
             if (entry[j] != FG_AD_NEVER) /* the other part's until now: kept since then */
                 taken--;
@@ -254,9 +259,12 @@ static void row_entry(const fg_policy *fam, const uint8_t *cls, const fg_rank_en
             const int32_t k = fg_policy_frequent_budget(&pol, tr);
             while (taken < k && next < n_order) {
                 const int32_t j = order[next++].pos;
-                if (j >= lo || j == p) /* in the window, after the row, or its own: for good */
+                if (j >= lo) /* in the window, or after the row: for good */
                     continue;
-                entry[j] = (uint8_t)l;
+                if (j == p)
+                    own_taken = 1;
+                else
+                    entry[j] = (uint8_t)l;
                 taken++;
             }
         }
@@ -529,9 +537,13 @@ static fg_status unit_curves_all(fg_context *ctx, const fg_seq *s, compress_scra
             for (int32_t i = 0; i < W; i++) /* the group's queries */
                 memcpy(u->q + (size_t)i * G * d, w->obs_q[i] + (size_t)g * G * d, (size_t)G * d * sizeof *u->q);
             const fg_observe_unit ou = observe_view(h, t, W, w->obs_pos, u->scratch);
-            if ((st = ctx->be.ops->adaptive_observe(&ctx->be, &ctx->layout, &shape, &ou, u->q, n_prompt, u->col_all,
-                                                    u->col_decode)))
+            if (W == 0) { /* nothing observed: the profile alone ranks */
+                memset(u->col_all, 0, (size_t)t * sizeof *u->col_all);
+                memset(u->col_decode, 0, (size_t)t * sizeof *u->col_decode);
+            } else if ((st = ctx->be.ops->adaptive_observe(&ctx->be, &ctx->layout, &shape, &ou, u->q, n_prompt,
+                                                           u->col_all, u->col_decode))) {
                 return st;
+            }
             /* the ranks: the frequent part's is the cumulative attention of every row so far (the prompt's
              * profile, then the observed decode rows), the snapshot's the observed rows' */
             float *score = w->score + (size_t)unit * t, *snap = w->snap + (size_t)unit * t;

@@ -7,10 +7,11 @@
  *   observe_rows     block per (row, head): scores, softmax, p
  *   observe_sums     thread per key: column sums in ref's order (h, then
  *                    i), then the negligible keys to 0
- *   level_errors     block per (row, set), a thread per column of V and one
- *                    for the attention: per-level sums in shared memory,
- *                    each head in turn, then thread l the error of level l
- *                    (double), summed over the heads in order. */
+ *   level_errors     block per (row, set), a thread per column of V (128
+ *                    at a time) and one for the attention: per-level sums
+ *                    in shared memory, each head and chunk of columns in
+ *                    turn, then thread l the error of level l (double),
+ *                    summed over the heads and chunks in order. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -75,52 +76,60 @@ __global__ static void observe_sums(const int32_t *pos, int32_t t, int32_t W, in
     col_decode[j] = dec;
 }
 
+/* Columns of V a block sums at once: the per-level sums of a chunk fit in
+ * (n_levels + 1) (LEVEL_COLS + 1) floats of shared memory whatever d. */
+#define LEVEL_COLS 128
+
 __global__ static void level_errors(const float *v, const float *p, const uint8_t *entry, const int32_t *pos,
                                     int32_t t, int32_t W, int32_t G, int32_t d, int32_t n_sets, int32_t n_levels,
                                     int32_t mass, double *err) {
-    FG_DYNAMIC_SHARED(float, acc); /* [n_levels + 1][d + 1]: column d the attention */
-    const int32_t i = blockIdx.x, s = blockIdx.y, n = pos[i] + 1, x = threadIdx.x, w = d + 1;
+    FG_DYNAMIC_SHARED(float, acc); /* [n_levels + 1][LEVEL_COLS + 1]: a chunk's columns, then the attention */
+    const int32_t i = blockIdx.x, s = blockIdx.y, n = pos[i] + 1, x = threadIdx.x, w = LEVEL_COLS + 1;
     const uint8_t *e = entry + ((size_t)s * W + i) * t;
-    double out = 0.0; /* thread l: level l's error, summed over the heads */
+    double out = 0.0; /* thread l: level l's error, summed over the heads and the chunks */
     for (int32_t h = 0; h < G; h++) {
         const float *pr = p + ((size_t)h * W + i) * t;
-        for (int32_t c = x; c < (n_levels + 1) * w; c += blockDim.x)
-            acc[c] = 0.0f;
-        __syncthreads();
-        if (x < w)
-            for (int32_t j = 0; j < n; j++) {
-                const float pj = pr[j];
-                if (pj == 0.0f)
-                    continue;
-                const int32_t l = e[j] < n_levels ? e[j] : n_levels;
-                acc[l * w + x] += pj * (x < d ? v[(size_t)j * d + x] : 1.0f);
-            }
-        __syncthreads();
-        if (x < n_levels) {
-            double total = 0.0, kept_mass = 0.0;
-            for (int32_t l = 0; l <= n_levels; l++) {
-                total += acc[l * w + d];
-                if (l <= x)
-                    kept_mass += acc[l * w + d];
-            }
-            if (mass) {
-                out += 1.0 - kept_mass;
-            } else {
-                double e2 = 0.0;
-                for (int32_t c = 0; c < d; c++) {
-                    double all = 0.0, kept = 0.0;
-                    for (int32_t l = 0; l <= n_levels; l++) {
-                        all += acc[l * w + c];
-                        if (l <= x)
-                            kept += acc[l * w + c];
-                    }
-                    const double diff = (kept_mass > 0.0 ? kept / kept_mass : 0.0) - all / total;
-                    e2 += diff * diff;
+        for (int32_t c0 = 0; c0 < d; c0 += LEVEL_COLS) {
+            const int32_t cw = d - c0 < LEVEL_COLS ? d - c0 : LEVEL_COLS; /* column cw: the attention */
+            for (int32_t c = x; c < (n_levels + 1) * w; c += blockDim.x)
+                acc[c] = 0.0f;
+            __syncthreads();
+            if (x <= cw)
+                for (int32_t j = 0; j < n; j++) {
+                    const float pj = pr[j];
+                    if (pj == 0.0f)
+                        continue;
+                    const int32_t l = e[j] < n_levels ? e[j] : n_levels;
+                    acc[l * w + x] += pj * (x < cw ? v[(size_t)j * d + c0 + x] : 1.0f);
                 }
-                out += e2;
+            __syncthreads();
+            if (x < n_levels) {
+                double total = 0.0, kept_mass = 0.0;
+                for (int32_t l = 0; l <= n_levels; l++) {
+                    total += acc[l * w + cw];
+                    if (l <= x)
+                        kept_mass += acc[l * w + cw];
+                }
+                if (mass) {
+                    if (c0 == 0)
+                        out += 1.0 - kept_mass;
+                } else {
+                    double e2 = 0.0;
+                    for (int32_t c = 0; c < cw; c++) {
+                        double all = 0.0, kept = 0.0;
+                        for (int32_t l = 0; l <= n_levels; l++) {
+                            all += acc[l * w + c];
+                            if (l <= x)
+                                kept += acc[l * w + c];
+                        }
+                        const double diff = (kept_mass > 0.0 ? kept / kept_mass : 0.0) - all / total;
+                        e2 += diff * diff;
+                    }
+                    out += e2;
+                }
             }
+            __syncthreads();
         }
-        __syncthreads();
     }
     if (x < n_levels)
         err[((size_t)i * n_sets + s) * n_levels + x] = out;
@@ -177,10 +186,10 @@ extern "C" fg_status FG_GPU(adaptive_errors)(fg_backend *be, const fg_shape *sha
     const int32_t d = shape->head_dim, G = shape->n_q_heads / shape->n_kv_heads, t = u->t, W = u->n_rows;
     if (W == 0 || n_sets == 0)
         return FG_OK;
-    const size_t shared = (size_t)(n_levels + 1) * (d + 1) * sizeof(float);
+    const size_t shared = (size_t)(n_levels + 1) * (LEVEL_COLS + 1) * sizeof(float);
     if (shared > 48 * 1024) /* what every device gives a block without asking */
-        return be->err(be->err_sink, FG_ERR_UNAVAILABLE, FG_GPU_NAME ": the adaptive mode's sums of head_dim %d "
-                       "need %zu bytes of shared memory, more than a block's 48 KiB", (int)d, shared);
+        return be->err(be->err_sink, FG_ERR_UNAVAILABLE, FG_GPU_NAME ": the adaptive mode's sums of %d levels "
+                       "need %zu bytes of shared memory, more than a block's 48 KiB", (int)n_levels, shared);
     const float *v = u->scratch + (size_t)t * d, *p = v + (size_t)t * d;
     const size_t n_err = (size_t)W * n_sets * n_levels;
     const size_t need = fg_gpu_align((size_t)W * 4) + fg_gpu_align((size_t)n_sets * W * t) + n_err * 8 + 1024;
@@ -192,7 +201,8 @@ extern "C" fg_status FG_GPU(adaptive_errors)(fg_backend *be, const fg_shape *sha
         (s = FG_GPU(upload)(be, base, &at, entry, (size_t)n_sets * W * t, &d_entry)))
         return s;
     double *d_err = (double *)(base + fg_gpu_align(at));
-    const int32_t threads = (d + 1 + 31) / 32 * 32 > n_levels ? (d + 1 + 31) / 32 * 32 : (n_levels + 31) / 32 * 32;
+    const int32_t cols = (d < LEVEL_COLS ? d : LEVEL_COLS) + 1; /* threads: a chunk's columns and the attention */
+    const int32_t threads = ((cols > n_levels ? cols : n_levels) + 31) / 32 * 32;
     FG_LAUNCH(level_errors, dim3(W, n_sets), threads, shared, st->stream, v, p, (const uint8_t *)d_entry,
               (const int32_t *)d_pos, t, W, G, d, n_sets, n_levels, mass, d_err);
     GPU_CHECK(be, cudaGetLastError());

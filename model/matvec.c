@@ -247,8 +247,8 @@ static void dot_q8_generic(int32_t type, const unsigned char *w, const fgm_q8_bl
                 memcpy(&qh, wb + (m1 ? 4 : 2), 4);
                 const unsigned char *qs = wb + (m1 ? 8 : 6);
                 for (int j = 0; j < QK / 2; j++)
-                    dot += (int)(((qs[j] & 0x0F) | (((qh >> j) & 1u) << 4)) - off) * a->qs[j] +
-                           (int)(((qs[j] >> 4) | (((qh >> (j + 16)) & 1u) << 4)) - off) * a->qs[j + QK / 2];
+                    dot += ((int)((qs[j] & 0x0Fu) | (((qh >> j) & 1u) << 4)) - off) * a->qs[j] +
+                           ((int)((qs[j] >> 4) | (((qh >> (j + 16)) & 1u) << 4)) - off) * a->qs[j + QK / 2];
                 if (m1) {
                     memcpy(&h, wb + 2, 2);
                     summ += fg_f16_to_f32(h) * a->s;

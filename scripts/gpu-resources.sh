@@ -9,8 +9,9 @@
 #
 #   scripts/gpu-resources.sh [--check] [BUILD_DIR]
 #
-# Prints a Markdown table (docs/backends.md keeps one). --check: exit 1 when
-# any kernel spills (registers to local memory / scratch), which CI runs.
+# Prints a Markdown table (docs/backends.md sums it up). --check: exit 1 when
+# any kernel spills (registers to local memory / scratch); not in CI yet, as
+# some do (docs/backends.md).
 # A compiler that is not installed is skipped with a line saying so.
 set -euo pipefail
 cd "$(dirname "$0")/.."

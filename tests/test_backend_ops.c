@@ -514,6 +514,7 @@ static void check_adaptive(backend_pair *bp, int32_t d, int32_t G, fg_dtype dt, 
     EXPECT(guard_ok(col[1][0], (size_t)t) && guard_ok(col[1][1], (size_t)t) && guard_ok(col[2][0], (size_t)t) &&
                guard_ok(col[2][1], (size_t)t), "%s adaptive_observe wrote past its sums", bp->name);
     EXPECT(memcmp(col[1][0], col[2][0], (size_t)t * sizeof(float)) == 0 &&
+               memcmp(col[1][1], col[2][1], (size_t)t * sizeof(float)) == 0 &&
                memcmp(err[1][0], err[2][0], n_err * sizeof(double)) == 0 &&
                memcmp(err[1][1], err[2][1], n_err * sizeof(double)) == 0,
            "%s adaptive ops: 1 and 2 threads differ", bp->name);
@@ -743,12 +744,13 @@ static void case_decode_kv_apart(backend_pair *bp) {
 #undef N
 
 /* adaptive_observe, adaptive_errors: vector widths 16, 8 and none, the
- * group sizes, a cache of one row, stored dtypes */
+ * group sizes, a cache of one row, stored dtypes, a head dim past 256 */
 static void case_adaptive(backend_pair *bp) {
     const int32_t shapes[][5] = {
         /* d, G, dtype, t, W */
         {64, 1, FG_DTYPE_F32, 1, 1},     {128, 4, FG_DTYPE_F32, 300, 64}, {80, 2, FG_DTYPE_F16, 257, 16},
         {7, 3, FG_DTYPE_F32, 50, 8},     {128, 8, FG_DTYPE_BF16, 1100, 64}, {64, 2, FG_DTYPE_Q8_0, 200, 32},
+        {300, 2, FG_DTYPE_F32, 90, 8}, /* GPU: three chunks of columns */
     };
     for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++)
         check_adaptive(bp, shapes[c][0], shapes[c][1], (fg_dtype)shapes[c][2], shapes[c][3], shapes[c][4]);

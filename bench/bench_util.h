@@ -123,17 +123,19 @@ static void bench_read_task(void *arg, int32_t t, int32_t thread) {
     j->part[t] = bench_sum(j->buf + (size_t)t * j->per, j->per);
 }
 
-static inline float bench_stream_read(const float *buf, size_t n) {
-    const int T = bench_threads();
+static inline float bench_stream_read_on(fg_threadpool *pool, const float *buf, size_t n) {
+    const int T = fg_threadpool_size(pool);
     static bench_read_job j;
     j.buf = buf;
     j.per = n / 64 / (size_t)T * 64;
-    fg_threadpool_run(bench_pool(), T, bench_read_task, &j);
+    fg_threadpool_run(pool, T, bench_read_task, &j);
     float total = 0.0f;
     for (int t = 0; t < T; t++)
         total += j.part[t];
     return total;
 }
+
+static inline float bench_stream_read(const float *buf, size_t n) { return bench_stream_read_on(bench_pool(), buf, n); }
 
 /* A buffer of >= 4x the LLC (at least 128 MiB) for bench_stream_read. */
 static inline float *bench_stream_buffer(size_t *n_floats) {
@@ -148,24 +150,28 @@ static inline float *bench_stream_buffer(size_t *n_floats) {
     return buf;
 }
 
-/* Streaming read bandwidth (bytes/s), all threads, median of 9 passes. */
-static inline double bench_read_bandwidth(void) {
+/* Streaming read bandwidth (bytes/s) of the threads of `pool`, median of 9
+ * passes (0 when the buffer cannot be had). fastgen bench's limit uses it too. */
+static inline double bench_read_bandwidth_on(fg_threadpool *pool) {
     size_t n;
     float *buf = bench_stream_buffer(&n);
     if (!buf)
         return 0.0;
     double t[9];
     volatile float sink = 0.0f;
-    const size_t read = n / 64 / (size_t)bench_threads() * 64 * (size_t)bench_threads();
+    const size_t T = (size_t)fg_threadpool_size(pool), read = n / 64 / T * 64 * T;
     for (int r = 0; r < 9; r++) {
         double t0 = bench_now();
-        sink += bench_stream_read(buf, n);
+        sink += bench_stream_read_on(pool, buf, n);
         t[r] = bench_now() - t0;
     }
     (void)sink;
     free(buf);
     return (double)(read * sizeof(float)) / bench_median(t, 9);
 }
+
+/* The same on the benchmark's pool: all threads. */
+static inline double bench_read_bandwidth(void) { return bench_read_bandwidth_on(bench_pool()); }
 
 /* One memcpy of `bytes` from a to b split over all threads: the copy probe. */
 typedef struct bench_copy_job {

@@ -1,7 +1,7 @@
 /* The adaptive mode's decision for one unit on the CPU (backend.h:
  * adaptive_observe, adaptive_errors): the observed rows' scores as sgemm
  * tiles, softmax per row, column sums per key tile (each item owns its
- * columns: the order of ref's sums); then each observed row's per-level
+ * columns and runs ref's sums on them); then each observed row's per-level
  * sums in float with the ISA's vectors (level_sums.inc), its errors in
  * double. Items never share an output, so threads change no bit. */
 #include <math.h>
@@ -72,27 +72,12 @@ static void softmax_item(void *arg, int32_t item, int32_t thread) {
     memset(p + pos + 1, 0, (size_t)(t - pos - 1) * sizeof *p);
 }
 
-/* Item (key tile): its columns' sums, then its negligible keys to 0. */
+/* Item (key tile): its columns' sums, then its negligible keys to 0, as ref does them. */
 static void sums_item(void *arg, int32_t item, int32_t thread) {
     (void)thread;
     const observe_job *jb = arg;
-    const fg_observe_unit *u = jb->u;
-    const int32_t t = u->t, W = u->n_rows, j0 = item * FG_TK, j1 = j0 + FG_TK < t ? j0 + FG_TK : t;
-    const float G = (float)jb->G;
-    for (int32_t j = j0; j < j1; j++)
-        jb->col_all[j] = jb->col_decode[j] = 0.0f;
-    for (int32_t h = 0; h < jb->G; h++)
-        for (int32_t i = 0; i < W; i++) {
-            float *pr = jb->p + ((size_t)h * W + i) * t;
-            const int32_t pos = u->row_pos[i], end = pos + 1 < j1 ? pos + 1 : j1;
-            for (int32_t j = j0; j < end; j++) {
-                jb->col_all[j] += pr[j] / G;
-                if (pos >= jb->decode_from)
-                    jb->col_decode[j] += pr[j] / G;
-                if (pr[j] < FG_OBSERVE_NEGLIGIBLE && j < pos)
-                    pr[j] = 0.0f;
-            }
-        }
+    const int32_t t = jb->u->t, j0 = item * FG_TK, j1 = j0 + FG_TK < t ? j0 + FG_TK : t;
+    fg_ref_observe_sums(jb->u, jb->G, jb->p, jb->decode_from, j0, j1, jb->col_all, jb->col_decode);
 }
 
 /* The ISA's row widening for head_dim d, NULL for ref's element reads. */

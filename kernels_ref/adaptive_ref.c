@@ -39,17 +39,17 @@ static void observe_row(const float *q, const float *k, int32_t pos, int32_t d, 
         p[j] = (float)(p[j] / sum);
 }
 
-/* Column sums in the order h, i (backend.h), then the negligible keys to 0. */
-void fg_ref_observe_sums(const fg_observe_unit *u, int32_t G, float *p, int32_t decode_from, float *col_all,
-                         float *col_decode) {
+/* Column sums of keys [j0, j1) in the order h, i (backend.h), then their negligible keys to 0. */
+void fg_ref_observe_sums(const fg_observe_unit *u, int32_t G, float *p, int32_t decode_from, int32_t j0, int32_t j1,
+                         float *col_all, float *col_decode) {
     const int32_t t = u->t, W = u->n_rows;
-    for (int32_t j = 0; j < t; j++)
+    for (int32_t j = j0; j < j1; j++)
         col_all[j] = col_decode[j] = 0.0f;
     for (int32_t h = 0; h < G; h++)
         for (int32_t i = 0; i < W; i++) {
             float *pr = p + ((size_t)h * W + i) * t;
-            const int32_t pos = u->row_pos[i];
-            for (int32_t j = 0; j <= pos; j++) {
+            const int32_t pos = u->row_pos[i], end = pos + 1 < j1 ? pos + 1 : j1;
+            for (int32_t j = j0; j < end; j++) {
                 col_all[j] += pr[j] / (float)G;
                 if (pos >= decode_from)
                     col_decode[j] += pr[j] / (float)G;
@@ -75,7 +75,7 @@ fg_status fg_ref_adaptive_observe(fg_backend *be, const fg_page_layout *layout, 
             for (int32_t j = u->row_pos[i] + 1; j < t; j++)
                 pr[j] = 0.0f;
         }
-    fg_ref_observe_sums(u, G, p, decode_from, col_all, col_decode);
+    fg_ref_observe_sums(u, G, p, decode_from, 0, t, col_all, col_decode);
     return FG_OK;
 }
 

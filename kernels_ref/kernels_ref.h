@@ -31,11 +31,12 @@ void fg_ref_compact_head(const fg_page_layout *layout, const fg_shape *shape, co
 fg_status fg_ref_decode_step_head(const fg_page_layout *layout, const fg_shape *shape, const fg_decode_head *head);
 /* The adaptive mode's parts (adaptive_ref.c), the cpu backend's too where
  * they are not its work: K and V of slots 0..t-1 as float [t][d]; the
- * column sums (backend.h's order) that then zero the negligible keys; the
+ * column sums of keys [j0, j1) (backend.h's order) that then zero their
+ * negligible keys (the cpu's per key tile); the
  * errors of every level from per-level sums acc[n_levels + 1][d + 1] in
  * double, added to err[n_levels] (sums: 2 (d + 1) doubles of scratch). */
 void fg_ref_unpack_rows(const fg_page_layout *layout, const fg_observe_unit *u, float *k, float *v);
-void fg_ref_observe_sums(const fg_observe_unit *u, int32_t G, float *p, int32_t decode_from, float *col_all,
-                         float *col_decode);
+void fg_ref_observe_sums(const fg_observe_unit *u, int32_t G, float *p, int32_t decode_from, int32_t j0, int32_t j1,
+                         float *col_all, float *col_decode);
 void fg_ref_level_errors(const double *acc, int32_t n_levels, int32_t d, int mass, double *sums, double *err);
 #endif /* FG_KERNELS_REF_H */

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench/bench_util.h"
 #include "model/dequant.h"
 #include "model/model.h"
 #include "tools/cli.h"
@@ -18,9 +19,10 @@ static const char *k_bench_help_head =
     "untimed warm-up run, for the full\n"
     "cache and for every compression method, with the KV memory each holds and\n"
     "its speed against the full cache's in the same run. A tg row also gets\n"
-    "its decode's limit: the read bandwidth (a probe in the same run, the same\n"
-    "threads) over the bytes a token must read (the weights, and the KV rows\n"
-    "held, mean of the test's start and end), and the share of it reached.\n"
+    "its decode's limit: the read bandwidth (a probe of 4x the last-level\n"
+    "cache in the same run, by the same threads) over the bytes a token must\n"
+    "read (the weights, and the KV rows held, mean of the test's start and\n"
+    "end), and the share of it reached.\n"
     "\n"
     "options:\n";
 static const char *k_bench_help_tail =
@@ -154,49 +156,15 @@ static fg_status run_test(cli_session *s, const fg_compression_params *cp, int i
     return st;
 }
 
-/* The read-bandwidth probe: 512 MiB (past any last-level cache) summed
- * as 64-bit words, 8 chains a thread so the adds never bound it, by
- * `threads` threads each over its part; bytes per second, best of 5. */
-typedef struct probe_job {
-    const uint64_t *buf;
-    size_t per;
-    uint64_t part[FG_MAX_THREADS];
-} probe_job;
-
-static void probe_task(void *arg, int32_t t, int32_t thread) {
-    (void)thread;
-    probe_job *j = arg;
-    const uint64_t *p = j->buf + (size_t)t * j->per;
-    uint64_t a[8] = {0};
-    for (size_t i = 0; i < j->per; i += 8)
-        for (int k = 0; k < 8; k++)
-            a[k] += p[i + k];
-    j->part[t] = a[0] ^ a[1] ^ a[2] ^ a[3] ^ a[4] ^ a[5] ^ a[6] ^ a[7];
-}
-
+/* Read bandwidth of `threads` threads (bench_util.h's probe, the one the
+ * benchmarks print); 0 when it cannot run. */
 static double read_bandwidth(int32_t threads) {
-    const size_t bytes = (size_t)512 << 20, words = bytes / sizeof(uint64_t);
-    uint64_t *buf = malloc(bytes);
     fg_threadpool *pool = NULL;
-    static probe_job job;
-    double best = 0.0;
-    if (buf && fg_threadpool_create(threads, &pool) == FG_OK) {
-        for (size_t i = 0; i < words; i++)
-            buf[i] = i;
-        job.buf = buf;
-        job.per = words / (size_t)threads / 8 * 8;
-        for (int r = 0; r < 5; r++) {
-            const double t0 = cli_now();
-            if (fg_threadpool_run(pool, threads, probe_task, &job) != FG_OK)
-                break;
-            const double t = cli_now() - t0;
-            const double bps = t > 0.0 ? (double)(job.per * (size_t)threads * sizeof(uint64_t)) / t : 0.0;
-            best = bps > best ? bps : best;
-        }
-    }
+    if (fg_threadpool_create(threads, &pool) != FG_OK)
+        return 0.0;
+    const double bps = bench_read_bandwidth_on(pool);
     fg_threadpool_destroy(&pool);
-    free(buf);
-    return best;
+    return bps;
 }
 
 /* Weight bytes a decode step reads: every matrix, the norms, and the
@@ -336,8 +304,8 @@ int cmd_bench(int argc, char **argv) {
             }
             printf("\n%d runs each, random tokens; cpu: %s\n", (int)x.reps, cpu);
             if (bw > 0.0)
-                printf("limit: read bandwidth %.1f GB/s (%d threads, 512 MiB probe) over the weights a token reads "
-                       "(%.1f MB) and the KV rows held\n", bw / 1e9, (int)threads, wbytes / 1e6);
+                printf("limit: read bandwidth %.1f GB/s (%d threads, a probe of 4x the last-level cache) over the "
+                       "weights a token reads (%.1f MB) and the KV rows held\n", bw / 1e9, (int)threads, wbytes / 1e6);
         }
     }
     free(rows);

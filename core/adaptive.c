@@ -63,6 +63,8 @@ void fg_adaptive_destroy(fg_context *ctx, fg_adaptive **pad) {
         free(ad->layers[l].col);
         free(ad->layers[l].q);
         free(ad->layers[l].pos);
+        free(ad->layers[l].given);
+        free(ad->layers[l].given_col);
     }
     free(ad->layers);
     free(ad);
@@ -73,7 +75,7 @@ fg_status fg_adaptive_create(fg_context *ctx, const fg_compression_params *cp, i
     const int32_t L = ctx->params.n_layers, Hq = ctx->params.n_q_heads, Hkv = ctx->params.n_kv_heads;
     const int32_t d = ctx->params.head_dim, W = cp->observation_window;
     *out = NULL;
-    if (cp->defer_until - n_prompt > W)
+    if (cp->observe == FG_OBSERVE_TAIL && cp->defer_until - n_prompt > W)
         return fg_error(ctx, FG_ERR_INVALID_ARGUMENT,
                         "FG_ALLOC_ADAPTIVE: defer_until %d is %d decode steps after this prompt of %d tokens, more "
                         "than the %d observed rows (observation_window) would hold", (int)cp->defer_until,
@@ -88,6 +90,12 @@ fg_status fg_adaptive_create(fg_context *ctx, const fg_compression_params *cp, i
         a->q = malloc((size_t)W * Hq * d * sizeof *a->q);
         a->pos = malloc((size_t)W * sizeof *a->pos);
         ok = a->col && a->q && a->pos;
+        if (ok && cp->observe == FG_OBSERVE_EXPLICIT) {
+            a->given_col = calloc((size_t)Hkv * ctx->params.max_seq_len, sizeof *a->given_col);
+            a->given = malloc((size_t)2 * W * Hq * d * sizeof *a->given);
+            a->stride = 1;
+            ok = a->given_col && a->given;
+        }
     }
     if (!ok) {
         fg_adaptive_destroy(ctx, &ad);
@@ -95,7 +103,9 @@ fg_status fg_adaptive_create(fg_context *ctx, const fg_compression_params *cp, i
     }
     ad->window = W;
     ad->n_prompt = n_prompt;
-    ad->compress_at = cp->defer_until > n_prompt ? cp->defer_until : n_prompt;
+    ad->compress_at = cp->observe == FG_OBSERVE_EXPLICIT ? INT32_MAX
+                      : cp->defer_until > n_prompt      ? cp->defer_until
+                                                        : n_prompt;
     *out = ad;
     return FG_OK;
 }
@@ -105,7 +115,8 @@ fg_status fg_adaptive_clone(fg_context *ctx, const fg_adaptive *src, fg_adaptive
     fg_compression_params cp;
     memset(&cp, 0, sizeof cp);
     cp.observation_window = src->window;
-    cp.defer_until = src->compress_at;
+    cp.defer_until = src->compress_at == INT32_MAX ? 0 : src->compress_at;
+    cp.observe = src->compress_at == INT32_MAX ? FG_OBSERVE_EXPLICIT : FG_OBSERVE_TAIL;
     fg_status st = fg_adaptive_create(ctx, &cp, src->n_prompt, out);
     if (st)
         return st;
@@ -117,8 +128,36 @@ fg_status fg_adaptive_clone(fg_context *ctx, const fg_adaptive *src, fg_adaptive
         memcpy(b->pos, a->pos, (size_t)src->window * sizeof *a->pos);
         b->n_obs = a->n_obs;
         b->next = a->next;
+        if (a->given) {
+            memcpy(b->given_col, a->given_col, (size_t)Hkv * ctx->params.max_seq_len * sizeof *a->given_col);
+            memcpy(b->given, a->given, (size_t)a->n_given * Hq * d * sizeof *a->given);
+            b->n_given = a->n_given;
+            b->seen = a->seen;
+            b->stride = a->stride;
+        }
     }
     return FG_OK;
+}
+
+/* Given rows q [n][Hq][d] (host) of one layer: every stride-th kept, the
+ * stride doubling (every other kept row going) whenever 2 W are held, so
+ * the rows kept stay evenly spread over all that were given. */
+static void keep_given(const fg_context *ctx, fg_adaptive *ad, int32_t layer, const float *q, int32_t n) {
+    const size_t row = (size_t)ctx->params.n_q_heads * ctx->params.head_dim;
+    fg_adaptive_layer *a = &ad->layers[layer];
+    for (int32_t i = 0; i < n; i++, a->seen++) {
+        if (a->seen % a->stride)
+            continue;
+        if (a->n_given == 2 * ad->window) {
+            for (int32_t r = 0; 2 * r < a->n_given; r++)
+                memmove(a->given + (size_t)r * row, a->given + (size_t)2 * r * row, row * sizeof *q);
+            a->n_given = (a->n_given + 1) / 2;
+            a->stride *= 2;
+            if (a->seen % a->stride)
+                continue;
+        }
+        memcpy(a->given + (size_t)a->n_given++ * row, q + (size_t)i * row, row * sizeof *q);
+    }
 }
 
 void fg_adaptive_observe(const fg_context *ctx, fg_adaptive *ad, int32_t layer, int32_t pos, const float *q) {
@@ -518,11 +557,19 @@ static fg_status unit_curves_all(fg_context *ctx, const fg_seq *s, compress_scra
             sets[n_sets++] = f;
     for (int32_t l = 0; l < L; l++) {
         const fg_adaptive_layer *a = &ad->layers[l];
-        const int32_t W = a->n_obs;
-        for (int32_t i = 0; i < W; i++) { /* the ring's oldest first: positions ascend */
-            const int32_t slot = (a->next - W + i + ad->window) % ad->window;
-            w->obs_pos[i] = a->pos[slot];
-            w->obs_q[i] = a->q + (size_t)slot * Hq * d;
+        /* FG_OBSERVE_EXPLICIT's rows, else the tail's. Every given row ranked the keys as it came
+         * (given_col); the errors are judged on observation_window of the ones kept, evenly spaced */
+        const int given = a->n_given > 0;
+        const int32_t n_kept = given ? a->n_given : a->n_obs, W = n_kept < ad->window ? n_kept : ad->window;
+        for (int32_t i = 0; i < W; i++) {
+            if (given) { /* decode queries after the sequence: every key, the last one their "own" */
+                w->obs_pos[i] = t - 1;
+                w->obs_q[i] = a->given + (size_t)(((2 * (int64_t)i + 1) * n_kept) / (2 * W)) * Hq * d;
+            } else { /* the ring's oldest first: positions ascend */
+                const int32_t slot = (a->next - W + i + ad->window) % ad->window;
+                w->obs_pos[i] = a->pos[slot];
+                w->obs_q[i] = a->q + (size_t)slot * Hq * d;
+            }
         }
         for (int32_t g = 0; g < Hkv; g++) {
             const int32_t unit = l * Hkv + g;
@@ -545,11 +592,12 @@ static fg_status unit_curves_all(fg_context *ctx, const fg_seq *s, compress_scra
                 return st;
             }
             /* the ranks: the frequent part's is the cumulative attention of every row so far (the prompt's
-             * profile, then the observed decode rows), the snapshot's the observed rows' */
+             * profile, then the observed decode rows), the snapshot's the observed rows'; given rows: theirs */
             float *score = w->score + (size_t)unit * t, *snap = w->snap + (size_t)unit * t;
             for (int32_t j = 0; j < t; j++) {
-                score[j] = (j < n_prompt ? a->col[(size_t)g * n_prompt + j] : 0.0f) + u->col_decode[j];
-                snap[j] = u->col_all[j];
+                score[j] = given ? a->given_col[(size_t)g * ctx->params.max_seq_len + j]
+                                 : (j < n_prompt ? a->col[(size_t)g * n_prompt + j] : 0.0f) + u->col_decode[j];
+                snap[j] = given ? score[j] : u->col_all[j];
             }
             if (s->cp.score_pool > 1) {
                 const fg_profile_view raw = {.n = t, .row_begin = 0, .length = t, .cls = s->cls, .col = snap};
@@ -756,5 +804,91 @@ fg_status fg_adaptive_curves(fg_context *ctx, const fg_seq *s, double *err, int3
     if (st == FG_OK)
         *budget_rows = budget_of(&s->cp, n_units, t);
     scratch_free(ctx, &w);
+    return st;
+}
+
+/* ---------------------------------------------------------------- the engine's own rows */
+
+/* The pass of fg_seq_observe over one layer: n rows after the t the
+ * sequence holds attend them and each other (prefill_attention over the
+ * t + n keys from row t), then the pooled attention they gave each held key
+ * joins the layer's ranks (profile_stats over the same rows). */
+fg_status fg_adaptive_observe_pass(fg_context *ctx, fg_seq *s, int32_t layer, const float *q, const float *k,
+                                   const float *v, int32_t n, float *out) {
+    const int32_t Hq = ctx->params.n_q_heads, Hkv = ctx->params.n_kv_heads, d = ctx->params.head_dim;
+    const int32_t t = s->length[layer], N = t + n;
+    const size_t rq = (size_t)Hq * d, rk = (size_t)Hkv * d;
+    float *hk = NULL, *hv = NULL, *keys = NULL, *hcol = NULL, *hq = NULL;
+    int32_t *pos = NULL;
+    float *kk = NULL, *vv = NULL, *qq = NULL, *mx = NULL, *sm = NULL, *mxn = NULL, *smn = NULL, *col = NULL;
+    const fg_alloc_item host[] = {{(void **)&hk, (size_t)t * d * sizeof *hk}, {(void **)&hv, (size_t)t * d * sizeof *hv},
+                                  {(void **)&keys, (size_t)t * rk * sizeof *keys},
+                                  {(void **)&hcol, (size_t)Hkv * N * sizeof *hcol},
+                                  {(void **)&hq, (size_t)n * rq * sizeof *hq}, {(void **)&pos, (size_t)t * sizeof *pos}};
+    fg_status st = fg_alloc_all(host, sizeof host / sizeof host[0])
+                       ? FG_OK
+                       : fg_error(ctx, FG_ERR_OUT_OF_MEMORY, "fg_seq_observe: out of host memory for %d rows", (int)N);
+    float **io[] = {&kk, &vv, &qq, &mx, &sm, &mxn, &smn, &col};
+    const size_t io_floats[] = {(size_t)N * rk, (size_t)N * rk, (size_t)N * rq, (size_t)Hq * n,
+                                (size_t)Hq * n,  (size_t)Hq * N, (size_t)Hq * N, (size_t)Hkv * N};
+    for (size_t b = 0; st == FG_OK && b < sizeof io / sizeof io[0]; b++)
+        st = fg_io_alloc(ctx, io_floats[b] * sizeof(float), io[b]);
+    /* the held keys and values, every head's, as one [N][Hkv][d] pair with the rows' own after them */
+    for (int32_t pass = 0; pass < 2 && st == FG_OK; pass++) {
+        for (int32_t g = 0; g < Hkv && st == FG_OK; g++) {
+            const fg_head *h = &s->heads[(size_t)layer * Hkv + g];
+            st = fg_head_read_rows(&ctx->be, &ctx->layout, h, t, hk, hv, pos, NULL, NULL);
+            for (int32_t j = 0; st == FG_OK && j < t; j++) {
+                if (pos[j] != j)
+                    st = fg_error(ctx, FG_ERR_INTERNAL, "fg_seq_observe: layer %d head %d slot %d holds position %d",
+                                  (int)layer, (int)g, (int)j, (int)pos[j]);
+                else
+                    memcpy(keys + (size_t)j * rk + (size_t)g * d, (pass ? hv : hk) + (size_t)j * d,
+                           (size_t)d * sizeof *keys);
+            }
+        }
+        if (st == FG_OK)
+            st = fg_io_write(ctx, pass ? vv : kk, keys, (size_t)t * rk * sizeof *keys);
+    }
+    if (st == FG_OK)
+        st = fg_io_copy(ctx, kk + (size_t)t * rk, k, (size_t)n * rk * sizeof *k);
+    if (st == FG_OK)
+        st = fg_io_copy(ctx, vv + (size_t)t * rk, v, (size_t)n * rk * sizeof *v);
+    if (st == FG_OK)
+        st = fg_io_copy(ctx, qq + (size_t)t * rq, q, (size_t)n * rq * sizeof *q);
+    if (st == FG_OK)
+        st = ctx->be.ops->prefill_attention(&ctx->be, &ctx->shape, N, t, q, kk, vv, out, mx, sm);
+    if (st == FG_OK) /* the row statistics where profile_stats reads them: [Hq][N] from row t */
+        st = fg_io_copy_rows(ctx, mxn + t, (size_t)N, mx, (size_t)n, (size_t)n, (size_t)Hq);
+    if (st == FG_OK)
+        st = fg_io_copy_rows(ctx, smn + t, (size_t)N, sm, (size_t)n, (size_t)n, (size_t)Hq);
+    const fg_profile_request req = {.n = N, .row_begin = t, .n_windows = 0};
+    if (st == FG_OK)
+        st = ctx->be.ops->profile_stats(&ctx->be, &ctx->shape, &req, qq, kk, mxn, smn, col, col);
+    if (st == FG_OK && ctx->be.device_io) {
+        st = fg_backend_read(&ctx->be, hcol, col, (size_t)Hkv * N * sizeof *hcol);
+        if (st == FG_OK)
+            st = fg_backend_read(&ctx->be, hq, q, (size_t)n * rq * sizeof *hq);
+    } else if (st == FG_OK) {
+        if (ctx->be.ops->synchronize)
+            st = ctx->be.ops->synchronize(&ctx->be);
+        memcpy(hcol, col, (size_t)Hkv * N * sizeof *hcol);
+        memcpy(hq, q, (size_t)n * rq * sizeof *hq);
+    }
+    if (st == FG_OK) { /* nothing fails after this: the call is all or nothing */
+        fg_adaptive_layer *a = &s->ad->layers[layer];
+        for (int32_t g = 0; g < Hkv; g++)
+            for (int32_t j = 0; j < t; j++)
+                a->given_col[(size_t)g * ctx->params.max_seq_len + j] += hcol[(size_t)g * N + j];
+        keep_given(ctx, s->ad, layer, hq, n);
+    }
+    for (size_t b = 0; b < sizeof io / sizeof io[0]; b++)
+        fg_io_free(ctx, *io[b]);
+    free(hk);
+    free(hv);
+    free(keys);
+    free(hcol);
+    free(hq);
+    free(pos);
     return st;
 }

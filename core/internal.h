@@ -259,12 +259,17 @@ typedef struct fg_adaptive_layer {
     float *q;            /* [W][Hq][d] the queries of the last W rows */
     int32_t *pos;        /* [W] their positions */
     int32_t n_obs, next; /* rows held (at most W), the ring's next slot */
+    /* FG_OBSERVE_EXPLICIT: what the rows fg_seq_observe gave leave behind */
+    float *given_col;      /* [Hkv][max_seq_len] the pooled attention they gave each key (the ranks) */
+    float *given;          /* [2 W][Hq][d] every stride-th of them, the errors' rows */
+    int32_t n_given;       /* rows in `given` */
+    int64_t seen, stride;  /* rows given so far; given holds the rows whose index is a multiple of stride */
 } fg_adaptive_layer;
 
 typedef struct fg_adaptive {
     int32_t window;            /* W: rows observed */
     int32_t n_prompt;
-    int32_t compress_at;       /* the length at which the heads are compressed */
+    int32_t compress_at;       /* the length at which the heads are compressed (INT32_MAX: when told) */
     fg_adaptive_layer *layers; /* [n_layers] */
 } fg_adaptive;
 
@@ -311,6 +316,10 @@ fg_status fg_adaptive_compress(fg_context *ctx, fg_seq *s);
  * layer sweep: every layer at one length, at or past compress_at (an append
  * can carry it past without a decode step at compress_at). */
 int fg_adaptive_due(const fg_context *ctx, const fg_seq *s);
+/* fg_seq_observe's pass over one layer of an adaptive sequence (checked):
+ * out gets the rows' attention, the layer's ranks and rows what they leave. */
+fg_status fg_adaptive_observe_pass(fg_context *ctx, fg_seq *s, int32_t layer, const float *q, const float *k,
+                                   const float *v, int32_t n, float *out);
 /* Levels of memory each family is tried at: level l keeps about l / FG_AD_LEVELS of the rows. */
 #define FG_AD_LEVELS 40
 /* For tests: the predicted error and the rows of every unit (layer x KV

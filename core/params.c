@@ -225,6 +225,12 @@ fg_status fg_compression_params_check(const fg_compression_params *p) {
         return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
                         "defer_until (%d) must be >= 0, and only FG_ALLOC_ADAPTIVE defers its compression",
                         (int)p->defer_until);
+    if (p->observe != FG_OBSERVE_TAIL && p->observe != FG_OBSERVE_EXPLICIT)
+        return fg_error(NULL, FG_ERR_INVALID_ARGUMENT, "unknown observe mode %d (FG_OBSERVE_TAIL 0, FG_OBSERVE_EXPLICIT 1)",
+                        (int)p->observe);
+    if (p->observe == FG_OBSERVE_EXPLICIT && p->allocation != FG_ALLOC_ADAPTIVE)
+        return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
+                        "FG_OBSERVE_EXPLICIT is for FG_ALLOC_ADAPTIVE (the only mode that defers its compression)");
     if (!(p->budget >= 0.0f && p->budget <= 1.0f) || p->budget_tokens < 0)
         return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
                         "budget must be in [0, 1] (got %g) and budget_tokens >= 0 (got %d); 0 turns budget mode off",

@@ -235,6 +235,22 @@ typedef enum fg_append_mode {
     FG_APPEND_REPROFILE = 1
 } fg_append_mode;
 
+/* The rows the adaptive mode judges its choices by (fg_compression_params.observe). */
+typedef enum fg_observe_mode {
+    /* the prompt's last observation_window rows, then the decode rows until
+     * defer_until: compressed on its own as FG_ALLOC_ADAPTIVE says */
+    FG_OBSERVE_TAIL = 0,
+    /* the query rows the engine gives (fg_seq_observe), each judged as a
+     * decode query after the whole sequence: e.g. a reconstruction pass
+     * (KVzip's idea: the context fed again after "repeat the previous
+     * context", so that every fact a later question may ask for is asked
+     * for once), which makes the compression independent of the question.
+     * The sequence holds its full cache until fg_seq_compress; defer_until
+     * is not used. The frequent and snapshot parts then rank keys by the
+     * given rows' attention alone. */
+    FG_OBSERVE_EXPLICIT = 1
+} fg_observe_mode;
+
 typedef struct fg_compression_params {
     int32_t n_policies;                   /* 1..FG_MAX_SHORTLIST */
     fg_policy shortlist[FG_MAX_SHORTLIST];
@@ -263,6 +279,7 @@ typedef struct fg_compression_params {
                                              holds this many tokens (its prompt, when longer); the decode rows
                                              join the observed ones, so at most observation_window of them;
                                              at most the context's max_seq_len */
+    fg_observe_mode observe;              /* FG_ALLOC_ADAPTIVE: FG_OBSERVE_TAIL (default) or FG_OBSERVE_EXPLICIT */
 } fg_compression_params;
 
 /* The paper: special, +punct, +frequent, +local, full; r = 0.3, T = 0.95. */
@@ -533,6 +550,27 @@ FG_API fg_status fg_decode(fg_context *ctx, int32_t layer, int32_t n_seqs, const
  *   tokens: [n]   q: [n][Hq][d]   k, v: [n][Hkv][d] (k after RoPE)   out: [n][Hq][d] */
 FG_API fg_status fg_seq_append(fg_context *ctx, int32_t seq, int32_t layer, const int32_t *tokens, int32_t n,
                                const float *q, const float *k, const float *v, float *out);
+
+/* FG_OBSERVE_EXPLICIT: n rows of one layer that the engine feeds after the
+ * sequence without keeping them (a reconstruction pass: the prompt again
+ * after an instruction to repeat it) attend what the sequence holds and
+ * each other (causal, as fg_seq_append would: out gets their attention),
+ * and the attention they give each held key is what the adaptive mode ranks
+ * and judges by when fg_seq_compress comes; the rows themselves are not
+ * cached. Valid after the prompt's prefill, every layer at one length,
+ * before fg_seq_compress; every layer must be given the same rows. Chunks
+ * may be given in several calls (each attends the sequence and itself).
+ * Host memory: a [max_seq_len] float per KV head of each layer, and every
+ * stride-th given row (at most 2 x observation_window per layer).
+ *   q: [n][Hq][d]   k, v: [n][Hkv][d] (k after RoPE)   out: [n][Hq][d] */
+FG_API fg_status fg_seq_observe(fg_context *ctx, int32_t seq, int32_t layer, const float *q, const float *k,
+                                const float *v, int32_t n, float *out);
+/* An adaptive sequence's heads compressed now (FG_ALLOC_ADAPTIVE: what it
+ * would do on its own at defer_until), from the rows fg_seq_observe gave,
+ * else the ones it observed itself. All or nothing. FG_ERR_BAD_STATE when
+ * the sequence is not adaptive, is compressed already, or has a layer not
+ * prefilled or a sweep half done. */
+FG_API fg_status fg_seq_compress(fg_context *ctx, int32_t seq);
 
 /* ---------------------------------------------------------------- inspection */
 

@@ -355,8 +355,9 @@ static fg_status track_recovery(fgm_runner *r, int32_t layer, int32_t b, int32_t
  * every policy, so the weights are multiplied once and only the caches, which
  * each sequence compresses its own way, differ. PASS_CHUNK: rows are a chunk
  * of the prompt from position pos[0] (fg_prefill_chunk). */
-/* How a pass over prompt rows reaches the caches. */
-enum { PASS_PREFILL, PASS_APPEND, PASS_CHUNK };
+/* How a pass over prompt rows reaches the caches. PASS_OBSERVE: rows after
+ * the sequence that it does not keep (fg_seq_observe). */
+enum { PASS_PREFILL, PASS_APPEND, PASS_CHUNK, PASS_OBSERVE };
 
 static fg_status forward(fgm_runner *r, int32_t rows, const int32_t *same, int32_t n_same, int mode,
                          const int32_t *seqs, const int32_t *tokens, const int32_t *pos, float *logits,
@@ -377,14 +378,14 @@ static fg_status forward(fgm_runner *r, int32_t rows, const int32_t *same, int32
             rope(r->q + (size_t)i * D, D, c->head_size, pos[i], c->rope_theta);
             rope(r->k + (size_t)i * KV, KV, c->head_size, pos[i], c->rope_theta);
         }
-        fg_status st;
+        fg_status st = FG_OK;
         if (!seqs) {
-            st = FG_OK;
             for (int32_t i = 0; st == FG_OK && i < n_same; i++) {
-                st = mode == PASS_APPEND  ? fg_seq_append(r->ctx, same[i], l, tokens, rows, r->q, r->k, r->v, r->att)
-                     : mode == PASS_CHUNK ? fg_prefill_chunk(r->ctx, same[i], l, pos[0], rows, r->q, r->k, r->v, r->att)
-                                          : fg_prefill(r->ctx, same[i], l, r->q, r->k, r->v, r->att);
-                if (st == FG_OK && r->track)
+                st = mode == PASS_APPEND    ? fg_seq_append(r->ctx, same[i], l, tokens, rows, r->q, r->k, r->v, r->att)
+                     : mode == PASS_CHUNK   ? fg_prefill_chunk(r->ctx, same[i], l, pos[0], rows, r->q, r->k, r->v, r->att)
+                     : mode == PASS_OBSERVE ? fg_seq_observe(r->ctx, same[i], l, r->q, r->k, r->v, rows, r->att)
+                                            : fg_prefill(r->ctx, same[i], l, r->q, r->k, r->v, r->att);
+                if (st == FG_OK && r->track && mode != PASS_OBSERVE)
                     memcpy(seq_keys(r, same[i], l) + (size_t)pos[0] * KV, r->k, (size_t)rows * KV * sizeof(float));
             }
         } else {
@@ -509,6 +510,38 @@ fg_status fgm_runner_append(fgm_runner *r, int32_t seq, const int32_t *tokens, i
     for (int32_t i = 0; i < n; i++)
         r->pos[i] = t + i;
     st = forward(r, n, &seq, 1, PASS_APPEND, NULL, tokens, r->pos, logits, 1);
+    return st ? runner_fail(r, st, "%s", fg_last_error(r->ctx)) : FG_OK;
+}
+
+fg_status fgm_runner_reconstruct(fgm_runner *r, int32_t seq, const int32_t *prefix, int32_t n_prefix,
+                                 const int32_t *context, int32_t n_context) {
+    int32_t t = 0;
+    fg_status st = fg_seq_length(r->ctx, seq, 0, &t);
+    if (st)
+        return runner_fail(r, st, "%s", fg_last_error(r->ctx));
+    if (n_prefix < 0 || n_context <= 0 || (n_prefix > 0 && !prefix) || !context)
+        return runner_fail(r, FG_ERR_INVALID_ARGUMENT, "a reconstruction needs its context (%d tokens) and its "
+                           "prefix (%d tokens)", (int)n_context, (int)n_prefix);
+    const int32_t room = r->ctx_len - t - n_prefix; /* the context goes again in chunks that fit after it */
+    if (room < 1)
+        return runner_fail(r, FG_ERR_CAPACITY, "no room to reconstruct: %d tokens and a prefix of %d fill the "
+                           "context of %d", (int)t, (int)n_prefix, (int)r->ctx_len);
+    const int32_t n_chunks = (n_context + room - 1) / room, chunk = (n_context + n_chunks - 1) / n_chunks;
+    int32_t *buf = malloc((size_t)(n_prefix + chunk) * sizeof *buf);
+    if (!buf)
+        return runner_fail(r, FG_ERR_OUT_OF_MEMORY, "out of memory for a reconstruction's tokens");
+    if (n_prefix > 0)
+        memcpy(buf, prefix, (size_t)n_prefix * sizeof *buf);
+    for (int32_t at = 0; at < n_context && st == FG_OK; at += chunk) {
+        const int32_t m = n_context - at < chunk ? n_context - at : chunk;
+        memcpy(buf + n_prefix, context + at, (size_t)m * sizeof *buf);
+        for (int32_t i = 0; i < n_prefix + m; i++)
+            r->pos[i] = t + i;
+        st = forward(r, n_prefix + m, &seq, 1, PASS_OBSERVE, NULL, buf, r->pos, NULL, 1);
+    }
+    free(buf);
+    if (st == FG_OK)
+        st = fg_seq_compress(r->ctx, seq);
     return st ? runner_fail(r, st, "%s", fg_last_error(r->ctx)) : FG_OK;
 }
 

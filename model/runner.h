@@ -63,6 +63,14 @@ fg_status fgm_runner_decode(fgm_runner *r, int32_t n, const int32_t *seqs, const
 /* n more tokens onto a sequence (a new turn): logits of its last one go to
  * logits[vocab] (may be NULL). */
 fg_status fgm_runner_append(fgm_runner *r, int32_t seq, const int32_t *tokens, int32_t n, float *logits);
+/* A reconstruction pass (KVzip's idea) for a sequence under
+ * FG_OBSERVE_EXPLICIT, then its compression: prefix (an instruction to
+ * repeat what came before) and context (what to repeat, the prompt) go
+ * through the model after seq without being kept (fg_seq_observe), in
+ * chunks of the context that fit the context window after it, each after
+ * the prefix; then seq is compressed (fg_seq_compress). */
+fg_status fgm_runner_reconstruct(fgm_runner *r, int32_t seq, const int32_t *prefix, int32_t n_prefix,
+                                 const int32_t *context, int32_t n_context);
 /* A sequence that continues from seq, sharing its pages (fg_seq_fork). */
 fg_status fgm_runner_fork(fgm_runner *r, int32_t seq, int32_t *child);
 fg_status fgm_runner_release(fgm_runner *r, int32_t seq);

@@ -137,6 +137,8 @@ int cli_open_or_report(const cli_opts *o, int track_recovery, cli_session *s);
 /* prompt -> tokens (malloc'd): BOS first when the vocabulary asks for it;
  * control tokens spelled in the prompt ("<|im_start|>") become their ids. */
 fg_status cli_encode(const cli_session *s, const char *prompt, int32_t **tokens, int32_t *n);
+/* The same for text that continues a sequence (no BOS). */
+fg_status cli_encode_more(const cli_session *s, const char *text, int32_t **tokens, int32_t *n);
 
 void cli_human_bytes(double b, char *buf, size_t n);
 /* A prompt's tokens as generate shows them (control tokens such as ChatML's

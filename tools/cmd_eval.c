@@ -254,7 +254,10 @@ static const char *k_eval_help =
     "                       bootstrap 95% interval over the prompts\n"
     "  --methods LIST       --sweep / --passkey: comma-separated presets, the driven one first, each with\n"
     "                       options after colons (fastgen-adaptive:window=64:defer=64; window, defer,\n"
-    "                       floor, pool (snapkv, adakv), sink, families=DIGITS, flags=per-layer+mass+end+tail)\n"
+    "                       floor, pool (snapkv, adakv), sink, families=DIGITS, flags=per-layer+mass+end+tail,\n"
+    "                       observe=tail|reconstruct: fastgen-adaptive judged by the prompt's last rows,\n"
+    "                       or by a pass that repeats the prompt after an instruction to (KVzip's\n"
+    "                       idea), whose cost is printed)\n"
     "  --budgets LIST       --sweep / --passkey: the driven method's budgets (default\n"
     "                       0.25,0.35,0.5,0.65,0.8,0.9)\n"
     "  --dtypes LIST        --sweep / --passkey: every method on caches of each dtype (f16,q8_0,q4_0),\n"
@@ -262,7 +265,9 @@ static const char *k_eval_help =
     "                       reference: a dtype runs at rows min(1, budget / its bytes per row)\n"
     "  --passkey FILE       retrieval instead: each line KEY<TAB>PROMPT, the prompt hiding the number KEY;\n"
     "                       every method as --sweep, -n greedy tokens at most (default 12), accuracy:\n"
-    "                       the runs whose answer holds KEY\n"
+    "                       the runs whose answer holds KEY. KEY<TAB>DOCUMENT<TAB>TURN on every line: the\n"
+    "                       document prefilled (and compressed) alone, the turn that asks appended after\n"
+    "                       it (scripts/needle.py writes both forms)\n"
     "  -q, --quiet          no progress bar (none either when stderr is not a terminal)\n"
     "  --chat FILE          multi-turn instead: the conversations of FILE (user turns separated by blank\n"
     "                       lines, conversations by lines of ---) answered by the full cache (-n tokens\n"
@@ -417,20 +422,29 @@ int cmd_eval(int argc, char **argv) {
         n_prompts = x.limit;
     if (x.sweep || x.passkey) {
         const char **keys = x.passkey ? calloc((size_t)n_prompts, sizeof *keys) : NULL;
-        int bad = x.passkey && !keys;
-        for (int32_t p = 0; keys && p < n_prompts; p++) { /* KEY<TAB>PROMPT */
-            char *tab = strchr(prompts[1 + p], '\t');
-            if (!tab || tab == prompts[1 + p]) {
-                fprintf(stderr, "fastgen eval: %s: prompt %d is not KEY<TAB>PROMPT\n", x.passkey, (int)p + 1);
+        const char **turns = x.passkey ? calloc((size_t)n_prompts, sizeof *turns) : NULL;
+        int bad = x.passkey && (!keys || !turns), two = 0;
+        for (int32_t p = 0; keys && turns && p < n_prompts; p++) { /* KEY<TAB>PROMPT[<TAB>TURN] */
+            char *tab = strchr(prompts[1 + p], '\t'), *tab2 = tab ? strchr(tab + 1, '\t') : NULL;
+            if (!tab || tab == prompts[1 + p] || (tab2 && (tab2 == tab + 1 || !tab2[1] || strchr(tab2 + 1, '\t'))) ||
+                (p > 0 && two != (tab2 != NULL))) {
+                fprintf(stderr, "fastgen eval: %s: line %d is not KEY<TAB>PROMPT, or KEY<TAB>DOCUMENT<TAB>TURN as "
+                                "every line before it\n", x.passkey, (int)p + 1);
                 bad = 1;
                 break;
             }
+            two = tab2 != NULL;
             *tab = '\0';
+            if (tab2) {
+                *tab2 = '\0';
+                turns[p] = tab2 + 1;
+            }
             keys[p] = prompts[1 + p];
             prompts[1 + p] = tab + 1;
         }
-        rc = bad ? 1 : eval_sweep(&o, &x.sw, prompts + 1, keys, n_prompts);
+        rc = bad ? 1 : eval_sweep(&o, &x.sw, prompts + 1, keys, two ? turns : NULL, n_prompts);
         free(keys);
+        free(turns);
         free(prompts[0]);
         free(prompts);
         return rc;

@@ -65,6 +65,14 @@ typedef struct sweep {
     float *logits;      /* [n_cfg][vocab] */
     int32_t n_prompts;
     sw_result *res;     /* [n_dt][n_prompts][n_methods][n_points] */
+    /* --passkey's second turn (KEY<TAB>DOCUMENT<TAB>TURN): appended after the document's prefill (and its
+     * compression), before the answer */
+    const int32_t *turn;
+    int32_t n_turn;
+    /* observe=reconstruct: the instruction the prompt is repeated after (KVzip), and what the passes cost */
+    int32_t *recon, n_recon;
+    double t_prefill, t_recon; /* seconds: the full cache's prefills (the references'), the reconstructions */
+    int32_t n_prefill, n_recons;
 } sweep;
 
 static sw_result *result(sweep *w, int32_t di, int32_t p, int32_t m, int32_t b) {
@@ -86,7 +94,8 @@ static int takes_budget(const char *m) { return !strncmp(m, "fastgen-budget", 14
  * window (observation_window), defer (defer_until), floor (alloc_floor),
  * pool (score_pool, for a snapshot part), sink (n_sink), families (the shortlist entries to keep,
  * as their digits: "02", H2O and full of fastgen-adaptive), flags (adaptive_flags: per-layer, mass, end,
- * joined by +). Returns 0 on a bad option. */
+ * joined by +), observe (tail, or reconstruct: FG_OBSERVE_EXPLICIT fed by a reconstruction pass).
+ * Returns 0 on a bad option. */
 static int method_options(const char *opts, fg_compression_params *cp) {
     char buf[256];
     if (strlen(opts) >= sizeof buf) /* no option is cut short */
@@ -118,6 +127,13 @@ static int method_options(const char *opts, fg_compression_params *cp) {
                 cp->shortlist[cp->n_policies++] = all.shortlist[*c - '0'];
             }
             ok = cp->n_policies > 0;
+        } else if (!strcmp(key, "observe")) { /* tail (the default) or reconstruct (FG_OBSERVE_EXPLICIT) */
+            if (!strcmp(val, "tail"))
+                cp->observe = FG_OBSERVE_TAIL;
+            else if (!strcmp(val, "reconstruct"))
+                cp->observe = FG_OBSERVE_EXPLICIT;
+            else
+                return 0;
         } else if (!strcmp(key, "flags")) {
             cp->adaptive_flags = 0;
             char fb[64];
@@ -276,8 +292,18 @@ static fg_status run_batch(sweep *w, fgm_runner *r, const int32_t *prompt, int32
     fg_status st = fgm_runner_prefill_many(r, n, cps, prompt, n_prompt, seqs, w->logits);
     if (st)
         return st;
+    for (int i = 0; i < n && st == FG_OK; i++) /* observe=reconstruct: the prompt again after the instruction */
+        if (cps[i].allocation == FG_ALLOC_ADAPTIVE && cps[i].observe == FG_OBSERVE_EXPLICIT) {
+            const int32_t skip = prompt[0] == w->s.tok.bos; /* the document without the sequence's start */
+            const double t0 = cli_now();
+            st = fgm_runner_reconstruct(r, seqs[i], w->recon, w->n_recon, prompt + skip, n_prompt - skip);
+            w->t_recon += cli_now() - t0;
+            w->n_recons++;
+        }
     for (int i = 1; i < n; i++) /* the prompt's logits: the same under every policy */
         memcpy(w->logits + (size_t)i * V, w->logits, (size_t)V * sizeof *w->logits);
+    for (int i = 0; i < n && st == FG_OK && w->n_turn > 0; i++) /* the second turn, on each cache as it is */
+        st = fgm_runner_append(r, seqs[i], w->turn, w->n_turn, w->logits + (size_t)i * V);
     for (int i = 0; i < n; i++) {
         memset(out[i], 0, sizeof *out[i]);
         out[i]->agree = -1;
@@ -301,7 +327,7 @@ static fg_status run_batch(sweep *w, fgm_runner *r, const int32_t *prompt, int32
                     out[i]->agree = t;
                 toks[i] = w->ref[t];
             } else if (!done[i]) {
-                const int32_t prev = t ? toks[i] : prompt[n_prompt - 1];
+                const int32_t prev = t ? toks[i] : w->n_turn > 0 ? w->turn[w->n_turn - 1] : prompt[n_prompt - 1];
                 toks[i] = cli_argmax(lg, V);
                 const char *piece = fgm_tokenizer_decode(&w->s.tok, prev, toks[i]);
                 done[i] = toks[i] == w->s.tok.eos || w->s.tok.control[toks[i]]; /* end of text, or of the turn */
@@ -344,7 +370,12 @@ static fg_status reference(sweep *w, const int32_t *prompt, int32_t n_prompt) {
     fg_compression_params_preset("full", &cp);
     int32_t seq = -1;
     const int32_t V = w->vocab;
+    const double t0 = cli_now();
     fg_status st = fgm_runner_prefill(w->s.runner, &cp, prompt, n_prompt, &seq, w->ref_logits);
+    w->t_prefill += cli_now() - t0;
+    w->n_prefill++;
+    if (st == FG_OK && w->n_turn > 0)
+        st = fgm_runner_append(w->s.runner, seq, w->turn, w->n_turn, w->ref_logits);
     for (int32_t t = 0; st == FG_OK && t < w->n_steps; t++) {
         w->ref[t] = cli_argmax(w->ref_logits + (size_t)t * V, V);
         if (t + 1 < w->n_steps)
@@ -357,33 +388,41 @@ static fg_status reference(sweep *w, const int32_t *prompt, int32_t n_prompt) {
 
 /* One prompt: the reference, the driven method at every budget, then every
  * other method at the memory each driven run kept. */
-static fg_status sweep_prompt(sweep *w, int32_t p, const char *text, const char *key) {
-    int32_t *prompt = NULL, n_prompt = 0;
+static fg_status sweep_prompt(sweep *w, int32_t p, const char *text, const char *key, const char *turn) {
+    int32_t *prompt = NULL, n_prompt = 0, *turn_ids = NULL, n_turn = 0;
     fg_status st = cli_encode(&w->s, text, &prompt, &n_prompt);
-    if (st)
-        return st;
-    if (n_prompt + w->n_steps > w->ctx_len) {
+    if (st == FG_OK && turn)
+        st = cli_encode_more(&w->s, turn, &turn_ids, &n_turn);
+    if (st == FG_OK && n_prompt + n_turn + w->n_steps > w->ctx_len)
+        st = FG_ERR_CAPACITY;
+    if (st) {
         free(prompt);
-        return FG_ERR_CAPACITY;
+        free(turn_ids);
+        return st;
     }
+    w->turn = turn_ids;
+    w->n_turn = n_turn;
     st = reference(w, prompt, n_prompt);
-    /* the classes of the prompt and the reference, and the special tokens before each length */
-    int32_t *all = malloc((size_t)(n_prompt + w->n_steps) * sizeof *all);
-    int32_t *spec = malloc((size_t)(n_prompt + w->n_steps + 1) * sizeof *spec);
+    /* the classes of the prompt, the second turn and the reference, and the special tokens before each length */
+    const int32_t n_all = n_prompt + n_turn + w->n_steps;
+    int32_t *all = malloc((size_t)n_all * sizeof *all);
+    int32_t *spec = malloc((size_t)(n_all + 1) * sizeof *spec);
     fg_compression_params cps[SW_MAX_METHODS * SW_MAX_POINTS];
     sw_result *outs[SW_MAX_METHODS * SW_MAX_POINTS];
     if (!all || !spec)
         st = FG_ERR_OUT_OF_MEMORY;
     if (st == FG_OK) {
         memcpy(all, prompt, (size_t)n_prompt * sizeof *all);
-        memcpy(all + n_prompt, w->ref, (size_t)w->n_steps * sizeof *all);
-        st = fg_token_classes_classify(fgm_runner_classes(w->s.runner), all, n_prompt + w->n_steps, 4, w->cls);
+        if (n_turn > 0)
+            memcpy(all + n_prompt, turn_ids, (size_t)n_turn * sizeof *all);
+        memcpy(all + n_prompt + n_turn, w->ref, (size_t)w->n_steps * sizeof *all);
+        st = fg_token_classes_classify(fgm_runner_classes(w->s.runner), all, n_all, 4, w->cls);
         spec[0] = 0;
-        for (int32_t t = 0; t < n_prompt + w->n_steps; t++)
+        for (int32_t t = 0; t < n_all; t++)
             spec[t + 1] = spec[t] + (w->cls[t] == FG_TOKEN_SPECIAL);
     }
     /* per cache dtype: the driven method, then the others (a batch each) */
-    const int64_t t0 = n_prompt, t1 = n_prompt + w->n_steps; /* the lengths memory was sampled at */
+    const int64_t t0 = n_prompt + n_turn, t1 = t0 + w->n_steps; /* the lengths memory was sampled at */
     for (int32_t di = 0; st == FG_OK && di < w->n_dt; di++) {
         int n = 0;
         for (int32_t b = 0; b < w->n_points; b++, n++) {
@@ -407,6 +446,9 @@ static fg_status sweep_prompt(sweep *w, int32_t p, const char *text, const char 
     free(all);
     free(spec);
     free(prompt);
+    free(turn_ids);
+    w->turn = NULL;
+    w->n_turn = 0;
     return st;
 }
 
@@ -694,6 +736,11 @@ static int report(sweep *w, const cli_opts *o, double seconds, int passkey) {
         printf("every method at the KV memory %s kept on each prompt (its ratio bisected; budget modes at the "
                "budget);\n%s = method - %s, paired, with a bootstrap 95%% interval over the prompts (wins: the interval is above 0)\n",
                drv, passkey ? "d(acc)" : "dKL", drv);
+        if (w->n_recons > 0) /* observe=reconstruct: a pass over the prompt again, per run */
+            printf("reconstruction passes with their compression: %.2f s each on average (%d), a full-cache "
+                   "prefill of the prompt %.2f s (%d): %.2fx\n",
+                   w->t_recon / w->n_recons, (int)w->n_recons, w->t_prefill / w->n_prefill, (int)w->n_prefill,
+                   (w->t_recon / w->n_recons) / (w->t_prefill / w->n_prefill));
         if (w->by_bytes) {
             printf("caches of %d dtypes against the full %s cache's reference; budgets are bytes of that cache:",
                    (int)w->n_dt, fg_dtype_name(o->dtype));
@@ -785,7 +832,8 @@ static int parse_list(const char *text, const char **names, float *values, int32
     return *n > 0;
 }
 
-int eval_sweep(const cli_opts *o, const eval_sweep_opts *x, char **prompts, const char **keys, int32_t n_prompts) {
+int eval_sweep(const cli_opts *o, const eval_sweep_opts *x, char **prompts, const char **keys, const char **turns,
+               int32_t n_prompts) {
     sweep w;
     memset(&w, 0, sizeof w);
     w.x = x;
@@ -809,7 +857,7 @@ int eval_sweep(const cli_opts *o, const eval_sweep_opts *x, char **prompts, cons
         if (!method_params(w.methods[m], 0.5, &cp))
             return cli_usage("eval", "--methods: \"%s\" is not a policy a sweep can drive (a preset that takes a "
                                      "budget, or a one-entry preset, with options each after a colon: window=, "
-                                     "defer=, floor=, pool=, sink=, families=, flags=)", w.methods[m]);
+                                     "defer=, floor=, pool=, sink=, families=, flags=, observe=)", w.methods[m]);
     }
     w.n_dt = 1;
     w.dts[0] = o->dtype;
@@ -836,14 +884,34 @@ int eval_sweep(const cli_opts *o, const eval_sweep_opts *x, char **prompts, cons
     w.n_steps = o->n;
     w.n_prompts = n_prompts;
 
+    int reconstruct = 0; /* some method reconstructs its prompt: the runner holds it twice */
+    for (int32_t m = 0; m < w.n_methods; m++) {
+        fg_compression_params cp;
+        reconstruct |= method_params(w.methods[m], 0.5, &cp) && cp.observe == FG_OBSERVE_EXPLICIT;
+    }
     char err[512];
     fg_status st = cli_load(o, &w.s, err, sizeof err);
-    int32_t longest = 0;
+    int32_t longest = 0, longest_doc = 0;
     for (int32_t p = 0; st == FG_OK && p < n_prompts; p++) {
-        int32_t *ids = NULL, n = 0;
-        if (cli_encode(&w.s, prompts[p], &ids, &n) == FG_OK && n > longest)
-            longest = n;
+        int32_t *ids = NULL, n = 0, *more = NULL, n_more = 0;
+        if (cli_encode(&w.s, prompts[p], &ids, &n) == FG_OK && turns && turns[p])
+            cli_encode_more(&w.s, turns[p], &more, &n_more);
+        longest = n + n_more > longest ? n + n_more : longest;
+        longest_doc = n > longest_doc ? n : longest_doc;
         free(ids);
+        free(more);
+    }
+    if (st == FG_OK && reconstruct) { /* KVzip's instruction, in the chat's form where the prompts have one */
+        int chat = 0;
+        for (int32_t p = 0; p < n_prompts; p++)
+            chat |= strstr(prompts[p], "<|im_start|>") != NULL;
+        st = cli_encode_more(&w.s,
+                             chat ? "<|im_start|>user\nRepeat the previous context exactly.<|im_end|>\n"
+                                    "<|im_start|>assistant\n"
+                                  : "\n\nRepeat the previous context exactly.\n\n",
+                             &w.recon, &w.n_recon);
+        if (st == FG_OK && longest_doc * 2 + w.n_recon > longest) /* the document again after it, at once */
+            longest = longest_doc * 2 + w.n_recon;
     }
     /* the reference's runner (--dtype), and one per other dtype of --dtypes */
     for (int32_t di = -1; st == FG_OK && di < w.n_dt; di++) {
@@ -887,7 +955,7 @@ int eval_sweep(const cli_opts *o, const eval_sweep_opts *x, char **prompts, cons
             fprintf(stderr, "\r  prompt %d/%d", (int)p + 1, (int)n_prompts);
             fflush(stderr);
         }
-        st = sweep_prompt(&w, p, prompts[p], keys ? keys[p] : NULL);
+        st = sweep_prompt(&w, p, prompts[p], keys ? keys[p] : NULL, turns ? turns[p] : NULL);
         if (st == FG_ERR_CAPACITY) {
             fprintf(stderr, "fastgen eval: prompt %d plus %d tokens does not fit the context; skipped\n", (int)p + 1,
                     (int)o->n);
@@ -907,6 +975,7 @@ int eval_sweep(const cli_opts *o, const eval_sweep_opts *x, char **prompts, cons
     }
     rc = report(&w, o, cli_now() - t0, keys != NULL);
 done:
+    free(w.recon);
     free(w.ref);
     free(w.ref_logits);
     free(w.logits);

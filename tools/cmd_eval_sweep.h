@@ -11,8 +11,11 @@ typedef struct eval_sweep_opts {
 } eval_sweep_opts;
 
 /* The sweep over prompts[0..n) (keys == NULL), or the passkey task (keys[i]:
- * the number prompt i hides). -n tokens a prompt: teacher-forced (sweep) or
- * at most that many greedy ones (passkey). Returns the exit code. */
-int eval_sweep(const cli_opts *o, const eval_sweep_opts *x, char **prompts, const char **keys, int32_t n_prompts);
+ * the number prompt i hides; turns[i], when turns and it are not NULL: a
+ * second turn appended after prompt i is prefilled and compressed). -n
+ * tokens a prompt: teacher-forced (sweep) or at most that many greedy ones
+ * (passkey). Returns the exit code. */
+int eval_sweep(const cli_opts *o, const eval_sweep_opts *x, char **prompts, const char **keys, const char **turns,
+               int32_t n_prompts);
 
 #endif

@@ -64,17 +64,25 @@ void cli_close(cli_session *s) {
     fgm_llama_free(&s->model);
 }
 
-fg_status cli_encode(const cli_session *s, const char *prompt, int32_t **tokens, int32_t *n) {
+static fg_status encode(const cli_session *s, const char *prompt, int flags, int32_t **tokens, int32_t *n) {
     int32_t cap = (int32_t)strlen(prompt) + 2;
     *tokens = malloc((size_t)cap * sizeof **tokens);
     if (!*tokens)
         return FG_ERR_OUT_OF_MEMORY;
-    fg_status st = fgm_tokenizer_encode(&s->tok, prompt, FGM_ENCODE_BOS | FGM_ENCODE_SPECIAL, *tokens, cap, n);
+    fg_status st = fgm_tokenizer_encode(&s->tok, prompt, flags, *tokens, cap, n);
     if (st) {
         free(*tokens);
         *tokens = NULL;
     }
     return st;
+}
+
+fg_status cli_encode(const cli_session *s, const char *prompt, int32_t **tokens, int32_t *n) {
+    return encode(s, prompt, FGM_ENCODE_BOS | FGM_ENCODE_SPECIAL, tokens, n);
+}
+
+fg_status cli_encode_more(const cli_session *s, const char *text, int32_t **tokens, int32_t *n) {
+    return encode(s, text, FGM_ENCODE_SPECIAL, tokens, n);
 }
 
 const char *cli_reason(const fgm_runner *r, fg_status st) {

@@ -118,7 +118,10 @@ class Compression:
     ``compression("fastgen-adaptive", budget=0.25)``. ``fastgen.h`` documents
     every field; the enumerations are strings here (score_mode ``"sum"``,
     ``"mean"``, ``"last"``; allocation ``"shortlist"``, ``"adakv"``,
-    ``"adaptive"``; append_mode ``"keep"``, ``"reprofile"``).
+    ``"adaptive"``; append_mode ``"keep"``, ``"reprofile"``; observe
+    ``"tail"``, ``"explicit"``: the rows the adaptive mode judges by, its
+    own or the ones :meth:`Context.observe` gives, compressed when
+    :meth:`Context.compress` is called).
     """
 
     shortlist: list[Policy]
@@ -134,6 +137,7 @@ class Compression:
     alloc_floor: float = 0.0
     adaptive_flags: int = 0
     defer_until: int = 0
+    observe: str = "tail"
     method: str = dataclasses.field(default="", compare=False)
 
     @classmethod

@@ -469,6 +469,7 @@ static int get_i32(PyObject *obj, const char *name, int32_t *out) {
 static const char *const k_score_modes[] = {"sum", "mean", "last", NULL};
 static const char *const k_allocations[] = {"shortlist", "adakv", "adaptive", NULL};
 static const char *const k_append_modes[] = {"keep", "reprofile", NULL};
+static const char *const k_observe_modes[] = {"tail", "explicit", NULL};
 
 /* A float field as the shortest decimal that reads back as the same float (0.3, not 0.30000001192092896). */
 static double f32_value(float x) {
@@ -503,13 +504,14 @@ static PyObject *compression_to_dict(const fg_compression_params *cp) {
         }
         PyList_SET_ITEM(list, i, p);
     }
-    return Py_BuildValue("{s:N,s:d,s:i,s:s,s:i,s:d,s:i,s:s,s:i,s:s,s:d,s:I,s:i}", "shortlist", list, "threshold",
+    return Py_BuildValue("{s:N,s:d,s:i,s:s,s:i,s:d,s:i,s:s,s:i,s:s,s:d,s:I,s:i,s:s}", "shortlist", list, "threshold",
                          f32_value(cp->threshold), "n_sink", (int)cp->n_sink, "score_mode",
                          k_score_modes[cp->score_mode], "observation_window", (int)cp->observation_window, "budget",
                          f32_value(cp->budget), "budget_tokens", (int)cp->budget_tokens, "append_mode",
                          k_append_modes[cp->append_mode], "score_pool", (int)cp->score_pool, "allocation",
                          k_allocations[cp->allocation], "alloc_floor", f32_value(cp->alloc_floor), "adaptive_flags",
-                         (unsigned)cp->adaptive_flags, "defer_until", (int)cp->defer_until);
+                         (unsigned)cp->adaptive_flags, "defer_until", (int)cp->defer_until, "observe",
+                         k_observe_modes[cp->observe]);
 }
 
 static int get_f32(PyObject *obj, const char *name, float *out) {
@@ -642,9 +644,12 @@ static int dict_to_compression(PyObject *d, fg_compression_params *cp) {
         else if (!strcmp(k, "adaptive_flags")) {
             rc = get_i32(value, k, &e);
             cp->adaptive_flags = (uint32_t)e;
-        } else if (!strcmp(k, "defer_until"))
+        } else if (!strcmp(k, "defer_until")) {
             rc = get_i32(value, k, &cp->defer_until);
-        else {
+        } else if (!strcmp(k, "observe")) {
+            rc = get_enum(value, k, k_observe_modes, &e);
+            cp->observe = (fg_observe_mode)e;
+        } else {
             PyErr_Format(PyExc_ValueError, "compression: unknown field '%s'", k);
             return -1;
         }
@@ -1248,6 +1253,21 @@ static PyObject *context_prefill(ContextObject *self, PyObject *const *args, Py_
     return qkv_result(&x);
 }
 
+/* The rows of q (its first dimension; 0 when it has none, which its shape check then refuses), or -1 with
+ * an exception when they pass int32. */
+static Py_ssize_t rows_of(PyObject *q) {
+    Py_ssize_t n = PyObject_Length(q);
+    if (n < 0) {
+        PyErr_Clear();
+        n = 0;
+    }
+    if (n > INT32_MAX) {
+        PyErr_Format(PyExc_ValueError, "q: %zd rows; at most %d", n, (int)INT32_MAX);
+        return -1;
+    }
+    return n;
+}
+
 static PyObject *context_prefill_chunk(ContextObject *self, PyObject *const *args, Py_ssize_t nargs,
                                        PyObject *kwnames) {
     static const char *const names[] = {"seq", "layer", "begin", "q", "k", "v", "out"};
@@ -1256,15 +1276,9 @@ static PyObject *context_prefill_chunk(ContextObject *self, PyObject *const *arg
     if (!context_ready(self) || parse_fast(args, nargs, kwnames, "prefill_chunk", names, 7, 6, a) < 0 ||
         get_i32(a[0], "seq", &seq) < 0 || get_i32(a[1], "layer", &layer) < 0 || get_i32(a[2], "begin", &begin) < 0)
         return NULL;
-    Py_ssize_t n = PyObject_Length(a[3]);
-    if (n < 0) {
-        PyErr_Clear();
-        n = 0;
-    }
-    if (n > INT32_MAX) {
-        PyErr_Format(PyExc_ValueError, "q: %zd rows; at most %d", n, (int)INT32_MAX);
+    const Py_ssize_t n = rows_of(a[3]);
+    if (n < 0)
         return NULL;
-    }
     qkv_args x;
     if (qkv_get(self, a[3], a[4], a[5], a[6], n, "n", &x) < 0)
         return NULL;
@@ -1340,6 +1354,40 @@ static PyObject *context_append(ContextObject *self, PyObject *const *args, Py_s
     }
     ints_release(&tokens);
     return r;
+}
+
+static PyObject *context_observe(ContextObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    static const char *const names[] = {"seq", "layer", "q", "k", "v", "out"};
+    PyObject *a[6];
+    int32_t seq, layer;
+    if (!context_ready(self) || parse_fast(args, nargs, kwnames, "observe", names, 6, 5, a) < 0 ||
+        get_i32(a[0], "seq", &seq) < 0 || get_i32(a[1], "layer", &layer) < 0)
+        return NULL;
+    const Py_ssize_t n = rows_of(a[2]);
+    if (n < 0)
+        return NULL;
+    qkv_args x;
+    if (qkv_get(self, a[2], a[3], a[4], a[5], n, "n", &x) < 0)
+        return NULL;
+    fg_status st;
+    CONTEXT_CALL(self, st, fg_seq_observe(self->ctx, seq, layer, x.q.data, x.k.data, x.v.data, (int32_t)n, x.out.data));
+    st = device_settle(self, st);
+    if (st) {
+        qkv_release(&x);
+        return context_fail(self, st, "fg_seq_observe");
+    }
+    return qkv_result(&x);
+}
+
+static PyObject *context_compress(ContextObject *self, PyObject *arg) {
+    int32_t seq;
+    if (!context_ready(self) || get_i32(arg, "seq", &seq) < 0)
+        return NULL;
+    fg_status st;
+    CONTEXT_CALL(self, st, fg_seq_compress(self->ctx, seq));
+    if (st)
+        return context_fail(self, st, "fg_seq_compress");
+    Py_RETURN_NONE;
 }
 
 static PyObject *context_inspect(ContextObject *self, PyObject *args) {
@@ -1546,6 +1594,16 @@ static PyMethodDef context_methods[] = {
      "append(seq, layer, tokens, q, k, v, out=None) -> out\n--\n\n"
      "n new tokens of one layer onto a sequence that holds a compressed cache (fg_seq_append): a new user turn. "
      "All or nothing. Shapes as prefill() with n = len(tokens) rows."},
+    {"observe", (PyCFunction)(void (*)(void))context_observe, METH_FASTCALL | METH_KEYWORDS,
+     "observe(seq, layer, q, k, v, out=None) -> out\n--\n\n"
+     "observe=\"explicit\" (FG_OBSERVE_EXPLICIT): n rows of one layer fed after the sequence and not kept "
+     "(fg_seq_observe), e.g. a reconstruction pass (the prompt again after an instruction to repeat it): out gets "
+     "their causal attention over the held rows and themselves, and the attention they give each held key is what "
+     "compress() ranks and judges by. Shapes as prefill() with n rows."},
+    {"compress", (PyCFunction)context_compress, METH_O,
+     "compress(seq)\n--\n\n"
+     "An adaptive sequence's heads compressed now (fg_seq_compress), from the rows observe() gave, else its own "
+     "observed rows. All or nothing."},
     {"inspect", (PyCFunction)context_inspect, METH_VARARGS,
      "inspect(seq, layer, kv_head) -> dict\n--\n\n"
      "One head (fg_head_inspect): policy_index, components (its policy's name), policy (its own ratios), recovery "

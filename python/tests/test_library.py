@@ -105,6 +105,40 @@ def test_adaptive_compresses_and_reports():
         assert info["components"] in heads["components"][1]
 
 
+def test_observe_then_compress(backend):
+    """observe="explicit": rows fed after the prompt (a reconstruction pass) are not kept, get their causal
+    attention, and decide what compress() keeps; a sequence told so never compresses on its own."""
+    rng = np.random.default_rng(4)
+    n, m = 60, 24
+    with fastgen.Context(L, HQ, HKV, D, backend=backend, vocab_size=100, kv_dtype="f32", max_seqs=2,
+                         max_seq_len=96) as ctx:
+        seq = ctx.create(rng.integers(0, 100, n), "fastgen-adaptive", budget=0.25, observe="explicit", window=8)
+        keys, vals = [], []
+        for layer in range(L):
+            keys.append(rows(rng, n, HKV))
+            vals.append(rows(rng, n, HKV))
+            ctx.prefill(seq, layer, rows(rng, n, HQ), keys[-1], vals[-1])
+        assert ctx.memory(seq)["rows_kept"] == ctx.memory(seq)["rows_full"]
+        plant = 20  # every given row of layer 0 looks at key 20 of its head
+        q = np.repeat(keys[0][plant][:, None, :], HQ // HKV, axis=1).reshape(1, HQ, D) * 3.0
+        q = np.repeat(q, m, axis=0).astype(np.float32)
+        k, v = rows(rng, m, HKV), rows(rng, m, HKV)
+        out = ctx.observe(seq, 0, q, k, v)
+        assert ctx.length(seq, 0) == n  # not kept
+        np.testing.assert_allclose(out, attention(q, np.concatenate([keys[0], k]), np.concatenate([vals[0], v])),
+                                   atol=1e-5)
+        with pytest.raises(ValueError, match="same rows"):
+            ctx.compress(seq)
+        for layer in range(1, L):
+            ctx.observe(seq, layer, rows(rng, m, HQ), rows(rng, m, HKV), rows(rng, m, HKV))
+        ctx.compress(seq)
+        assert ctx.memory(seq)["rows_kept"] <= 0.26 * ctx.memory(seq)["rows_full"]
+        for g in range(HKV):
+            assert plant in ctx.positions(seq, 0, g)
+        with pytest.raises(ValueError, match="compressed already"):
+            ctx.compress(seq)
+
+
 def test_batched_decode_fork_and_append():
     rng = np.random.default_rng(3)
     n = 20

@@ -1,0 +1,63 @@
+/* fg_seq_observe and fg_seq_compress: the engine's own rows for the
+ * adaptive mode (FG_OBSERVE_EXPLICIT), and its compression when told. The
+ * method is core/adaptive.c's; this file checks the calls. */
+#include "core/internal.h"
+
+/* An adaptive sequence whose every layer is prefilled to one length. */
+static fg_status check_observable(fg_context *ctx, const fg_seq *s, int32_t seq, const char *fn) {
+    FG_CHECK(s->cp.allocation == FG_ALLOC_ADAPTIVE, ctx, FG_ERR_BAD_STATE,
+             "%s: sequence %d is not adaptive (FG_ALLOC_ADAPTIVE)", fn, (int)seq);
+    FG_CHECK(s->ad, ctx, FG_ERR_BAD_STATE, "%s: sequence %d is compressed already", fn, (int)seq);
+    FG_CHECK(!fg_stage_in_progress(ctx, s), ctx, FG_ERR_BAD_STATE, "%s: sequence %d has a chunked prefill in progress",
+             fn, (int)seq);
+    for (int32_t l = 0; l < ctx->params.n_layers; l++)
+        FG_CHECK(s->length[l] > 0 && s->length[l] == s->length[0], ctx, FG_ERR_BAD_STATE,
+                 "%s: sequence %d: every layer must be prefilled to one length (layer 0 at %d tokens, layer %d at %d)",
+                 fn, (int)seq, (int)s->length[0], (int)l, (int)s->length[l]);
+    return FG_OK;
+}
+
+static fg_status seq_observe(fg_context *ctx, int32_t seq, int32_t layer, const float *q, const float *k,
+                             const float *v, int32_t n, float *out) {
+    fg_seq *s = NULL;
+    fg_status st = fg_get_seq(ctx, seq, &s);
+    if (st)
+        return st;
+    FG_CHECK(layer >= 0 && layer < ctx->params.n_layers, ctx, FG_ERR_INVALID_ARGUMENT,
+             "fg_seq_observe: layer %d is not in 0..%d", (int)layer, (int)ctx->params.n_layers - 1);
+    FG_CHECK(q && k && v && out, ctx, FG_ERR_INVALID_ARGUMENT, "fg_seq_observe: q, k, v and out must not be NULL");
+    FG_CHECK(n > 0, ctx, FG_ERR_INVALID_ARGUMENT, "fg_seq_observe: n must be > 0, got %d", (int)n);
+    if ((st = check_observable(ctx, s, seq, "fg_seq_observe")))
+        return st;
+    FG_CHECK(s->cp.observe == FG_OBSERVE_EXPLICIT, ctx, FG_ERR_BAD_STATE,
+             "fg_seq_observe: sequence %d observes its own rows (observe = FG_OBSERVE_TAIL); given rows need "
+             "FG_OBSERVE_EXPLICIT", (int)seq);
+    FG_CHECK(n <= ctx->params.max_seq_len, ctx, FG_ERR_CAPACITY,
+             "fg_seq_observe: %d rows at once are more than max_seq_len %d (give them in chunks)", (int)n,
+             (int)ctx->params.max_seq_len);
+    return fg_adaptive_observe_pass(ctx, s, layer, q, k, v, n, out);
+}
+
+fg_status fg_seq_observe(fg_context *ctx, int32_t seq, int32_t layer, const float *q, const float *k, const float *v,
+                         int32_t n, float *out) {
+    FG_CLAIM(ctx, "fg_seq_observe");
+    return fg_release(ctx, seq_observe(ctx, seq, layer, q, k, v, n, out));
+}
+
+static fg_status seq_compress(fg_context *ctx, int32_t seq) {
+    fg_seq *s = NULL;
+    fg_status st = fg_get_seq(ctx, seq, &s);
+    if (st || (st = check_observable(ctx, s, seq, "fg_seq_compress")))
+        return st;
+    for (int32_t l = 1; l < ctx->params.n_layers; l++)
+        FG_CHECK(s->ad->layers[l].seen == s->ad->layers[0].seen, ctx, FG_ERR_BAD_STATE,
+                 "fg_seq_compress: sequence %d: every layer must be given the same rows (layer 0 was given %lld, "
+                 "layer %d %lld)", (int)seq, (long long)s->ad->layers[0].seen, (int)l,
+                 (long long)s->ad->layers[l].seen);
+    return fg_adaptive_compress(ctx, s);
+}
+
+fg_status fg_seq_compress(fg_context *ctx, int32_t seq) {
+    FG_CLAIM(ctx, "fg_seq_compress");
+    return fg_release(ctx, seq_compress(ctx, seq));
+}

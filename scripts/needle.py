@@ -1,0 +1,106 @@
+#!/usr/bin/env python3
+"""A needle in real text for `fastgen eval --passkey`: a five-digit access
+code stated once, at a depth of 10% to 90%, in 900 to 3,400 tokens of
+technical prose (the docstrings of Python's standard library, on every
+machine that runs this script), then asked for.
+
+Two forms (--form):
+  prompt  KEY<TAB>PROMPT: the question at the end of the prompt;
+  turns   KEY<TAB>DOCUMENT<TAB>TURN: the document is a first turn, prefilled
+          and compressed alone, the question a second turn appended after it
+          (the serving shape: a document compressed before its question is
+          known).
+Two splits of the modules (--split): dev (to tune on) and test (never
+tuned on); a module belongs to one by a hash of its name.
+
+Usage: needle.py [--split dev|test] [--form prompt|turns] [--count N]
+                 [--seed S] [--plain] > needle.txt
+  --plain: no ChatML (models without a chat template)."""
+import argparse
+import importlib
+import inspect
+import pkgutil
+import random
+import re
+import sys
+import warnings
+import zlib
+
+CHARS_PER_TOKEN = 4.2  # SmolLM2's tokenizer on this prose, measured to a few %
+INTRO = "Here is a document. Read it carefully; a question about it follows."
+QUESTION = "What is the access code for the archive?"
+ANSWER = "The access code for the archive is"
+
+
+def split_of(name):
+    return "test" if zlib.crc32(name.encode()) % 3 == 0 else "dev"
+
+
+def paragraphs(split):
+    """Prose paragraphs of the modules of one split, in a stable order."""
+    skip = {"antigravity", "this", "idlelib", "tkinter", "turtle", "turtledemo", "test", "lib2to3", "ensurepip"}
+    out = []
+    names = sorted(m.name for m in pkgutil.iter_modules() if m.name in sys.stdlib_module_names)
+    for name in names:
+        if name in skip or name.startswith("_") or split_of(name) != split:
+            continue
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                mod = importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - a module this platform lacks
+            continue
+        docs = [inspect.getdoc(mod) or ""]
+        for _, obj in sorted(vars(mod).items()):
+            if (inspect.isclass(obj) or inspect.isfunction(obj)) and getattr(obj, "__module__", None) == name:
+                docs.append(inspect.getdoc(obj) or "")
+        for doc in docs:
+            for para in re.split(r"\n\s*\n", doc):
+                text = " ".join(para.split())
+                letters = sum(c.isalpha() or c == " " for c in text)
+                if len(text) >= 160 and letters / len(text) > 0.9 and text.count(". ") >= 1 and ">>>" not in text:
+                    out.append(text)
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--split", choices=("dev", "test"), default="dev")
+    ap.add_argument("--form", choices=("prompt", "turns"), default="prompt")
+    ap.add_argument("--count", type=int, default=15)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--plain", action="store_true")
+    args = ap.parse_args()
+    paras = paragraphs(args.split)
+    rng = random.Random(f"{args.seed}-{args.split}")
+    for i in range(args.count):
+        tokens = 900 + (2500 * i) // max(1, args.count - 1)  # 900 .. 3400, evenly
+        start = rng.randrange(len(paras))
+        body, at = [], start
+        while sum(len(p) + 2 for p in body) < tokens * CHARS_PER_TOKEN:
+            body.append(paras[at % len(paras)])
+            at += 1
+        depth = 0.1 + 0.8 * rng.random()
+        key = str(rng.randint(10000, 99999))
+        body.insert(round(len(body) * depth), f"The access code for the archive is {key}.")
+        doc = "\n\n".join(body)
+        if args.plain:
+            document = f"{INTRO}\n\n{doc}\n\n"
+            ask = f"{QUESTION} {ANSWER}"
+        else:
+            document = f"<|im_start|>user\n{INTRO}\n\n{doc}<|im_end|>\n"
+            ask = f"<|im_start|>user\n{QUESTION}<|im_end|>\n<|im_start|>assistant\n{ANSWER}"
+        esc = lambda s: s.replace("\\", "\\\\").replace("\n", "\\n").replace("\t", " ")  # noqa: E731
+        if args.form == "prompt":
+            if args.plain:
+                prompt = document + ask
+            else:  # one user turn: the document, then the question
+                prompt = (f"<|im_start|>user\n{INTRO}\n\n{doc}\n\n{QUESTION}<|im_end|>\n"
+                          f"<|im_start|>assistant\n{ANSWER}")
+            print(key + "\t" + esc(prompt))
+        else:
+            print(key + "\t" + esc(document) + "\t" + esc(ask))
+
+
+if __name__ == "__main__":
+    main()

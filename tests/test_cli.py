@@ -323,6 +323,36 @@ with tempfile.TemporaryDirectory() as tmp:
     r = run("eval", *model_args(), "--prompts", os.path.join(tmp, "nope.txt"))
     check(r.returncode == 1 and "nope.txt" in r.stderr, "missing prompt file")
 
+# --- --observe reconstruct: the prompt read again decides the adaptive mode's compression
+prompt = "Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her dog."
+r = run("generate", *model_args(), "-p", prompt, "--policy", "fastgen-adaptive", "--budget", "0.25", "--observe",
+        "reconstruct", "-n", "8", "--json")
+out = json.loads(r.stdout) if r.returncode == 0 else {}
+check(out.get("reconstruct_s", 0) > 0 and 0 < out.get("rows_kept", 0) <= 0.26 * out.get("rows_full", 0),
+      "generate --observe reconstruct compresses within the budget and times its pass: %r" % (r.stderr or out))
+r = run("generate", *model_args(), "-p", prompt, "--policy", "fastgen-adaptive", "--observe", "reconstruct", "-n", "4")
+check(r.returncode == 0 and "reconstruct:" in r.stdout, "generate --observe reconstruct prints its time: %r" % r.stdout)
+for bad in (["--policy", "h2o", "--observe", "reconstruct"], ["--observe", "again"],
+            ["--policy", "fastgen-adaptive", "--observe", "reconstruct", "--samples", "2"]):
+    r = run("generate", *model_args(), *bad)
+    check(r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, "generate %s refused: %r" % (bad, r.stderr))
+with tempfile.TemporaryDirectory() as tmp:
+    # --passkey's two forms: the number asked for in the prompt, or in a turn appended after the document
+    story = "Lily had a red ball. " * 12
+    one = os.path.join(tmp, "one.txt")
+    two = os.path.join(tmp, "two.txt")
+    open(one, "w").write("Lily\tOnce upon a time, %s The girl was called" % story + "\n")
+    open(two, "w").write("Lily\tOnce upon a time, %s\t The girl was called" % story + "\n")
+    for path in (one, two):
+        r = run("eval", *model_args(), "--passkey", path, "--methods", "fastgen-adaptive:observe=reconstruct,h2o",
+                "--budgets", "0.5", "-n", "4")
+        check(r.returncode == 0 and "reconstruction passes" in r.stdout and "h2o" in r.stdout,
+              "eval --passkey %s with observe=reconstruct: %r" % (os.path.basename(path), r.stderr))
+    bad = os.path.join(tmp, "bad.txt")
+    open(bad, "w").write("Lily\tdoc\tturn\nLily\tno turn here\n")
+    r = run("eval", *model_args(), "--passkey", bad)
+    check(r.returncode == 1 and "line 2" in r.stderr, "a passkey file mixing its forms: %r" % r.stderr)
+
 # --- GGUF: the same text from the f32 file, its own tokenizer, fastgen info
 GGUF = os.path.join(MODEL_DIR, "gguf")
 r = run("generate", "-m", os.path.join(GGUF, "stories260K-f32.gguf"), "--policy", "full", "-n", "60", "--json")

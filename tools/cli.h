@@ -139,6 +139,9 @@ int cli_open_or_report(const cli_opts *o, int track_recovery, cli_session *s);
 fg_status cli_encode(const cli_session *s, const char *prompt, int32_t **tokens, int32_t *n);
 /* The same for text that continues a sequence (no BOS). */
 fg_status cli_encode_more(const cli_session *s, const char *text, int32_t **tokens, int32_t *n);
+/* The instruction a reconstruction pass reads before the prompt again (KVzip's, as a ChatML user turn
+ * when chat is set, else plain text). */
+fg_status cli_reconstruct_prefix(const cli_session *s, int chat, int32_t **tokens, int32_t *n);
 
 void cli_human_bytes(double b, char *buf, size_t n);
 /* A prompt's tokens as generate shows them (control tokens such as ChatML's

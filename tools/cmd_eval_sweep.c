@@ -905,11 +905,7 @@ int eval_sweep(const cli_opts *o, const eval_sweep_opts *x, char **prompts, cons
         int chat = 0;
         for (int32_t p = 0; p < n_prompts; p++)
             chat |= strstr(prompts[p], "<|im_start|>") != NULL;
-        st = cli_encode_more(&w.s,
-                             chat ? "<|im_start|>user\nRepeat the previous context exactly.<|im_end|>\n"
-                                    "<|im_start|>assistant\n"
-                                  : "\n\nRepeat the previous context exactly.\n\n",
-                             &w.recon, &w.n_recon);
+        st = cli_reconstruct_prefix(&w.s, chat, &w.recon, &w.n_recon);
         if (st == FG_OK && longest_doc * 2 + w.n_recon > longest) /* the document again after it, at once */
             longest = longest_doc * 2 + w.n_recon;
     }

@@ -58,6 +58,10 @@ static const char *k_generate_help_tail =
     "                          and the exit status is 1\n"
     "  --prompt-ids FILE       the prompt as token ids (whitespace-separated) instead of -p's text\n"
     "  --ignore-eos            generate all N tokens, past the end of text (for timing)\n"
+    "  --observe MODE          --policy fastgen-adaptive: what judges its compression: tail (the prompt's\n"
+    "                          last rows; the default) or reconstruct (a pass that reads the prompt again\n"
+    "                          after an instruction to repeat it, KVzip's idea: what the compression keeps\n"
+    "                          no longer depends on the question; its time is printed)\n"
     "  --append MODE           --chat's later turns: keep (each head keeps its policy; the default) or\n"
     "                          reprofile (each head profiled again over the new turn)\n"
     "  --samples K             K samples (temperature 1 unless --temp says otherwise, seeds S..S+K-1) forked\n"
@@ -69,6 +73,7 @@ typedef struct generate_extra {
     const char *chat, *prompt_ids;
     int32_t samples;
     int ignore_eos;
+    int reconstruct; /* --observe reconstruct */
 } generate_extra;
 
 static int generate_option(void *user, const char *opt, const char *val, int *used) {
@@ -89,12 +94,21 @@ static int generate_option(void *user, const char *opt, const char *val, int *us
     }
     if (!strcmp(opt, "--samples"))
         return val && cli_parse_int(val, 1, 64, &x->samples) ? 0 : 1;
+    if (!strcmp(opt, "--observe")) {
+        x->reconstruct = val && !strcmp(val, "reconstruct");
+        return val && (x->reconstruct || !strcmp(val, "tail")) ? 0 : 1;
+    }
     return 2;
 }
 
 /* The combinations generate refuses: an option the run would not use. */
-static int generate_checks(const cli_opts *o, const generate_extra *x) {
+static int generate_checks(const cli_opts *o, const fg_compression_params *cp, const generate_extra *x) {
     const char *cmd = "generate";
+    if (x->reconstruct && cp->allocation != FG_ALLOC_ADAPTIVE)
+        return cli_usage(cmd, "--observe reconstruct judges the adaptive mode's compression: it needs --policy "
+                              "fastgen-adaptive (not %s)", o->policy);
+    if (x->reconstruct && (x->chat || x->samples))
+        return cli_usage(cmd, "--observe reconstruct goes with a plain prompt: not with --chat or --samples");
     if (x->chat && x->samples)
         return cli_usage(cmd, "--chat and --samples do not go together");
     if (x->chat && (o->has_prompt || x->prompt_ids))
@@ -134,13 +148,13 @@ int cmd_generate(int argc, char **argv) {
     char model[1024], tokp[1024];
     cli_opts o;
     fg_compression_params cp;
-    generate_extra x = {NULL, NULL, 0, 0};
+    generate_extra x = {NULL, NULL, 0, 0, 0};
     int rc = cli_model_command("generate", k_generate_help_head, k_generate_help_tail,
                            CLI_MODEL | CLI_PROMPT | CLI_POLICY | CLI_APPEND | CLI_RUN | CLI_STEPS | CLI_SAMPLE | CLI_JSON |
                                CLI_QUIET | CLI_CTX,
                            64, argc, argv, &o, &cp, model, tokp, sizeof model, generate_option, &x);
     if (rc == 0)
-        rc = generate_checks(&o, &x);
+        rc = generate_checks(&o, &cp, &x);
     if (rc == 0)
         sampling_defaults(&o, &x);
     if (rc) {
@@ -159,8 +173,11 @@ int cmd_generate(int argc, char **argv) {
 
 static int generate_one(cli_opts *op, const fg_compression_params *cpp, const generate_extra *xp) {
     cli_opts o = *op;
-    const fg_compression_params cp = *cpp;
+    fg_compression_params cp = *cpp;
     const generate_extra x = *xp;
+    int32_t *recon = NULL, n_recon = 0;
+    if (x.reconstruct)
+        cp.observe = FG_OBSERVE_EXPLICIT;
     int rc;
 
     cli_session s;
@@ -208,7 +225,19 @@ static int generate_one(cli_opts *op, const fg_compression_params *cpp, const ge
         fprintf(stderr, "fastgen generate: prefill: %s\n", cli_reason(s.runner, st));
         goto done;
     }
-    double t_prefill = cli_now() - t0;
+    double t_prefill = cli_now() - t0, t_reconstruct = 0.0;
+    if (x.reconstruct) { /* the prompt again after an instruction to repeat it, then the compression */
+        const int32_t skip = tokens[0] == s.tok.bos;
+        t0 = cli_now();
+        st = cli_reconstruct_prefix(&s, !x.prompt_ids && strstr(o.prompt, "<|im_start|>"), &recon, &n_recon);
+        if (st == FG_OK)
+            st = fgm_runner_reconstruct(s.runner, seq, recon, n_recon, tokens + skip, n_prompt - skip);
+        if (st) {
+            fprintf(stderr, "fastgen generate: reconstruction: %s\n", cli_reason(s.runner, st));
+            goto done;
+        }
+        t_reconstruct = cli_now() - t0;
+    }
     for (int32_t i = 0; i < n_prompt; i++) /* BOS and other control tokens decode to nothing */
         text_append(&text, fgm_tokenizer_decode(&s.tok, i ? tokens[i - 1] : s.tok.bos, tokens[i]));
     if (!o.json) {
@@ -253,15 +282,19 @@ static int generate_one(cli_opts *op, const fg_compression_params *cpp, const ge
         printf(", \"backend\": ");
         cli_json_string(stdout, fg_context_backend(fgm_runner_context(s.runner)));
         printf(", \"kv_bytes_held\": %zu, \"kv_bytes_full\": %zu, \"rows_kept\": %lld, \"rows_full\": %lld, "
-               "\"prefill_s\": %.6f, \"prompt_tokens_per_s\": %.2f, \"decode_s\": %.6f, \"decode_runs\": %d, "
-               "\"tokens_per_s\": %.2f}\n",
+               "\"prefill_s\": %.6f, \"prompt_tokens_per_s\": %.2f, \"reconstruct_s\": %.6f, \"decode_s\": %.6f, "
+               "\"decode_runs\": %d, \"tokens_per_s\": %.2f}\n",
                mem.kv_bytes_held, mem.kv_bytes_full, (long long)mem.rows_kept, (long long)mem.rows_full, t_prefill,
-               t_prefill > 0.0 ? n_prompt / t_prefill : 0.0, t_decode, (int)runs, tps);
+               t_prefill > 0.0 ? n_prompt / t_prefill : 0.0, t_reconstruct, t_decode, (int)runs, tps);
     } else {
         /* llama-cli's timing lines */
         printf("\n\nprompt eval: %10.2f ms / %5d tokens (%8.2f ms per token, %8.2f tokens per second)\n",
                1e3 * t_prefill, (int)n_prompt, n_prompt ? 1e3 * t_prefill / n_prompt : 0.0,
                t_prefill > 0.0 ? n_prompt / t_prefill : 0.0);
+        if (x.reconstruct)
+            printf("reconstruct: %10.2f ms / %5d tokens (%.2fx the prompt's eval)\n", 1e3 * t_reconstruct,
+                   (int)(n_recon + n_prompt - (tokens[0] == s.tok.bos)), t_prefill > 0.0 ? t_reconstruct / t_prefill
+                                                                                        : 0.0);
         printf("       eval: %10.2f ms / %5d runs   (%8.2f ms per token, %8.2f tokens per second)\n", 1e3 * t_decode,
                (int)runs, runs ? 1e3 * t_decode / runs : 0.0, tps);
         printf("%d prompt + %d generated tokens, backend %s, policy %s\n", (int)n_prompt, (int)generated,
@@ -280,6 +313,7 @@ static int generate_one(cli_opts *op, const fg_compression_params *cpp, const ge
     }
     rc = 0;
 done:
+    free(recon);
     free(tokens);
     free(logits);
     free(seen);

@@ -85,6 +85,14 @@ fg_status cli_encode_more(const cli_session *s, const char *text, int32_t **toke
     return encode(s, text, FGM_ENCODE_SPECIAL, tokens, n);
 }
 
+fg_status cli_reconstruct_prefix(const cli_session *s, int chat, int32_t **tokens, int32_t *n) {
+    return cli_encode_more(s,
+                           chat ? "<|im_start|>user\nRepeat the previous context exactly.<|im_end|>\n"
+                                  "<|im_start|>assistant\n"
+                                : "\n\nRepeat the previous context exactly.\n\n",
+                           tokens, n);
+}
+
 const char *cli_reason(const fgm_runner *r, fg_status st) {
     const char *e = r ? fgm_runner_error(r) : NULL;
     return e && e[0] ? e : fg_status_string(st);

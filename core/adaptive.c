@@ -471,6 +471,42 @@ static void allocate(const unit_curves *uc, int32_t n_units, int32_t n_fam, int6
         memcpy(choice, scratch, (size_t)n_units * sizeof *choice);
 }
 
+/* The fewest rows the n_units units can keep with a predicted error of at
+ * most tol x the error of keeping the least (each unit at level 0 of its
+ * best family but the last, full): the rows of the Lagrangian choice with
+ * the largest lambda whose error stays within it (lambda 0 chooses the
+ * least error, 0 at the full cache, so one always does). */
+static int64_t tolerance_rows(const unit_curves *uc, int32_t n_units, int32_t n_fam, float tol, int32_t *scratch) {
+    double least = 0.0;
+    for (int32_t u = 0; u < n_units && n_fam > 1; u++) {
+        double e = FG_AD_WORST;
+        for (int32_t f = 0; f < n_fam - 1; f++)
+            e = uc[u].err[f][0] < e ? uc[u].err[f][0] : e;
+        least += e;
+    }
+    const double target = (double)tol * least;
+    int64_t rows;
+    double lo = 0.0, hi = 1.0;
+    for (int it = 0; it < 200; it++) { /* a lambda whose choice passes the target */
+        lagrange(uc, n_units, n_fam, 0, hi, scratch);
+        if (total(uc, scratch, n_units, &rows) > target)
+            break;
+        lo = hi;
+        hi *= 4.0;
+    }
+    for (int it = 0; it < 60; it++) { /* the largest that keeps within it */
+        const double mid = 0.5 * (lo + hi);
+        lagrange(uc, n_units, n_fam, 0, mid, scratch);
+        if (total(uc, scratch, n_units, &rows) <= target)
+            lo = mid;
+        else
+            hi = mid;
+    }
+    lagrange(uc, n_units, n_fam, 0, lo, scratch);
+    total(uc, scratch, n_units, &rows);
+    return rows;
+}
+
 /* ---------------------------------------------------------------- compression */
 
 /* A prepared compression: the new caches of every unit; once swapped in,
@@ -626,10 +662,18 @@ static fg_status unit_curves_all(fg_context *ctx, const fg_seq *s, compress_scra
                 (st = ctx->be.ops->adaptive_errors(&ctx->be, &shape, &ou, n_sets, FG_AD_LEVELS + 1, u->entry,
                                                    (s->cp.adaptive_flags & FG_ADAPTIVE_MASS) != 0, u->row_err)))
                 return st;
+            const uint32_t fl = s->cp.adaptive_flags;
             for (int32_t i = 0; i < W; i++) /* in row order, whatever the backend */
-                for (int32_t x = 0; x < n_sets; x++)
-                    for (int32_t lv = 0; lv <= FG_AD_LEVELS; lv++)
-                        uc->err[sets[x]][lv] += u->row_err[((size_t)i * n_sets + x) * (FG_AD_LEVELS + 1) + lv];
+                for (int32_t x = 0; x < n_sets; x++) {
+                    const double *re = u->row_err + ((size_t)i * n_sets + x) * (FG_AD_LEVELS + 1);
+                    /* ROW_NORM: over the row's error at level 0 (its own key and the pinned ones) */
+                    const double scale = (fl & FG_ADAPTIVE_ROW_NORM) && re[0] > 0.0 ? 1.0 / re[0] : 1.0;
+                    for (int32_t lv = 0; lv <= FG_AD_LEVELS; lv++) {
+                        double *e = &uc->err[sets[x]][lv];
+                        const double r = re[lv] * scale;
+                        *e = (fl & FG_ADAPTIVE_ROW_MAX) ? (r > *e || r != r ? r : *e) : *e + r;
+                    }
+                }
             for (int32_t f = 0; f < n_fam; f++)
                 for (int32_t lv = 0; lv <= FG_AD_LEVELS; lv++)
                     if (!(uc->err[f][lv] <= FG_AD_WORST)) /* NaN or above: the worst */
@@ -692,6 +736,17 @@ static int64_t budget_of(const fg_compression_params *cp, int32_t n_units, int32
     return budget;
 }
 
+/* The rows n_units units share: the budget's, or under a tolerance the fewest that meet it (capped by
+ * the budget, when there is one too). */
+static int64_t rows_for(const fg_compression_params *cp, const unit_curves *uc, int32_t n_units, int32_t t,
+                        int32_t *scratch) {
+    const int64_t budget = budget_of(cp, n_units, t);
+    if (!(cp->tolerance > 0.0f))
+        return budget;
+    const int64_t need = tolerance_rows(uc, n_units, cp->n_policies, cp->tolerance, scratch);
+    return need < budget ? need : budget;
+}
+
 static fg_status scratch_alloc(fg_context *ctx, compress_scratch *w, int32_t t, int32_t W, int32_t G, int32_t d,
                                int32_t n_fam, int32_t n_units) {
     unit_scratch *u = &w->u;
@@ -749,10 +804,11 @@ fg_status fg_adaptive_prepare(fg_context *ctx, fg_seq *s, fg_adaptive_plan **out
         st = unit_curves_all(ctx, s, &w);
     if (st == FG_OK && (cp->adaptive_flags & FG_ADAPTIVE_PER_LAYER)) /* each layer its share, among its heads */
         for (int32_t l = 0; l < L; l++)
-            allocate(w.curves + (size_t)l * Hkv, Hkv, n_fam, budget_of(cp, Hkv, t), cp->alloc_floor,
-                     w.choice + (size_t)l * Hkv, w.tmp);
+            allocate(w.curves + (size_t)l * Hkv, Hkv, n_fam, rows_for(cp, w.curves + (size_t)l * Hkv, Hkv, t, w.tmp),
+                     cp->alloc_floor, w.choice + (size_t)l * Hkv, w.tmp);
     else if (st == FG_OK)
-        allocate(w.curves, n_units, n_fam, budget_of(cp, n_units, t), cp->alloc_floor, w.choice, w.tmp);
+        allocate(w.curves, n_units, n_fam, rows_for(cp, w.curves, n_units, t, w.tmp), cp->alloc_floor, w.choice,
+                 w.tmp);
     for (int32_t unit = 0; unit < n_units && st == FG_OK; unit++)
         st = unit_compact(ctx, s, unit, w.choice[unit], &w, &plan->fresh[unit]);
     if (st == FG_OK && ctx->be.ops->synchronize)

@@ -225,6 +225,10 @@ fg_status fg_compression_params_check(const fg_compression_params *p) {
         return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
                         "defer_until (%d) must be >= 0, and only FG_ALLOC_ADAPTIVE defers its compression",
                         (int)p->defer_until);
+    if (!(p->tolerance >= 0.0f && p->tolerance < 1.0f) || (p->tolerance > 0.0f && p->allocation != FG_ALLOC_ADAPTIVE))
+        return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
+                        "tolerance must be in [0, 1) (got %g), and only FG_ALLOC_ADAPTIVE takes one",
+                        (double)p->tolerance);
     if (p->observe != FG_OBSERVE_TAIL && p->observe != FG_OBSERVE_EXPLICIT)
         return fg_error(NULL, FG_ERR_INVALID_ARGUMENT, "unknown observe mode %d (FG_OBSERVE_TAIL 0, FG_OBSERVE_EXPLICIT 1)",
                         (int)p->observe);
@@ -264,9 +268,9 @@ fg_status fg_compression_params_check(const fg_compression_params *p) {
                             (int)e->local_tokens, (int)e->frequent_tokens);
     }
     if (p->allocation == FG_ALLOC_ADAPTIVE) {
-        if (!(p->budget > 0.0f || p->budget_tokens > 0))
+        if (!(p->budget > 0.0f || p->budget_tokens > 0 || p->tolerance > 0.0f))
             return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
-                            "FG_ALLOC_ADAPTIVE shares a budget: set budget (a fraction) or budget_tokens");
+                            "FG_ALLOC_ADAPTIVE shares a budget: set budget (a fraction), budget_tokens or tolerance");
         if (!(p->shortlist[p->n_policies - 1].components & FG_KEEP_FULL))
             return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
                             "FG_ALLOC_ADAPTIVE: the last shortlist entry must be full (every head holds everything "
@@ -276,7 +280,7 @@ fg_status fg_compression_params_check(const fg_compression_params *p) {
                             "FG_ALLOC_ADAPTIVE observes the last observation_window rows: 1..4096, got %d",
                             (int)p->observation_window);
         if (p->adaptive_flags & ~(uint32_t)(FG_ADAPTIVE_PER_LAYER | FG_ADAPTIVE_MASS | FG_ADAPTIVE_ANCHOR_END |
-                                           FG_ADAPTIVE_TAIL_RANKS))
+                                           FG_ADAPTIVE_TAIL_RANKS | FG_ADAPTIVE_ROW_MAX | FG_ADAPTIVE_ROW_NORM))
             return fg_error(NULL, FG_ERR_INVALID_ARGUMENT, "unknown adaptive_flags 0x%x",
                             (unsigned)p->adaptive_flags);
         if (p->score_mode != FG_SCORE_SUM)

@@ -213,8 +213,11 @@ enum {
     FG_ADAPTIVE_MASS = 1u << 1,        /* predicted error = the attention the kept rows miss (no values) */
     FG_ADAPTIVE_ANCHOR_END = 1u << 2,  /* every observed row judged by what is kept at the compression,
                                           not by what a query at its own position keeps */
-    FG_ADAPTIVE_TAIL_RANKS = 1u << 3   /* the frequent part ranks keys by the attention of the prompt's
+    FG_ADAPTIVE_TAIL_RANKS = 1u << 3,  /* the frequent part ranks keys by the attention of the prompt's
                                           last observation_window rows, not of every prompt row */
+    FG_ADAPTIVE_ROW_MAX = 1u << 4,     /* a choice's error is its worst observed row's, not their sum */
+    FG_ADAPTIVE_ROW_NORM = 1u << 5     /* each observed row's error over its error with nothing kept but its
+                                          own key and the pinned ones: every row weighs alike */
 };
 #endif
 
@@ -280,6 +283,12 @@ typedef struct fg_compression_params {
                                              join the observed ones, so at most observation_window of them;
                                              at most the context's max_seq_len */
     fg_observe_mode observe;              /* FG_ALLOC_ADAPTIVE: FG_OBSERVE_TAIL (default) or FG_OBSERVE_EXPLICIT */
+    /* FG_ALLOC_ADAPTIVE, in [0, 1); 0 = off: a quality target instead of (or under) the budget. The
+     * rows the heads share are the fewest with which the search (each head's err + lambda rows, lambda
+     * as large as the target allows) predicts an error of at most tolerance x the error of keeping the
+     * least (every head at the lowest level of its best family but full); they are then shared as a
+     * budget's are. The memory so follows the prompt; a budget, when also set, caps it. */
+    float tolerance;
 } fg_compression_params;
 
 /* The paper: special, +punct, +frequent, +local, full; r = 0.3, T = 0.95. */

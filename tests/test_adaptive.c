@@ -278,8 +278,11 @@ static int same_outcome(const outcome *a, const outcome *b) {
 static outcome g_first; /* the first backend's */
 static int g_have_first;
 
+static void tolerances(const char *backend);
+
 static void run_backend(const char *backend) {
     g_backend = backend;
+    tolerances(backend);
     static const float budgets[] = {0.25f, 0.5f, 0.8f};
     for (int b = 0; b < 3; b++) {
         const fg_compression_params cp = adaptive_params(budgets[b]);
@@ -427,6 +430,57 @@ static void run_backend(const char *backend) {
         }
         EXPECT(bad_kept == 0, "%s budget %.2f: %d heads do not keep the rows of their choice", backend,
                (double)budgets[b], bad_kept);
+        fg_context_destroy(&ctx);
+    }
+}
+
+/* A tolerance instead of a budget: the chosen heads' predicted error stays
+ * within tolerance x the least's, and a smaller tolerance keeps no fewer
+ * rows. */
+static void tolerances(const char *backend) {
+    static const float tols[] = {0.5f, 0.1f, 0.01f};
+    int64_t last_rows = -1;
+    for (int i = 0; i < 3; i++) {
+        fg_compression_params cp = adaptive_params(0.0f);
+        cp.tolerance = tols[i];
+        fg_context *ctx = make_context(backend, 4);
+        int32_t seq = -1;
+        EXPECT_OK(ctx, fg_seq_create(ctx, &cp, g_w.tokens, N, &seq));
+        run_to(ctx, seq, 0, 0, T); /* every layer at defer_until: the next step compresses first */
+        static double err[L * HKV * FG_MAX_SHORTLIST * (FG_AD_LEVELS + 1)];
+        static int32_t rows[L * HKV * FG_MAX_SHORTLIST * (FG_AD_LEVELS + 1)];
+        int64_t budget_rows = 0;
+        EXPECT_OK(ctx, fg_adaptive_curves(ctx, &ctx->seqs[seq], err, rows, &budget_rows));
+        run_to(ctx, seq, 0, T, T + 1);
+        const int32_t F = cp.n_policies;
+        double least = 0.0, chosen = 0.0;
+        int64_t kept = 0;
+        for (int32_t u = 0; u < L * HKV; u++) {
+            double e0 = 1e300;
+            for (int32_t f = 0; f < F - 1; f++) /* the least: level 0 of the best family but full */
+                e0 = err[((size_t)u * F + f) * (FG_AD_LEVELS + 1)] < e0 ? err[((size_t)u * F + f) * (FG_AD_LEVELS + 1)]
+                                                                         : e0;
+            least += e0;
+            fg_head_info info;
+            EXPECT_OK(ctx, fg_head_inspect(ctx, seq, u / HKV, u % HKV, &info));
+            const int full = (info.components & FG_KEEP_FULL) != 0;
+            const uint32_t c = cp.shortlist[info.policy_index].components;
+            const double r = ((c & FG_KEEP_LOCAL) ? info.policy.ratio_local : 0.0) +
+                             ((c & (FG_KEEP_FREQUENT | FG_KEEP_SNAPSHOT)) ? info.policy.ratio_frequent : 0.0);
+            const int32_t lv = full ? FG_AD_LEVELS : (int32_t)lround(r * FG_AD_LEVELS);
+            const size_t at = ((size_t)u * F + info.policy_index) * (FG_AD_LEVELS + 1) + lv;
+            chosen += err[at];
+            kept += rows[at];
+        }
+        EXPECT(chosen <= tols[i] * least * (1.0 + 1e-9),
+               "%s tolerance %.2f: predicted error %.4g over %.2f of the least's %.4g", backend, (double)tols[i],
+               chosen, (double)tols[i], least);
+        EXPECT(last_rows < 0 || kept >= last_rows, "%s tolerance %.2f kept %lld rows, fewer than a looser one's %lld",
+               backend, (double)tols[i], (long long)kept, (long long)last_rows);
+        EXPECT(kept < (int64_t)L * HKV * T, "%s tolerance %.2f kept everything", backend, (double)tols[i]);
+        printf("  %s tolerance %.2f: %lld of %d rows, predicted error %.4g of the least's %.4g\n", backend,
+               (double)tols[i], (long long)kept, (int)(L * HKV * T), chosen, least);
+        last_rows = kept;
         fg_context_destroy(&ctx);
     }
 }

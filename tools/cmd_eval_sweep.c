@@ -94,7 +94,7 @@ static int takes_budget(const char *m) { return !strncmp(m, "fastgen-budget", 14
  * window (observation_window), defer (defer_until), floor (alloc_floor),
  * pool (score_pool, for a snapshot part), sink (n_sink), families (the shortlist entries to keep,
  * as their digits: "02", H2O and full of fastgen-adaptive), flags (adaptive_flags: per-layer, mass, end,
- * joined by +), observe (tail, or reconstruct: FG_OBSERVE_EXPLICIT fed by a reconstruction pass).
+ * tail, rowmax, rownorm, joined by +), tol (tolerance), observe (tail, or reconstruct: FG_OBSERVE_EXPLICIT fed by a reconstruction pass).
  * Returns 0 on a bad option. */
 static int method_options(const char *opts, fg_compression_params *cp) {
     char buf[256];
@@ -127,6 +127,8 @@ static int method_options(const char *opts, fg_compression_params *cp) {
                 cp->shortlist[cp->n_policies++] = all.shortlist[*c - '0'];
             }
             ok = cp->n_policies > 0;
+        } else if (!strcmp(key, "tol")) { /* tolerance: a quality target, the budget then a cap */
+            ok = cli_parse_float(val, 0.0f, 1.0f, &cp->tolerance) && cp->tolerance < 1.0f;
         } else if (!strcmp(key, "observe")) { /* tail (the default) or reconstruct (FG_OBSERVE_EXPLICIT) */
             if (!strcmp(val, "tail"))
                 cp->observe = FG_OBSERVE_TAIL;
@@ -152,6 +154,10 @@ static int method_options(const char *opts, fg_compression_params *cp) {
                     cp->adaptive_flags |= FG_ADAPTIVE_ANCHOR_END;
                 else if (!strcmp(f, "tail"))
                     cp->adaptive_flags |= FG_ADAPTIVE_TAIL_RANKS;
+                else if (!strcmp(f, "rowmax"))
+                    cp->adaptive_flags |= FG_ADAPTIVE_ROW_MAX;
+                else if (!strcmp(f, "rownorm"))
+                    cp->adaptive_flags |= FG_ADAPTIVE_ROW_NORM;
                 else
                     return 0;
             }
@@ -857,7 +863,7 @@ int eval_sweep(const cli_opts *o, const eval_sweep_opts *x, char **prompts, cons
         if (!method_params(w.methods[m], 0.5, &cp))
             return cli_usage("eval", "--methods: \"%s\" is not a policy a sweep can drive (a preset that takes a "
                                      "budget, or a one-entry preset, with options each after a colon: window=, "
-                                     "defer=, floor=, pool=, sink=, families=, flags=, observe=)", w.methods[m]);
+                                     "defer=, floor=, pool=, sink=, families=, flags=, tol=, observe=)", w.methods[m]);
     }
     w.n_dt = 1;
     w.dts[0] = o->dtype;

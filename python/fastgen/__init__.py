@@ -106,7 +106,7 @@ class Policy:
 # The CLI's short names for the fields (fastgen eval --methods fastgen-adaptive:window=64)
 _ALIASES = {
     "window": "observation_window", "defer": "defer_until", "floor": "alloc_floor", "pool": "score_pool",
-    "sink": "n_sink", "T": "threshold",
+    "sink": "n_sink", "T": "threshold", "tol": "tolerance",
 }
 
 
@@ -138,6 +138,7 @@ class Compression:
     adaptive_flags: int = 0
     defer_until: int = 0
     observe: str = "tail"
+    tolerance: float = 0.0
     method: str = dataclasses.field(default="", compare=False)
 
     @classmethod

@@ -504,14 +504,14 @@ static PyObject *compression_to_dict(const fg_compression_params *cp) {
         }
         PyList_SET_ITEM(list, i, p);
     }
-    return Py_BuildValue("{s:N,s:d,s:i,s:s,s:i,s:d,s:i,s:s,s:i,s:s,s:d,s:I,s:i,s:s}", "shortlist", list, "threshold",
+    return Py_BuildValue("{s:N,s:d,s:i,s:s,s:i,s:d,s:i,s:s,s:i,s:s,s:d,s:I,s:i,s:s,s:d}", "shortlist", list, "threshold",
                          f32_value(cp->threshold), "n_sink", (int)cp->n_sink, "score_mode",
                          k_score_modes[cp->score_mode], "observation_window", (int)cp->observation_window, "budget",
                          f32_value(cp->budget), "budget_tokens", (int)cp->budget_tokens, "append_mode",
                          k_append_modes[cp->append_mode], "score_pool", (int)cp->score_pool, "allocation",
                          k_allocations[cp->allocation], "alloc_floor", f32_value(cp->alloc_floor), "adaptive_flags",
                          (unsigned)cp->adaptive_flags, "defer_until", (int)cp->defer_until, "observe",
-                         k_observe_modes[cp->observe]);
+                         k_observe_modes[cp->observe], "tolerance", f32_value(cp->tolerance));
 }
 
 static int get_f32(PyObject *obj, const char *name, float *out) {
@@ -646,6 +646,8 @@ static int dict_to_compression(PyObject *d, fg_compression_params *cp) {
             cp->adaptive_flags = (uint32_t)e;
         } else if (!strcmp(k, "defer_until")) {
             rc = get_i32(value, k, &cp->defer_until);
+        } else if (!strcmp(k, "tolerance")) {
+            rc = get_f32(value, k, &cp->tolerance);
         } else if (!strcmp(k, "observe")) {
             rc = get_enum(value, k, k_observe_modes, &e);
             cp->observe = (fg_observe_mode)e;

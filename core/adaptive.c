@@ -90,11 +90,10 @@ fg_status fg_adaptive_create(fg_context *ctx, const fg_compression_params *cp, i
         a->q = malloc((size_t)W * Hq * d * sizeof *a->q);
         a->pos = malloc((size_t)W * sizeof *a->pos);
         ok = a->col && a->q && a->pos;
-        if (ok && cp->observe == FG_OBSERVE_EXPLICIT) {
-            a->given_col = calloc((size_t)Hkv * ctx->params.max_seq_len, sizeof *a->given_col);
+        if (ok && cp->observe == FG_OBSERVE_EXPLICIT) { /* the ranks' columns come with the first rows */
             a->given = malloc((size_t)2 * W * Hq * d * sizeof *a->given);
             a->stride = 1;
-            ok = a->given_col && a->given;
+            ok = a->given != NULL;
         }
     }
     if (!ok) {
@@ -103,6 +102,7 @@ fg_status fg_adaptive_create(fg_context *ctx, const fg_compression_params *cp, i
     }
     ad->window = W;
     ad->n_prompt = n_prompt;
+    ad->explicit_rows = cp->observe == FG_OBSERVE_EXPLICIT;
     ad->compress_at = cp->observe == FG_OBSERVE_EXPLICIT ? INT32_MAX
                       : cp->defer_until > n_prompt      ? cp->defer_until
                                                         : n_prompt;
@@ -115,8 +115,8 @@ fg_status fg_adaptive_clone(fg_context *ctx, const fg_adaptive *src, fg_adaptive
     fg_compression_params cp;
     memset(&cp, 0, sizeof cp);
     cp.observation_window = src->window;
-    cp.defer_until = src->compress_at == INT32_MAX ? 0 : src->compress_at;
-    cp.observe = src->compress_at == INT32_MAX ? FG_OBSERVE_EXPLICIT : FG_OBSERVE_TAIL;
+    cp.observe = src->explicit_rows ? FG_OBSERVE_EXPLICIT : FG_OBSERVE_TAIL;
+    cp.defer_until = src->explicit_rows ? 0 : src->compress_at;
     fg_status st = fg_adaptive_create(ctx, &cp, src->n_prompt, out);
     if (st)
         return st;
@@ -128,8 +128,15 @@ fg_status fg_adaptive_clone(fg_context *ctx, const fg_adaptive *src, fg_adaptive
         memcpy(b->pos, a->pos, (size_t)src->window * sizeof *a->pos);
         b->n_obs = a->n_obs;
         b->next = a->next;
+        if (a->given_col && !(b->given_col = malloc((size_t)Hkv * a->given_keys * sizeof *b->given_col))) {
+            fg_adaptive_destroy(ctx, out);
+            return fg_error(ctx, FG_ERR_OUT_OF_MEMORY, "out of host memory copying the observed rows' ranks");
+        }
+        if (a->given_col) {
+            memcpy(b->given_col, a->given_col, (size_t)Hkv * a->given_keys * sizeof *a->given_col);
+            b->given_keys = a->given_keys;
+        }
         if (a->given) {
-            memcpy(b->given_col, a->given_col, (size_t)Hkv * ctx->params.max_seq_len * sizeof *a->given_col);
             memcpy(b->given, a->given, (size_t)a->n_given * Hq * d * sizeof *a->given);
             b->n_given = a->n_given;
             b->seen = a->seen;
@@ -471,12 +478,9 @@ static void allocate(const unit_curves *uc, int32_t n_units, int32_t n_fam, int6
         memcpy(choice, scratch, (size_t)n_units * sizeof *choice);
 }
 
-/* The fewest rows the n_units units can keep with a predicted error of at
- * most tol x the error of keeping the least (each unit at level 0 of its
- * best family but the last, full): the rows of the Lagrangian choice with
- * the largest lambda whose error stays within it (lambda 0 chooses the
- * least error, 0 at the full cache, so one always does). */
-static int64_t tolerance_rows(const unit_curves *uc, int32_t n_units, int32_t n_fam, float tol, int32_t *scratch) {
+/* The error of keeping the least: each unit at level 0 of its best family
+ * but the last (full). */
+static double least_error(const unit_curves *uc, int32_t n_units, int32_t n_fam) {
     double least = 0.0;
     for (int32_t u = 0; u < n_units && n_fam > 1; u++) {
         double e = FG_AD_WORST;
@@ -484,7 +488,15 @@ static int64_t tolerance_rows(const unit_curves *uc, int32_t n_units, int32_t n_
             e = uc[u].err[f][0] < e ? uc[u].err[f][0] : e;
         least += e;
     }
-    const double target = (double)tol * least;
+    return least;
+}
+
+/* The fewest rows the n_units units can keep with a predicted error of at
+ * most target, with no floor: the rows of the Lagrangian choice with the
+ * largest lambda whose error stays within it (lambda 0 chooses the least
+ * error, 0 at the full cache, so one always does). */
+static int64_t tolerance_rows(const unit_curves *uc, int32_t n_units, int32_t n_fam, double target,
+                              int32_t *scratch) {
     int64_t rows;
     double lo = 0.0, hi = 1.0;
     for (int it = 0; it < 200; it++) { /* a lambda whose choice passes the target */
@@ -631,7 +643,7 @@ static fg_status unit_curves_all(fg_context *ctx, const fg_seq *s, compress_scra
              * profile, then the observed decode rows), the snapshot's the observed rows'; given rows: theirs */
             float *score = w->score + (size_t)unit * t, *snap = w->snap + (size_t)unit * t;
             for (int32_t j = 0; j < t; j++) {
-                score[j] = given ? a->given_col[(size_t)g * ctx->params.max_seq_len + j]
+                score[j] = given ? (j < a->given_keys ? a->given_col[(size_t)g * a->given_keys + j] : 0.0f)
                                  : (j < n_prompt ? a->col[(size_t)g * n_prompt + j] : 0.0f) + u->col_decode[j];
                 snap[j] = given ? score[j] : u->col_all[j];
             }
@@ -663,17 +675,23 @@ static fg_status unit_curves_all(fg_context *ctx, const fg_seq *s, compress_scra
                                                    (s->cp.adaptive_flags & FG_ADAPTIVE_MASS) != 0, u->row_err)))
                 return st;
             const uint32_t fl = s->cp.adaptive_flags;
-            for (int32_t i = 0; i < W; i++) /* in row order, whatever the backend */
+            for (int32_t i = 0; i < W; i++) { /* in row order, whatever the backend */
+                /* ROW_NORM: every family's errors of the row over one reference, its least level-0 error */
+                double ref = 0.0;
+                for (int32_t x = 0; x < n_sets; x++) {
+                    const double e0 = u->row_err[((size_t)i * n_sets + x) * (FG_AD_LEVELS + 1)];
+                    ref = x == 0 || e0 < ref ? e0 : ref;
+                }
+                const double scale = (fl & FG_ADAPTIVE_ROW_NORM) && ref > 0.0 ? 1.0 / ref : 1.0;
                 for (int32_t x = 0; x < n_sets; x++) {
                     const double *re = u->row_err + ((size_t)i * n_sets + x) * (FG_AD_LEVELS + 1);
-                    /* ROW_NORM: over the row's error at level 0 (its own key and the pinned ones) */
-                    const double scale = (fl & FG_ADAPTIVE_ROW_NORM) && re[0] > 0.0 ? 1.0 / re[0] : 1.0;
                     for (int32_t lv = 0; lv <= FG_AD_LEVELS; lv++) {
                         double *e = &uc->err[sets[x]][lv];
                         const double r = re[lv] * scale;
                         *e = (fl & FG_ADAPTIVE_ROW_MAX) ? (r > *e || r != r ? r : *e) : *e + r;
                     }
                 }
+            }
             for (int32_t f = 0; f < n_fam; f++)
                 for (int32_t lv = 0; lv <= FG_AD_LEVELS; lv++)
                     if (!(uc->err[f][lv] <= FG_AD_WORST)) /* NaN or above: the worst */
@@ -736,15 +754,32 @@ static int64_t budget_of(const fg_compression_params *cp, int32_t n_units, int32
     return budget;
 }
 
-/* The rows n_units units share: the budget's, or under a tolerance the fewest that meet it (capped by
- * the budget, when there is one too). */
+/* The rows n_units units share: the budget's, or under a tolerance the
+ * fewest whose allocation meets it (the floor the allocation keeps may need
+ * more than the search without one found: then the least budget that does,
+ * by bisection), capped by the budget when there is one too. choice and
+ * scratch: [n_units] of the caller's, overwritten. */
 static int64_t rows_for(const fg_compression_params *cp, const unit_curves *uc, int32_t n_units, int32_t t,
-                        int32_t *scratch) {
+                        int32_t *choice, int32_t *scratch) {
     const int64_t budget = budget_of(cp, n_units, t);
     if (!(cp->tolerance > 0.0f))
         return budget;
-    const int64_t need = tolerance_rows(uc, n_units, cp->n_policies, cp->tolerance, scratch);
-    return need < budget ? need : budget;
+    const int32_t n_fam = cp->n_policies;
+    const double target = (double)cp->tolerance * least_error(uc, n_units, n_fam);
+    int64_t lo = tolerance_rows(uc, n_units, n_fam, target, scratch), hi = (int64_t)n_units * t, rows;
+    allocate(uc, n_units, n_fam, lo, cp->alloc_floor, choice, scratch);
+    if (total(uc, choice, n_units, &rows) > target) { /* lo falls short, the full cache (hi) does not */
+        while (hi - lo > 1) {
+            const int64_t mid = lo + (hi - lo) / 2;
+            allocate(uc, n_units, n_fam, mid, cp->alloc_floor, choice, scratch);
+            if (total(uc, choice, n_units, &rows) <= target)
+                hi = mid;
+            else
+                lo = mid;
+        }
+        lo = hi;
+    }
+    return lo < budget ? lo : budget;
 }
 
 static fg_status scratch_alloc(fg_context *ctx, compress_scratch *w, int32_t t, int32_t W, int32_t G, int32_t d,
@@ -804,11 +839,12 @@ fg_status fg_adaptive_prepare(fg_context *ctx, fg_seq *s, fg_adaptive_plan **out
         st = unit_curves_all(ctx, s, &w);
     if (st == FG_OK && (cp->adaptive_flags & FG_ADAPTIVE_PER_LAYER)) /* each layer its share, among its heads */
         for (int32_t l = 0; l < L; l++)
-            allocate(w.curves + (size_t)l * Hkv, Hkv, n_fam, rows_for(cp, w.curves + (size_t)l * Hkv, Hkv, t, w.tmp),
+            allocate(w.curves + (size_t)l * Hkv, Hkv, n_fam,
+                     rows_for(cp, w.curves + (size_t)l * Hkv, Hkv, t, w.choice + (size_t)l * Hkv, w.tmp),
                      cp->alloc_floor, w.choice + (size_t)l * Hkv, w.tmp);
     else if (st == FG_OK)
-        allocate(w.curves, n_units, n_fam, rows_for(cp, w.curves, n_units, t, w.tmp), cp->alloc_floor, w.choice,
-                 w.tmp);
+        allocate(w.curves, n_units, n_fam, rows_for(cp, w.curves, n_units, t, w.choice, w.tmp), cp->alloc_floor,
+                 w.choice, w.tmp);
     for (int32_t unit = 0; unit < n_units && st == FG_OK; unit++)
         st = unit_compact(ctx, s, unit, w.choice[unit], &w, &plan->fresh[unit]);
     if (st == FG_OK && ctx->be.ops->synchronize)
@@ -868,44 +904,65 @@ fg_status fg_adaptive_curves(fg_context *ctx, const fg_seq *s, double *err, int3
 /* The pass of fg_seq_observe over one layer: n rows after the t the
  * sequence holds attend them and each other (prefill_attention over the
  * t + n keys from row t), then the pooled attention they gave each held key
- * joins the layer's ranks (profile_stats over the same rows). */
+ * joins the layer's ranks (profile_stats over the same rows; its column
+ * sums are host memory on every backend). */
 fg_status fg_adaptive_observe_pass(fg_context *ctx, fg_seq *s, int32_t layer, const float *q, const float *k,
                                    const float *v, int32_t n, float *out) {
     const int32_t Hq = ctx->params.n_q_heads, Hkv = ctx->params.n_kv_heads, d = ctx->params.head_dim;
     const int32_t t = s->length[layer], N = t + n;
     const size_t rq = (size_t)Hq * d, rk = (size_t)Hkv * d;
-    float *hk = NULL, *hv = NULL, *keys = NULL, *hcol = NULL, *hq = NULL;
+    fg_adaptive_layer *a = &s->ad->layers[layer];
+    float *hk = NULL, *hv = NULL, *keys = NULL, *vals = NULL, *hcol = NULL, *hq = NULL;
     int32_t *pos = NULL;
-    float *kk = NULL, *vv = NULL, *qq = NULL, *mx = NULL, *sm = NULL, *mxn = NULL, *smn = NULL, *col = NULL;
     const fg_alloc_item host[] = {{(void **)&hk, (size_t)t * d * sizeof *hk}, {(void **)&hv, (size_t)t * d * sizeof *hv},
                                   {(void **)&keys, (size_t)t * rk * sizeof *keys},
+                                  {(void **)&vals, (size_t)t * rk * sizeof *vals},
                                   {(void **)&hcol, (size_t)Hkv * N * sizeof *hcol},
                                   {(void **)&hq, (size_t)n * rq * sizeof *hq}, {(void **)&pos, (size_t)t * sizeof *pos}};
     fg_status st = fg_alloc_all(host, sizeof host / sizeof host[0])
                        ? FG_OK
                        : fg_error(ctx, FG_ERR_OUT_OF_MEMORY, "fg_seq_observe: out of host memory for %d rows", (int)N);
-    float **io[] = {&kk, &vv, &qq, &mx, &sm, &mxn, &smn, &col};
-    const size_t io_floats[] = {(size_t)N * rk, (size_t)N * rk, (size_t)N * rq, (size_t)Hq * n,
-                                (size_t)Hq * n,  (size_t)Hq * N, (size_t)Hq * N, (size_t)Hkv * N};
-    for (size_t b = 0; st == FG_OK && b < sizeof io / sizeof io[0]; b++)
-        st = fg_io_alloc(ctx, io_floats[b] * sizeof(float), io[b]);
-    /* the held keys and values, every head's, as one [N][Hkv][d] pair with the rows' own after them */
-    for (int32_t pass = 0; pass < 2 && st == FG_OK; pass++) {
-        for (int32_t g = 0; g < Hkv && st == FG_OK; g++) {
-            const fg_head *h = &s->heads[(size_t)layer * Hkv + g];
-            st = fg_head_read_rows(&ctx->be, &ctx->layout, h, t, hk, hv, pos, NULL, NULL);
-            for (int32_t j = 0; st == FG_OK && j < t; j++) {
-                if (pos[j] != j)
-                    st = fg_error(ctx, FG_ERR_INTERNAL, "fg_seq_observe: layer %d head %d slot %d holds position %d",
-                                  (int)layer, (int)g, (int)j, (int)pos[j]);
-                else
-                    memcpy(keys + (size_t)j * rk + (size_t)g * d, (pass ? hv : hk) + (size_t)j * d,
-                           (size_t)d * sizeof *keys);
-            }
+    if (st == FG_OK && t > a->given_keys) { /* the ranks' columns grow with the sequence (decoded rows) */
+        float *grown = calloc((size_t)Hkv * t, sizeof *grown);
+        if (!grown) {
+            st = fg_error(ctx, FG_ERR_OUT_OF_MEMORY, "fg_seq_observe: out of host memory for the ranks of %d keys",
+                          (int)t);
+        } else {
+            for (int32_t g = 0; g < Hkv && a->given_col; g++)
+                memcpy(grown + (size_t)g * t, a->given_col + (size_t)g * a->given_keys,
+                       (size_t)a->given_keys * sizeof *grown);
+            free(a->given_col);
+            a->given_col = grown; /* the same sums, wider: nothing of the sequence changes */
+            a->given_keys = t;
         }
-        if (st == FG_OK)
-            st = fg_io_write(ctx, pass ? vv : kk, keys, (size_t)t * rk * sizeof *keys);
     }
+    float *kk = NULL, *vv = NULL, *qq = NULL, *mx = NULL, *sm = NULL, *mxn = NULL, *smn = NULL;
+    float **io[] = {&kk, &vv, &qq, &mx, &sm, &mxn, &smn};
+    const size_t io_floats[] = {(size_t)N * rk, (size_t)N * rk, (size_t)N * rq, (size_t)Hq * n,
+                                (size_t)Hq * n,  (size_t)Hq * N, (size_t)Hq * N};
+    for (size_t b = 0; st == FG_OK && b < sizeof io / sizeof io[0]; b++) {
+        st = fg_io_alloc(ctx, io_floats[b] * sizeof(float), io[b]);
+        if (st == FG_OK && !ctx->be.device_io) /* rows below t of q and the statistics are read by no one */
+            memset(*io[b], 0, io_floats[b] * sizeof(float));
+    }
+    /* the held keys and values, every head's, as one [N][Hkv][d] pair with the rows' own after them */
+    for (int32_t g = 0; g < Hkv && st == FG_OK; g++) {
+        const fg_head *h = &s->heads[(size_t)layer * Hkv + g];
+        st = fg_head_read_rows(&ctx->be, &ctx->layout, h, t, hk, hv, pos, NULL, NULL);
+        for (int32_t j = 0; st == FG_OK && j < t; j++) {
+            if (pos[j] != j) {
+                st = fg_error(ctx, FG_ERR_INTERNAL, "fg_seq_observe: layer %d head %d slot %d holds position %d",
+                              (int)layer, (int)g, (int)j, (int)pos[j]);
+                break;
+            }
+            memcpy(keys + (size_t)j * rk + (size_t)g * d, hk + (size_t)j * d, (size_t)d * sizeof *keys);
+            memcpy(vals + (size_t)j * rk + (size_t)g * d, hv + (size_t)j * d, (size_t)d * sizeof *vals);
+        }
+    }
+    if (st == FG_OK)
+        st = fg_io_write(ctx, kk, keys, (size_t)t * rk * sizeof *keys);
+    if (st == FG_OK)
+        st = fg_io_write(ctx, vv, vals, (size_t)t * rk * sizeof *vals);
     if (st == FG_OK)
         st = fg_io_copy(ctx, kk + (size_t)t * rk, k, (size_t)n * rk * sizeof *k);
     if (st == FG_OK)
@@ -920,22 +977,17 @@ fg_status fg_adaptive_observe_pass(fg_context *ctx, fg_seq *s, int32_t layer, co
         st = fg_io_copy_rows(ctx, smn + t, (size_t)N, sm, (size_t)n, (size_t)n, (size_t)Hq);
     const fg_profile_request req = {.n = N, .row_begin = t, .n_windows = 0};
     if (st == FG_OK)
-        st = ctx->be.ops->profile_stats(&ctx->be, &ctx->shape, &req, qq, kk, mxn, smn, col, col);
-    if (st == FG_OK && ctx->be.device_io) {
-        st = fg_backend_read(&ctx->be, hcol, col, (size_t)Hkv * N * sizeof *hcol);
-        if (st == FG_OK)
-            st = fg_backend_read(&ctx->be, hq, q, (size_t)n * rq * sizeof *hq);
-    } else if (st == FG_OK) {
-        if (ctx->be.ops->synchronize)
-            st = ctx->be.ops->synchronize(&ctx->be);
-        memcpy(hcol, col, (size_t)Hkv * N * sizeof *hcol);
+        st = ctx->be.ops->profile_stats(&ctx->be, &ctx->shape, &req, qq, kk, mxn, smn, hcol, hcol);
+    if (st == FG_OK && ctx->be.device_io)
+        st = fg_backend_read(&ctx->be, hq, q, (size_t)n * rq * sizeof *hq);
+    else if (st == FG_OK)
         memcpy(hq, q, (size_t)n * rq * sizeof *hq);
-    }
+    if (st == FG_OK && ctx->be.ops->synchronize)
+        st = ctx->be.ops->synchronize(&ctx->be);
     if (st == FG_OK) { /* nothing fails after this: the call is all or nothing */
-        fg_adaptive_layer *a = &s->ad->layers[layer];
         for (int32_t g = 0; g < Hkv; g++)
             for (int32_t j = 0; j < t; j++)
-                a->given_col[(size_t)g * ctx->params.max_seq_len + j] += hcol[(size_t)g * N + j];
+                a->given_col[(size_t)g * a->given_keys + j] += hcol[(size_t)g * N + j];
         keep_given(ctx, s->ad, layer, hq, n);
     }
     for (size_t b = 0; b < sizeof io / sizeof io[0]; b++)
@@ -943,6 +995,7 @@ fg_status fg_adaptive_observe_pass(fg_context *ctx, fg_seq *s, int32_t layer, co
     free(hk);
     free(hv);
     free(keys);
+    free(vals);
     free(hcol);
     free(hq);
     free(pos);

@@ -260,7 +260,8 @@ typedef struct fg_adaptive_layer {
     int32_t *pos;        /* [W] their positions */
     int32_t n_obs, next; /* rows held (at most W), the ring's next slot */
     /* FG_OBSERVE_EXPLICIT: what the rows fg_seq_observe gave leave behind */
-    float *given_col;      /* [Hkv][max_seq_len] the pooled attention they gave each key (the ranks) */
+    float *given_col;      /* [Hkv][given_keys] the pooled attention they gave each key (the ranks) */
+    int32_t given_keys;    /* keys given_col spans: the sequence's length at the last observe */
     float *given;          /* [2 W][Hq][d] every stride-th of them, the errors' rows */
     int32_t n_given;       /* rows in `given` */
     int64_t seen, stride;  /* rows given so far; given holds the rows whose index is a multiple of stride */
@@ -270,6 +271,7 @@ typedef struct fg_adaptive {
     int32_t window;            /* W: rows observed */
     int32_t n_prompt;
     int32_t compress_at;       /* the length at which the heads are compressed (INT32_MAX: when told) */
+    int explicit_rows;         /* FG_OBSERVE_EXPLICIT */
     fg_adaptive_layer *layers; /* [n_layers] */
 } fg_adaptive;
 

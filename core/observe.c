@@ -32,7 +32,7 @@ static fg_status seq_observe(fg_context *ctx, int32_t seq, int32_t layer, const 
     FG_CHECK(s->cp.observe == FG_OBSERVE_EXPLICIT, ctx, FG_ERR_BAD_STATE,
              "fg_seq_observe: sequence %d observes its own rows (observe = FG_OBSERVE_TAIL); given rows need "
              "FG_OBSERVE_EXPLICIT", (int)seq);
-    FG_CHECK(n <= ctx->params.max_seq_len, ctx, FG_ERR_CAPACITY,
+    FG_CHECK(n <= ctx->params.max_seq_len && n <= INT32_MAX - s->length[layer], ctx, FG_ERR_CAPACITY,
              "fg_seq_observe: %d rows at once are more than max_seq_len %d (give them in chunks)", (int)n,
              (int)ctx->params.max_seq_len);
     return fg_adaptive_observe_pass(ctx, s, layer, q, k, v, n, out);

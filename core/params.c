@@ -235,6 +235,10 @@ fg_status fg_compression_params_check(const fg_compression_params *p) {
     if (p->observe == FG_OBSERVE_EXPLICIT && p->allocation != FG_ALLOC_ADAPTIVE)
         return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
                         "FG_OBSERVE_EXPLICIT is for FG_ALLOC_ADAPTIVE (the only mode that defers its compression)");
+    if (p->observe == FG_OBSERVE_EXPLICIT && (p->adaptive_flags & (FG_ADAPTIVE_ANCHOR_END | FG_ADAPTIVE_TAIL_RANKS)))
+        return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
+                        "FG_OBSERVE_EXPLICIT judges given rows at the end and ranks by them: FG_ADAPTIVE_ANCHOR_END "
+                        "and FG_ADAPTIVE_TAIL_RANKS do not go with it");
     if (!(p->budget >= 0.0f && p->budget <= 1.0f) || p->budget_tokens < 0)
         return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
                         "budget must be in [0, 1] (got %g) and budget_tokens >= 0 (got %d); 0 turns budget mode off",

@@ -284,10 +284,9 @@ typedef struct fg_compression_params {
                                              at most the context's max_seq_len */
     fg_observe_mode observe;              /* FG_ALLOC_ADAPTIVE: FG_OBSERVE_TAIL (default) or FG_OBSERVE_EXPLICIT */
     /* FG_ALLOC_ADAPTIVE, in [0, 1); 0 = off: a quality target instead of (or under) the budget. The
-     * rows the heads share are the fewest with which the search (each head's err + lambda rows, lambda
-     * as large as the target allows) predicts an error of at most tolerance x the error of keeping the
-     * least (every head at the lowest level of its best family but full); they are then shared as a
-     * budget's are. The memory so follows the prompt; a budget, when also set, caps it. */
+     * heads share the fewest rows (as the search finds them) whose allocation predicts an error of at
+     * most tolerance x the error of keeping the least (every head at the lowest level of its best
+     * family but full). The memory so follows the prompt; a budget, when also set, caps it. */
     float tolerance;
 } fg_compression_params;
 
@@ -577,8 +576,9 @@ FG_API fg_status fg_seq_observe(fg_context *ctx, int32_t seq, int32_t layer, con
 /* An adaptive sequence's heads compressed now (FG_ALLOC_ADAPTIVE: what it
  * would do on its own at defer_until), from the rows fg_seq_observe gave,
  * else the ones it observed itself. All or nothing. FG_ERR_BAD_STATE when
- * the sequence is not adaptive, is compressed already, or has a layer not
- * prefilled or a sweep half done. */
+ * the sequence is not adaptive, is compressed already, has a layer not
+ * prefilled or a sweep half done, or its layers were given different
+ * numbers of rows. */
 FG_API fg_status fg_seq_compress(fg_context *ctx, int32_t seq);
 
 /* ---------------------------------------------------------------- inspection */

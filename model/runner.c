@@ -513,10 +513,21 @@ fg_status fgm_runner_append(fgm_runner *r, int32_t seq, const int32_t *tokens, i
     return st ? runner_fail(r, st, "%s", fg_last_error(r->ctx)) : FG_OK;
 }
 
-fg_status fgm_runner_reconstruct(fgm_runner *r, int32_t seq, const int32_t *prefix, int32_t n_prefix,
-                                 const int32_t *context, int32_t n_context) {
+fg_status fgm_runner_reconstruct(fgm_runner *r, int32_t n_seqs, const int32_t *seqs, const int32_t *prefix,
+                                 int32_t n_prefix, const int32_t *context, int32_t n_context, int32_t *n_fed) {
     int32_t t = 0;
-    fg_status st = fg_seq_length(r->ctx, seq, 0, &t);
+    if (n_seqs <= 0 || n_seqs > r->max_seqs || !seqs)
+        return runner_fail(r, FG_ERR_INVALID_ARGUMENT, "a reconstruction of %d sequences (this runner holds 1 to %d)",
+                           (int)n_seqs, (int)r->max_seqs);
+    fg_status st = FG_OK;
+    for (int32_t i = 0; i < n_seqs && st == FG_OK; i++) {
+        int32_t ti = 0;
+        st = fg_seq_length(r->ctx, seqs[i], 0, &ti);
+        if (st == FG_OK && i > 0 && ti != t)
+            return runner_fail(r, FG_ERR_INVALID_ARGUMENT, "sequences reconstructed together must have one length "
+                               "(%d and %d)", (int)t, (int)ti);
+        t = ti;
+    }
     if (st)
         return runner_fail(r, st, "%s", fg_last_error(r->ctx));
     if (n_prefix < 0 || n_context <= 0 || (n_prefix > 0 && !prefix) || !context)
@@ -532,16 +543,20 @@ fg_status fgm_runner_reconstruct(fgm_runner *r, int32_t seq, const int32_t *pref
         return runner_fail(r, FG_ERR_OUT_OF_MEMORY, "out of memory for a reconstruction's tokens");
     if (n_prefix > 0)
         memcpy(buf, prefix, (size_t)n_prefix * sizeof *buf);
+    int32_t fed = 0;
     for (int32_t at = 0; at < n_context && st == FG_OK; at += chunk) {
         const int32_t m = n_context - at < chunk ? n_context - at : chunk;
         memcpy(buf + n_prefix, context + at, (size_t)m * sizeof *buf);
         for (int32_t i = 0; i < n_prefix + m; i++)
             r->pos[i] = t + i;
-        st = forward(r, n_prefix + m, &seq, 1, PASS_OBSERVE, NULL, buf, r->pos, NULL, 1);
+        st = forward(r, n_prefix + m, seqs, n_seqs, PASS_OBSERVE, NULL, buf, r->pos, NULL, 1);
+        fed += n_prefix + m;
     }
     free(buf);
-    if (st == FG_OK)
-        st = fg_seq_compress(r->ctx, seq);
+    for (int32_t i = 0; i < n_seqs && st == FG_OK; i++)
+        st = fg_seq_compress(r->ctx, seqs[i]);
+    if (n_fed)
+        *n_fed = fed;
     return st ? runner_fail(r, st, "%s", fg_last_error(r->ctx)) : FG_OK;
 }
 

@@ -63,14 +63,18 @@ fg_status fgm_runner_decode(fgm_runner *r, int32_t n, const int32_t *seqs, const
 /* n more tokens onto a sequence (a new turn): logits of its last one go to
  * logits[vocab] (may be NULL). */
 fg_status fgm_runner_append(fgm_runner *r, int32_t seq, const int32_t *tokens, int32_t n, float *logits);
-/* A reconstruction pass (KVzip's idea) for a sequence under
- * FG_OBSERVE_EXPLICIT, then its compression: prefix (an instruction to
- * repeat what came before) and context (what to repeat, the prompt) go
- * through the model after seq without being kept (fg_seq_observe), in
- * chunks of the context that fit the context window after it, each after
- * the prefix; then seq is compressed (fg_seq_compress). */
-fg_status fgm_runner_reconstruct(fgm_runner *r, int32_t seq, const int32_t *prefix, int32_t n_prefix,
-                                 const int32_t *context, int32_t n_context);
+/* A reconstruction pass (KVzip's idea) for n_seqs sequences of one length
+ * under FG_OBSERVE_EXPLICIT (one pass over the weights for all of them),
+ * then their compression: prefix (an instruction to repeat what came
+ * before) and context (what to repeat, the prompt) go through the model
+ * after each sequence without being kept (fg_seq_observe), in chunks of the
+ * context that fit the context window after it, each after the prefix;
+ * then each is compressed (fg_seq_compress). *n_fed (may be NULL): the rows
+ * fed per sequence. Not all or nothing: after a failure a sequence may hold
+ * some layers' rows and not others', which fg_seq_compress refuses; release
+ * it. */
+fg_status fgm_runner_reconstruct(fgm_runner *r, int32_t n_seqs, const int32_t *seqs, const int32_t *prefix,
+                                 int32_t n_prefix, const int32_t *context, int32_t n_context, int32_t *n_fed);
 /* A sequence that continues from seq, sharing its pages (fg_seq_fork). */
 fg_status fgm_runner_fork(fgm_runner *r, int32_t seq, int32_t *child);
 fg_status fgm_runner_release(fgm_runner *r, int32_t seq);

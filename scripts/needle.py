@@ -72,6 +72,11 @@ def main():
     ap.add_argument("--plain", action="store_true")
     args = ap.parse_args()
     paras = paragraphs(args.split)
+    if not paras:
+        sys.exit("needle.py: no prose found in this Python's standard library")
+    # the text is this Python's docstrings: the sets depend on its version
+    print(f"needle.py: {len(paras)} paragraphs of Python {sys.version.split()[0]}'s {args.split} modules",
+          file=sys.stderr)
     rng = random.Random(f"{args.seed}-{args.split}")
     for i in range(args.count):
         tokens = 900 + (2500 * i) // max(1, args.count - 1)  # 900 .. 3400, evenly

@@ -443,6 +443,7 @@ static void tolerances(const char *backend) {
     for (int i = 0; i < 3; i++) {
         fg_compression_params cp = adaptive_params(0.0f);
         cp.tolerance = tols[i];
+        cp.alloc_floor = 0.8f; /* the preset's: the floor must not break the bound */
         fg_context *ctx = make_context(backend, 4);
         int32_t seq = -1;
         EXPECT_OK(ctx, fg_seq_create(ctx, &cp, g_w.tokens, N, &seq));

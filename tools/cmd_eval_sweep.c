@@ -298,18 +298,26 @@ static fg_status run_batch(sweep *w, fgm_runner *r, const int32_t *prompt, int32
     fg_status st = fgm_runner_prefill_many(r, n, cps, prompt, n_prompt, seqs, w->logits);
     if (st)
         return st;
-    for (int i = 0; i < n && st == FG_OK; i++) /* observe=reconstruct: the prompt again after the instruction */
-        if (cps[i].allocation == FG_ALLOC_ADAPTIVE && cps[i].observe == FG_OBSERVE_EXPLICIT) {
-            const int32_t skip = prompt[0] == w->s.tok.bos; /* the document without the sequence's start */
-            const double t0 = cli_now();
-            st = fgm_runner_reconstruct(r, seqs[i], w->recon, w->n_recon, prompt + skip, n_prompt - skip);
-            w->t_recon += cli_now() - t0;
-            w->n_recons++;
-        }
+    int32_t recon[SW_MAX_METHODS * SW_MAX_POINTS], n_recon = 0; /* observe=reconstruct: one pass for them all */
+    for (int i = 0; i < n; i++)
+        if (cps[i].allocation == FG_ALLOC_ADAPTIVE && cps[i].observe == FG_OBSERVE_EXPLICIT)
+            recon[n_recon++] = seqs[i];
+    if (n_recon > 0) { /* the prompt again after the instruction, without the sequence's start */
+        const int32_t skip = prompt[0] == w->s.tok.bos;
+        const double t0 = cli_now();
+        st = fgm_runner_reconstruct(r, n_recon, recon, w->recon, w->n_recon, prompt + skip, n_prompt - skip, NULL);
+        w->t_recon += cli_now() - t0;
+        w->n_recons++;
+    }
     for (int i = 1; i < n; i++) /* the prompt's logits: the same under every policy */
         memcpy(w->logits + (size_t)i * V, w->logits, (size_t)V * sizeof *w->logits);
     for (int i = 0; i < n && st == FG_OK && w->n_turn > 0; i++) /* the second turn, on each cache as it is */
         st = fgm_runner_append(r, seqs[i], w->turn, w->n_turn, w->logits + (size_t)i * V);
+    if (st) { /* a run that failed here is not one */
+        for (int i = 0; i < n; i++)
+            fgm_runner_release(r, seqs[i]);
+        return st;
+    }
     for (int i = 0; i < n; i++) {
         memset(out[i], 0, sizeof *out[i]);
         out[i]->agree = -1;
@@ -743,8 +751,8 @@ static int report(sweep *w, const cli_opts *o, double seconds, int passkey) {
                "budget);\n%s = method - %s, paired, with a bootstrap 95%% interval over the prompts (wins: the interval is above 0)\n",
                drv, passkey ? "d(acc)" : "dKL", drv);
         if (w->n_recons > 0) /* observe=reconstruct: a pass over the prompt again, per run */
-            printf("reconstruction passes with their compression: %.2f s each on average (%d), a full-cache "
-                   "prefill of the prompt %.2f s (%d): %.2fx\n",
+            printf("reconstruction passes with their compression (one per batch of runs): %.2f s each on average "
+                   "(%d), a full-cache prefill of the prompt %.2f s (%d): %.2fx\n",
                    w->t_recon / w->n_recons, (int)w->n_recons, w->t_prefill / w->n_prefill, (int)w->n_prefill,
                    (w->t_recon / w->n_recons) / (w->t_prefill / w->n_prefill));
         if (w->by_bytes) {

@@ -73,7 +73,7 @@ typedef struct generate_extra {
     const char *chat, *prompt_ids;
     int32_t samples;
     int ignore_eos;
-    int reconstruct; /* --observe reconstruct */
+    int observe, reconstruct; /* --observe given; its value reconstruct */
 } generate_extra;
 
 static int generate_option(void *user, const char *opt, const char *val, int *used) {
@@ -95,6 +95,7 @@ static int generate_option(void *user, const char *opt, const char *val, int *us
     if (!strcmp(opt, "--samples"))
         return val && cli_parse_int(val, 1, 64, &x->samples) ? 0 : 1;
     if (!strcmp(opt, "--observe")) {
+        x->observe = 1;
         x->reconstruct = val && !strcmp(val, "reconstruct");
         return val && (x->reconstruct || !strcmp(val, "tail")) ? 0 : 1;
     }
@@ -104,8 +105,8 @@ static int generate_option(void *user, const char *opt, const char *val, int *us
 /* The combinations generate refuses: an option the run would not use. */
 static int generate_checks(const cli_opts *o, const fg_compression_params *cp, const generate_extra *x) {
     const char *cmd = "generate";
-    if (x->reconstruct && cp->allocation != FG_ALLOC_ADAPTIVE)
-        return cli_usage(cmd, "--observe reconstruct judges the adaptive mode's compression: it needs --policy "
+    if (x->observe && cp->allocation != FG_ALLOC_ADAPTIVE)
+        return cli_usage(cmd, "--observe says what judges the adaptive mode's compression: it needs --policy "
                               "fastgen-adaptive (not %s)", o->policy);
     if (x->reconstruct && (x->chat || x->samples))
         return cli_usage(cmd, "--observe reconstruct goes with a plain prompt: not with --chat or --samples");
@@ -148,7 +149,7 @@ int cmd_generate(int argc, char **argv) {
     char model[1024], tokp[1024];
     cli_opts o;
     fg_compression_params cp;
-    generate_extra x = {NULL, NULL, 0, 0, 0};
+    generate_extra x = {NULL, NULL, 0, 0, 0, 0};
     int rc = cli_model_command("generate", k_generate_help_head, k_generate_help_tail,
                            CLI_MODEL | CLI_PROMPT | CLI_POLICY | CLI_APPEND | CLI_RUN | CLI_STEPS | CLI_SAMPLE | CLI_JSON |
                                CLI_QUIET | CLI_CTX,
@@ -226,12 +227,13 @@ static int generate_one(cli_opts *op, const fg_compression_params *cpp, const ge
         goto done;
     }
     double t_prefill = cli_now() - t0, t_reconstruct = 0.0;
+    int32_t n_fed = 0; /* the reconstruction's rows */
     if (x.reconstruct) { /* the prompt again after an instruction to repeat it, then the compression */
         const int32_t skip = tokens[0] == s.tok.bos;
         t0 = cli_now();
         st = cli_reconstruct_prefix(&s, !x.prompt_ids && strstr(o.prompt, "<|im_start|>"), &recon, &n_recon);
         if (st == FG_OK)
-            st = fgm_runner_reconstruct(s.runner, seq, recon, n_recon, tokens + skip, n_prompt - skip);
+            st = fgm_runner_reconstruct(s.runner, 1, &seq, recon, n_recon, tokens + skip, n_prompt - skip, &n_fed);
         if (st) {
             fprintf(stderr, "fastgen generate: reconstruction: %s\n", cli_reason(s.runner, st));
             goto done;
@@ -293,8 +295,7 @@ static int generate_one(cli_opts *op, const fg_compression_params *cpp, const ge
                t_prefill > 0.0 ? n_prompt / t_prefill : 0.0);
         if (x.reconstruct)
             printf("reconstruct: %10.2f ms / %5d tokens (%.2fx the prompt's eval)\n", 1e3 * t_reconstruct,
-                   (int)(n_recon + n_prompt - (tokens[0] == s.tok.bos)), t_prefill > 0.0 ? t_reconstruct / t_prefill
-                                                                                        : 0.0);
+                   (int)n_fed, t_prefill > 0.0 ? t_reconstruct / t_prefill : 0.0);
         printf("       eval: %10.2f ms / %5d runs   (%8.2f ms per token, %8.2f tokens per second)\n", 1e3 * t_decode,
                (int)runs, runs ? 1e3 * t_decode / runs : 0.0, tps);
         printf("%d prompt + %d generated tokens, backend %s, policy %s\n", (int)n_prompt, (int)generated,

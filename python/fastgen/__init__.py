@@ -103,6 +103,10 @@ class Policy:
         return _fastgen.policy_rows(dataclasses.asdict(self), t)
 
 
+# The instruction a reconstruction pass reads before the prompt again (tools/session.c's)
+_RECONSTRUCT = "\n\nRepeat the previous context exactly.\n\n"
+_RECONSTRUCT_CHAT = "<|im_start|>user\nRepeat the previous context exactly.<|im_end|>\n<|im_start|>assistant\n"
+
 # The CLI's short names for the fields (fastgen eval --methods fastgen-adaptive:window=64)
 _ALIASES = {
     "window": "observation_window", "defer": "defer_until", "floor": "alloc_floor", "pool": "score_pool",
@@ -310,6 +314,7 @@ class Generation:
     decode_runs: int
     tokens_per_s: float
     memory: dict[str, int]
+    reconstruct_s: float = 0.0  # observe="explicit": the reconstruction pass and the compression
 
     @property
     def kv_share(self) -> float:
@@ -375,16 +380,23 @@ class Model(_fastgen._Model):
         :class:`Compression`; budget and keyword overrides as in :func:`compression`). Greedy at
         temperature 0, else sampled (top_k, top_p, seed) as the CLI samples; at most max_tokens, fewer
         where the model's context (or ctx_size) ends first or at the end of text (unless ignore_eos). The
-        timings and the KV memory held at the end come with the text."""
+        timings and the KV memory held at the end come with the text. observe="explicit" (fastgen-adaptive):
+        a reconstruction pass (the prompt read again after an instruction to repeat it) judges the
+        compression, as ``fastgen generate --observe reconstruct`` does."""
         if budget is not None:
             overrides["budget"] = budget
         comp = compression(method, **overrides)
         ids = self._ids(prompt)
-        r = self._generate(ids, comp._fields(), max_tokens, temperature, top_p, top_k, seed, ignore_eos)
+        recon = None
+        if comp.observe == "explicit":  # the runner reads the prompt again after KVzip's instruction, as the CLI
+            chat = isinstance(prompt, str) and "<|im_start|>" in prompt
+            recon = self.tokenize(_RECONSTRUCT_CHAT if chat else _RECONSTRUCT, bos=False)
+        r = self._generate(ids, comp._fields(), max_tokens, temperature, top_p, top_k, seed, ignore_eos, recon)
         tps = r["decode_runs"] / r["decode_s"] if r["decode_s"] > 0 else 0.0
         return Generation(text=self.detokenize(r["ids"], after=ids[-1]), ids=r["ids"], prompt_ids=ids,
                           method=comp.method or "custom", prefill_s=r["prefill_s"], decode_s=r["decode_s"],
-                          decode_runs=r["decode_runs"], tokens_per_s=tps, memory=r["memory"])
+                          decode_runs=r["decode_runs"], tokens_per_s=tps, memory=r["memory"],
+                          reconstruct_s=r["reconstruct_s"])
 
     def profile(self, prompt: str | Sequence[int], method: str | Compression = "fastgen",
                 **overrides: Any) -> Profile:

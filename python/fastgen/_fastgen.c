@@ -1843,23 +1843,35 @@ static PyObject *memory_dict(const fg_memory_stats *m) {
 
 /* _generate(ids, compression, max_tokens, temperature, top_p, top_k, seed, ignore_eos) -> dict */
 static PyObject *model_generate(ModelObject *self, PyObject *args) {
-    PyObject *ids_o, *comp;
+    PyObject *ids_o, *comp, *recon_o = Py_None;
     int max_tokens, top_k, ignore_eos;
     float temperature, top_p;
     unsigned long long seed;
-    if (!model_ready(self) || !PyArg_ParseTuple(args, "OOiffiKp:_generate", &ids_o, &comp, &max_tokens, &temperature,
-                                                &top_p, &top_k, &seed, &ignore_eos))
+    if (!model_ready(self) || !PyArg_ParseTuple(args, "OOiffiKp|O:_generate", &ids_o, &comp, &max_tokens, &temperature,
+                                                &top_p, &top_k, &seed, &ignore_eos, &recon_o))
         return NULL;
     fg_compression_params cp;
     if (dict_to_compression(comp, &cp) < 0)
         return NULL;
-    arg_ints prompt;
-    if (ints_get(ids_o, "prompt", &prompt) < 0)
+    if ((cp.observe == FG_OBSERVE_EXPLICIT) != (recon_o != Py_None)) {
+        PyErr_SetString(PyExc_ValueError, "observe=\"explicit\": the runner reconstructs the prompt after an "
+                                          "instruction (its tokens), and only then");
         return NULL;
+    }
+    arg_ints prompt, recon = {0};
+    if (recon_o != Py_None && ints_get(recon_o, "instruction", &recon) < 0)
+        return NULL;
+    if (ints_get(ids_o, "prompt", &prompt) < 0) {
+        if (recon_o != Py_None)
+            ints_release(&recon);
+        return NULL;
+    }
     const int32_t vocab = self->model.config.vocab_size, n_prompt = (int32_t)prompt.n;
     const int32_t room = fgm_runner_ctx_len(self->runner) - n_prompt;
     if (n_prompt < 1 || room < 0) {
         ints_release(&prompt);
+        if (recon_o != Py_None)
+            ints_release(&recon);
         PyErr_Format(PyExc_ValueError, "prompt: %d tokens; the model's context holds 1 to %d", (int)n_prompt,
                      (int)fgm_runner_ctx_len(self->runner));
         return NULL;
@@ -1872,17 +1884,27 @@ static PyObject *model_generate(ModelObject *self, PyObject *args) {
         PyMem_Free(logits);
         PyMem_Free(out);
         ints_release(&prompt);
+        if (recon_o != Py_None)
+            ints_release(&recon);
         return PyErr_NoMemory();
     }
     int32_t seq = -1, n_out = 0, runs = 0;
     fg_status st;
     const char *what = "prefill";
-    double t_prefill = 0.0, t_decode = 0.0;
+    double t_prefill = 0.0, t_decode = 0.0, t_recon = 0.0;
     fg_memory_stats mem = {0};
     self->busy++;
     Py_BEGIN_ALLOW_THREADS double t0 = now_s();
     st = fgm_runner_prefill(self->runner, &cp, prompt.data, n_prompt, &seq, logits);
     t_prefill = now_s() - t0;
+    if (st == FG_OK && recon_o != Py_None) { /* the prompt again after the instruction, then the compression */
+        const int32_t skip = prompt.data[0] == self->tok.bos;
+        what = "reconstruct";
+        t0 = now_s();
+        st = fgm_runner_reconstruct(self->runner, 1, &seq, recon.data, (int32_t)recon.n, prompt.data + skip,
+                                    n_prompt - skip, NULL);
+        t_recon = now_s() - t0;
+    }
     fgm_sampler sampler = {temperature, top_p, seed * 0x9e3779b97f4a7c15ull + 1, top_k};
     t0 = now_s();
     for (int32_t step = 0; st == FG_OK && step < max_tokens; step++) {
@@ -1911,14 +1933,17 @@ static PyObject *model_generate(ModelObject *self, PyObject *args) {
             PyList_SET_ITEM(ids, i, PyLong_FromLong(out[i]));
         PyObject *mem_d = memory_dict(&mem);
         if (ids && mem_d)
-            r = Py_BuildValue("{s:O,s:i,s:O,s:d,s:d,s:i}", "ids", ids, "n_prompt", (int)n_prompt, "memory", mem_d,
-                              "prefill_s", t_prefill, "decode_s", t_decode, "decode_runs", (int)runs);
+            r = Py_BuildValue("{s:O,s:i,s:O,s:d,s:d,s:i,s:d}", "ids", ids, "n_prompt", (int)n_prompt, "memory", mem_d,
+                              "prefill_s", t_prefill, "decode_s", t_decode, "decode_runs", (int)runs, "reconstruct_s",
+                              t_recon);
         Py_XDECREF(ids);
         Py_XDECREF(mem_d);
     }
     PyMem_Free(logits);
     PyMem_Free(out);
     ints_release(&prompt);
+    if (recon_o != Py_None)
+        ints_release(&recon);
     return r;
 }
 
@@ -1930,6 +1955,11 @@ static PyObject *model_profile(ModelObject *self, PyObject *args) {
     fg_compression_params cp;
     if (dict_to_compression(comp, &cp) < 0)
         return NULL;
+    if (cp.observe == FG_OBSERVE_EXPLICIT) {
+        PyErr_SetString(PyExc_ValueError, "profile: observe=\"explicit\" compresses after a reconstruction, which "
+                                          "profile does not run; generate() does");
+        return NULL;
+    }
     arg_ints prompt;
     if (ints_get(ids_o, "prompt", &prompt) < 0)
         return NULL;

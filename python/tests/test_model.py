@@ -29,6 +29,17 @@ def test_generate_equals_cli(model, model_path, method):
     assert g.tokens_per_s > 0 and g.prefill_s > 0
 
 
+def test_generate_reconstructs_as_the_cli(model, model_path):
+    """observe="explicit": the runner's reconstruction pass, as generate --observe reconstruct, id for id."""
+    prompt = "<|im_start|>user\n" + STORY + "Who is the story about?<|im_end|>\n<|im_start|>assistant\n"
+    g = model.generate(prompt, method="fastgen-adaptive", budget=0.25, max_tokens=12, observe="explicit")
+    cli = cli_generate(model_path, prompt, "fastgen-adaptive", 12, "--budget", "0.25", "--observe", "reconstruct")
+    assert g.prompt_ids + g.ids == cli["tokens"] and g.memory["rows_kept"] == cli["rows_kept"]
+    assert g.reconstruct_s > 0 and g.memory["rows_kept"] <= 0.26 * g.memory["rows_full"]
+    with pytest.raises(ValueError, match="reconstruction"):
+        model.profile(prompt, "fastgen-adaptive", observe="explicit")
+
+
 def test_options_reach_the_runner(model_path):
     """f32 activations and q8_0 caches: the CLI's runs with the same options, id for id."""
     with fastgen.Model(model_path, f32_activations=True, kv_dtype="q8_0", threads=2) as m:

@@ -94,8 +94,8 @@ static int takes_budget(const char *m) { return !strncmp(m, "fastgen-budget", 14
  * window (observation_window), defer (defer_until), floor (alloc_floor),
  * pool (score_pool, for a snapshot part), sink (n_sink), families (the shortlist entries to keep,
  * as their digits: "02", H2O and full of fastgen-adaptive), flags (adaptive_flags: per-layer, mass, end,
- * tail, rowmax, rownorm, joined by +), tol (tolerance), observe (tail, or reconstruct: FG_OBSERVE_EXPLICIT fed by a reconstruction pass).
- * Returns 0 on a bad option. */
+ * tail, rowmax, rownorm, joined by +), tol (tolerance), observe (tail, or reconstruct: FG_OBSERVE_EXPLICIT
+ * fed by a reconstruction pass). Returns 0 on a bad option. */
 static int method_options(const char *opts, fg_compression_params *cp) {
     char buf[256];
     if (strlen(opts) >= sizeof buf) /* no option is cut short */

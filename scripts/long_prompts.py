@@ -67,9 +67,10 @@ def emit(prompt):
     print(prompt.replace("\\", "\\\\").replace("\n", "\\n"))
 
 
-def main():
-    recipe = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "..", "tests", "data", "long-prompts.txt")
+def build(recipe):
+    """The prompts a recipe file describes (tests/data/long-prompts.txt's format), as text."""
     base = os.path.dirname(os.path.abspath(recipe))
+    prompts = []
     for line in open(recipe, encoding="utf-8"):
         if not line.strip() or line.startswith("#"):
             continue
@@ -79,12 +80,19 @@ def main():
                 text = f"<|im_start|>system\n{SYSTEM}<|im_end|>\n"
                 for role, body in conv:
                     text += f"<|im_start|>{role}\n{body}<|im_end|>\n"
-                emit(text + "<|im_start|>assistant\n")
+                prompts.append(text + "<|im_start|>assistant\n")
             continue
         source, span, request = (f.strip() for f in line.split("|", 2))
         first, last = (int(x) for x in span.split("-"))
         text = "".join(read_lines(source_path(source))[first - 1:last]).strip("\n")
-        emit(f"<|im_start|>user\n{text}\n\n{request}<|im_end|>\n<|im_start|>assistant\n")
+        prompts.append(f"<|im_start|>user\n{text}\n\n{request}<|im_end|>\n<|im_start|>assistant\n")
+    return prompts
+
+
+def main():
+    recipe = sys.argv[1] if len(sys.argv) > 1 else os.path.join(HERE, "..", "tests", "data", "long-prompts.txt")
+    for prompt in build(recipe):
+        emit(prompt)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,186 @@
+"""fastgen inside transformers: SmolLM2-135M-Instruct loaded by transformers from our GGUF file (fp32).
+
+Needs torch, transformers and gguf (.ci/run installs them from PyPI); never skipped.
+"""
+
+import os
+import sys
+
+import pytest
+import torch
+import transformers
+from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, GPT2Config, GPT2LMHeadModel
+
+import fastgen
+import fastgen.transformers as fgt
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SCRIPTS = os.path.join(HERE, os.pardir, os.pardir, "scripts")
+SHORT = ["<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n",
+         "Once upon a time, in a small village by the sea,",
+         "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n"]
+STEPS = 32
+
+
+@pytest.fixture(scope="module")
+def hf(model_path):
+    transformers.utils.logging.disable_progress_bar()
+    transformers.utils.logging.set_verbosity_error()
+    torch.set_num_threads(int(os.environ.get("FASTGEN_THREADS", "0")) or torch.get_num_threads())
+    folder, name = os.path.split(os.path.abspath(model_path))
+    tok = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32).eval()
+    return model, tok
+
+
+@pytest.fixture(scope="module")
+def long_prompts():
+    sys.path.insert(0, SCRIPTS)
+    import long_prompts
+
+    return long_prompts.build(os.path.join(SCRIPTS, os.pardir, "tests", "data", "long-prompts.txt"))[:3]
+
+
+def greedy(model, ids, **kw):
+    x = torch.tensor([ids]) if isinstance(ids[0], int) else torch.tensor(ids)
+    out = model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=STEPS, do_sample=False,
+                         pad_token_id=2, **kw)
+    return out[:, x.shape[1]:].tolist()
+
+
+def test_full_is_transformers_attention(hf, model):
+    """fastgen's full cache (f32 rows) in generate(): transformers' own greedy ids, 3 prompts x 32 tokens."""
+    m, tok = hf
+    for prompt in SHORT:
+        ids = model.tokenize(prompt)
+        want = greedy(m, ids)
+        engine = fgt.enable(m, tok, "full", kv_dtype="f32")
+        try:
+            got = greedy(m, ids)
+            mem = engine.memory()
+        finally:
+            fgt.disable(m)
+        assert got == want, prompt
+        assert mem["rows_kept"] == mem["rows_full"] == m.config.num_hidden_layers * m.config.num_key_value_heads * (
+            len(ids) + len(got[0]) - 1)  # the last token is never fed
+    assert m.config._attn_implementation == "sdpa"  # disable() gave transformers' attention back
+
+
+def test_batch_and_next_turn_are_transformers(hf, model):
+    """Two equal-length rows decoded as one batch; a next turn of several tokens appended onto a cache."""
+    m, tok = hf
+    a, b = model.tokenize(SHORT[1]), model.tokenize("Once upon a time, in a big city far away,")
+    n = min(len(a), len(b))
+    batch = [a[:n], b[:n]]
+    want = greedy(m, batch)
+    first, turn = torch.tensor([a]), torch.tensor([model.tokenize(" The end.\n\nAnother story:", bos=False)])
+    ref = DynamicCache(config=m.config)
+    with torch.no_grad():
+        m(input_ids=first, past_key_values=ref)
+        turn_ref = m(input_ids=turn, past_key_values=ref).logits
+    engine = fgt.enable(m, tok, "full", kv_dtype="f32")
+    try:
+        assert greedy(m, batch) == want
+        cache = engine.new_cache()
+        with torch.no_grad():
+            m(input_ids=first, past_key_values=cache)
+            turn_got = m(input_ids=turn, past_key_values=cache).logits
+        assert torch.allclose(turn_got, turn_ref, atol=2e-4), (turn_got - turn_ref).abs().max()
+        assert cache.get_seq_length() == first.shape[1] + turn.shape[1]
+    finally:
+        fgt.disable(m)
+
+
+def test_adaptive_is_the_engine_of_fastgen_eval(hf, model_path, long_prompts):
+    """fastgen-adaptive at 0.5 in transformers: at most 55 % of the full cache's KV bytes, and its mean KL
+    against the full cache (teacher-forced on the full cache's greedy tokens, as fastgen eval scores) within
+    10 % of `fastgen eval --f32-activations` on the same prompts: the same engine under two runners."""
+    m, tok = hf
+    with fastgen.Model(model_path, f32_activations=True) as fm:
+        rows = fm.eval(long_prompts, methods=["fastgen-adaptive"], budgets=[0.5], steps=STEPS)
+        ids_all = [fm.tokenize(p) for p in long_prompts]
+    cli_kl = rows[0]["kl_mean"]
+
+    def run(method, ids, ref=None, **kw):
+        engine = fgt.enable(m, tok, method, **kw)
+        cache = engine.new_cache()
+        logp, toks = [], []
+        try:
+            with torch.no_grad():
+                out = m(input_ids=torch.tensor([ids]), past_key_values=cache)
+                for t in range(STEPS):
+                    lg = out.logits[0, -1].double()
+                    logp.append(torch.log_softmax(lg, -1))
+                    toks.append(int(lg.argmax()) if ref is None else ref[t])
+                    if t + 1 < STEPS:
+                        out = m(input_ids=torch.tensor([[toks[-1]]]), past_key_values=cache)
+            return toks, logp, cache.memory()
+        finally:
+            cache.close()
+            fgt.disable(m)
+
+    kls = []
+    for ids in ids_all:
+        ref, full, _ = run("full", ids)
+        _, comp, mem = run("fastgen-adaptive", ids, ref, budget=0.5)
+        assert mem["kv_bytes_held"] <= 0.55 * mem["kv_bytes_full"], mem
+        kls.append(sum(float((a.exp() * (a - b)).sum()) for a, b in zip(full, comp)) / STEPS)
+    kl = sum(kls) / len(kls)
+    print(f"mean KL: transformers + fastgen {kl:.6f}, fastgen eval --f32-activations {cli_kl:.6f}")
+    assert cli_kl > 0 and abs(kl - cli_kl) <= 0.10 * cli_kl
+
+
+def test_heads_and_memory_after_generate(hf, model):
+    m, tok = hf
+    engine = fgt.enable(m, tok, "fastgen", threshold=0.9)
+    try:
+        greedy(m, model.tokenize(SHORT[1] * 6))
+        heads = engine.heads()
+        shape = (m.config.num_hidden_layers, m.config.num_key_value_heads)
+        assert heads["policy_index"].shape == shape and heads["recovery"].shape[:2] == shape
+        mem = engine.memory()
+        assert heads["kept"].sum() == mem["rows_kept"] < mem["rows_full"]
+    finally:
+        fgt.disable(m)
+
+
+def test_errors_say_what_is_wrong(hf, model):
+    m, tok = hf
+    with pytest.raises(ValueError, match="not enabled"):
+        fgt.disable(m)
+    with pytest.raises(ValueError, match="unknown field 'budgett'"):
+        fgt.enable(m, tok, "fastgen-adaptive", budgett=0.5)
+    assert m.config._attn_implementation == "sdpa"  # a refused enable() leaves the model as it was
+    with pytest.raises(ValueError, match="model type 'gpt2' is not supported"):
+        fgt.enable(GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=64)))
+    with pytest.raises(TypeError, match="PreTrainedModel"):
+        fgt.enable(torch.nn.Linear(2, 2))
+    engine = fgt.enable(m, tok, "fastgen-adaptive", budget=0.5)
+    try:
+        with pytest.raises(ValueError, match="already enabled"):
+            fgt.enable(m, tok)
+        with pytest.raises(ValueError, match="no forward has run"):
+            engine.memory()
+        ids = torch.tensor([model.tokenize(SHORT[1])] * 2)
+        mask = torch.ones_like(ids)
+        mask[1, 0] = 0
+        with pytest.raises(ValueError, match="padded batch"):
+            m.generate(ids, attention_mask=mask, max_new_tokens=2)
+        with pytest.raises(ValueError, match="input_ids"):
+            m(inputs_embeds=m.get_input_embeddings()(ids[:1]))
+        fgt.disable(m)
+        full = DynamicCache(config=m.config)
+        m(input_ids=ids[:1], past_key_values=full)  # transformers' own cache, with rows
+        engine = fgt.enable(m, tok)
+        with pytest.raises(ValueError, match="DynamicCache that holds rows"):
+            m(input_ids=ids[:1, -1:], past_key_values=full)
+        with pytest.raises(NotImplementedError, match="beam search"):
+            m.generate(ids[:1], attention_mask=mask[:1], max_new_tokens=2, num_beams=2, do_sample=False)
+        fgt.disable(m)
+        with pytest.raises(ValueError, match="observe='explicit'"):
+            fgt.enable(m, tok, "fastgen-adaptive", observe="explicit")
+        engine = fgt.enable(m, tok)
+        # a failed call left the engine usable
+        assert len(greedy(m, model.tokenize(SHORT[0]))[0]) > 0
+    finally:
+        fgt.disable(m)

@@ -185,7 +185,7 @@ class FastGenCache(Cache):
                              f"batch ({B} x {T}): call the model with input_ids (FastGen's token classes need "
                              "them; inputs_embeds are not supported)")
         dtype = q.dtype
-        q, k, v = (x.to(torch.float32) if x.dtype != torch.float32 else x for x in (q, k, v))
+        q, k, v = (x.detach().to(torch.float32) for x in (q, k, v))  # inference only: no gradient flows back
         if engine.io == "host" and q.device.type != "cpu":
             raise ValueError(f"fastgen: the model runs on {q.device} but the engine's activations are in host "
                              "memory; enable() on a CUDA model with a fastgen built with CUDA (io='device')")
@@ -216,7 +216,7 @@ class FastGenCache(Cache):
 
 
 def _attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-               attention_mask: torch.Tensor | None, scaling: float | None = None, dropout: float = 0.0,
+               attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
                **kwargs: Any) -> tuple[torch.Tensor, None]:
     """transformers' attention function "fastgen": the engine's attention over the rows each head keeps.
     Returns [B, T, Hq, D] as transformers' attention functions do (no attention weights)."""

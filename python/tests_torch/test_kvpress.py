@@ -1,0 +1,96 @@
+"""fastgen's methods as kvpress presses, on SmolLM2-135M-Instruct loaded by transformers from our GGUF file.
+
+Needs torch, transformers, gguf and kvpress (.ci/run installs them from PyPI); never skipped.
+"""
+
+import os
+import sys
+
+import numpy as np
+import pytest
+import torch
+import transformers
+from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, pipeline
+
+import kvpress  # noqa: F401 (registers kvpress' pipeline and patches the attention functions)
+import fastgen.transformers as fgt
+from fastgen.kvpress import FastGenPress
+
+SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir, "scripts")
+CONTEXT = ("The old lighthouse keeper lived alone on the rocky island. " * 8 + "The secret code is 48213. "
+           + "Every evening he climbed the stairs to light the lamp. " * 8)
+QUESTION = "What is the secret code?"
+
+
+@pytest.fixture(scope="module")
+def hf(model_path):
+    transformers.utils.logging.disable_progress_bar()
+    transformers.utils.logging.set_verbosity_error()
+    folder, name = os.path.split(os.path.abspath(model_path))
+    tok = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32).eval()
+    return model, tok
+
+
+@pytest.mark.parametrize("method,ratio", [("fastgen-adaptive", 0.5), ("fastgen", 0.0)])
+def test_press_masks_what_the_engine_drops(hf, model, method, ratio):
+    """The press's head-wise masks are the complement of the rows fastgen's own engine keeps (through
+    fastgen.transformers, f32 rows) on the same prompt, head for head."""
+    m, tok = hf
+    sys.path.insert(0, SCRIPTS)
+    import long_prompts
+
+    text = long_prompts.build(os.path.join(SCRIPTS, os.pardir, "tests", "data", "long-prompts.txt"))[0]
+    ids = torch.tensor([model.tokenize(text)])
+    n = ids.shape[1]
+    press = FastGenPress(ratio, method=method, tokenizer=tok)
+    with torch.no_grad(), press(m):
+        m.model(input_ids=ids, past_key_values=DynamicCache(config=m.config))
+    engine = fgt.enable(m, tok, method, kv_dtype="f32", **({"budget": 1 - ratio} if ratio else {}))
+    try:
+        cache = engine.new_cache()
+        with torch.no_grad():
+            m(input_ids=ids, past_key_values=cache)
+        ctx, seq = engine.context, cache.seqs[0]
+        kept = 0
+        for layer, module in enumerate(press._modules):
+            b, h, s = (x.numpy() for x in module.masked_key_indices)
+            assert (b == 0).all()
+            for head in range(m.config.num_key_value_heads):
+                want = np.setdiff1d(np.arange(n), ctx.positions(seq, layer, head))
+                assert np.array_equal(np.sort(s[h == head]), want), (layer, head)
+                kept += n - len(want)
+    finally:
+        fgt.disable(m)
+    assert press.kept_share == pytest.approx(kept / (n * len(press._modules) * m.config.num_key_value_heads))
+    if ratio:
+        assert press.kept_share <= 1 - ratio + 0.05
+
+
+def test_pipeline_answers(hf):
+    """kvpress' pipeline: fastgen's full method is no press at all; fastgen-adaptive at half the context's
+    rows still finds the code."""
+    m, tok = hf
+    pipe = pipeline("kv-press-text-generation", model=m, tokenizer=tok)
+    plain = pipe(CONTEXT, question=QUESTION, max_new_tokens=16)["answer"]
+    full = FastGenPress(0.0, method="full")
+    assert pipe(CONTEXT, question=QUESTION, press=full, max_new_tokens=16)["answer"] == plain
+    assert full.kept_share == 1.0
+    press = FastGenPress(0.5, tokenizer=tok)
+    answer = pipe(CONTEXT, question=QUESTION, press=press, max_new_tokens=16)["answer"]
+    print(f"FastGenPress(0.5): {answer!r}, rows kept {press.kept_share:.3f}")
+    assert "48213" in answer and press.kept_share <= 0.55
+
+
+def test_errors(hf):
+    m, _ = hf
+    with pytest.raises(ValueError, match="compression_ratio must be in"):
+        FastGenPress(1.0)
+    with pytest.raises(ValueError, match="unknown"):
+        FastGenPress(0.5, method="no-such-method")
+    with pytest.raises(ValueError, match="unknown field 'windw'"):
+        FastGenPress(0.5, options={"windw": 8})
+    press = FastGenPress(0.5)
+    with pytest.raises(ValueError, match="input_ids"), torch.no_grad(), press(m):
+        m.model(inputs_embeds=m.get_input_embeddings()(torch.tensor([[1, 2, 3]])),
+                past_key_values=DynamicCache(config=m.config))

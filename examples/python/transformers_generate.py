@@ -22,7 +22,10 @@ folder, name = os.path.split(fastgen.find_model())
 tok = AutoTokenizer.from_pretrained(folder, gguf_file=name)
 model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32).eval()
 
-doc = open("/usr/share/common-licenses/GPL-3", encoding="utf-8").read()[:4000]
+for path in ("/usr/share/common-licenses/GPL-3", os.path.join(os.path.dirname(os.__file__), "LICENSE.txt")):
+    if os.path.isfile(path):  # Debian's copy of the GPL, else Python's own license text
+        doc = open(path, encoding="utf-8").read()[:4000]
+        break
 messages = [{"role": "user", "content": f"{doc}\n\nWhich license is this text, and who wrote it?"}]
 inputs = tok.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)
 n = inputs["input_ids"].shape[1]

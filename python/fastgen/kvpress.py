@@ -19,6 +19,8 @@ What that costs: kvpress keeps one padded tensor per layer, so a masked row stay
 saves no bytes; the same decision in fastgen's own engine (:mod:`fastgen.transformers`, the CLI) frees
 the rows. The masks also stay as the prefill left them (kvpress compresses the context only), where
 fastgen's engine keeps sliding each head's window and re-ranking its heavy hitters while decoding.
+The engine runs on the host (backend "cpu" by default): on a GPU model each layer's q, k, v are copied to
+the host once for the decision.
 """
 
 from __future__ import annotations
@@ -123,6 +125,8 @@ class FastGenPress(BasePress):
         finally:
             hook.remove()
             self._release()
+            self._ids = None
+            self._modules = []
 
     def _capture(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
         ids = kwargs.get("input_ids", args[0] if args else None)
@@ -139,6 +143,10 @@ class FastGenPress(BasePress):
     def compress(self, module: torch.nn.Module, hidden_states: torch.Tensor, keys: torch.Tensor,
                  values: torch.Tensor, attentions: torch.Tensor, kwargs: dict) -> tuple[torch.Tensor, torch.Tensor]:
         ctx = self._ctx
+        if ctx is None or not self._modules:
+            raise ValueError("FastGenPress: apply it as `with press(model):` (or through kvpress' pipeline); inside "
+                             "another press (ComposedPress, ChunkPress, PerLayerCompressionPress...) it never "
+                             "sees the model's layers and token ids")
         layer = module.layer_idx
         B, _, n, _ = keys.shape
         if layer == 0:

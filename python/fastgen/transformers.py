@@ -7,7 +7,7 @@
     engine.heads()                                         # every head's policy, kept rows, recoveries
     fgt.disable(model)                                     # transformers' own attention again
 
-Two extension points of transformers (>= 4.56) carry it, nothing is patched:
+Two extension points of transformers (5.x; tested with 5.2) carry it, nothing is patched:
 
 * an attention function registered as ``"fastgen"`` (transformers' ``AttentionInterface``),
   which the model's attention layers call with q, k, v after RoPE;
@@ -31,8 +31,9 @@ import threading
 import weakref
 from typing import Any
 
+import numpy as np
 import torch
-from transformers import AttentionInterface, Cache, DynamicCache, PreTrainedModel
+from transformers import AttentionInterface, Cache, PreTrainedModel
 from transformers.cache_utils import CacheLayerMixin
 
 import fastgen
@@ -89,6 +90,12 @@ class _Layer(CacheLayerMixin):
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor,
                cache_kwargs: dict[str, Any] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        # This returns only the new rows: attention other than fastgen's would see no past at all
+        if getattr(_active, "key", None) is not None:
+            _active.cache = _active.key = None
+            raise RuntimeError("FastGenCache: the previous layer's k, v were not taken by fastgen's attention; "
+                               "a FastGenCache works only on a model where fastgen.transformers.enable() is on")
+        self._cache._check_usable()
         self.is_initialized = True
         _active.cache = self._cache
         _active.key = key_states
@@ -115,7 +122,7 @@ class _Layer(CacheLayerMixin):
     def batch_select_indices(self, indices: torch.Tensor) -> None:
         raise NotImplementedError("FastGenCache: selecting batch rows is not supported")
 
-    def batch_repeat_interleave(self, repeats: int) -> None:  # FastGenCache does it for all layers at once
+    def batch_repeat_interleave(self, repeats: int) -> None:  # FastGenCache refuses it for all layers at once
         pass
 
 
@@ -124,9 +131,13 @@ def _destroy_all(ctx: fastgen.Context, seqs: list[int]) -> None:
         for s in seqs:
             try:
                 ctx.destroy(s)
-            except ValueError:
+            except (ValueError, RuntimeError):  # a context busy in another thread: its close frees them
                 pass
     seqs.clear()
+
+
+# fastgen.Context.memory's fields that belong to a sequence (the others are the context's pool)
+_SEQ_FIELDS = ("kv_bytes_held", "kv_bytes_full", "meta_bytes_held", "rows_kept", "rows_full", "kv_bytes_alone")
 
 
 class FastGenCache(Cache):
@@ -141,7 +152,8 @@ class FastGenCache(Cache):
         self._engine = engine
         super().__init__(layers=[_Layer(self, i) for i in range(engine.n_layers)])
         self.seqs: list[int] = []  # one engine sequence per batch row
-        self._tokens: torch.Tensor | None = None  # this forward's token ids [B, T]
+        self._tokens: np.ndarray | None = None  # this forward's token ids [B, T], int32
+        self._broken = ""  # why a forward failed halfway (the layers disagree on what they hold)
         self._finalizer = weakref.finalize(self, _destroy_all, engine.context, self.seqs)
 
     def close(self) -> None:
@@ -149,11 +161,17 @@ class FastGenCache(Cache):
         self._finalizer()
 
     def memory(self) -> dict[str, int]:
-        """KV memory of this cache's sequences, summed: kv_bytes_held, kv_bytes_full, rows_kept, rows_full."""
-        total: dict[str, int] = {}
+        """KV memory of this cache's sequences, summed over its rows (kv_bytes_held, kv_bytes_full,
+        meta_bytes_held, rows_kept, rows_full, kv_bytes_alone), and the engine's pool (pool_bytes,
+        pages_in_use, pages_free: every cache of the engine)."""
+        ctx = self._engine.context
+        total = dict(ctx.memory())
+        for key in _SEQ_FIELDS:
+            total[key] = 0
         for s in self.seqs:
-            for key, value in self._engine.context.memory(s).items():
-                total[key] = total.get(key, 0) + value
+            m = ctx.memory(s)
+            for key in _SEQ_FIELDS:
+                total[key] += m[key]
         return total
 
     def heads(self, row: int = 0) -> dict[str, Any]:
@@ -165,51 +183,75 @@ class FastGenCache(Cache):
         return self._engine.context.heads(self.seqs[row])
 
     def batch_repeat_interleave(self, repeats: int) -> None:
-        """num_return_sequences > 1: each sequence forked (copy on write) repeats - 1 times."""
         if self.seqs:
-            ctx = self._engine.context
-            out = []
-            for s in self.seqs:
-                out.append(s)
-                out += [ctx.fork(s) for _ in range(repeats - 1)]
-            self.seqs[:] = out
+            raise NotImplementedError("FastGenCache: expanding a cache that holds rows (num_return_sequences on a "
+                                      "passed cache) is not supported; pass none and generate() prefills each row")
+
+    def _check_usable(self) -> None:
+        if self._engine.context.closed:
+            raise ValueError("FastGenCache: its engine was disabled (the context is closed); make a new cache")
+        if self._broken:
+            raise ValueError(f"FastGenCache: a forward failed halfway ({self._broken}); its layers no longer hold "
+                             "the same positions: make a new cache (engine.new_cache())")
+
+    def _start(self, input_ids: torch.Tensor) -> None:
+        """A forward begins: its ids kept, the batch checked against the rows the cache holds."""
+        self._check_usable()
+        ids = input_ids.detach().to("cpu", torch.int32).numpy()
+        if self.seqs and len(self.seqs) != ids.shape[0]:
+            raise ValueError(f"FastGenCache: it holds {len(self.seqs)} batch rows, the forward has {ids.shape[0]}")
+        self._tokens = ids
 
     # -- the attention function's side
 
     def _attend(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        try:
+            return self._attend_layer(layer, q, k, v)
+        except Exception as e:
+            if any(lay.seen for lay in self.layers):
+                self._broken = f"layer {layer}: {e}"
+            raise
+
+    def _attend_layer(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         engine = self._engine
         ctx = engine.context
         B, Hq, T, D = q.shape
-        if self._tokens is None or tuple(self._tokens.shape) != (B, T):
+        tokens = self._tokens
+        if tokens is None or tokens.shape != (B, T):
             raise ValueError("fastgen: the forward's token ids are unknown or do not match the attention's "
                              f"batch ({B} x {T}): call the model with input_ids (FastGen's token classes need "
                              "them; inputs_embeds are not supported)")
         dtype = q.dtype
-        q, k, v = (x.detach().to(torch.float32) for x in (q, k, v))  # inference only: no gradient flows back
+        q, k, v = (x.detach().to(torch.float32) for x in (q, k, v))  # inference: _attention refuses training
         if engine.io == "host" and q.device.type != "cpu":
             raise ValueError(f"fastgen: the model runs on {q.device} but the engine's activations are in host "
                              "memory; enable() on a CUDA model with a fastgen built with CUDA (io='device')")
         lay = self.layers[layer]
-        tokens = self._tokens
-        if lay.seen == 0:  # the prompt: each row its own sequence, profiled and compressed at its prefill
-            if layer == 0 and not self.seqs:
-                ids = tokens.to("cpu", torch.int32).numpy()
-                self.seqs.extend(ctx.create(ids[b]) for b in range(B))
-            if len(self.seqs) != B:
-                raise ValueError(f"fastgen: the cache holds {len(self.seqs)} sequences, the forward {B}")
+        if lay.seen == 0 and layer == 0 and not self.seqs:  # each row its own sequence
+            made = []
+            try:
+                for b in range(B):
+                    made.append(ctx.create(tokens[b]))
+            except ValueError as e:
+                for s in made:
+                    ctx.destroy(s)
+                raise ValueError(f"fastgen: {B} batch rows do not fit the engine ({e}); enable(max_seqs=) sets "
+                                 "how many rows its caches hold at once, cache.close() frees a cache's") from e
+            self.seqs.extend(made)
+        if len(self.seqs) != B:
+            raise ValueError(f"fastgen: the cache holds {len(self.seqs)} sequences, the forward {B}")
+        if lay.seen == 0:  # the prompt: each sequence profiled and compressed at its prefill
             out = q.new_empty((B, T, Hq, D))
             for b in range(B):
                 ctx.prefill(self.seqs[b], layer, q[b].transpose(0, 1).contiguous(),
                             k[b].transpose(0, 1).contiguous(), v[b].transpose(0, 1).contiguous(), out=out[b])
         elif T == 1:  # a decode step for the whole batch at once
-            ids = tokens[:, 0].to("cpu", torch.int32).numpy()
-            out = ctx.decode(layer, self.seqs, ids, q[:, :, 0].contiguous(), k[:, :, 0].contiguous(),
+            out = ctx.decode(layer, self.seqs, tokens[:, 0], q[:, :, 0].contiguous(), k[:, :, 0].contiguous(),
                              v[:, :, 0].contiguous()).view(B, 1, Hq, D)
         else:  # more tokens onto a cache that has some (a next turn): appended, the cache stays compressed
             out = q.new_empty((B, T, Hq, D))
-            ids = tokens.to("cpu", torch.int32).numpy()
             for b in range(B):
-                ctx.append(self.seqs[b], layer, ids[b], q[b].transpose(0, 1).contiguous(),
+                ctx.append(self.seqs[b], layer, tokens[b], q[b].transpose(0, 1).contiguous(),
                            k[b].transpose(0, 1).contiguous(), v[b].transpose(0, 1).contiguous(), out=out[b])
         lay.seen += T
         return out if dtype == torch.float32 else out.to(dtype)
@@ -225,8 +267,9 @@ def _attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, 
         raise RuntimeError("fastgen attention runs with a FastGenCache only: enable() installs one on the model's "
                            "forward; pass past_key_values=engine.new_cache() when calling a submodule directly")
     _active.cache = _active.key = None
-    if dropout:
-        raise ValueError("fastgen attention: dropout is not supported (put the model in eval mode)")
+    if dropout or (module.training and torch.is_grad_enabled()):
+        raise ValueError("fastgen attention is for inference: no gradient flows through it (model.eval(), or "
+                         "torch.no_grad())")
     head_dim = query.shape[-1]
     if scaling is not None and abs(scaling - head_dim ** -0.5) > 1e-6 * head_dim ** -0.5:
         raise ValueError(f"fastgen attention: scaling {scaling} is not 1/sqrt(head_dim) = {head_dim ** -0.5}")
@@ -252,15 +295,25 @@ class Engine:
         self.n_layers = cfg.num_hidden_layers
         n_q, n_kv = cfg.num_attention_heads, getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // n_q
-        device = next(model.parameters()).device
+        devices = {p.device for p in model.parameters()}
+        if len(devices) > 1:
+            raise ValueError(f"fastgen.transformers: the model spans {len(devices)} devices; fastgen's engine "
+                             "serves one")
+        device = devices.pop()
         self.io = "device" if device.type == "cuda" else "host"
-        stream = torch.cuda.current_stream(device).cuda_stream if self.io == "device" else None
-        self.compression = compression
+        stream = None
+        if self.io == "device":  # the engine queues its work on the stream current at enable()
+            stream = torch.cuda.current_stream(device).cuda_stream
+            backend = backend or ("hip" if getattr(torch.version, "hip", None) else "cuda")
+        self.compression = compression  # what every sequence compresses by
         self.context = fastgen.Context(
             self.n_layers, n_q, n_kv, head_dim, classes=classes, backend=backend, kv_dtype=kv_dtype,
             max_seqs=max_seqs, max_seq_len=max_seq_len or cfg.max_position_embeddings, threads=threads,
             io=self.io, stream=stream, compression=compression)
         self.last_cache: FastGenCache | None = None
+        # transformers' own empty caches (generate() makes one; a caller may pass one) and the FastGenCache
+        # that stands in for each, so a loop that passes the same object forward after forward continues it
+        self._stand_ins: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._hook: Any = None
         self._previous_attn = cfg._attn_implementation
 
@@ -286,20 +339,28 @@ class Engine:
         if input_ids is None:
             raise ValueError("fastgen: call the model with input_ids (FastGen's token classes need the ids; "
                              "inputs_embeds alone are not supported)")
-        cache = kwargs.get("past_key_values")
-        if not isinstance(cache, FastGenCache):
-            if cache is not None and not (isinstance(cache, DynamicCache) and cache.get_seq_length() == 0):
-                raise ValueError(f"fastgen: the forward got a {type(cache).__name__} that holds rows; fastgen keeps "
-                                 "its own (pass past_key_values=engine.new_cache(), or none)")
+        _active.cache = _active.key = None
+        given = kwargs.get("past_key_values")
+        if isinstance(given, FastGenCache):
+            given._check_usable()
+            cache = given
+        elif given is None:
             cache = self.new_cache()
-            kwargs["past_key_values"] = cache
+        elif given in self._stand_ins:
+            cache = self._stand_ins[given]
+        elif isinstance(given, Cache) and given.get_seq_length() == 0:
+            cache = self._stand_ins[given] = self.new_cache()
+        else:
+            raise ValueError(f"fastgen: the forward got a {type(given).__name__} that holds rows fastgen never saw; "
+                             "fastgen keeps its own (pass past_key_values=engine.new_cache(), or none)")
+        kwargs["past_key_values"] = cache
         if cache._engine is not self:
             raise ValueError("fastgen: this FastGenCache belongs to another engine")
         mask = kwargs.get("attention_mask")
         if cache.get_seq_length() == 0 and mask is not None and mask.dim() == 2 and not bool(mask.all()):
             raise ValueError("fastgen: a padded batch (attention_mask with zeros) is not supported: each row is its "
                              "own sequence; batch prompts of equal length or generate one at a time")
-        cache._tokens = input_ids
+        cache._start(input_ids)
         self.last_cache = cache
         return args, kwargs
 

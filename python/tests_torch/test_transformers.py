@@ -144,6 +144,32 @@ def test_heads_and_memory_after_generate(hf, model):
         fgt.disable(m)
 
 
+def test_a_loop_with_its_own_cache(hf, model):
+    """The common hand-written loop: one transformers cache object passed forward after forward. fastgen
+    stands one FastGenCache in for it, so the loop continues its sequence (transformers' greedy ids)."""
+    m, tok = hf
+    ids = model.tokenize(SHORT[1])
+    want = greedy(m, ids)[0]
+
+    def loop():
+        cache, got, x = DynamicCache(config=m.config), [], torch.tensor([ids])
+        with torch.no_grad():
+            for _ in range(STEPS):
+                nxt = int(m(input_ids=x, past_key_values=cache).logits[0, -1].argmax())
+                got.append(nxt)
+                x = torch.tensor([[nxt]])
+        return got
+
+    engine = fgt.enable(m, tok, "full", kv_dtype="f32")
+    try:
+        assert loop()[:len(want)] == want
+        mem = engine.memory()
+        assert mem["rows_kept"] == m.config.num_hidden_layers * m.config.num_key_value_heads * (len(ids) + STEPS - 1)
+        assert mem["pool_bytes"] == engine.context.memory()["pool_bytes"]  # the pool counted once
+    finally:
+        fgt.disable(m)
+
+
 def test_errors_say_what_is_wrong(hf, model):
     m, tok = hf
     with pytest.raises(ValueError, match="not enabled"):
@@ -180,6 +206,24 @@ def test_errors_say_what_is_wrong(hf, model):
         with pytest.raises(ValueError, match="observe='explicit'"):
             fgt.enable(m, tok, "fastgen-adaptive", observe="explicit")
         engine = fgt.enable(m, tok)
+        stale = engine.new_cache()
+        m(input_ids=ids[:1], past_key_values=stale)
+        m.set_attn_implementation("sdpa")  # attention that is not fastgen's would see no past: refused
+        with pytest.raises(RuntimeError, match="not taken by fastgen's attention"):
+            m(input_ids=ids[:1, -1:], past_key_values=stale)
+        m.set_attn_implementation("fastgen")
+        fgt.disable(m)
+        engine = fgt.enable(m, tok)
+        with pytest.raises(ValueError, match="engine was disabled"):
+            m(input_ids=ids[:1, -1:], past_key_values=stale)
+        with pytest.raises(ValueError, match="holds 1 batch rows, the forward has 2"):
+            c = engine.new_cache()
+            m(input_ids=ids[:1], past_key_values=c)
+            m(input_ids=ids[:, -1:], past_key_values=c)
+        m.train()
+        with pytest.raises(ValueError, match="for inference"):
+            m(input_ids=ids[:1])
+        m.eval()
         # a failed call left the engine usable
         assert len(greedy(m, model.tokenize(SHORT[0]))[0]) > 0
     finally:

@@ -1,0 +1,149 @@
+#!/usr/bin/env python3
+"""The needle in real text (scripts/needle.py) through kvpress' pipeline: kvpress' presses beside fastgen's
+methods as presses (fastgen.kvpress) and fastgen's own engine (fastgen.transformers), on the same token ids.
+
+kvpress' shape: the document is prefilled and compressed before the question is known; the question and
+the answer follow in the same user turn. SmolLM2-135M-Instruct loaded by transformers from our GGUF file
+(fp32), greedy answers of at most 12 tokens; a case counts when the answer holds the code.
+
+    python3 scripts/kvpress_needle.py --split test --ratios 0.5,0.75
+    (needs torch, transformers, gguf, kvpress: pip install -r python/requirements-torch.txt)
+
+Not in CI: 15 cases x 14 runs take ~20 minutes on 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+import transformers
+from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
+
+import kvpress
+from kvpress import (AdaKVPress, ExpectedAttentionPress, KeyDiffPress, KVzipPress, SnapKVPress, StreamingLLMPress,
+                     TOVAPress)
+
+import fastgen
+import fastgen.transformers as fgt
+from fastgen.bench import cpu_name
+from fastgen.kvpress import FastGenPress
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+QUESTION = "What is the access code for the archive?"
+ANSWER = "The access code for the archive is"  # needle.py's answer prefix
+
+
+def cases(split: str, count: int) -> list[tuple[str, str]]:
+    out = subprocess.run([sys.executable, os.path.join(HERE, "needle.py"), "--split", split, "--form", "turns",
+                          "--plain", "--count", str(count)], capture_output=True, text=True, check=True).stdout
+    rows = []
+    for line in out.splitlines():
+        key, doc, _ = line.split("\t")
+        rows.append((key, doc.replace("\\n", "\n").replace("\\\\", "\\")))
+    return rows
+
+
+def engine_answer(model, tok, pipe, doc: str, method: str, ratio: float) -> tuple[str, float]:
+    """fastgen's own engine in kvpress' shape: the document's ids prefilled (and compressed), then the
+    question's appended, then greedy decoding, on the ids kvpress' pipeline makes."""
+    inputs = pipe.preprocess(doc, [QUESTION], answer_prefix=ANSWER, max_context_length=1 << 30)
+    engine = fgt.enable(model, tok, method, **({"budget": 1 - ratio} if ratio else {}))
+    try:
+        cache = engine.new_cache()
+        with torch.no_grad():
+            model(input_ids=inputs["context_ids"], past_key_values=cache)
+            kept = cache.memory()
+            out = model(input_ids=inputs["questions_ids"][0], past_key_values=cache)
+            ids = []
+            for _ in range(12):
+                nxt = int(out.logits[0, -1].argmax())
+                ids.append(nxt)
+                if nxt == tok.eos_token_id:
+                    break
+                out = model(input_ids=torch.tensor([[nxt]]), past_key_values=cache)
+        cache.close()
+    finally:
+        fgt.disable(model)
+    return tok.decode(ids, skip_special_tokens=True), kept["rows_kept"] / kept["rows_full"]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--split", default="test", choices=("dev", "test"))
+    ap.add_argument("--count", type=int, default=15)
+    ap.add_argument("--ratios", default="0.5,0.75", help="compression ratios (share of rows dropped)")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--verbose", action="store_true", help="print every answer")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    transformers.utils.logging.disable_progress_bar()
+    transformers.utils.logging.set_verbosity_error()
+    folder, name = os.path.split(fastgen.find_model())
+    tok = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32).eval()
+    # KVzipPress loads the tokenizer from the model's name_or_path, which a GGUF file does not give it
+    tok_dir = tempfile.mkdtemp(prefix="fastgen-tok-")
+    tok.save_pretrained(tok_dir)
+    model.config._name_or_path = tok_dir
+    pipe = pipeline("kv-press-text-generation", model=model, tokenizer=tok)
+    data = cases(args.split, args.count)
+    ratios = [float(r) for r in args.ratios.split(",")]
+
+    def presses(r: float) -> dict:
+        return {
+            "fastgen engine: fastgen-adaptive": ("engine", "fastgen-adaptive"),
+            "FastGenPress fastgen-adaptive": FastGenPress(r, tokenizer=tok),
+            "FastGenPress snapkv": FastGenPress(r, method="snapkv", tokenizer=tok),
+            "FastGenPress tova": FastGenPress(r, method="tova", tokenizer=tok),
+            "kvpress SnapKV": SnapKVPress(r),
+            "kvpress AdaKV(SnapKV)": AdaKVPress(SnapKVPress(r)),
+            "kvpress TOVA": TOVAPress(r),
+            "kvpress KeyDiff": KeyDiffPress(r),
+            "kvpress ExpectedAttention": ExpectedAttentionPress(r),
+            "kvpress StreamingLLM": StreamingLLMPress(r),
+            "kvpress KVzip": KVzipPress(r),
+        }
+
+    table: dict[str, dict[float, list]] = {}
+    full_hits = 0
+    t0 = time.time()
+    for i, (key, doc) in enumerate(data):
+        answer = pipe(doc, question=QUESTION, answer_prefix=ANSWER, max_new_tokens=12)["answer"]
+        full_hits += key in answer
+        if args.verbose:
+            print(f"{key} full: {answer!r}", file=sys.stderr)
+        for r in ratios:
+            for label, press in presses(r).items():
+                if isinstance(press, tuple):
+                    answer, kept = engine_answer(model, tok, pipe, doc, press[1], r)
+                else:
+                    answer = pipe(doc, question=QUESTION, answer_prefix=ANSWER, press=press, max_new_tokens=12)["answer"]
+                    kept = getattr(press, "kept_share", None)
+                    kept = 1 - r if kept is None else kept
+                if args.verbose:
+                    print(f"{key} {label} {r}: {answer!r}", file=sys.stderr)
+                cell = table.setdefault(label, {}).setdefault(r, [0, 0.0])
+                cell[0] += key in answer
+                cell[1] += kept
+        print(f"# case {i + 1}/{len(data)} done at {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
+    print(f"# {cpu_name()}, torch {torch.__version__}, transformers {transformers.__version__}, kvpress "
+          f"{importlib.metadata.version('kvpress')}, fastgen {fastgen.__version__}; "
+          f"needle {args.split} split, {len(data)} cases, kvpress' pipeline shape (question after compression)")
+    print(f"full cache (no press): {full_hits} of {len(data)}")
+    head = " | ".join(f"{100 * (1 - r):.0f} % kept: found (rows kept)" for r in ratios)
+    print(f"| method | {head} |")
+    print("| --- |" + " --- |" * len(ratios))
+    for label, by_r in table.items():
+        cells = " | ".join(f"{by_r[r][0]} ({100 * by_r[r][1] / len(data):.0f} %)" for r in ratios)
+        print(f"| {label} | {cells} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -46,8 +46,9 @@ __all__ = ["FastGenPress"]
 class FastGenPress(BasePress):
     """A fastgen method as a kvpress press (the context's compression, head by head).
 
-    compression_ratio: the share of the context's rows to drop (kvpress' convention); fastgen's budget
-    is 1 - compression_ratio (0: the method's own choice: the paper's threshold for "fastgen").
+    compression_ratio: the share of the context's rows to drop (kvpress' convention): the budget of
+    fastgen-adaptive, the ratios of a one-entry preset (:meth:`compression`); 0: the method as it is
+    (the paper's "fastgen" chooses its memory by its threshold, and takes only 0).
     method: a fastgen preset (``fastgen.presets()``: "fastgen-adaptive", "fastgen", "snapkv", ...).
     options: the preset's fields to override (``{"window": 32}``), as :func:`fastgen.compression`.
     tokenizer: the model's (FastGen's special and punctuation classes); None: BOS and EOS special only.
@@ -73,11 +74,24 @@ class FastGenPress(BasePress):
         self._ids: torch.Tensor | None = None
 
     def compression(self) -> fastgen.Compression:
-        """The engine's compression: the method, its options, the budget from compression_ratio."""
-        overrides = dict(self.options)
-        if self.compression_ratio > 0:
-            overrides["budget"] = 1.0 - self.compression_ratio
-        return fastgen.compression(self.method, **overrides)
+        """The engine's compression: the method with its options, keeping 1 - compression_ratio of the rows:
+        the budget of a method that takes one (fastgen-adaptive, fastgen-budget); for a one-entry preset its
+        window and frequent (or snapshot) ratios, split evenly where it has both (as fastgen eval sets them)."""
+        comp = fastgen.compression(self.method, **self.options)
+        if self.compression_ratio == 0:
+            return comp
+        share = 1.0 - self.compression_ratio
+        if comp.budget > 0 or comp.allocation == "adaptive":
+            return comp.replace(budget=share)
+        parts = comp.shortlist[0].components.split("+") if len(comp.shortlist) == 1 else []
+        local, other = "local" in parts, "frequent" in parts or "snapshot" in parts
+        if not parts or "full" in parts or not (local or other):
+            raise ValueError(f"FastGenPress: method {self.method!r} sets its own memory (a threshold, or the full "
+                             "cache): use compression_ratio=0 with it, or a method with a budget or ratios")
+        r = share / 2 if local and other else share
+        entry = dataclasses.replace(comp.shortlist[0], ratio_local=r if local else 0.0,
+                                    ratio_frequent=r if other else 0.0)
+        return comp.replace(shortlist=[entry])
 
     def post_init_from_model(self, model: PreTrainedModel) -> None:
         cfg = model.config

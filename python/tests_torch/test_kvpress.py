@@ -13,6 +13,7 @@ import transformers
 from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, pipeline
 
 import kvpress  # noqa: F401 (registers kvpress' pipeline and patches the attention functions)
+import fastgen
 import fastgen.transformers as fgt
 from fastgen.kvpress import FastGenPress
 
@@ -83,6 +84,21 @@ def test_pipeline_answers(hf):
     assert "48213" in answer and press.kept_share <= 0.55
 
 
+@pytest.mark.parametrize("method", ["snapkv", "adakv", "h2o", "tova", "streamingllm", "fastgen-adaptive"])
+def test_compression_ratio_is_the_rows_dropped(method):
+    """compression_ratio 0.5 keeps half the prompt's rows under every method (a budget, or a one-entry
+    preset's ratios), as the engine counts them after a prefill."""
+    ctx = fastgen.Context(2, 4, 2, 16, vocab_size=100, backend="ref", max_seqs=1, max_seq_len=2048)
+    rng = np.random.default_rng(0)
+    n = 1000
+    seq = ctx.create(rng.integers(0, 100, n).astype(np.int32), FastGenPress(0.5, method=method).compression())
+    for layer in range(2):
+        ctx.prefill(seq, layer, *(rng.standard_normal((n, h, 16), dtype=np.float32) for h in (4, 2, 2)))
+    mem = ctx.memory(seq)
+    ctx.close()
+    assert abs(mem["rows_kept"] / mem["rows_full"] - 0.5) <= 0.01
+
+
 def test_errors(hf):
     m, _ = hf
     with pytest.raises(ValueError, match="compression_ratio must be in"):
@@ -91,6 +107,8 @@ def test_errors(hf):
         FastGenPress(0.5, method="no-such-method")
     with pytest.raises(ValueError, match="unknown field 'windw'"):
         FastGenPress(0.5, options={"windw": 8})
+    with pytest.raises(ValueError, match="sets its own memory"):
+        FastGenPress(0.5, method="fastgen")  # the paper's threshold: compression_ratio=0 only
     press = FastGenPress(0.5)
     with pytest.raises(ValueError, match="input_ids"), torch.no_grad(), press(m):
         m.model(inputs_embeds=m.get_input_embeddings()(torch.tensor([[1, 2, 3]])),

@@ -243,6 +243,10 @@ fg_status fg_compression_params_check(const fg_compression_params *p) {
         return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
                         "budget must be in [0, 1] (got %g) and budget_tokens >= 0 (got %d); 0 turns budget mode off",
                         (double)p->budget, (int)p->budget_tokens);
+    if (p->allocation == FG_ALLOC_SHORTLIST && p->n_policies == 1 && (p->budget > 0.0f || p->budget_tokens > 0))
+        return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
+                        "budget mode chooses among shortlist entries, and a one-entry shortlist has nothing to "
+                        "choose: size its entry by ratio_local / ratio_frequent instead");
     if (p->append_mode != FG_APPEND_KEEP && p->append_mode != FG_APPEND_REPROFILE)
         return fg_error(NULL, FG_ERR_INVALID_ARGUMENT, "unknown append mode %d (FG_APPEND_KEEP 0, FG_APPEND_REPROFILE 1)",
                         (int)p->append_mode);

@@ -267,7 +267,8 @@ typedef struct fg_compression_params {
      * by recovery gained per row kept. Ratio-based entries then grow with the
      * sequence, so the kept share stays near the budget while decoding. A
      * recovery that is not finite (NaN or infinite attention) ranks below
-     * every real one; every such search ends whatever the floats. */
+     * every real one; every such search ends whatever the floats. A
+     * one-entry shortlist has nothing to choose: refused with a budget. */
     float budget;                         /* KV rows kept / full, in [0, 1]; 0 = off */
     int32_t budget_tokens;                /* > 0: at most this many rows per KV head on average (the smaller wins) */
     fg_append_mode append_mode;           /* fg_seq_append: FG_APPEND_KEEP (default) or FG_APPEND_REPROFILE */

@@ -134,6 +134,9 @@ static void test_params_and_classes(void) {
     } while (0)
     REFUSED("streamingllm", cp.allocation = FG_ALLOC_ADAKV);
     REFUSED("adakv", cp.budget = 0.5f);
+    REFUSED("h2o", cp.budget = 0.5f); /* one entry: a budget would have nothing to choose, and be ignored */
+    EXPECT(strstr(fg_last_error(NULL), "one-entry") != NULL, "says why: %s", fg_last_error(NULL));
+    REFUSED("snapkv", cp.budget_tokens = 64);
     REFUSED("adakv", cp.append_mode = FG_APPEND_REPROFILE);
     REFUSED("fastgen", cp.shortlist[2].components = FG_KEEP_FREQUENT | FG_KEEP_SNAPSHOT);
     EXPECT(strstr(fg_last_error(NULL), "snapshot") != NULL, "says why: %s", fg_last_error(NULL));

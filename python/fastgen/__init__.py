@@ -175,15 +175,34 @@ class Compression:
         return d
 
 
-def compression(method: str | Compression = "fastgen", **overrides: Any) -> Compression:
+def compression(method: str | Compression = "fastgen", kept: float | None = None, **overrides: Any) -> Compression:
     """A compression by preset name (or an existing one) with keyword overrides.
+
+    kept: the share of the rows to keep, whatever the method: the budget of a budget mode
+    (fastgen-adaptive, fastgen-budget), or a one-entry preset's window and frequent (or snapshot)
+    ratios, split evenly where it has both (as ``fastgen eval`` sets them at matched memory).
 
     >>> compression("fastgen-adaptive", budget=0.25, window=64).budget
     0.25
+    >>> compression("h2o", kept=0.5).shortlist[0].ratio_local
+    0.25
     """
-    if isinstance(method, Compression):
-        return method.replace(**overrides)
-    return Compression.preset(method, **overrides)
+    comp = method.replace(**overrides) if isinstance(method, Compression) else Compression.preset(method, **overrides)
+    if kept is None:
+        return comp
+    if not 0 < kept <= 1:
+        raise ValueError(f"compression: kept must be in (0, 1], got {kept}")
+    if comp.budget > 0 or comp.allocation == "adaptive":
+        return comp.replace(budget=kept)
+    parts = comp.shortlist[0].components.split("+") if len(comp.shortlist) == 1 else []
+    local, other = "local" in parts, "frequent" in parts or "snapshot" in parts
+    if not parts or "full" in parts or not (local or other):
+        name = comp.method or "this compression"
+        raise ValueError(f"compression: {name} sets its own memory (a threshold, or the full cache), so it takes "
+                         "no kept=; use a method with a budget (fastgen-adaptive) or one-entry ratios (h2o, snapkv...)")
+    r = kept / 2 if local and other else kept
+    entry = dataclasses.replace(comp.shortlist[0], ratio_local=r if local else 0.0, ratio_frequent=r if other else 0.0)
+    return comp.replace(shortlist=[entry])
 
 
 def _compression_fields(comp: Compression | dict | str | None, overrides: dict) -> dict | None:

@@ -74,24 +74,13 @@ class FastGenPress(BasePress):
         self._ids: torch.Tensor | None = None
 
     def compression(self) -> fastgen.Compression:
-        """The engine's compression: the method with its options, keeping 1 - compression_ratio of the rows:
-        the budget of a method that takes one (fastgen-adaptive, fastgen-budget); for a one-entry preset its
-        window and frequent (or snapshot) ratios, split evenly where it has both (as fastgen eval sets them)."""
-        comp = fastgen.compression(self.method, **self.options)
-        if self.compression_ratio == 0:
-            return comp
-        share = 1.0 - self.compression_ratio
-        if comp.budget > 0 or comp.allocation == "adaptive":
-            return comp.replace(budget=share)
-        parts = comp.shortlist[0].components.split("+") if len(comp.shortlist) == 1 else []
-        local, other = "local" in parts, "frequent" in parts or "snapshot" in parts
-        if not parts or "full" in parts or not (local or other):
-            raise ValueError(f"FastGenPress: method {self.method!r} sets its own memory (a threshold, or the full "
-                             "cache): use compression_ratio=0 with it, or a method with a budget or ratios")
-        r = share / 2 if local and other else share
-        entry = dataclasses.replace(comp.shortlist[0], ratio_local=r if local else 0.0,
-                                    ratio_frequent=r if other else 0.0)
-        return comp.replace(shortlist=[entry])
+        """The engine's compression: the method with its options, keeping 1 - compression_ratio of the rows
+        (:func:`fastgen.compression`'s ``kept``: fastgen-adaptive's budget, a one-entry preset's ratios)."""
+        try:
+            return fastgen.compression(self.method, kept=1.0 - self.compression_ratio if self.compression_ratio
+                                       else None, **self.options)
+        except ValueError as e:
+            raise ValueError(f"FastGenPress: {e}") from e
 
     def post_init_from_model(self, model: PreTrainedModel) -> None:
         cfg = model.config

@@ -107,7 +107,7 @@ def test_errors(hf):
         FastGenPress(0.5, method="no-such-method")
     with pytest.raises(ValueError, match="unknown field 'windw'"):
         FastGenPress(0.5, options={"windw": 8})
-    with pytest.raises(ValueError, match="sets its own memory"):
+    with pytest.raises(ValueError, match="fastgen sets its own memory"):
         FastGenPress(0.5, method="fastgen")  # the paper's threshold: compression_ratio=0 only
     press = FastGenPress(0.5)
     with pytest.raises(ValueError, match="input_ids"), torch.no_grad(), press(m):

@@ -23,7 +23,7 @@ import time
 
 import torch
 import transformers
-from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache
+from transformers import DynamicCache
 
 import fastgen
 import fastgen.transformers as fgt
@@ -74,12 +74,8 @@ def main() -> None:
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
-    transformers.utils.logging.disable_progress_bar()
-    transformers.utils.logging.set_verbosity_error()
     path = args.model or fastgen.find_model()
-    folder, name = os.path.split(os.path.abspath(path))
-    tok = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32).eval()
+    model, tok = fgt.from_gguf(path)
     fm = fastgen.Model(path)
     ids = prompt_ids(fm, args.prompt)
     fm.close()

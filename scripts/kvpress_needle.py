@@ -24,9 +24,8 @@ import time
 
 import torch
 import transformers
-from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
+from transformers import pipeline
 
-import kvpress
 from kvpress import (AdaKVPress, ExpectedAttentionPress, KeyDiffPress, KVzipPress, SnapKVPress, StreamingLLMPress,
                      TOVAPress)
 
@@ -83,11 +82,7 @@ def main() -> None:
     ap.add_argument("--verbose", action="store_true", help="print every answer")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    transformers.utils.logging.disable_progress_bar()
-    transformers.utils.logging.set_verbosity_error()
-    folder, name = os.path.split(fastgen.find_model())
-    tok = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32).eval()
+    model, tok = fgt.from_gguf()
     # KVzipPress loads the tokenizer from the model's name_or_path, which a GGUF file does not give it
     tok_dir = tempfile.mkdtemp(prefix="fastgen-tok-")
     tok.save_pretrained(tok_dir)

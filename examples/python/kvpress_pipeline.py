@@ -6,21 +6,13 @@ or the default cache). Each press compresses the context to half its rows, then 
 Run: python examples/python/kvpress_pipeline.py   (needs torch, transformers, gguf, kvpress)
 """
 
-import os
-
-import torch
-import transformers
 from kvpress import SnapKVPress, TOVAPress
-from transformers import AutoModelForCausalLM, AutoTokenizer, pipeline
+from transformers import pipeline
 
-import fastgen
+import fastgen.transformers as fgt
 from fastgen.kvpress import FastGenPress
 
-transformers.utils.logging.disable_progress_bar()
-transformers.utils.logging.set_verbosity_error()
-folder, name = os.path.split(fastgen.find_model())
-tok = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32).eval()
+model, tok = fgt.from_gguf()  # SmolLM2 from scripts/get-models.sh's cache, or $FASTGEN_MODEL
 pipe = pipeline("kv-press-text-generation", model=model, tokenizer=tok)
 
 context = ("The old lighthouse keeper lived alone on the rocky island. " * 8 + "The secret code is 48213. "

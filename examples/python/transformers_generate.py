@@ -9,18 +9,9 @@ Run: python examples/python/transformers_generate.py   (needs torch, transformer
 
 import os
 
-import torch
-import transformers
-from transformers import AutoModelForCausalLM, AutoTokenizer
-
-import fastgen
 import fastgen.transformers as fgt
 
-transformers.utils.logging.disable_progress_bar()
-transformers.utils.logging.set_verbosity_error()
-folder, name = os.path.split(fastgen.find_model())
-tok = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32).eval()
+model, tok = fgt.from_gguf()  # SmolLM2 from scripts/get-models.sh's cache, or $FASTGEN_MODEL
 
 for path in ("/usr/share/common-licenses/GPL-3", os.path.join(os.path.dirname(os.__file__), "LICENSE.txt")):
     if os.path.isfile(path):  # Debian's copy of the GPL, else Python's own license text

@@ -37,7 +37,7 @@ from transformers import PreTrainedModel
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 import fastgen
-from fastgen.transformers import SUPPORTED, token_classes
+from fastgen.transformers import model_shape, token_classes
 
 __all__ = ["FastGenPress"]
 
@@ -84,27 +84,13 @@ class FastGenPress(BasePress):
 
     def post_init_from_model(self, model: PreTrainedModel) -> None:
         cfg = model.config
-        if cfg.model_type not in SUPPORTED:
-            raise ValueError(f"FastGenPress: model type {cfg.model_type!r} is not supported (supported: "
-                             f"{', '.join(SUPPORTED)})")
-        n_q = cfg.num_attention_heads
-        n_kv = getattr(cfg, "num_key_value_heads", None) or n_q
-        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // n_q
-        key = (id(model), cfg.num_hidden_layers, n_q, n_kv, head_dim, self.kv_dtype, self.backend, self.threads,
-               id(self.tokenizer))
+        shape = model_shape(cfg)
+        key = (id(model), shape, self.kv_dtype, self.backend, self.threads, id(self.tokenizer))
         if self._ctx is not None and self._ctx_key == key:
             self._ctx.set_compression(self.compression())
             return
         self.close()
-        if self.tokenizer is not None:
-            classes = token_classes(self.tokenizer, cfg.vocab_size)
-        else:
-            classes = fastgen.TokenClasses(cfg.vocab_size)
-            for i in (cfg.bos_token_id, cfg.eos_token_id):
-                for j in (i if isinstance(i, list) else [i]):
-                    if j is not None and 0 <= j < cfg.vocab_size:
-                        classes.set(j, "special")
-        self._ctx = fastgen.Context(cfg.num_hidden_layers, n_q, n_kv, head_dim, classes=classes,
+        self._ctx = fastgen.Context(*shape, classes=token_classes(self.tokenizer, cfg),
                                     backend=self.backend, kv_dtype=self.kv_dtype, max_seqs=8,
                                     max_seq_len=cfg.max_position_embeddings, threads=self.threads,
                                     compression=self.compression())

@@ -27,18 +27,20 @@ with CUDA (``io="device"``).
 
 from __future__ import annotations
 
+import os
 import threading
 import weakref
 from typing import Any
 
 import numpy as np
 import torch
-from transformers import AttentionInterface, Cache, PreTrainedModel
+import transformers
+from transformers import AttentionInterface, AutoModelForCausalLM, AutoTokenizer, Cache, PreTrainedModel
 from transformers.cache_utils import CacheLayerMixin
 
 import fastgen
 
-__all__ = ["Engine", "FastGenCache", "disable", "enable", "token_classes"]
+__all__ = ["Engine", "FastGenCache", "disable", "enable", "from_gguf", "token_classes"]
 
 SUPPORTED = ("llama", "mistral", "qwen2", "qwen3")
 _NAME = "fastgen"
@@ -48,10 +50,40 @@ _NAME = "fastgen"
 _active = threading.local()
 
 
-def token_classes(tokenizer: Any, vocab_size: int) -> fastgen.TokenClasses:
+def from_gguf(path: str | os.PathLike | None = None, dtype: torch.dtype = torch.float32) -> tuple[Any, Any]:
+    """(model, tokenizer): a GGUF file loaded by transformers (dequantized to dtype, in eval mode), quietly;
+    default: SmolLM2-135M-Instruct where scripts/get-models.sh caches it (:func:`fastgen.find_model`)."""
+    transformers.utils.logging.disable_progress_bar()
+    transformers.utils.logging.set_verbosity_error()
+    folder, name = os.path.split(os.path.abspath(os.fspath(path) if path is not None else fastgen.find_model()))
+    tok = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=dtype).eval()
+    return model, tok
+
+
+def model_shape(cfg: Any) -> tuple[int, int, int, int]:
+    """(n_layers, n_q_heads, n_kv_heads, head_dim) of a supported model's config; other types refused."""
+    if cfg.model_type not in SUPPORTED:
+        raise ValueError(f"fastgen.transformers: model type {cfg.model_type!r} is not supported (supported: "
+                         f"{', '.join(SUPPORTED)})")
+    n_q = cfg.num_attention_heads
+    n_kv = getattr(cfg, "num_key_value_heads", None) or n_q
+    return cfg.num_hidden_layers, n_q, n_kv, getattr(cfg, "head_dim", None) or cfg.hidden_size // n_q
+
+
+def token_classes(tokenizer: Any, cfg: Any) -> fastgen.TokenClasses:
     """FastGen's token classes (special, punctuation) from a transformers tokenizer's vocabulary:
     byte-level BPE pieces (GPT-2, Llama 3, SmolLM2, Qwen) or SentencePiece pieces (Llama 2, Mistral);
-    the tokenizer's special and added special tokens are special."""
+    the tokenizer's special and added special tokens are special. Without a tokenizer, the config's
+    BOS and EOS are special and every other id ordinary."""
+    vocab_size = cfg.vocab_size
+    if tokenizer is None:
+        classes = fastgen.TokenClasses(vocab_size)
+        for i in (cfg.bos_token_id, cfg.eos_token_id):
+            for j in (i if isinstance(i, list) else [i]):
+                if j is not None and 0 <= j < vocab_size:
+                    classes.set(j, "special")
+        return classes
     n = min(vocab_size, len(tokenizer))
     pieces: list[str | None] = list(tokenizer.convert_ids_to_tokens(list(range(n))))
     pieces += [None] * (vocab_size - n)
@@ -121,9 +153,6 @@ class _Layer(CacheLayerMixin):
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
         raise NotImplementedError("FastGenCache: selecting batch rows is not supported")
-
-    def batch_repeat_interleave(self, repeats: int) -> None:  # FastGenCache refuses it for all layers at once
-        pass
 
 
 def _destroy_all(ctx: fastgen.Context, seqs: list[int]) -> None:
@@ -292,9 +321,7 @@ class Engine:
                  kv_dtype: str, max_seqs: int, max_seq_len: int | None, threads: int,
                  compression: fastgen.Compression) -> None:
         cfg = model.config
-        self.n_layers = cfg.num_hidden_layers
-        n_q, n_kv = cfg.num_attention_heads, getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
-        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // n_q
+        self.n_layers, n_q, n_kv, head_dim = model_shape(cfg)
         devices = {p.device for p in model.parameters()}
         if len(devices) > 1:
             raise ValueError(f"fastgen.transformers: the model spans {len(devices)} devices; fastgen's engine "
@@ -381,9 +408,7 @@ def enable(model: PreTrainedModel, tokenizer: Any = None, method: str | fastgen.
         raise TypeError(f"fastgen.transformers.enable: expected a transformers PreTrainedModel, got "
                         f"{type(model).__name__}")
     cfg = model.config
-    if cfg.model_type not in SUPPORTED:
-        raise ValueError(f"fastgen.transformers: model type {cfg.model_type!r} is not supported (supported: "
-                         f"{', '.join(SUPPORTED)})")
+    model_shape(cfg)  # a supported model type
     if getattr(cfg, "use_sliding_window", False) or (cfg.model_type == "mistral" and cfg.sliding_window):
         raise ValueError("fastgen.transformers: sliding-window attention is not supported (set the config's "
                          "sliding_window to None for full attention)")
@@ -395,15 +420,7 @@ def enable(model: PreTrainedModel, tokenizer: Any = None, method: str | fastgen.
     if comp.observe == "explicit":
         raise ValueError("fastgen.transformers: observe='explicit' needs a reconstruction pass, which generate() "
                          "does not run; use the tail (the default) here")
-    vocab = cfg.vocab_size
-    if tokenizer is not None:
-        classes = token_classes(tokenizer, vocab)
-    else:
-        classes = fastgen.TokenClasses(vocab)
-        for i in (cfg.bos_token_id, cfg.eos_token_id):
-            for j in (i if isinstance(i, list) else [i]):
-                if j is not None and 0 <= j < vocab:
-                    classes.set(j, "special")
+    classes = token_classes(tokenizer, cfg)
     engine = Engine(model, classes, backend=backend, kv_dtype=kv_dtype, max_seqs=max_seqs, max_seq_len=max_seq_len,
                     threads=threads, compression=comp)
     model.set_attn_implementation(_NAME)

@@ -9,8 +9,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-import transformers
-from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, pipeline
+from transformers import DynamicCache, pipeline
 
 import kvpress  # noqa: F401 (registers kvpress' pipeline and patches the attention functions)
 import fastgen
@@ -25,12 +24,7 @@ QUESTION = "What is the secret code?"
 
 @pytest.fixture(scope="module")
 def hf(model_path):
-    transformers.utils.logging.disable_progress_bar()
-    transformers.utils.logging.set_verbosity_error()
-    folder, name = os.path.split(os.path.abspath(model_path))
-    tok = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32).eval()
-    return model, tok
+    return fgt.from_gguf(model_path)
 
 
 @pytest.mark.parametrize("method,ratio", [("fastgen-adaptive", 0.5), ("fastgen", 0.0)])

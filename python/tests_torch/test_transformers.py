@@ -8,8 +8,7 @@ import sys
 
 import pytest
 import torch
-import transformers
-from transformers import AutoModelForCausalLM, AutoTokenizer, DynamicCache, GPT2Config, GPT2LMHeadModel
+from transformers import DynamicCache, GPT2Config, GPT2LMHeadModel
 
 import fastgen
 import fastgen.transformers as fgt
@@ -24,13 +23,8 @@ STEPS = 32
 
 @pytest.fixture(scope="module")
 def hf(model_path):
-    transformers.utils.logging.disable_progress_bar()
-    transformers.utils.logging.set_verbosity_error()
     torch.set_num_threads(int(os.environ.get("FASTGEN_THREADS", "0")) or torch.get_num_threads())
-    folder, name = os.path.split(os.path.abspath(model_path))
-    tok = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32).eval()
-    return model, tok
+    return fgt.from_gguf(model_path)
 
 
 @pytest.fixture(scope="module")

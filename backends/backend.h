@@ -199,10 +199,23 @@ typedef fg_status fg_device_info_fn(fg_backend *be, fg_device_info *info);
  * reps runs timed by device events, in bytes moved per second. */
 typedef fg_status fg_bandwidth_fn(fg_backend *be, int copy, size_t bytes, int reps, double *bytes_per_s);
 
+/* Device time per kernel: on = 1 clears the sums and times every kernel of
+ * the ops that follow (each op then waits for its own work, so time them
+ * apart from a throughput run); on = 0 stops. Either way `out` gets up to
+ * `cap` sums (name, seconds, calls; "host" is the host's time in an op up to
+ * its first kernel) and *n their count. */
+typedef struct fg_kernel_time {
+    const char *name;
+    double seconds;
+    int64_t calls;
+} fg_kernel_time;
+typedef fg_status fg_kernel_times_fn(fg_backend *be, int on, fg_kernel_time *out, int32_t cap, int32_t *n);
+
 /* Entry points outside the op table, for the benchmarks and tests: a GPU
- * backend's "timer" (fg_timer_fn), "device_info" (fg_device_info_fn) and
- * "bandwidth" (fg_bandwidth_fn), looked up by name as ggml looks up a
- * backend's extras. NULL when the backend has none of that name. */
+ * backend's "timer" (fg_timer_fn), "device_info" (fg_device_info_fn),
+ * "bandwidth" (fg_bandwidth_fn) and "kernel_times" (fg_kernel_times_fn),
+ * looked up by name as ggml looks up a backend's extras. NULL when the
+ * backend has none of that name. */
 typedef void (*fg_backend_proc)(void);
 typedef fg_backend_proc fg_get_proc_fn(const char *name);
 

@@ -122,9 +122,22 @@ int main(int argc, char **argv) {
                     return 1;
                 t[r] = bench_region(&be, dev, 1, t0);
             }
+            const double tm = bench_median(t, REPS);
+            fg_kernel_times_fn *ktimes = bench_kernel_times(&be);
+            if (dev && ktimes) { /* one call's parts, timed alone */
+                fg_kernel_time kt[8];
+                int32_t nk = 0;
+                if (ktimes(&be, 1, kt, 8, &nk) || be.ops->compact(&be, &L, &sh, n, akv, akv + kv_bytes / sizeof(float),
+                                                                  Hkv, heads) ||
+                    ktimes(&be, 0, kt, 8, &nk))
+                    return 1;
+                printf("# kernels %d %s (ms):", (int)n, fg_dtype_name(dt));
+                for (int32_t i = 0; i < nk; i++)
+                    printf(" %s %.4f", kt[i].name, 1e3 * kt[i].seconds);
+                printf("; the call took %.4f\n", 1e3 * tm);
+            }
             if (dev)
                 be.ops->buffer_free(&be, akv);
-            const double tm = bench_median(t, REPS);
             const double bytes = (double)keep * Hkv * 2 * (4.0 * d + (double)fg_row_bytes(dt, d));
             const double gbs = bytes / tm, bw = 2.0 * (double)probe_bytes / bench_median(tc, REPS);
             if (di < 2)

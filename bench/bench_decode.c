@@ -31,7 +31,11 @@
  *          bookkeeping of a step overlaps the device's work, as in an engine), the layer copies rotate past 4x the
  *          device's L2, and the ceiling is the device read-bandwidth probe,
  *          run between the steps of the same loop. Under HIP-CPU the figures
- *          are the host's and the header says so.
+ *          are the host's and the header says so. There, each group's
+ *          16-bit cases also run alone with the backend's per-kernel timing
+ *          ("# kernels" lines: the host's bookkeeping, then each kernel's
+ *          device time a step, and their sum beside the step's time above:
+ *          a step whose time is well above the sum waits on the host).
  */
 #define FG_EXPERIMENTAL /* FG_ADAPTIVE_*, fg_cpu_describe (fastgen.h) */
 #include <math.h>
@@ -339,6 +343,31 @@ int main(int argc, char **argv) {
                         }
                     }
                     (void)sink;
+                    fg_kernel_times_fn *ktimes = bench_kernel_times(&be);
+                    if (dev && ktimes && di == 0) /* the 16-bit cases' kernels, one at a time: where a step goes */
+                        for (int x = 0; x < N_MIX; x++) {
+                            bench_case *c = &cases[x];
+                            fg_kernel_time kt[16];
+                            int32_t nk = 0;
+                            const fg_shape shape = {m->Hq, m->Hkv, m->d};
+                            if (ktimes(&be, 1, kt, 16, &nk))
+                                return 1;
+                            for (int x2 = 0; x2 < DEV_STEPS; x2++)
+                                if (be.ops->decode_step(&be, &L, &shape, c->n_heads,
+                                                        c->heads + (size_t)(x2 % c->R) * c->n_heads))
+                                    return 1;
+                            if (ktimes(&be, 0, kt, 16, &nk))
+                                return 1;
+                            double dev_sum = 0.0;
+                            printf("# kernels %s %d x%d %s %s (ms a step):", m->name, (int)t, (int)B,
+                                   fg_dtype_name(dt), k_mix_name[x]);
+                            for (int32_t i = 0; i < nk; i++) {
+                                printf(" %s %.4f", kt[i].name, 1e3 * kt[i].seconds / DEV_STEPS);
+                                if (strcmp(kt[i].name, "host"))
+                                    dev_sum += kt[i].seconds / DEV_STEPS;
+                            }
+                            printf("; device %.4f of the step's %.4f\n", 1e3 * dev_sum, 1e3 * bench_median(c->t, REPS));
+                        }
                     const double bw = (dev ? (double)probe_bytes : (double)(stream_n * sizeof(float))) /
                                       bench_median(t_stream, REPS);
                     const double t_full = bench_median(cases[MIX_FULL].t, REPS);

@@ -241,7 +241,9 @@ static void bench_sgemm_task(void *arg, int32_t me, int32_t thread) {
 static inline double bench_sgemm_rate(int M, int N, int K) {
 #ifdef FG_HAVE_BLAS
     const int T = bench_threads(), reps = 300;
+#ifdef FG_HAVE_OPENBLAS
     openblas_set_num_threads(1);
+#endif
     float *bufs = malloc(sizeof(float) * (size_t)T * (M * K + N * K + M * N));
     if (!bufs)
         return 0.0;
@@ -280,6 +282,9 @@ static inline fg_status bench_open_backend(int argc, char **argv, fg_backend *be
 
 /* A backend's benchmark extras (fg_get_proc_fn), NULL when it has none. */
 static inline fg_timer_fn *bench_timer(const fg_backend *be) { return (fg_timer_fn *)fg_backend_get_proc(be, "timer"); }
+static inline fg_kernel_times_fn *bench_kernel_times(const fg_backend *be) {
+    return (fg_kernel_times_fn *)fg_backend_get_proc(be, "kernel_times");
+}
 static inline fg_bandwidth_fn *bench_bandwidth(const fg_backend *be) {
     return (fg_bandwidth_fn *)fg_backend_get_proc(be, "bandwidth");
 }

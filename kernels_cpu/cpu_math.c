@@ -47,7 +47,7 @@ void fg_sgemm_nn(int32_t M, int32_t N, int32_t K, const float *A, int32_t lda, c
 }
 
 void fg_blas_single_thread(void) {
-#ifdef FG_HAVE_BLAS
+#ifdef FG_HAVE_OPENBLAS /* another BLAS (Debian's reference one) has no threads to set */
     openblas_set_num_threads(1);
 #endif
 }

@@ -2,6 +2,7 @@
  * buffers, the scratch arena, slot reads, and the op table. */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "kernels_cuda/gpu_common.cuh"
 
@@ -117,6 +118,77 @@ static fg_status gpu_timer(fg_backend *be, int stop, double *seconds) {
         GPU_CHECK(be, cudaEventElapsedTime(&ms, st->timer[0], st->timer[1]));
         *seconds = 1e-3 * ms;
     }
+    return FG_OK;
+}
+
+static double host_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Adds `seconds` to `name`'s sum (names are string literals: compared by text). */
+static void timing_add(fg_gpu_timing *t, const char *name, double seconds) {
+    int32_t i = 0;
+    while (i < t->n_names && strcmp(t->sum[i].name, name))
+        i++;
+    if (i == t->n_names) {
+        if (i == FG_GPU_TIMED)
+            return;
+        t->sum[t->n_names++] = fg_kernel_time{name, 0.0, 0};
+    }
+    t->sum[i].seconds += seconds;
+    t->sum[i].calls++;
+}
+
+void FG_GPU(mark_begin)(fg_backend *be) {
+    fg_gpu_timing *t = &((fg_gpu_state *)be->impl)->timing;
+    if (!t->on)
+        return;
+    t->n = 0;
+    t->host_t0 = host_seconds();
+    cudaEventRecord(t->ev[0], ((fg_gpu_state *)be->impl)->stream);
+}
+
+void FG_GPU(mark)(fg_backend *be, const char *kernel) {
+    fg_gpu_state *st = (fg_gpu_state *)be->impl;
+    fg_gpu_timing *t = &st->timing;
+    if (!t->on || t->n == FG_GPU_MARKS)
+        return;
+    if (t->n == 0) /* the host's part: everything before the first kernel ended in the queue */
+        timing_add(t, "host", host_seconds() - t->host_t0);
+    t->mark[t->n] = kernel;
+    cudaEventRecord(t->ev[++t->n], st->stream);
+}
+
+fg_status FG_GPU(mark_end)(fg_backend *be) {
+    fg_gpu_timing *t = &((fg_gpu_state *)be->impl)->timing;
+    if (!t->on || t->n == 0)
+        return FG_OK;
+    GPU_CHECK(be, cudaEventSynchronize(t->ev[t->n]));
+    for (int i = 0; i < t->n; i++) {
+        float ms = 0.0f;
+        GPU_CHECK(be, cudaEventElapsedTime(&ms, t->ev[i], t->ev[i + 1]));
+        timing_add(t, t->mark[i], 1e-3 * ms);
+    }
+    t->n = 0;
+    return FG_OK;
+}
+
+static fg_status gpu_kernel_times(fg_backend *be, int on, fg_kernel_time *out, int32_t cap, int32_t *n) {
+    fg_gpu_state *st = (fg_gpu_state *)be->impl;
+    fg_gpu_timing *t = &st->timing;
+    if (on) {
+        for (int i = 0; i <= FG_GPU_MARKS; i++) /* made once, on first use */
+            if (!t->ev[i])
+                GPU_CHECK(be, cudaEventCreate(&t->ev[i]));
+        t->n_names = 0;
+        t->n = 0;
+    }
+    t->on = on;
+    *n = t->n_names < cap ? t->n_names : cap;
+    for (int32_t i = 0; i < *n; i++)
+        out[i] = t->sum[i];
     return FG_OK;
 }
 
@@ -286,6 +358,9 @@ static void gpu_destroy(fg_backend *be) {
     for (int i = 0; i < 2; i++)
         if (st->timer[i])
             cudaEventDestroy(st->timer[i]);
+    for (int i = 0; i <= FG_GPU_MARKS; i++)
+        if (st->timing.ev[i])
+            cudaEventDestroy(st->timing.ev[i]);
     for (int i = 0; i < 2; i++)
         if (st->probe[i])
             cudaFree(st->probe[i]);
@@ -306,6 +381,8 @@ static fg_backend_proc gpu_get_proc(const char *name) {
         return (fg_backend_proc)gpu_device_info;
     if (!strcmp(name, "bandwidth"))
         return (fg_backend_proc)gpu_bandwidth;
+    if (!strcmp(name, "kernel_times"))
+        return (fg_backend_proc)gpu_kernel_times;
     return NULL;
 }
 
@@ -378,6 +455,11 @@ static cudaError_t gpu_state_init(fg_gpu_state *st) {
         st->n_sm = prop.multiProcessorCount;
     if (st->n_sm <= 0)
         st->n_sm = 16;
+    /* query heads per decode block: 4 by default (a block of 8 holds 180
+     * registers a thread on sm_90, one block per SM); 1, 2, 4 or 8 */
+    const char *env = getenv("FASTGEN_GPU_DECODE_HEADS");
+    const int heads = env ? atoi(env) : 4;
+    st->decode_heads = heads == 1 || heads == 2 || heads == 8 ? heads : 4;
     return e;
 }
 

@@ -64,6 +64,7 @@ __global__ static void compact_rows(fg_gpu_layout L, int32_t Hkv, int32_t vec, c
 extern "C" fg_status FG_GPU(compact)(fg_backend *be, const fg_page_layout *layout, const fg_shape *shape, int32_t n,
                                      const float *k, const float *v, int32_t n_heads, const fg_compact_head *heads) {
     fg_gpu_state *st = (fg_gpu_state *)be->impl;
+    FG_GPU(mark_begin)(be);
     const int32_t Hkv = shape->n_kv_heads, d = shape->head_dim, P = layout->page_tokens;
     int64_t slots = 0, pages = 0;
     int32_t max_keep = 0;
@@ -113,6 +114,7 @@ extern "C" fg_status FG_GPU(compact)(fg_backend *be, const fg_page_layout *layou
         dk = (const float *)(base + o_k);
         dv = (const float *)(base + o_v);
     }
+    FG_GPU(mark)(be, "upload");
     /* vectors of 4 when every source row and page row is aligned for them */
     const int32_t vec = d % 4 == 0 && ((uintptr_t)dk % 16) == 0 && ((uintptr_t)dv % 16) == 0 &&
                         !fg_dtype_quantized(layout->k_dtype); /* quantized rows: one thread a block */
@@ -120,7 +122,10 @@ extern "C" fg_status FG_GPU(compact)(fg_backend *be, const fg_page_layout *layou
     FG_LAUNCH(compact_rows, grid, FG_THREADS, 0, st->stream, fg_gpu_layout_of(layout), Hkv, vec, dk, dv,
               (const compact_desc *)base, (void *const *)(base + o_ptab), (const int32_t *)(base + o_pos),
               (const int32_t *)(base + o_from), (const uint8_t *)(base + o_flags), (const float *)(base + o_score));
+    FG_GPU(mark)(be, "compact");
     GPU_CHECK(be, cudaGetLastError());
+    if ((s = FG_GPU(mark_end)(be)))
+        return s;
     /* host I/O is synchronous; device I/O queues the copy and returns */
     return be->device_io ? FG_OK : FG_GPU(synchronize)(be);
 }

@@ -1,7 +1,10 @@
 /*
  * The decode step on the GPU (docs/design.md §2.5), four kernels, after FlashDecoding:
  *   attend_chunks  one block per (chunk of a head's cached rows, group of up
- *                  to 8 query heads). A row is read by a group of `lanes`
+ *                  to 4 query heads; FASTGEN_GPU_DECODE_HEADS=1|2|8 sets
+ *                  another cap). The block first resolves its rows'
+ *                  addresses (slot, row id, page) into shared memory, all at
+ *                  once; then a row is read by a group of `lanes`
  *                  threads, each loading EPL contiguous elements (16 bytes
  *                  for f16 and bf16 at d = 128, so a warp reads whole rows),
  *                  and each K and V row is read once for the query heads of
@@ -9,8 +12,8 @@
  *                  block merges them into one partial state (max, sum,
  *                  output) per query head, and keeps the logits of the rows
  *                  for the score update;
- *   merge_heads    one block per head: merges the partial states with the
- *                  new token and writes the output;
+ *   merge_heads    one block per (head, query head): merges the partial
+ *                  states with the new token and writes the output;
  *   update_rows    one block per chunk: grows the scores, turns rows leaving
  *                  the window into frequent candidates, counts the candidates
  *                  and finds the lowest-ranked (one atomic per block);
@@ -107,36 +110,57 @@ template <int ES> __device__ static inline float word_elem(const uint32_t *w, in
  * registers hold an output slice per head. */
 __host__ __device__ constexpr int max_heads_per_block(int epl) { return epl >= 16 ? 64 / epl : 8; }
 
-/* Dynamic shared memory of attend_chunks: q of the block's heads, then the
- * area for the row groups' merge, their max and sum, and (without warp
- * shuffles) the group sums. */
-static size_t attend_shared_bytes(int epl, int gbm, int d, int threads) {
+/* Dynamic shared memory of attend_chunks: the addresses of a tile of rows,
+ * q of the block's heads, then the area for the row groups' merge, their
+ * max and sum, and (without warp shuffles) the group sums. */
+static size_t attend_area_floats(int epl, int gbm, int threads) {
     size_t area = (size_t)threads * epl;
     if ((size_t)gbm * threads > area)
         area = (size_t)gbm * threads;
     if (FG_GROUP_SUM_SHARED && (size_t)ROWS_IN_FLIGHT * gbm * threads > area)
         area = (size_t)ROWS_IN_FLIGHT * gbm * threads;
-    return ((size_t)gbm * d + area) * sizeof(float);
+    return area;
+}
+static size_t attend_shared_bytes(int epl, int gbm, int d, int threads, int tile) {
+    return (size_t)tile * sizeof(void *) + ((size_t)gbm * d + attend_area_floats(epl, gbm, threads)) * sizeof(float);
 }
 
+/* Rows whose addresses a block resolves at once: the whole chunk where the
+ * shared memory allows (48 KB a block), else the most whole steps that fit. */
+static int32_t attend_tile(int32_t chunk, int32_t step, int epl, int gbm, int d) {
+    const size_t budget = 48 * 1024, fixed = attend_shared_bytes(epl, gbm, d, FG_THREADS, 0);
+    int32_t tile = chunk;
+    while (tile > step && fixed + (size_t)tile * sizeof(void *) > budget)
+        tile -= step;
+    return tile;
+}
+
+/* One block per (chunk, group of GBM query heads), the groups of a chunk
+ * next to each other in the grid, so that they read its rows from the L2
+ * together. A tile's row addresses are resolved first, every thread one row
+ * (slot -> row id -> page: dependent loads, but all rows at once); then a
+ * row group's loads depend on nothing but shared memory. Each row group
+ * keeps an online softmax, rescaled once per ROWS_IN_FLIGHT rows. */
 template <int ES, int EPL, int GBM>
-__global__ static void attend_chunks(fg_gpu_layout L, int32_t G, int32_t lanes, const decode_desc *heads,
+__global__ static void attend_chunks(fg_gpu_layout L, int32_t G, int32_t lanes, int32_t tile, const decode_desc *heads,
                                      const decode_item *items, void *const *ptab, float *praw, float *part) {
     constexpr int U = ROWS_IN_FLIGHT, NW = lane_words<ES, EPL>::n;
     FG_DYNAMIC_SHARED(float, sh);
-    const decode_item it = items[blockIdx.x];
+    const int32_t n_groups = (G + GBM - 1) / GBM, item = blockIdx.x / n_groups;
+    const decode_item it = items[item];
     const decode_desc h = heads[it.head];
     void *const *pages = ptab + h.page0, *const *meta = meta_pages(h, ptab);
     const int32_t d = L.head_dim, P = L.page_tokens, T = blockDim.x, dtype = L.dtype;
-    const int32_t g0 = blockIdx.y * GBM, GB = fg_imin(GBM, G - g0);
+    const int32_t g0 = (blockIdx.x % n_groups) * GBM, GB = fg_imin(GBM, G - g0);
     const int32_t lane = threadIdx.x % lanes, rg = threadIdx.x / lanes, RG = T / lanes;
     const bool lane_on = lane * EPL < d;
     const bool track = fg_tracks_scores(h.components);
-    float *qs = sh, *red = qs + GBM * d; /* [GBM][d], then the area */
+    const unsigned char **addr = (const unsigned char **)(void *)sh;  /* [tile] */
+    float *qs = sh + tile * (sizeof(void *) / sizeof(float)), *red = qs + GBM * d; /* [GBM][d], then the area */
+    const size_t row_stride = ES == 0 ? L.row_bytes : (size_t)d * ES, lane_at = ES == 0 ? 0 : (size_t)lane * EPL * ES;
     const float scale = 1.0f / sqrtf((float)d);
     for (int32_t i = threadIdx.x; i < GB * d; i += T)
         qs[i] = h.q[(size_t)g0 * d + i] * scale;
-    __syncthreads();
 
     float m[GBM], l[GBM], acc[GBM][EPL];
 FG_UNROLL
@@ -147,74 +171,99 @@ FG_UNROLL
         for (int e = 0; e < EPL; e++)
             acc[g][e] = 0.0f;
     }
-    /* row group rg takes rows begin + rg + j * RG: neighbouring groups read neighbouring rows */
-    const int32_t iters = (it.end - it.begin + RG * U - 1) / (RG * U); /* the same for every thread */
-    for (int32_t i = 0; i < iters; i++) {
-        uint32_t kw[U][NW], vw[U][NW];
-FG_UNROLL
-        for (int u = 0; u < U; u++) {
-            const int32_t r = it.begin + rg + (i * U + u) * RG;
-            if (r < it.end && lane_on) {
-                const int32_t row = *fg_slot_row(&L.pl, meta, r);
-                const unsigned char *page = (const unsigned char *)pages[row / P];
-                if constexpr (ES == 0) {
-                    const size_t at = (size_t)(row % P) * L.row_bytes;
-                    load_quant_words<EPL>(L, page + L.k_offset + at, lane * EPL, kw[u]);
-                    load_quant_words<EPL>(L, page + L.v_offset + at, lane * EPL, vw[u]);
-                } else {
-                    const size_t at = (size_t)(row % P) * d * ES + (size_t)lane * EPL * ES;
-                    load_words<ES, EPL>(page + L.k_offset + at, kw[u]);
-                    load_words<ES, EPL>(page + L.v_offset + at, vw[u]);
-                }
-            } else {
-FG_UNROLL
-                for (int w = 0; w < NW; w++)
-                    kw[u][w] = vw[u][w] = 0u;
-            }
+    for (int32_t t0 = it.begin; t0 < it.end; t0 += tile) {
+        const int32_t t1 = t0 + tile < it.end ? t0 + tile : it.end;
+        __syncthreads(); /* the previous tile's addresses are used (and, the first time, q is in) */
+        for (int32_t r = t0 + (int32_t)threadIdx.x; r < t1; r += T) {
+            const int32_t row = *fg_slot_row(&L.pl, meta, r);
+            addr[r - t0] = (const unsigned char *)pages[row / P] + (size_t)(row % P) * row_stride;
         }
-        float dot[U * GBM];
+        __syncthreads();
+        /* row group rg takes rows t0 + rg + j * RG: neighbouring groups read neighbouring rows */
+        const int32_t iters = (t1 - t0 + RG * U - 1) / (RG * U); /* the same for every thread */
+        for (int32_t i = 0; i < iters; i++) {
+            uint32_t kw[U][NW], vw[U][NW];
 FG_UNROLL
-        for (int u = 0; u < U; u++)
+            for (int u = 0; u < U; u++) {
+                const int32_t r = t0 + rg + (i * U + u) * RG;
+                if (r < t1 && lane_on) {
+                    const unsigned char *row = addr[r - t0];
+                    if constexpr (ES == 0) {
+                        load_quant_words<EPL>(L, row + L.k_offset, lane * EPL, kw[u]);
+                        load_quant_words<EPL>(L, row + L.v_offset, lane * EPL, vw[u]);
+                    } else {
+                        load_words<ES, EPL>(row + L.k_offset + lane_at, kw[u]);
+                        load_words<ES, EPL>(row + L.v_offset + lane_at, vw[u]);
+                    }
+                } else {
 FG_UNROLL
-            for (int g = 0; g < GBM; g++) {
-                float x = 0.0f;
-                if (g < GB && lane_on) {
-                    const float *qg = qs + g * d + lane * EPL;
-FG_UNROLL
-                    for (int e = 0; e < EPL; e++)
-                        x += qg[e] * word_elem<ES>(kw[u], e, dtype);
+                    for (int w = 0; w < NW; w++)
+                        kw[u][w] = vw[u][w] = 0u;
                 }
-                dot[u * GBM + g] = x;
             }
-        fg_group_sum_n<U * GBM>(dot, lanes, red);
+            float dot[U * GBM];
 FG_UNROLL
-        for (int u = 0; u < U; u++) {
-            const int32_t r = it.begin + rg + (i * U + u) * RG;
-            if (r >= it.end)
+            for (int u = 0; u < U; u++)
+FG_UNROLL
+                for (int g = 0; g < GBM; g++) {
+                    float x = 0.0f;
+                    if (g < GB && lane_on) {
+                        const float *qg = qs + g * d + lane * EPL;
+FG_UNROLL
+                        for (int e = 0; e < EPL; e++)
+                            x += qg[e] * word_elem<ES>(kw[u], e, dtype);
+                    }
+                    dot[u * GBM + g] = x;
+                }
+            fg_group_sum_n<U * GBM>(dot, lanes, red);
+            /* the rows of this round: r0 + u * RG for u < nu */
+            const int32_t r0 = t0 + rg + i * U * RG;
+            const int nu = r0 >= t1 ? 0 : fg_imin(U, (t1 - r0 + RG - 1) / RG);
+            if (nu == 0)
                 continue;
-            float vx[EPL];
-FG_UNROLL
-            for (int e = 0; e < EPL; e++)
-                vx[e] = word_elem<ES>(vw[u], e, dtype);
 FG_UNROLL
             for (int g = 0; g < GBM; g++) {
-                if (g < GB) {
-                    const float s = dot[u * GBM + g];
-                    const float mn = fmaxf(m[g], s), c = expf(m[g] - mn), p = expf(s - mn);
-                    l[g] = l[g] * c + p;
+                if (g >= GB)
+                    continue;
+                float mx = m[g];
 FG_UNROLL
-                    for (int e = 0; e < EPL; e++)
-                        acc[g][e] = acc[g][e] * c + p * vx[e];
-                    m[g] = mn;
-                    if (track && lane == 0)
-                        praw[h.praw + (size_t)(g0 + g) * h.n_slots + r] = s;
+                for (int u = 0; u < U; u++)
+                    if (u < nu)
+                        mx = fmaxf(mx, dot[u * GBM + g]);
+                const float c = expf(m[g] - mx); /* 0 the first time (m = -inf, mx finite) */
+                l[g] *= c;
+FG_UNROLL
+                for (int e = 0; e < EPL; e++)
+                    acc[g][e] *= c;
+                m[g] = mx;
+            }
+FG_UNROLL
+            for (int u = 0; u < U; u++) {
+                if (u >= nu)
+                    continue;
+                const int32_t r = r0 + u * RG;
+                float vx[EPL];
+FG_UNROLL
+                for (int e = 0; e < EPL; e++)
+                    vx[e] = word_elem<ES>(vw[u], e, dtype);
+FG_UNROLL
+                for (int g = 0; g < GBM; g++) {
+                    if (g < GB) {
+                        const float s = dot[u * GBM + g], p = expf(s - m[g]);
+                        l[g] += p;
+FG_UNROLL
+                        for (int e = 0; e < EPL; e++)
+                            acc[g][e] += p * vx[e];
+                        if (track && lane == 0)
+                            praw[h.praw + (size_t)(g0 + g) * h.n_slots + r] = s;
+                    }
                 }
             }
         }
     }
 
     /* merge the row groups: max, then the rescaled sums and outputs */
-    float *state = part + ((size_t)blockIdx.x * G + g0) * (d + 2); /* per query head: m, l, acc[d] */
+    float *state = part + ((size_t)item * G + g0) * (d + 2); /* per query head: m, l, acc[d] */
     __syncthreads();
     if (lane == 0)
 FG_UNROLL
@@ -303,11 +352,10 @@ __device__ static inline int32_t block_min_int(int32_t x, int32_t *sh) {
 
 __device__ static inline float block_min(float x, float *sh) { return -fg_block_max(-x, sh); }
 
-/* What merge_heads leaves for the later kernels of a head. */
+/* What the merge leaves for the later kernels of a head (besides ml). */
 struct head_stat {
     unsigned long long victim; /* min of (rank bits, position) over the frequent rows once the window moved */
     int32_t n_freq;            /* those rows */
-    float new_score;           /* the new token's pooled attention */
 };
 
 /* (rank, position) as one key whose minimum is the lowest rank, ties to the
@@ -316,47 +364,47 @@ __device__ static inline unsigned long long rank_key(float rank, int32_t pos) {
     return ((unsigned long long)fg_f32_bits(rank) << 32) | (uint32_t)pos;
 }
 
-/* Step 1, one block per head: the chunks' partial states and the new token
- * merge into the output; the per-query-head max and 1 / (sum * G) go to ml
- * for the score update. */
+/* Step 1, one block per (head, query head g): the chunks' partial states and
+ * the new token merge into g's output, the chunks taken by the block's
+ * threads together. ml[head][3G] gets g's max, 1 / (sum * G) for the score
+ * update, and the new token's share of the pooled attention (finish_heads
+ * adds the G shares in order). */
 __global__ static void merge_heads(fg_gpu_layout L, int32_t G, const decode_desc *heads, const float *part, float *ml,
                                    head_stat *hs) {
     FG_DYNAMIC_SHARED(float, red);
-    const decode_desc h = heads[blockIdx.x];
-    const int32_t d = L.head_dim;
+    const int32_t head = blockIdx.x / G, g = blockIdx.x % G, T = blockDim.x;
+    const decode_desc h = heads[head];
+    const int32_t d = L.head_dim, n = h.n_items;
     const float scale = 1.0f / sqrtf((float)d);
-    const float *qh = h.q, *kn = h.k, *vn = h.v;
-    float new_score = 0.0f;
-    for (int32_t g = 0; g < G; g++) {
-        float part_dot = 0.0f;
-        for (int32_t c = threadIdx.x; c < d; c += blockDim.x)
-            part_dot += qh[(size_t)g * d + c] * kn[c];
-        const float s_new = fg_block_sum(part_dot, red) * scale;
-        float m = s_new;
-        for (int32_t c = 0; c < h.n_items; c++)
-            m = fmaxf(m, part[(size_t)(h.item0 + c) * G * (d + 2) + (size_t)g * (d + 2)]);
-        const float p_new = expf(s_new - m);
-        float l = p_new;
-        for (int32_t c = 0; c < h.n_items; c++) {
-            const float *st = part + (size_t)(h.item0 + c) * G * (d + 2) + (size_t)g * (d + 2);
-            l += st[1] * expf(st[0] - m);
-        }
-        for (int32_t x = threadIdx.x; x < d; x += blockDim.x) {
-            float o = p_new * vn[x];
-            for (int32_t c = 0; c < h.n_items; c++) {
-                const float *st = part + (size_t)(h.item0 + c) * G * (d + 2) + (size_t)g * (d + 2);
-                o += expf(st[0] - m) * st[2 + x];
-            }
-            h.out[(size_t)g * d + x] = o / l;
-        }
-        if (threadIdx.x == 0) {
-            ml[(size_t)blockIdx.x * 2 * G + g] = m;
-            ml[(size_t)blockIdx.x * 2 * G + G + g] = 1.0f / (l * (float)G);
-        }
-        new_score += p_new / (l * (float)G);
+    const float *qh = h.q + (size_t)g * d, *kn = h.k, *vn = h.v;
+    const size_t stride = (size_t)G * (d + 2); /* from one chunk's state of g to the next's */
+    const float *st0 = part + (size_t)h.item0 * stride + (size_t)g * (d + 2);
+    float part_dot = 0.0f, mc = -INFINITY;
+    for (int32_t c = threadIdx.x; c < d; c += T)
+        part_dot += qh[c] * kn[c];
+    for (int32_t c = threadIdx.x; c < n; c += T)
+        mc = fmaxf(mc, st0[(size_t)c * stride]);
+    const float s_new = fg_block_sum(part_dot, red) * scale;
+    const float m = fmaxf(s_new, fg_block_max(mc, red));
+    const float p_new = expf(s_new - m);
+    float lc = 0.0f;
+    for (int32_t c = threadIdx.x; c < n; c += T)
+        lc += st0[(size_t)c * stride + 1] * expf(st0[(size_t)c * stride] - m);
+    const float l = p_new + fg_block_sum(lc, red);
+    for (int32_t x = threadIdx.x; x < d; x += T) {
+        float o = p_new * vn[x];
+        for (int32_t c = 0; c < n; c++)
+            o += expf(st0[(size_t)c * stride] - m) * st0[(size_t)c * stride + 2 + x];
+        h.out[(size_t)g * d + x] = o / l;
     }
-    if (threadIdx.x == 0)
-        hs[blockIdx.x] = head_stat{~0ull, 0, new_score};
+    if (threadIdx.x == 0) {
+        float *mh = ml + (size_t)head * 3 * G;
+        mh[g] = m;
+        mh[G + g] = 1.0f / (l * (float)G);
+        mh[2 * G + g] = p_new / (l * (float)G);
+        if (g == 0)
+            hs[head] = head_stat{~0ull, 0};
+    }
 }
 
 /* Steps 2 and 4a over the cached rows, one block per chunk: scores grow by
@@ -375,7 +423,7 @@ __global__ static void update_rows(fg_gpu_layout L, int32_t G, const decode_desc
         return;
     void *const *meta = meta_pages(h, ptab);
     const int32_t P = L.page_tokens, t = h.pos + 1, n = h.n_slots;
-    const float *M = ml + (size_t)it.head * 2 * G, *Linv = M + G;
+    const float *M = ml + (size_t)it.head * 3 * G, *Linv = M + G;
     int32_t cnt = 0;
     unsigned long long key = ~0ull;
     for (int32_t s = it.begin + threadIdx.x; s < it.end; s += blockDim.x) {
@@ -420,12 +468,15 @@ __global__ static void update_rows(fg_gpu_layout L, int32_t G, const decode_desc
  * candidates go until the budget holds (the first from update_rows' key,
  * any further one by block-wide scans); the slot count is checked against
  * the host's mirror. */
-__global__ static void finish_heads(fg_gpu_layout L, const decode_desc *heads, void *const *ptab, const head_stat *hs,
-                                    int32_t *status) {
+__global__ static void finish_heads(fg_gpu_layout L, int32_t G, const decode_desc *heads, void *const *ptab,
+                                    const float *ml, const head_stat *hs, int32_t *status) {
     FG_DYNAMIC_SHARED(float, red);
     int32_t *ired = (int32_t *)(red + blockDim.x);
     const decode_desc h = heads[blockIdx.x];
     const head_stat stat = hs[blockIdx.x];
+    float new_score = 0.0f; /* the new token's pooled attention: its G shares, in order */
+    for (int32_t g = 0; g < G; g++)
+        new_score += ml[(size_t)blockIdx.x * 3 * G + 2 * G + g];
     void *const *pages = ptab + h.page0, *const *meta = meta_pages(h, ptab);
     const int32_t P = L.page_tokens, t = h.pos + 1;
     const float *kn = h.k, *vn = h.v;
@@ -439,7 +490,7 @@ __global__ static void finish_heads(fg_gpu_layout L, const decode_desc *heads, v
         if (h.insert_flag) {
             ired[0] = fg_rows_take(&L.pl, meta, n);
             *fg_slot_pos(&L.pl, meta, n) = h.pos;
-            *fg_slot_score(&L.pl, meta, n) = track ? stat.new_score : 0.0f;
+            *fg_slot_score(&L.pl, meta, n) = track ? new_score : 0.0f;
             *fg_slot_flags(&L.pl, meta, n) = (uint8_t)h.insert_flag;
         }
     }
@@ -482,7 +533,7 @@ __global__ static void finish_heads(fg_gpu_layout L, const decode_desc *heads, v
             if (first) {
                 unsigned long long key = stat.victim;
                 if (new_freq) {
-                    const unsigned long long k = rank_key(fg_rank_score(h.score_mode, stat.new_score, h.pos, t), h.pos);
+                    const unsigned long long k = rank_key(fg_rank_score(h.score_mode, new_score, h.pos, t), h.pos);
                     key = k < key ? k : key;
                 }
                 victim_pos = (int32_t)(uint32_t)(key & 0xffffffffu);
@@ -543,7 +594,7 @@ static int32_t elems_per_lane(int32_t d, int32_t es) {
 /* The kernel for (element size, elements per lane, query heads per block). */
 #define ATTEND_LAUNCH(ES, EPL, GBM)                                                                                    \
     FG_LAUNCH((attend_chunks<ES, EPL, (GBM < max_heads_per_block(EPL) ? GBM : max_heads_per_block(EPL))>), grid,     \
-              FG_THREADS, shared, st->stream, L, G, lanes, dd, di, dp, draw, dpart)
+              FG_THREADS, shared, st->stream, L, G, lanes, tile, dd, di, dp, draw, dpart)
 #define ATTEND_GBM(ES, EPL)                                                                                            \
     switch (gbm) {                                                                                                     \
     case 1: ATTEND_LAUNCH(ES, EPL, 1); break;                                                                          \
@@ -572,6 +623,7 @@ static int32_t elems_per_lane(int32_t d, int32_t es) {
 extern "C" fg_status FG_GPU(decode_step)(fg_backend *be, const fg_page_layout *layout, const fg_shape *shape,
                                          int32_t n_heads, const fg_decode_head *heads) {
     fg_gpu_state *st = (fg_gpu_state *)be->impl;
+    FG_GPU(mark_begin)(be);
     const int32_t G = shape->n_q_heads / shape->n_kv_heads, d = shape->head_dim;
     /* element bytes, 0 for quantized rows (read like fp32 ones: 4 values a lane at least) */
     const int32_t es = fg_dtype_quantized(layout->k_dtype) ? 0 : layout->k_dtype == FG_DTYPE_F32 ? 4 : 2;
@@ -588,10 +640,9 @@ extern "C" fg_status FG_GPU(decode_step)(fg_backend *be, const fg_page_layout *l
                                    "32 lanes of 1 to 32 elements cover (G = %d, d = %d)",
                        (int)G, (int)d);
     int32_t gbm = 1; /* query heads per block: G rounded up to a power of two, within the registers */
-    while (gbm < G && gbm < max_heads_per_block(epl))
+    while (gbm < G && gbm < max_heads_per_block(epl) && gbm < st->decode_heads)
         gbm *= 2;
     const int32_t row_groups = FG_THREADS / lanes;
-    const size_t shared = attend_shared_bytes(epl, gbm, d, FG_THREADS);
     const bool host_io = !be->device_io;
 
     /* sizes: the upload (descriptors, chunks, page tables, host q / k / v) and the device work area */
@@ -602,6 +653,8 @@ extern "C" fg_status FG_GPU(decode_step)(fg_backend *be, const fg_page_layout *l
         rows += heads[i].n_slots;
     }
     const int32_t chunk = chunk_rows(rows, st->n_sm, row_groups * ROWS_IN_FLIGHT);
+    const int32_t tile = attend_tile(chunk, row_groups * ROWS_IN_FLIGHT, epl, gbm, d);
+    const size_t shared = attend_shared_bytes(epl, gbm, d, FG_THREADS, tile);
     int64_t n_items = 0;
     for (int32_t i = 0; i < n_heads; i++)
         n_items += (heads[i].n_slots + chunk - 1) / chunk;
@@ -614,7 +667,7 @@ extern "C" fg_status FG_GPU(decode_step)(fg_backend *be, const fg_page_layout *l
     const size_t part_bytes = (size_t)(n_items ? n_items : 1) * G * (d + 2) * sizeof(float);
     const size_t o_raw = fg_gpu_align(up_bytes), o_part = o_raw + fg_gpu_align((size_t)raw * 4);
     const size_t o_ml = o_part + fg_gpu_align(part_bytes);
-    const size_t o_hs = o_ml + fg_gpu_align((size_t)n_heads * 2 * G * sizeof(float));
+    const size_t o_hs = o_ml + fg_gpu_align((size_t)n_heads * 3 * G * sizeof(float));
     const size_t o_out = o_hs + fg_gpu_align((size_t)n_heads * sizeof(head_stat));
     unsigned char *base, *host;
     fg_status s = FG_GPU(scratch)(be, o_out + out_bytes + 256, &base);
@@ -666,30 +719,39 @@ extern "C" fg_status FG_GPU(decode_step)(fg_backend *be, const fg_page_layout *l
     const decode_item *di = (const decode_item *)(base + o_items);
     void *const *dp = (void *const *)(base + o_ptab);
     float *draw = (float *)(base + o_raw), *dpart = (float *)(base + o_part);
+    FG_GPU(mark)(be, "upload");
     if (n_items) {
-        const dim3 grid((unsigned)n_items, (unsigned)((G + gbm - 1) / gbm));
+        const unsigned grid = (unsigned)(n_items * ((G + gbm - 1) / gbm));
         if (es == 4)
             ATTEND_EPL(4)
         else if (es == 2)
             ATTEND_EPL(2)
         else
             ATTEND_EPL_QUANT
+        FG_GPU(mark)(be, "attend");
     }
     float *dml = (float *)(base + o_ml);
     head_stat *dhs = (head_stat *)(base + o_hs);
-    FG_LAUNCH(merge_heads, n_heads, FG_THREADS, FG_THREADS * sizeof(float), st->stream, L, G, dd, dpart, dml, dhs);
+    FG_LAUNCH(merge_heads, (unsigned)(n_heads * G), FG_THREADS, FG_THREADS * sizeof(float), st->stream, L, G, dd, dpart,
+              dml, dhs);
+    FG_GPU(mark)(be, "merge");
     if (n_items) {
         FG_LAUNCH(update_rows, (unsigned)n_items, FG_THREADS, FG_THREADS * (sizeof(float) + sizeof(unsigned long long)),
                   st->stream, L, G, dd, di, dp, draw, dml, dhs);
+        FG_GPU(mark)(be, "update");
     }
-    FG_LAUNCH(finish_heads, n_heads, FG_THREADS, 2 * FG_THREADS * sizeof(float), st->stream, L, dd, dp, dhs,
+    FG_LAUNCH(finish_heads, n_heads, FG_THREADS, 2 * FG_THREADS * sizeof(float), st->stream, L, G, dd, dp, dml, dhs,
               st->d_error);
+    FG_GPU(mark)(be, "finish");
     GPU_CHECK(be, cudaGetLastError());
     if (!host_io)
-        return FG_OK; /* the engine's stream runs on; errors show at the next synchronisation */
+        return FG_GPU(mark_end)(be); /* the engine's stream runs on; errors show at the next synchronisation */
 
     /* host I/O: the outputs come back through the staging buffer, and the step is checked */
     GPU_CHECK(be, cudaMemcpyAsync(host, dout, out_bytes, cudaMemcpyDeviceToHost, st->stream));
+    FG_GPU(mark)(be, "read back");
+    if ((s = FG_GPU(mark_end)(be)))
+        return s;
     if ((s = FG_GPU(synchronize)(be)))
         return s;
     for (int32_t i = 0; i < n_heads; i++)

@@ -71,6 +71,22 @@ typedef struct fg_gpu_stage {
     int pending;
 } fg_gpu_stage;
 
+/* Per-kernel device time for the benchmarks (the "kernel_times" extra):
+ * while on, an op records an event before its first kernel and after each
+ * one (fg_gpu_mark), then waits for them (fg_gpu_mark_end) and adds the
+ * time between each pair to that kernel's name, and the host's time up to
+ * its first kernel to "host". Off, the marks cost a branch. */
+#define FG_GPU_MARKS 8  /* marks in one op */
+#define FG_GPU_TIMED 24 /* names timed */
+typedef struct fg_gpu_timing {
+    int on, n;
+    double host_t0; /* the op's start on the host clock */
+    cudaEvent_t ev[FG_GPU_MARKS + 1];
+    const char *mark[FG_GPU_MARKS];
+    int32_t n_names;
+    fg_kernel_time sum[FG_GPU_TIMED];
+} fg_gpu_timing;
+
 /* Backend state: the stream (its own, or the engine's), a device scratch
  * arena that only grows, the staging buffers, and a sticky device flag that
  * the decode step raises when a head ends with a slot count the host did not
@@ -88,6 +104,8 @@ typedef struct fg_gpu_state {
     cudaEvent_t timer[2];
     void *probe[2]; /* the bandwidth probe's buffers, kept between calls */
     size_t probe_bytes;
+    int32_t decode_heads; /* most query heads one decode block takes (FASTGEN_GPU_DECODE_HEADS) */
+    fg_gpu_timing timing;
 } fg_gpu_state;
 
 /* Grows the arena to `bytes` (contents not kept) and returns its base. */
@@ -99,6 +117,12 @@ fg_status FG_GPU(upload)(fg_backend *be, unsigned char *base, size_t *at, const 
  * copy that last read it); then stage_upload copies its first `bytes` to dev. */
 fg_status FG_GPU(stage)(fg_backend *be, size_t bytes, unsigned char **host);
 fg_status FG_GPU(stage_upload)(fg_backend *be, void *dev, const unsigned char *host, size_t bytes);
+/* Per-kernel timing (fg_gpu_timing): mark_begin at an op's start, mark
+ * after each kernel with its name (a string literal), mark_end before the op
+ * returns. No-ops unless the "kernel_times" extra turned timing on. */
+void FG_GPU(mark_begin)(fg_backend *be);
+void FG_GPU(mark)(fg_backend *be, const char *kernel);
+fg_status FG_GPU(mark_end)(fg_backend *be);
 /* Waits for the stream, then reports a raised error flag (and lowers it). */
 fg_status FG_GPU(synchronize)(fg_backend *be);
 

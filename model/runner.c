@@ -259,7 +259,7 @@ fg_status fgm_runner_create(const fgm_llama_model *model, const fgm_tokenizer *t
         fgm_runner_destroy(&r);
         return fail(err, err_size, FG_ERR_OUT_OF_MEMORY, "runner activations");
     }
-#ifdef FG_HAVE_BLAS
+#ifdef FG_HAVE_OPENBLAS /* another BLAS: nothing to set */
     openblas_set_num_threads(1); /* each task's product runs on its own thread of the pool */
 #endif
     *out = r;

@@ -180,6 +180,11 @@ typedef fg_status fg_buffer_copy2d_fn(fg_backend *be, void *dst, size_t dpitch, 
 
 /* ---- optional, for backends with their own memory and queue (GPUs) */
 typedef fg_status fg_synchronize_fn(fg_backend *be); /* waits for the queue; reports a failure it found */
+/* n device values from src_dtype to dst_dtype (f32 and f16 / bf16 either
+ * way, rounding to nearest even), queued: activations in a context's
+ * act_dtype with FG_IO_DEVICE. */
+typedef fg_status fg_convert_fn(fg_backend *be, void *dst, fg_dtype dst_dtype, const void *src, fg_dtype src_dtype,
+                                size_t n);
 typedef fg_status fg_set_stream_fn(fg_backend *be, void *stream); /* the engine's stream; NULL = the backend's */
 /* Device-event timing on the queue: stop = 0 marks the start; stop = 1 marks
  * the end, waits for it and gives the seconds between the two. */
@@ -246,6 +251,7 @@ typedef struct fg_backend_ops {
 
     /* queue: optional, NULL in the host backends */
     fg_synchronize_fn *synchronize;
+    fg_convert_fn *convert; /* optional: FG_IO_DEVICE with act_dtype f16 / bf16 needs it */
     fg_set_stream_fn *set_stream;
     fg_get_proc_fn *get_proc; /* the backend's extras by name (fg_backend_get_proc) */
 

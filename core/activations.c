@@ -62,3 +62,77 @@ int fg_alloc_all(const fg_alloc_item *items, size_t n) {
     }
     return ok;
 }
+
+/* n values between fp32 and a 16-bit dtype where they lie: a loop on the
+ * host, the backend's convert op on the device. */
+static fg_status act_convert(fg_context *ctx, void *dst, fg_dtype dst_dtype, const void *src, fg_dtype src_dtype,
+                             size_t n) {
+    if (ctx->be.device_io) {
+        FG_CHECK(ctx->be.ops->convert, ctx, FG_ERR_UNAVAILABLE,
+                 "backend \"%s\" cannot convert device activations (act_dtype %s)", ctx->backend_name,
+                 fg_dtype_name((fg_dtype)ctx->params.act_dtype));
+        return ctx->be.ops->convert(&ctx->be, dst, dst_dtype, src, src_dtype, n);
+    }
+    if (src_dtype == FG_DTYPE_F32) {
+        const float *x = src;
+        uint16_t *y = dst;
+        for (size_t i = 0; i < n; i++)
+            y[i] = dst_dtype == FG_DTYPE_F16 ? fg_f32_to_f16(x[i]) : fg_f32_to_bf16(x[i]);
+    } else {
+        const uint16_t *x = src;
+        float *y = dst;
+        for (size_t i = 0; i < n; i++)
+            y[i] = src_dtype == FG_DTYPE_F16 ? fg_f16_to_f32(x[i]) : fg_bf16_to_f32(x[i]);
+    }
+    return FG_OK;
+}
+
+/* Buffer i of at least n floats (its contents not kept). */
+static fg_status act_buffer(fg_context *ctx, int i, size_t n) {
+    if (ctx->act_cap[i] >= n)
+        return FG_OK;
+    fg_io_free(ctx, ctx->act[i]);
+    ctx->act[i] = NULL;
+    ctx->act_cap[i] = 0;
+    fg_status st = fg_io_alloc(ctx, n * sizeof(float), &ctx->act[i]);
+    if (st == FG_OK)
+        ctx->act_cap[i] = n;
+    return st;
+}
+
+int32_t fg_act_prompt(const fg_context *ctx, int32_t seq) {
+    return seq >= 0 && seq < ctx->params.max_seqs && ctx->seqs[seq].in_use ? ctx->seqs[seq].n_prompt : 0;
+}
+
+size_t fg_act_rows(const fg_context *ctx, int32_t seq, int64_t rows, int64_t limit) {
+    if (seq >= 0 && (seq >= ctx->params.max_seqs || !ctx->seqs[seq].in_use))
+        return 0;
+    return rows > 0 && rows <= limit ? (size_t)rows : 0;
+}
+
+fg_status fg_act_in(fg_context *ctx, size_t rows, const void *q, const void *k, const void *v, void *out,
+                    fg_act_call *c) {
+    *c = (fg_act_call){q, k, v, out, NULL, 0};
+    const fg_dtype at = (fg_dtype)ctx->params.act_dtype;
+    if (at == FG_DTYPE_F32 || !q || !k || !v || !out || rows == 0)
+        return FG_OK; /* nothing to convert, or a call the checks after this refuse */
+    const size_t nq = rows * (size_t)ctx->params.n_q_heads * (size_t)ctx->params.head_dim;
+    const size_t nk = rows * (size_t)ctx->params.n_kv_heads * (size_t)ctx->params.head_dim;
+    const void *src[3] = {q, k, v};
+    const size_t n[4] = {nq, nk, nk, nq};
+    fg_status st = FG_OK;
+    for (int i = 0; i < 4 && st == FG_OK; i++)
+        st = act_buffer(ctx, i, n[i]);
+    for (int i = 0; i < 3 && st == FG_OK; i++)
+        st = act_convert(ctx, ctx->act[i], FG_DTYPE_F32, src[i], at, n[i]);
+    if (st)
+        return st;
+    *c = (fg_act_call){ctx->act[0], ctx->act[1], ctx->act[2], ctx->act[3], out, nq};
+    return FG_OK;
+}
+
+fg_status fg_act_out(fg_context *ctx, const fg_act_call *c, fg_status st) {
+    if (st || !c->user_out)
+        return st;
+    return act_convert(ctx, c->user_out, (fg_dtype)ctx->params.act_dtype, c->out, FG_DTYPE_F32, c->out_n);
+}

@@ -284,7 +284,7 @@ static fg_status seq_append(fg_context *ctx, int32_t seq, int32_t layer, const i
     const size_t rq = (size_t)ctx->params.n_q_heads * ctx->params.head_dim;
     const size_t rk = (size_t)ctx->params.n_kv_heads * ctx->params.head_dim;
     for (int32_t i = 0; i < n && st == FG_OK; i++)
-        st = fg_decode(ctx, layer, 1, &seq, &tokens[i], q + i * rq, k + i * rk, v + i * rk, out + i * rq);
+        st = fg_decode_f32(ctx, layer, 1, &seq, &tokens[i], q + i * rq, k + i * rk, v + i * rk, out + i * rq);
     /* an adaptive sequence the chunk carried past defer_until: compressed once
        its last layer has the chunk (the decode steps wait for every layer at
        defer_until, which a layer-by-layer append never has) */
@@ -302,7 +302,11 @@ static fg_status seq_append(fg_context *ctx, int32_t seq, int32_t layer, const i
 }
 
 fg_status fg_seq_append(fg_context *ctx, int32_t seq, int32_t layer, const int32_t *tokens, int32_t n,
-                        const float *q, const float *k, const float *v, float *out) {
+                        const void *q, const void *k, const void *v, void *out) {
     FG_CLAIM(ctx, "fg_seq_append");
-    return fg_release(ctx, seq_append(ctx, seq, layer, tokens, n, q, k, v, out));
+    fg_act_call c;
+    fg_status st = fg_act_in(ctx, fg_act_rows(ctx, seq, n, ctx->params.max_seq_len), q, k, v, out, &c);
+    if (st == FG_OK)
+        st = fg_act_out(ctx, &c, seq_append(ctx, seq, layer, tokens, n, c.q, c.k, c.v, c.out));
+    return fg_release(ctx, st);
 }

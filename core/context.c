@@ -42,8 +42,9 @@ static fg_status validate_params(const fg_context_params *p) {
              "classes must not be NULL (build them with fg_token_classes_create)");
     FG_CHECK(p->io == FG_IO_HOST || p->io == FG_IO_DEVICE, NULL, FG_ERR_INVALID_ARGUMENT,
              "io must be FG_IO_HOST (0) or FG_IO_DEVICE (1), got %d", (int)p->io);
-    FG_CHECK(p->reserved == 0, NULL, FG_ERR_INVALID_ARGUMENT,
-             "fg_context_params.reserved must be 0 (start from fg_context_params_default), got %d", (int)p->reserved);
+    FG_CHECK(p->act_dtype == FG_DTYPE_F32 || p->act_dtype == FG_DTYPE_F16 || p->act_dtype == FG_DTYPE_BF16, NULL,
+             FG_ERR_INVALID_ARGUMENT, "act_dtype must be FG_DTYPE_F32 (%d), FG_DTYPE_F16 (%d) or FG_DTYPE_BF16 (%d), got %d",
+             (int)FG_DTYPE_F32, (int)FG_DTYPE_F16, (int)FG_DTYPE_BF16, (int)p->act_dtype);
     return FG_OK;
 }
 
@@ -140,6 +141,8 @@ void fg_context_destroy(fg_context **pctx) {
                 fg_seq_release(ctx, &ctx->seqs[i]);
     fg_pool_release(&ctx->pool);
     fg_pool_release(&ctx->meta_pool);
+    for (int i = 0; i < 4; i++)
+        fg_io_free(ctx, ctx->act[i]);
     free(ctx->seqs);
     free(ctx->dheads);
     free(ctx->plans);

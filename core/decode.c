@@ -28,7 +28,7 @@ static fg_status reserve_scratch(fg_context *ctx, int32_t n_heads, int32_t n_seq
     return FG_OK;
 }
 
-static fg_status decode(fg_context *ctx, int32_t layer, int32_t n_seqs, const int32_t *seqs, const int32_t *tokens,
+fg_status fg_decode_f32(fg_context *ctx, int32_t layer, int32_t n_seqs, const int32_t *seqs, const int32_t *tokens,
                     const float *q, const float *k, const float *v, float *out) {
     FG_CHECK(ctx, NULL, FG_ERR_INVALID_ARGUMENT, "fg_decode: context must not be NULL");
     FG_CHECK(seqs && tokens && q && k && v && out, ctx, FG_ERR_INVALID_ARGUMENT,
@@ -230,7 +230,11 @@ static fg_status decode(fg_context *ctx, int32_t layer, int32_t n_seqs, const in
 }
 
 fg_status fg_decode(fg_context *ctx, int32_t layer, int32_t n_seqs, const int32_t *seqs, const int32_t *tokens,
-                    const float *q, const float *k, const float *v, float *out) {
+                    const void *q, const void *k, const void *v, void *out) {
     FG_CLAIM(ctx, "fg_decode");
-    return fg_release(ctx, decode(ctx, layer, n_seqs, seqs, tokens, q, k, v, out));
+    fg_act_call c;
+    fg_status st = fg_act_in(ctx, fg_act_rows(ctx, -1, n_seqs, ctx->params.max_seqs), q, k, v, out, &c);
+    if (st == FG_OK)
+        st = fg_act_out(ctx, &c, fg_decode_f32(ctx, layer, n_seqs, seqs, tokens, c.q, c.k, c.v, c.out));
+    return fg_release(ctx, st);
 }

@@ -352,6 +352,8 @@ struct fg_context {
     struct fg_cow_entry *cow;
     int32_t n_cow, cap_cow;
     int32_t scratch_heads;
+    float *act[4];      /* act_dtype other than f32: q, k, v and out in fp32 (activation memory), grown as needed */
+    size_t act_cap[4];  /* their floats */
     char error[512];
     /* the thread inside a call (fg_claim): the address of its own marker, NULL when none */
     _Atomic(const void *) owner;
@@ -473,5 +475,30 @@ fg_status fg_io_copy(fg_context *ctx, float *dst, const float *src, size_t bytes
  * dpitch floats (one queued copy with FG_IO_DEVICE). */
 fg_status fg_io_copy_rows(fg_context *ctx, float *dst, size_t dpitch, const float *src, size_t spitch, size_t width,
                           size_t rows);
+
+/* fg_decode on fp32 activations (what fg_decode runs after converting
+ * act_dtype's; fg_seq_append's steps call it directly). */
+fg_status fg_decode_f32(fg_context *ctx, int32_t layer, int32_t n_seqs, const int32_t *seqs, const int32_t *tokens,
+                        const float *q, const float *k, const float *v, float *out);
+
+/* A call's activations in the context's act_dtype: fg_act_in gives fp32
+ * q, k, v and out (the caller's own when act_dtype is f32, else the
+ * context's buffers with q, k and v converted); fg_act_out converts out back
+ * into the caller's array after a call that succeeded. rows: q's and out's
+ * rows (of Hq x d), k's and v's (of Hkv x d). */
+typedef struct fg_act_call {
+    const float *q, *k, *v;
+    float *out;
+    void *user_out;
+    size_t out_n;
+} fg_act_call;
+/* The rows to convert: `rows` when seq is a live sequence (or -1: none to
+ * check) and 0 < rows <= limit, else 0, for a call its own checks refuse. */
+size_t fg_act_rows(const fg_context *ctx, int32_t seq, int64_t rows, int64_t limit);
+/* The prompt rows of a live sequence, else 0. */
+int32_t fg_act_prompt(const fg_context *ctx, int32_t seq);
+fg_status fg_act_in(fg_context *ctx, size_t rows, const void *q, const void *k, const void *v, void *out,
+                    fg_act_call *c);
+fg_status fg_act_out(fg_context *ctx, const fg_act_call *c, fg_status st);
 
 #endif /* FG_INTERNAL_H */

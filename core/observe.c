@@ -38,10 +38,14 @@ static fg_status seq_observe(fg_context *ctx, int32_t seq, int32_t layer, const 
     return fg_adaptive_observe_pass(ctx, s, layer, q, k, v, n, out);
 }
 
-fg_status fg_seq_observe(fg_context *ctx, int32_t seq, int32_t layer, const float *q, const float *k, const float *v,
-                         int32_t n, float *out) {
+fg_status fg_seq_observe(fg_context *ctx, int32_t seq, int32_t layer, const void *q, const void *k, const void *v,
+                         int32_t n, void *out) {
     FG_CLAIM(ctx, "fg_seq_observe");
-    return fg_release(ctx, seq_observe(ctx, seq, layer, q, k, v, n, out));
+    fg_act_call c;
+    fg_status st = fg_act_in(ctx, fg_act_rows(ctx, seq, n, ctx->params.max_seq_len), q, k, v, out, &c);
+    if (st == FG_OK)
+        st = fg_act_out(ctx, &c, seq_observe(ctx, seq, layer, c.q, c.k, c.v, n, c.out));
+    return fg_release(ctx, st);
 }
 
 static fg_status seq_compress(fg_context *ctx, int32_t seq) {

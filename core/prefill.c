@@ -261,10 +261,15 @@ static fg_status prefill(fg_context *ctx, int32_t seq, int32_t layer, const floa
     return st;
 }
 
-fg_status fg_prefill(fg_context *ctx, int32_t seq, int32_t layer, const float *q, const float *k, const float *v,
-                     float *out) {
+fg_status fg_prefill(fg_context *ctx, int32_t seq, int32_t layer, const void *q, const void *k, const void *v,
+                     void *out) {
     FG_CLAIM(ctx, "fg_prefill");
-    return fg_release(ctx, prefill(ctx, seq, layer, q, k, v, out));
+    const int64_t n = fg_act_prompt(ctx, seq);
+    fg_act_call c;
+    fg_status st = fg_act_in(ctx, fg_act_rows(ctx, seq, n, n), q, k, v, out, &c);
+    if (st == FG_OK)
+        st = fg_act_out(ctx, &c, prefill(ctx, seq, layer, c.q, c.k, c.v, c.out));
+    return fg_release(ctx, st);
 }
 
 static fg_status prefill_chunk(fg_context *ctx, int32_t seq, int32_t layer, int32_t begin, int32_t n, const float *q,
@@ -341,8 +346,13 @@ static fg_status prefill_chunk(fg_context *ctx, int32_t seq, int32_t layer, int3
     return FG_OK;
 }
 
-fg_status fg_prefill_chunk(fg_context *ctx, int32_t seq, int32_t layer, int32_t begin, int32_t n, const float *q,
-                           const float *k, const float *v, float *out) {
+fg_status fg_prefill_chunk(fg_context *ctx, int32_t seq, int32_t layer, int32_t begin, int32_t n, const void *q,
+                           const void *k, const void *v, void *out) {
     FG_CLAIM(ctx, "fg_prefill_chunk");
-    return fg_release(ctx, prefill_chunk(ctx, seq, layer, begin, n, q, k, v, out));
+    const int64_t rest = begin >= 0 ? (int64_t)fg_act_prompt(ctx, seq) - begin : 0;
+    fg_act_call c;
+    fg_status st = fg_act_in(ctx, fg_act_rows(ctx, seq, n, rest), q, k, v, out, &c);
+    if (st == FG_OK)
+        st = fg_act_out(ctx, &c, prefill_chunk(ctx, seq, layer, begin, n, c.q, c.k, c.v, c.out));
+    return fg_release(ctx, st);
 }

@@ -439,8 +439,12 @@ typedef struct fg_context_params {
     int32_t v_dtype;            /* storage of cached V apart from K (an fg_dtype, as llama.cpp's -ctv), or -1
                                    (the default): kv_dtype. ref and cpu only: cuda and hip refuse a v_dtype
                                    other than kv_dtype with FG_ERR_UNAVAILABLE */
-    int32_t reserved;           /* 0: the room alignment leaves after v_dtype, kept zero (checked) so that a
-                                   field added there later is told apart from an older program's struct */
+    int32_t act_dtype;          /* the dtype of q, k, v and out at fg_prefill, fg_prefill_chunk, fg_decode,
+                                   fg_seq_append and fg_seq_observe (an fg_dtype): FG_DTYPE_F32 (0, the
+                                   default), FG_DTYPE_F16 or FG_DTYPE_BF16, as the engine keeps them. The
+                                   context converts them to fp32 where they lie (on the host, or on the
+                                   device with FG_IO_DEVICE), once per call, and out back (rounded to
+                                   nearest even); the kernels compute in fp32 as with fp32 activations */
 } fg_context_params;
 
 /* Every field's default: start from it (a zeroed struct is not one: its
@@ -519,8 +523,8 @@ FG_API fg_status fg_seq_length(const fg_context *ctx, int32_t seq, int32_t layer
  * FG_IO_DEVICE the call waits once, for the profile the host chooses from.
  *   q:   [n_prompt][Hq][d]     k, v: [n_prompt][Hkv][d] (k after RoPE)
  *   out: [n_prompt][Hq][d] */
-FG_API fg_status fg_prefill(fg_context *ctx, int32_t seq, int32_t layer, const float *q, const float *k, const float *v,
-                            float *out);
+FG_API fg_status fg_prefill(fg_context *ctx, int32_t seq, int32_t layer, const void *q, const void *k, const void *v,
+                            void *out);
 
 /* Chunked prefill: rows [begin, begin + n) of the prompt of one layer, in
  * order (the first chunk at 0, each where the last ended). A chunk's output
@@ -535,7 +539,7 @@ FG_API fg_status fg_prefill(fg_context *ctx, int32_t seq, int32_t layer, const f
  * last chunk of every layer.
  *   q: [n][Hq][d]   k, v: [n][Hkv][d] (k after RoPE)   out: [n][Hq][d] */
 FG_API fg_status fg_prefill_chunk(fg_context *ctx, int32_t seq, int32_t layer, int32_t begin, int32_t n,
-                                  const float *q, const float *k, const float *v, float *out);
+                                  const void *q, const void *k, const void *v, void *out);
 
 /* One decoding step of one layer for a batch of distinct sequences. tokens[i]
  * is the id of the new token of seqs[i]; its position is that sequence's
@@ -543,7 +547,7 @@ FG_API fg_status fg_prefill_chunk(fg_context *ctx, int32_t seq, int32_t layer, i
  *   seqs, tokens: [n_seqs]
  *   q: [n_seqs][Hq][d]   k, v: [n_seqs][Hkv][d]   out: [n_seqs][Hq][d] */
 FG_API fg_status fg_decode(fg_context *ctx, int32_t layer, int32_t n_seqs, const int32_t *seqs, const int32_t *tokens,
-                           const float *q, const float *k, const float *v, float *out);
+                           const void *q, const void *k, const void *v, void *out);
 
 /* n new tokens of one layer onto a sequence that holds a compressed cache
  * (a new user turn, the next chunk of a long prompt): each token attends the
@@ -558,7 +562,7 @@ FG_API fg_status fg_decode(fg_context *ctx, int32_t layer, int32_t n_seqs, const
  * new caches go to new pages, the old ones are given back at the end).
  *   tokens: [n]   q: [n][Hq][d]   k, v: [n][Hkv][d] (k after RoPE)   out: [n][Hq][d] */
 FG_API fg_status fg_seq_append(fg_context *ctx, int32_t seq, int32_t layer, const int32_t *tokens, int32_t n,
-                               const float *q, const float *k, const float *v, float *out);
+                               const void *q, const void *k, const void *v, void *out);
 
 /* FG_OBSERVE_EXPLICIT: n rows of one layer that the engine feeds after the
  * sequence without keeping them (a reconstruction pass: the prompt again
@@ -572,8 +576,8 @@ FG_API fg_status fg_seq_append(fg_context *ctx, int32_t seq, int32_t layer, cons
  * Host memory: a [max_seq_len] float per KV head of each layer, and every
  * stride-th given row (at most 2 x observation_window per layer).
  *   q: [n][Hq][d]   k, v: [n][Hkv][d] (k after RoPE)   out: [n][Hq][d] */
-FG_API fg_status fg_seq_observe(fg_context *ctx, int32_t seq, int32_t layer, const float *q, const float *k,
-                                const float *v, int32_t n, float *out);
+FG_API fg_status fg_seq_observe(fg_context *ctx, int32_t seq, int32_t layer, const void *q, const void *k,
+                                const void *v, int32_t n, void *out);
 /* An adaptive sequence's heads compressed now (FG_ALLOC_ADAPTIVE: what it
  * would do on its own at defer_until), from the rows fg_seq_observe gave,
  * else the ones it observed itself. All or nothing. FG_ERR_BAD_STATE when

@@ -192,6 +192,28 @@ static fg_status gpu_kernel_times(fg_backend *be, int on, fg_kernel_time *out, i
     return FG_OK;
 }
 
+__global__ static void convert_values(void *dst, int32_t dst_dtype, const void *src, int32_t src_dtype, size_t n) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        if (src_dtype == FG_DTYPE_F32)
+            ((uint16_t *)dst)[i] = dst_dtype == FG_DTYPE_F16 ? fg_f32_to_f16(((const float *)src)[i])
+                                                             : fg_f32_to_bf16(((const float *)src)[i]);
+        else
+            ((float *)dst)[i] = fg_gpu_half_to_float(src_dtype, ((const uint16_t *)src)[i]);
+    }
+}
+
+static fg_status gpu_convert(fg_backend *be, void *dst, fg_dtype dst_dtype, const void *src, fg_dtype src_dtype,
+                             size_t n) {
+    fg_gpu_state *st = (fg_gpu_state *)be->impl;
+    if (n == 0)
+        return FG_OK;
+    const size_t blocks = (n + FG_THREADS - 1) / FG_THREADS, cap = (size_t)st->n_sm * 8;
+    FG_LAUNCH(convert_values, (unsigned)(blocks < cap ? blocks : cap), FG_THREADS, 0, st->stream, dst,
+              (int32_t)dst_dtype, src, (int32_t)src_dtype, n);
+    GPU_CHECK(be, cudaGetLastError());
+    return FG_OK;
+}
+
 static fg_status gpu_device_info(fg_backend *be, fg_device_info *info) {
     int dev = 0;
     cudaDeviceProp prop;
@@ -406,6 +428,7 @@ static constexpr fg_backend_ops gpu_ops_table() {
     o.adaptive_observe = FG_GPU(adaptive_observe);
     o.adaptive_errors = FG_GPU(adaptive_errors);
     o.synchronize = FG_GPU(synchronize);
+    o.convert = gpu_convert;
     o.set_stream = gpu_set_stream;
     o.get_proc = gpu_get_proc;
     o.destroy = gpu_destroy;

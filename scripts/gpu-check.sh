@@ -62,5 +62,7 @@ done
 
 step "summary"
 grep -h "summary:" "$BUILD"/bench_*.txt
+# where a step goes (per-kernel device times, ms): the largest decode cases and compaction calls
+grep -hE "^# kernels .* 16384 x8 f16 full|^# kernels 65536 f(16|32)" "$BUILD"/bench_*.txt
 echo "gpu-check: $([ $fail = 0 ] && echo passed || echo FAILED) in $(( $(date +%s) - start )) s"
 exit $fail

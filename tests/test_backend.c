@@ -12,13 +12,16 @@
  * steps both sequences take a chunk by fg_seq_append (the FastGen one
  * re-profiled, FG_APPEND_REPROFILE; H2O keeping its policy): outputs and
  * kept sets checked as a decode step's.
- * Wrong uses of the I/O options are refused.
+ * Wrong uses of the I/O options are refused. Activations in 16 bits
+ * (act_dtype f16, bf16) give the fp32 outputs rounded, bit for bit.
  * Usage: test_backend [backend...]   (default: every backend that probes OK)
  */
 #define FG_EXPERIMENTAL /* FG_ADAPTIVE_*, fg_cpu_describe (fastgen.h) */
+#include <math.h>
 #include <string.h>
 
 #include "backends/backend.h"
+#include "common/dtype.h"
 #include "fastgen.h"
 #include "tests/support/checks.h"
 #include "tests/support/harness.h"
@@ -399,10 +402,188 @@ static void check_kv_apart_refused(const char *backend) {
     printf("  %-4s K and V in two dtypes: refused at context creation\n", backend);
 }
 
+/* act_dtype f16 / bf16: q, k, v and out cross the API in 16 bits. A context
+ * given 16-bit inputs returns, bit for bit, the fp32 context's outputs on the
+ * same values rounded to 16 bits (the kernels see the same fp32 inputs), and
+ * keeps the same rows: prefill, decode steps of two sequences, an append;
+ * with host arrays, and on GPU backends with device ones (the conversion is
+ * then a device op). */
+enum { ACT_D = 64, ACT_G = 2, ACT_HKV = 2, ACT_N = 40, ACT_STEPS = 12, ACT_APPEND = 5 };
+
+static size_t act_size(fg_dtype act) { return act == FG_DTYPE_F32 ? 4 : 2; }
+
+typedef struct act_run {
+    fg_context *ctx;
+    int32_t seqs[2];
+    fg_backend dev; /* FG_IO_DEVICE: the engine's backend object and its buffers */
+    void *buf[4];
+} act_run;
+
+/* n values as the act dtype's bits (16-bit) or floats, at dst (host or device). */
+static void act_put(act_run *r, fg_dtype act, void *dst, const float *src, size_t n, void *host_tmp) {
+    const void *from = src;
+    if (act != FG_DTYPE_F32) {
+        fg_store_row(host_tmp, act, src, (int32_t)n);
+        from = host_tmp;
+    }
+    if (r->dev.ops)
+        EXPECT(fg_backend_write(&r->dev, dst, from, n * act_size(act)) == FG_OK, "writing device activations");
+    else
+        memcpy(dst, from, n * act_size(act));
+}
+
+static void act_get(act_run *r, fg_dtype act, float *dst, const void *src, size_t n, void *host_tmp) {
+    const void *from = src;
+    if (r->dev.ops) {
+        EXPECT_OK(r->ctx, fg_synchronize(r->ctx));
+        EXPECT(fg_backend_read(&r->dev, host_tmp, src, n * act_size(act)) == FG_OK, "reading device outputs");
+        from = host_tmp;
+    }
+    for (size_t i = 0; i < n; i++)
+        dst[i] = fg_load_elem(from, act, (int32_t)n, (int32_t)i);
+}
+
+/* Runs the case with activations in `act`; outputs (as floats) and the kept positions after it. */
+static int act_case(const char *backend, fg_io io, fg_dtype act, const float *q, const float *k, const float *v,
+                    const int32_t *tokens, fg_token_classes *tc, float *outs, int32_t *kept) {
+    const int32_t Hq = ACT_G * ACT_HKV, maxlen = ACT_N + ACT_STEPS + ACT_APPEND;
+    const size_t rq = (size_t)Hq * ACT_D, rk = (size_t)ACT_HKV * ACT_D, es = act_size(act);
+    act_run r = {0};
+    fg_context_params p = test_context_params(backend, 1, Hq, ACT_HKV, ACT_D);
+    p.max_seqs = 2;
+    p.max_seq_len = maxlen;
+    p.classes = tc;
+    p.act_dtype = act;
+    if (io == FG_IO_DEVICE) {
+        fg_device_info info;
+        r.dev.err = fg_error_to_stderr;
+        if (fg_backend_open(backend, 0, &r.dev))
+            return 0;
+        fg_device_info_fn *device_info = (fg_device_info_fn *)fg_backend_get_proc(&r.dev, "device_info");
+        if (!device_info || device_info(&r.dev, &info))
+            return 0;
+        p.io = FG_IO_DEVICE;
+        p.stream = info.stream;
+    }
+    if (fg_context_create(&p, &r.ctx) != FG_OK) {
+        fprintf(stderr, "act_dtype %s on %s: %s\n", fg_dtype_name(act), backend, fg_last_error(NULL));
+        return 0;
+    }
+    const size_t cap = (size_t)maxlen * rq; /* the largest array of one call */
+    unsigned char *host[4], *tmp = malloc(cap * 4);
+    for (int i = 0; i < 4; i++) {
+        host[i] = malloc(cap * 4);
+        r.buf[i] = host[i];
+        if (r.dev.ops)
+            EXPECT(r.dev.ops->buffer_alloc(&r.dev, cap * 4, &r.buf[i]) == FG_OK, "device buffers");
+    }
+    fg_compression_params h2o;
+    fg_compression_params_preset("h2o", &h2o);
+    h2o.shortlist[0].local_tokens = 7;
+    h2o.shortlist[0].frequent_tokens = 9;
+    EXPECT_OK(r.ctx, fg_seq_create(r.ctx, NULL, tokens, ACT_N, &r.seqs[0]));
+    EXPECT_OK(r.ctx, fg_seq_create(r.ctx, &h2o, tokens, ACT_N, &r.seqs[1]));
+    float *o = outs;
+    for (int b = 0; b < 2; b++) {
+        act_put(&r, act, r.buf[0], q, ACT_N * rq, tmp);
+        act_put(&r, act, r.buf[1], k, ACT_N * rk, tmp);
+        act_put(&r, act, r.buf[2], v, ACT_N * rk, tmp);
+        EXPECT_OK(r.ctx, fg_prefill(r.ctx, r.seqs[b], 0, r.buf[0], r.buf[1], r.buf[2], r.buf[3]));
+        act_get(&r, act, o, r.buf[3], ACT_N * rq, tmp);
+        o += ACT_N * rq;
+    }
+    for (int32_t step = 0; step < ACT_STEPS; step++) {
+        const int32_t pos = ACT_N + step, toks[2] = {tokens[pos], tokens[pos]};
+        for (int b = 0; b < 2; b++) { /* both sequences take the same row */
+            act_put(&r, act, (unsigned char *)r.buf[0] + b * rq * es, q + pos * rq, rq, tmp);
+            act_put(&r, act, (unsigned char *)r.buf[1] + b * rk * es, k + pos * rk, rk, tmp);
+            act_put(&r, act, (unsigned char *)r.buf[2] + b * rk * es, v + pos * rk, rk, tmp);
+        }
+        EXPECT_OK(r.ctx, fg_decode(r.ctx, 0, 2, r.seqs, toks, r.buf[0], r.buf[1], r.buf[2], r.buf[3]));
+        act_get(&r, act, o, r.buf[3], 2 * rq, tmp);
+        o += 2 * rq;
+    }
+    const int32_t pos = ACT_N + ACT_STEPS;
+    for (int b = 0; b < 2; b++) {
+        act_put(&r, act, r.buf[0], q + pos * rq, ACT_APPEND * rq, tmp);
+        act_put(&r, act, r.buf[1], k + pos * rk, ACT_APPEND * rk, tmp);
+        act_put(&r, act, r.buf[2], v + pos * rk, ACT_APPEND * rk, tmp);
+        EXPECT_OK(r.ctx, fg_seq_append(r.ctx, r.seqs[b], 0, tokens + pos, ACT_APPEND, r.buf[0], r.buf[1], r.buf[2],
+                                       r.buf[3]));
+        act_get(&r, act, o, r.buf[3], ACT_APPEND * rq, tmp);
+        o += ACT_APPEND * rq;
+    }
+    for (int b = 0; b < 2; b++)
+        for (int32_t g = 0; g < ACT_HKV; g++) {
+            int32_t cnt = 0, *dst = kept + ((size_t)b * ACT_HKV + g) * maxlen;
+            for (int32_t i = 0; i < maxlen; i++)
+                dst[i] = -1;
+            EXPECT_OK(r.ctx, fg_head_positions(r.ctx, r.seqs[b], 0, g, dst, maxlen, &cnt));
+        }
+    fg_context_destroy(&r.ctx);
+    for (int i = 0; i < 4; i++) {
+        if (r.dev.ops)
+            r.dev.ops->buffer_free(&r.dev, r.buf[i]);
+        free(host[i]);
+    }
+    free(tmp);
+    if (r.dev.ops)
+        fg_backend_close(&r.dev);
+    return 1;
+}
+
+static void check_act_dtype(const char *backend) {
+    const int32_t Hq = ACT_G * ACT_HKV, maxlen = ACT_N + ACT_STEPS + ACT_APPEND;
+    const size_t rq = (size_t)Hq * ACT_D, rk = (size_t)ACT_HKV * ACT_D;
+    const size_t n_out = (2 * ACT_N + 2 * ACT_STEPS + 2 * ACT_APPEND) * rq, n_kept = 2 * ACT_HKV * (size_t)maxlen;
+    const int gpu = strcmp(backend, "cuda") == 0 || strcmp(backend, "hip") == 0;
+    int32_t tokens[ACT_N + ACT_STEPS + ACT_APPEND];
+    for (int32_t i = 0; i < maxlen; i++)
+        tokens[i] = i == 0 ? 1 : rng_int(0, 9);
+    fg_token_classes *tc = NULL;
+    fg_token_classes_create(10, NULL, &tc);
+    fg_token_classes_set(tc, 1, FG_TOKEN_SPECIAL);
+    fg_token_classes_set(tc, 2, FG_TOKEN_PUNCT);
+    const fg_dtype acts[] = {FG_DTYPE_F16, FG_DTYPE_BF16};
+    for (int a = 0; a < 2; a++) {
+        const fg_dtype act = acts[a];
+        float *x[3];
+        const size_t n[3] = {maxlen * rq, maxlen * rk, maxlen * rk};
+        for (int i = 0; i < 3; i++) { /* values the act dtype holds exactly */
+            x[i] = malloc(n[i] * sizeof(float));
+            for (size_t j = 0; j < n[i]; j++)
+                x[i][j] = fg_quantize(rng_gauss(), act);
+        }
+        for (int dev = 0; dev <= gpu; dev++) {
+            const fg_io io = dev ? FG_IO_DEVICE : FG_IO_HOST;
+            float *want = malloc(n_out * sizeof(float)), *got = malloc(n_out * sizeof(float));
+            int32_t *kept_want = malloc(n_kept * 4), *kept_got = malloc(n_kept * 4);
+            int ok = act_case(backend, io, FG_DTYPE_F32, x[0], x[1], x[2], tokens, tc, want, kept_want) &&
+                     act_case(backend, io, act, x[0], x[1], x[2], tokens, tc, got, kept_got);
+            EXPECT(ok, "act_dtype %s on %s (%s arrays) ran", fg_dtype_name(act), backend, dev ? "device" : "host");
+            size_t bad = 0;
+            for (size_t i = 0; ok && i < n_out; i++)
+                bad += fg_quantize(want[i], act) != got[i] && !(isnan(got[i]) && isnan(want[i]));
+            EXPECT(ok && bad == 0, "act_dtype %s on %s (%s arrays): %zu of %zu outputs differ from the fp32 ones rounded",
+                   fg_dtype_name(act), backend, dev ? "device" : "host", bad, n_out);
+            EXPECT(ok && memcmp(kept_want, kept_got, n_kept * 4) == 0, "act_dtype %s on %s: the kept rows differ",
+                   fg_dtype_name(act), backend);
+            free(want);
+            free(got);
+            free(kept_want);
+            free(kept_got);
+        }
+        for (int i = 0; i < 3; i++)
+            free(x[i]);
+    }
+    fg_token_classes_destroy(&tc);
+}
+
 int main(int argc, char **argv) {
     test_seed("test_backend");
     check_wrong_use();
     check_cpu_tuning();
+    check_act_dtype("ref");
     const char *all[] = {"cpu", "cuda", "hip"};
     const char **names = argc > 1 ? (const char **)argv + 1 : all;
     const int n_names = argc > 1 ? argc - 1 : 3;
@@ -436,6 +617,7 @@ int main(int argc, char **argv) {
         }
         for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
             check_case(names[i], &cases[c]);
+        check_act_dtype(names[i]);
         if (strcmp(names[i], "cuda") == 0 || strcmp(names[i], "hip") == 0)
             check_kv_apart_refused(names[i]);
         ran++;

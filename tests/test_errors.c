@@ -320,7 +320,9 @@ static void test_context_create(const synth *syn) {
     EXPECT(strstr(fg_last_error(NULL), "n_threads") != NULL, "the message says why: %s", fg_last_error(NULL));
     BAD_PARAM(n_threads, 100000, FG_ERR_INVALID_ARGUMENT);
     BAD_PARAM(classes, NULL, FG_ERR_INVALID_ARGUMENT);
-    BAD_PARAM(reserved, 1, FG_ERR_INVALID_ARGUMENT); /* the room a later field may take */
+    BAD_PARAM(act_dtype, FG_DTYPE_Q8_0, FG_ERR_INVALID_ARGUMENT); /* f32, f16 or bf16 */
+    EXPECT(strstr(fg_last_error(NULL), "act_dtype") != NULL, "the message says why: %s", fg_last_error(NULL));
+    BAD_PARAM(act_dtype, -1, FG_ERR_INVALID_ARGUMENT);
     BAD_PARAM(backend, "tpu", FG_ERR_INVALID_ARGUMENT);
     BAD_PARAM(backend, "a-backend-name-longer-than-sixteen", FG_ERR_INVALID_ARGUMENT);
 #undef BAD_PARAM

@@ -226,7 +226,7 @@ class Context(_fastgen._Context):
     Context(n_layers, n_q_heads, n_kv_heads, head_dim, *, classes=None,
             vocab_size=None, backend="cpu", kv_dtype="f16", v_dtype=None,
             max_seqs=..., max_seq_len=..., page_tokens=16, pool_chunk_pages=256,
-            max_pool_bytes=0, threads=0, io="host", stream=None,
+            max_pool_bytes=0, threads=0, io="host", stream=None, act_dtype="f32",
             compression=None, method=None, **overrides)
 
     classes: a :class:`TokenClasses` (which ids are special or punctuation),
@@ -235,6 +235,9 @@ class Context(_fastgen._Context):
     f16, bf16, q8_0, q4_0); v_dtype stores V apart. threads: 0 = the CPUs this
     process may run on. io: "host" (arrays in host memory) or "device" (CUDA
     tensors, on the context's stream: pass ``stream=torch.cuda.current_stream().cuda_stream``).
+    act_dtype: the dtype of q, k, v and out ("f32"; "f16": NumPy float16 or
+    torch.float16; "bf16": torch.bfloat16), converted to fp32 where they lie
+    and back, once per call.
     compression or method (+ overrides): what sequences created without one
     take (default: the paper's FastGen).
 
@@ -246,8 +249,8 @@ class Context(_fastgen._Context):
                  kv_dtype: str = "f16", v_dtype: str | None = None, max_seqs: int | None = None,
                  max_seq_len: int | None = None, page_tokens: int | None = None,
                  pool_chunk_pages: int | None = None, max_pool_bytes: int = 0, threads: int = 0, io: str = "host",
-                 stream: int | None = None, compression: Compression | None = None, method: str | None = None,
-                 **overrides: Any) -> None:
+                 stream: int | None = None, act_dtype: str = "f32", compression: Compression | None = None,
+                 method: str | None = None, **overrides: Any) -> None:
         if classes is None:
             if vocab_size is None:
                 raise ValueError("Context: pass classes=TokenClasses(...) or vocab_size=N (every id ordinary)")
@@ -255,7 +258,8 @@ class Context(_fastgen._Context):
         kw = {k: v for k, v in dict(max_seqs=max_seqs, max_seq_len=max_seq_len, page_tokens=page_tokens,
                                      pool_chunk_pages=pool_chunk_pages).items() if v is not None}
         super().__init__(n_layers, n_q_heads, n_kv_heads, head_dim, classes, backend=backend, kv_dtype=kv_dtype,
-                         v_dtype=v_dtype, max_pool_bytes=max_pool_bytes, threads=threads, io=io, stream=stream, **kw)
+                         v_dtype=v_dtype, max_pool_bytes=max_pool_bytes, threads=threads, io=io, stream=stream,
+                         act_dtype=act_dtype, **kw)
         if compression is not None and method is not None:
             raise ValueError("Context: pass compression= or method=, not both")
         if classes is not None and vocab_size is not None and vocab_size != classes.vocab_size:

@@ -161,7 +161,8 @@ typedef enum { ON_HOST = 0, ON_DEVICE = 1 } io_place;
 static int array_get(PyObject *obj, const char *name, char type, int writable, io_place place, void *stream,
                      arg_array *a) {
     memset(a, 0, sizeof *a);
-    const char *tname = type == 'f' ? "float32" : "int32";
+    const char *tname = type == 'f' ? "float32" : type == 'e' ? "float16" : type == 'b' ? "bfloat16" : "int32";
+    const Py_ssize_t itemsize = type == 'e' || type == 'b' ? 2 : 4;
     if (obj == Py_None) {
         PyErr_Format(PyExc_TypeError, "%s: expected a %s array, got None", name, tname);
         return -1;
@@ -180,9 +181,13 @@ static int array_get(PyObject *obj, const char *name, char type, int writable, i
             }
             return -1;
         }
-        if (!format_is(a->view.format, type) || a->view.itemsize != 4) {
-            PyErr_Format(PyExc_TypeError, "%s must be %s, got %s (convert it with .astype(numpy.%s))", name, tname,
-                         buffer_type_name(a->view.format), tname);
+        if (type == 'b' || !format_is(a->view.format, type) || a->view.itemsize != itemsize) {
+            if (type == 'b') /* NumPy has no bfloat16: a torch tensor's DLPack carries it */
+                PyErr_Format(PyExc_TypeError, "%s must be bfloat16 (a torch.bfloat16 tensor), got %s", name,
+                             buffer_type_name(a->view.format));
+            else
+                PyErr_Format(PyExc_TypeError, "%s must be %s, got %s (convert it with .astype(numpy.%s))", name, tname,
+                             buffer_type_name(a->view.format), tname);
             array_release(a);
             return -1;
         }
@@ -246,8 +251,8 @@ static int array_get(PyObject *obj, const char *name, char type, int writable, i
         array_release(a);
         return -1;
     }
-    const int want_code = type == 'f' ? 2 : 0;
-    if (t->dtype.code != want_code || t->dtype.bits != 32 || t->dtype.lanes != 1) {
+    const int want_code = type == 'f' || type == 'e' ? 2 : type == 'b' ? 4 : 0; /* kDLFloat, kDLBfloat, kDLInt */
+    if (t->dtype.code != want_code || t->dtype.bits != 8 * itemsize || t->dtype.lanes != 1) {
         PyErr_Format(PyExc_TypeError, "%s must be %s, got %s (convert it with .to(torch.%s))", name, tname,
                      dl_type_name(t->dtype), tname);
         array_release(a);
@@ -967,6 +972,7 @@ typedef struct {
     int busy;            /* calls on it running with the GIL released */
     int32_t max_seqs;
     int32_t *prompt_len; /* [max_seqs] each live sequence's prompt (prefill's rows), 0 for none */
+    char act;            /* q, k, v and out: 'f' float32, 'e' float16, 'b' bfloat16 (act_dtype) */
 } ContextObject;
 
 static const char *const k_io_names[] = {"host", "device", NULL};
@@ -1003,17 +1009,18 @@ static void context_dealloc(ContextObject *self) {
 static int context_init(ContextObject *self, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"n_layers", "n_q_heads", "n_kv_heads", "head_dim", "classes", "backend", "kv_dtype",
                              "v_dtype", "max_seqs", "max_seq_len", "page_tokens", "pool_chunk_pages",
-                             "max_pool_bytes", "threads", "io", "stream", NULL};
+                             "max_pool_bytes", "threads", "io", "stream", "act_dtype", NULL};
     fg_context_params p;
     fg_context_params_default(&p);
     int n_layers, hq, hkv, d;
     PyObject *classes, *backend = Py_None, *kv_dtype = NULL, *v_dtype = Py_None, *io = NULL, *stream = Py_None;
+    PyObject *act_dtype = NULL;
     int max_seqs = p.max_seqs, max_seq_len = p.max_seq_len, page_tokens = p.page_tokens,
         pool_chunk = p.pool_chunk_pages, threads = p.n_threads;
     unsigned long long max_pool = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "iiiiO!|$OOOiiiiKiOO:Context", kwlist, &n_layers, &hq, &hkv, &d,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "iiiiO!|$OOOiiiiKiOOO:Context", kwlist, &n_layers, &hq, &hkv, &d,
                                      &ClassesType, &classes, &backend, &kv_dtype, &v_dtype, &max_seqs, &max_seq_len,
-                                     &page_tokens, &pool_chunk, &max_pool, &threads, &io, &stream))
+                                     &page_tokens, &pool_chunk, &max_pool, &threads, &io, &stream, &act_dtype))
         return -1;
     if (self->ctx || self->prompt_len) {
         PyErr_SetString(PyExc_ValueError, "Context: already initialised (make a new one)");
@@ -1057,6 +1064,16 @@ static int context_init(ContextObject *self, PyObject *args, PyObject *kw) {
         }
         p.v_dtype = (int32_t)t;
     }
+    if (act_dtype && act_dtype != Py_None) {
+        const char *s = PyUnicode_AsUTF8(act_dtype);
+        if (!s)
+            return -1;
+        if (fg_dtype_parse(s, &t) != FG_OK || (t != FG_DTYPE_F32 && t != FG_DTYPE_F16 && t != FG_DTYPE_BF16)) {
+            PyErr_Format(PyExc_ValueError, "act_dtype: expected f32, f16 or bf16, got '%s'", s);
+            return -1;
+        }
+        p.act_dtype = (int32_t)t;
+    }
     int32_t io_v = 0;
     if (io && get_enum(io, "io", k_io_names, &io_v) < 0)
         return -1;
@@ -1087,6 +1104,7 @@ static int context_init(ContextObject *self, PyObject *args, PyObject *kw) {
     self->head_dim = d;
     self->io = io_v ? ON_DEVICE : ON_HOST;
     self->stream = p.stream;
+    self->act = p.act_dtype == FG_DTYPE_F16 ? 'e' : p.act_dtype == FG_DTYPE_BF16 ? 'b' : 'f';
     return 0;
 }
 
@@ -1187,16 +1205,17 @@ static int qkv_get(ContextObject *self, PyObject *q, PyObject *k, PyObject *v, P
                    const char *rows_name, qkv_args *a) {
     memset(a, 0, sizeof *a);
     const Py_ssize_t hq = self->n_q_heads, hkv = self->n_kv_heads, d = self->head_dim;
-    if (array_get(q, "q", 'f', 0, self->io, self->stream, &a->q) < 0 ||
+    const char act = self->act;
+    if (array_get(q, "q", act, 0, self->io, self->stream, &a->q) < 0 ||
         array_check_shape(&a->q, "q", rows_name, rows, "n_q_heads", hq, d) < 0 ||
-        array_get(k, "k", 'f', 0, self->io, self->stream, &a->k) < 0 ||
+        array_get(k, "k", act, 0, self->io, self->stream, &a->k) < 0 ||
         array_check_shape(&a->k, "k", rows_name, rows, "n_kv_heads", hkv, d) < 0 ||
-        array_get(v, "v", 'f', 0, self->io, self->stream, &a->v) < 0 ||
+        array_get(v, "v", act, 0, self->io, self->stream, &a->v) < 0 ||
         array_check_shape(&a->v, "v", rows_name, rows, "n_kv_heads", hkv, d) < 0)
         goto fail;
     if (!out || out == Py_None) {
         PyObject *shape = Py_BuildValue("(nnn)", rows, hq, d);
-        out = shape ? new_array(q, shape, "float32") : NULL;
+        out = shape ? new_array(q, shape, act == 'e' ? "float16" : act == 'b' ? "bfloat16" : "float32") : NULL;
         Py_XDECREF(shape);
         if (!out)
             goto fail;
@@ -1204,7 +1223,7 @@ static int qkv_get(ContextObject *self, PyObject *q, PyObject *k, PyObject *v, P
     } else {
         a->out_obj = Py_NewRef(out);
     }
-    if (array_get(out, "out", 'f', 1, self->io, self->stream, &a->out) < 0 ||
+    if (array_get(out, "out", act, 1, self->io, self->stream, &a->out) < 0 ||
         array_check_shape(&a->out, "out", rows_name, rows, "n_q_heads", hq, d) < 0)
         goto fail;
     return 0;

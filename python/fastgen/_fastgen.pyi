@@ -33,7 +33,8 @@ class _Context:
     def __init__(self, n_layers: int, n_q_heads: int, n_kv_heads: int, head_dim: int, classes: TokenClasses, *,
                  backend: str | None = None, kv_dtype: str = "f16", v_dtype: str | None = None, max_seqs: int = ...,
                  max_seq_len: int = ..., page_tokens: int = ..., pool_chunk_pages: int = ..., max_pool_bytes: int = 0,
-                 threads: int = 0, io: str = "host", stream: int | None = None) -> None: ...
+                 threads: int = 0, io: str = "host", stream: int | None = None,
+                 act_dtype: str | None = None) -> None: ...
     @property
     def backend(self) -> str: ...
     @property

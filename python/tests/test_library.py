@@ -175,6 +175,36 @@ def test_prefill_chunk_equals_prefill():
         assert ctx.heads(whole)["policy_index"].tolist() == ctx.heads(chunked)["policy_index"].tolist()
 
 
+def test_float16_activations_are_the_float32_ones_rounded(backend):
+    """act_dtype="f16": float16 q, k, v in, float16 out, equal to an fp32 context's outputs on the same values
+    rounded to float16; the kept rows the same."""
+    rng = np.random.default_rng(8)
+    n, steps = 20, 6
+    qkv = [tuple(rows(rng, n + steps, h).astype(np.float16) for h in (HQ, HKV, HKV)) for _ in range(L)]
+    outs, kept = {}, {}
+    for act in ("f32", "f16"):
+        with fastgen.Context(L, HQ, HKV, D, vocab_size=100, backend=backend, max_seqs=1, max_seq_len=64,
+                             method="h2o", act_dtype=act) as ctx:
+            conv = (lambda a: a) if act == "f16" else (lambda a: a.astype(np.float32))
+            seq = ctx.create(list(range(n)))
+            got = [ctx.prefill(seq, layer, *(conv(a[:n]) for a in qkv[layer])) for layer in range(L)]
+            for t in range(n, n + steps):
+                got += [ctx.decode(layer, [seq], [t], *(conv(a[t:t + 1]) for a in qkv[layer])) for layer in range(L)]
+            assert all(o.dtype == (np.float16 if act == "f16" else np.float32) for o in got)
+            outs[act] = got
+            kept[act] = [ctx.positions(seq, layer, h).tolist() for layer in range(L) for h in range(HKV)]
+    for a, b in zip(outs["f32"], outs["f16"]):
+        np.testing.assert_array_equal(a.astype(np.float16), b)
+    assert kept["f32"] == kept["f16"]
+    with fastgen.Context(L, HQ, HKV, D, vocab_size=100, max_seqs=1, max_seq_len=32, act_dtype="f16") as ctx:
+        seq = ctx.create([1, 2, 3, 4])
+        q, k, v = (rows(rng, 4, h) for h in (HQ, HKV, HKV))
+        with pytest.raises(TypeError, match=r"q must be float16, got float32 \(convert it with .astype\(numpy.float16\)\)"):
+            ctx.prefill(seq, 0, q, k, v)
+    with pytest.raises(ValueError, match=r"act_dtype: expected f32, f16 or bf16, got 'q8_0'"):
+        fastgen.Context(L, HQ, HKV, D, vocab_size=100, act_dtype="q8_0")
+
+
 class DLPackOnly:
     """An array reachable through __dlpack__ only (as a torch tensor is)."""
 

@@ -222,3 +222,26 @@ def test_errors_say_what_is_wrong(hf, model):
         assert len(greedy(m, model.tokenize(SHORT[0]))[0]) > 0
     finally:
         fgt.disable(m)
+
+
+@pytest.mark.parametrize("dtype,act", [(torch.bfloat16, "bf16"), (torch.float16, "f16")])
+def test_half_tensors_cross_the_binding(dtype, act):
+    """fastgen.Context(act_dtype=...) takes torch half tensors through DLPack and returns them: the fp32 context's
+    outputs on the same values, rounded to the tensors' dtype."""
+    L, HQ, HKV, D, n = 1, 4, 2, 16, 12
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(n + 1, h, D, generator=g).to(dtype) for h in (HQ, HKV, HKV))
+    outs = {}
+    for a in ("f32", act):
+        with fastgen.Context(L, HQ, HKV, D, vocab_size=50, max_seqs=1, max_seq_len=32, act_dtype=a) as ctx:
+            conv = (lambda x: x) if a == act else (lambda x: x.float())
+            seq = ctx.create(list(range(n)))
+            outs[a] = [ctx.prefill(seq, 0, *(conv(x[:n]) for x in (q, k, v))),
+                       ctx.decode(0, [seq], [n], *(conv(x[n:]) for x in (q, k, v)))]
+    for want, got in zip(outs["f32"], outs[act]):
+        assert got.dtype == dtype
+        assert torch.equal(want.to(dtype), got)
+    with fastgen.Context(L, HQ, HKV, D, vocab_size=50, max_seqs=1, max_seq_len=32, act_dtype=act) as ctx:
+        seq = ctx.create(list(range(n)))
+        with pytest.raises(TypeError, match=f"q must be {str(dtype).split('.')[1]}"):
+            ctx.prefill(seq, 0, q[:n].float(), k[:n], v[:n])

@@ -20,8 +20,9 @@ One forward pre-hook on the model reads the token ids (FastGen's special and pun
 policies need them) and gives the forward a :class:`FastGenCache` where transformers would
 have made its own. Models: the Llama family (Llama, SmolLM2, Mistral without sliding window,
 Qwen2, Qwen3): RoPE before the cache, grouped-query attention. Batches of equal-length
-prompts; a padded batch is refused. Activations in any float dtype cross to the engine as
-float32 (its API's); on CUDA the model's tensors stay on the device when fastgen is built
+prompts; a padded batch is refused. Activations cross to the engine in the model's dtype when
+it is float16 or bfloat16 (the engine's act_dtype: converted to fp32 inside, once per call),
+else as float32; on CUDA the model's tensors stay on the device when fastgen is built
 with CUDA (``io="device"``).
 """
 
@@ -250,8 +251,8 @@ class FastGenCache(Cache):
             raise ValueError("fastgen: the forward's token ids are unknown or do not match the attention's "
                              f"batch ({B} x {T}): call the model with input_ids (FastGen's token classes need "
                              "them; inputs_embeds are not supported)")
-        dtype = q.dtype
-        q, k, v = (x.detach().to(torch.float32) for x in (q, k, v))  # inference: _attention refuses training
+        dtype = q.dtype  # the engine takes the model's dtype when it is fp16 / bf16 (act_dtype), else fp32
+        q, k, v = (x.detach().to(engine.act_torch) for x in (q, k, v))  # inference: _attention refuses training
         if engine.io == "host" and q.device.type != "cpu":
             raise ValueError(f"fastgen: the model runs on {q.device} but the engine's activations are in host "
                              "memory; enable() on a CUDA model with a fastgen built with CUDA (io='device')")
@@ -283,7 +284,7 @@ class FastGenCache(Cache):
                 ctx.append(self.seqs[b], layer, tokens[b], q[b].transpose(0, 1).contiguous(),
                            k[b].transpose(0, 1).contiguous(), v[b].transpose(0, 1).contiguous(), out=out[b])
         lay.seen += T
-        return out if dtype == torch.float32 else out.to(dtype)
+        return out if dtype == out.dtype else out.to(dtype)
 
 
 def _attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
@@ -327,6 +328,11 @@ class Engine:
             raise ValueError(f"fastgen.transformers: the model spans {len(devices)} devices; fastgen's engine "
                              "serves one")
         device = devices.pop()
+        # q, k, v and out cross in the model's dtype when the engine takes it (f16, bf16), else as fp32
+        dtypes = {p.dtype for p in model.parameters()}
+        model_dtype = dtypes.pop() if len(dtypes) == 1 else torch.float32
+        self.act_dtype = {torch.float16: "f16", torch.bfloat16: "bf16"}.get(model_dtype, "f32")
+        self.act_torch = {"f16": torch.float16, "bf16": torch.bfloat16}.get(self.act_dtype, torch.float32)
         self.io = "device" if device.type == "cuda" else "host"
         stream = None
         if self.io == "device":  # the engine queues its work on the stream current at enable()
@@ -336,7 +342,7 @@ class Engine:
         self.context = fastgen.Context(
             self.n_layers, n_q, n_kv, head_dim, classes=classes, backend=backend, kv_dtype=kv_dtype,
             max_seqs=max_seqs, max_seq_len=max_seq_len or cfg.max_position_embeddings, threads=threads,
-            io=self.io, stream=stream, compression=compression)
+            io=self.io, stream=stream, act_dtype=self.act_dtype, compression=compression)
         self.last_cache: FastGenCache | None = None
         # transformers' own empty caches (generate() makes one; a caller may pass one) and the FastGenCache
         # that stands in for each, so a loop that passes the same object forward after forward continues it

@@ -245,3 +245,18 @@ def test_half_tensors_cross_the_binding(dtype, act):
         seq = ctx.create(list(range(n)))
         with pytest.raises(TypeError, match=f"q must be {str(dtype).split('.')[1]}"):
             ctx.prefill(seq, 0, q[:n].float(), k[:n], v[:n])
+
+
+def test_a_bf16_model_hands_the_engine_bf16(model_path):
+    """A bfloat16 model's q, k, v reach the engine as bfloat16 (act_dtype "bf16": no fp32 copies on the way), and
+    its prompt logits pick what transformers' own attention picks."""
+    model, tok = fgt.from_gguf(model_path, dtype=torch.bfloat16)
+    xs = [torch.tensor([tok(p)["input_ids"]]) for p in SHORT]
+    with torch.no_grad():
+        want = [model(x).logits[0].argmax(-1) for x in xs]
+        engine = fgt.enable(model, tok, method="full")
+        assert engine.act_dtype == "bf16" and engine.act_torch == torch.bfloat16
+        got = [model(x).logits[0].argmax(-1) for x in xs]
+    agree = torch.cat([(a == b).float() for a, b in zip(want, got)]).mean().item()
+    assert agree >= 0.9, f"top-1 agreement {agree:.3f}"
+    fgt.disable(model)

@@ -43,7 +43,8 @@ static fg_status validate_params(const fg_context_params *p) {
     FG_CHECK(p->io == FG_IO_HOST || p->io == FG_IO_DEVICE, NULL, FG_ERR_INVALID_ARGUMENT,
              "io must be FG_IO_HOST (0) or FG_IO_DEVICE (1), got %d", (int)p->io);
     FG_CHECK(p->act_dtype == FG_DTYPE_F32 || p->act_dtype == FG_DTYPE_F16 || p->act_dtype == FG_DTYPE_BF16, NULL,
-             FG_ERR_INVALID_ARGUMENT, "act_dtype must be FG_DTYPE_F32 (%d), FG_DTYPE_F16 (%d) or FG_DTYPE_BF16 (%d), got %d",
+             FG_ERR_INVALID_ARGUMENT,
+             "act_dtype must be FG_DTYPE_F32 (%d), FG_DTYPE_F16 (%d) or FG_DTYPE_BF16 (%d), got %d",
              (int)FG_DTYPE_F32, (int)FG_DTYPE_F16, (int)FG_DTYPE_BF16, (int)p->act_dtype);
     return FG_OK;
 }

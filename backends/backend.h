@@ -204,11 +204,11 @@ typedef fg_status fg_device_info_fn(fg_backend *be, fg_device_info *info);
  * reps runs timed by device events, in bytes moved per second. */
 typedef fg_status fg_bandwidth_fn(fg_backend *be, int copy, size_t bytes, int reps, double *bytes_per_s);
 
-/* Device time per kernel: on = 1 clears the sums and times every kernel of
- * the ops that follow (each op then waits for its own work, so time them
- * apart from a throughput run); on = 0 stops. Either way `out` gets up to
- * `cap` sums (name, seconds, calls; "host" is the host's time in an op up to
- * its first kernel) and *n their count. */
+/* Device time per kernel: on = 1 clears the sums and times every kernel and
+ * copy of the ops that follow (each op then waits for its own work, so time
+ * them apart from a throughput run); on = 0 stops. Either way `out` gets up
+ * to `cap` sums (name, seconds, calls; "host" is the host's time in an op up
+ * to its first queued work: its bookkeeping) and *n their count. */
 typedef struct fg_kernel_time {
     const char *name;
     double seconds;

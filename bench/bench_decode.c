@@ -31,11 +31,12 @@
  *          bookkeeping of a step overlaps the device's work, as in an engine), the layer copies rotate past 4x the
  *          device's L2, and the ceiling is the device read-bandwidth probe,
  *          run between the steps of the same loop. Under HIP-CPU the figures
- *          are the host's and the header says so. There, each group's
- *          16-bit cases also run alone with the backend's per-kernel timing
- *          ("# kernels" lines: the host's bookkeeping, then each kernel's
- *          device time a step, and their sum beside the step's time above:
- *          a step whose time is well above the sum waits on the host).
+ *          are the host's and the header says so. With a GPU backend each
+ *          group's cases of its first dtype (the 16-bit one by default) also
+ *          run alone with the backend's per-kernel timing ("# kernels"
+ *          lines: the host's bookkeeping, then the upload's and each
+ *          kernel's device time a step, and their sum beside the step's
+ *          time: a step well above the sum waits on the host).
  */
 #define FG_EXPERIMENTAL /* FG_ADAPTIVE_*, fg_cpu_describe (fastgen.h) */
 #include <math.h>

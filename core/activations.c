@@ -87,10 +87,31 @@ static fg_status act_convert(fg_context *ctx, void *dst, fg_dtype dst_dtype, con
     return FG_OK;
 }
 
+/* Device work queued on a buffer ends before it goes. */
+static void act_settle(fg_context *ctx) {
+    if (ctx->be.device_io && ctx->be.ops->synchronize)
+        (void)ctx->be.ops->synchronize(&ctx->be); /* a failure shows at the caller's next synchronisation */
+}
+
+void fg_act_release(fg_context *ctx) {
+    int any = 0;
+    for (int i = 0; i < 4; i++)
+        any |= ctx->act[i] != NULL;
+    if (any)
+        act_settle(ctx);
+    for (int i = 0; i < 4; i++) {
+        fg_io_free(ctx, ctx->act[i]);
+        ctx->act[i] = NULL;
+        ctx->act_cap[i] = 0;
+    }
+}
+
 /* Buffer i of at least n floats (its contents not kept). */
 static fg_status act_buffer(fg_context *ctx, int i, size_t n) {
     if (ctx->act_cap[i] >= n)
         return FG_OK;
+    if (ctx->act[i])
+        act_settle(ctx);
     fg_io_free(ctx, ctx->act[i]);
     ctx->act[i] = NULL;
     ctx->act_cap[i] = 0;

@@ -142,8 +142,7 @@ void fg_context_destroy(fg_context **pctx) {
                 fg_seq_release(ctx, &ctx->seqs[i]);
     fg_pool_release(&ctx->pool);
     fg_pool_release(&ctx->meta_pool);
-    for (int i = 0; i < 4; i++)
-        fg_io_free(ctx, ctx->act[i]);
+    fg_act_release(ctx);
     free(ctx->seqs);
     free(ctx->dheads);
     free(ctx->plans);

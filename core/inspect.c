@@ -146,6 +146,7 @@ static fg_status trim(fg_context *ctx) {
     FG_CHECK(ctx, NULL, FG_ERR_INVALID_ARGUMENT, "fg_trim: context must not be NULL");
     fg_pool_trim(&ctx->pool);
     fg_pool_trim(&ctx->meta_pool);
+    fg_act_release(ctx);
     return FG_OK;
 }
 

@@ -500,5 +500,7 @@ int32_t fg_act_prompt(const fg_context *ctx, int32_t seq);
 fg_status fg_act_in(fg_context *ctx, size_t rows, const void *q, const void *k, const void *v, void *out,
                     fg_act_call *c);
 fg_status fg_act_out(fg_context *ctx, const fg_act_call *c, fg_status st);
+/* Gives the conversion buffers back (fg_trim, fg_context_destroy). */
+void fg_act_release(fg_context *ctx);
 
 #endif /* FG_INTERNAL_H */

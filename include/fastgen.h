@@ -444,7 +444,10 @@ typedef struct fg_context_params {
                                    default), FG_DTYPE_F16 or FG_DTYPE_BF16, as the engine keeps them. The
                                    context converts them to fp32 where they lie (on the host, or on the
                                    device with FG_IO_DEVICE), once per call, and out back (rounded to
-                                   nearest even); the kernels compute in fp32 as with fp32 activations */
+                                   nearest even); the kernels compute in fp32 as with fp32 activations.
+                                   The fp32 copies live in buffers of the context (host, or device with
+                                   FG_IO_DEVICE) as large as the largest call's q, k, v and out (a whole
+                                   prompt for fg_prefill), kept until fg_trim or fg_context_destroy */
 } fg_context_params;
 
 /* Every field's default: start from it (a zeroed struct is not one: its
@@ -640,7 +643,8 @@ FG_API fg_status fg_memory_sized(const fg_context *ctx, int32_t seq, fg_memory_s
 static inline fg_status fg_memory(const fg_context *ctx, int32_t seq, fg_memory_stats *stats) {
     return fg_memory_sized(ctx, seq, stats, sizeof *stats);
 }
-/* Returns pool chunks with no page in use to the backend. */
+/* Returns pool chunks with no page in use to the backend, and the buffers
+ * that act_dtype f16 / bf16 converts activations into. */
 FG_API fg_status fg_trim(fg_context *ctx);
 
 #ifdef __cplusplus

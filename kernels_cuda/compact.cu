@@ -105,6 +105,7 @@ extern "C" fg_status FG_GPU(compact)(fg_backend *be, const fg_page_layout *layou
         so += h->n_keep;
         po += 2 * np;
     }
+    FG_GPU(mark_queue)(be);
     if ((s = FG_GPU(stage_upload)(be, base, host, up_bytes)))
         return s;
     const float *dk = k, *dv = v; /* device I/O: already there */

@@ -3,8 +3,9 @@
  *   attend_chunks  one block per (chunk of a head's cached rows, group of up
  *                  to 4 query heads; FASTGEN_GPU_DECODE_HEADS=1|2|8 sets
  *                  another cap). The block first resolves its rows'
- *                  addresses (slot, row id, page) into shared memory, all at
- *                  once; then a row is read by a group of `lanes`
+ *                  addresses (slot, row id, page) into shared memory, its
+ *                  threads on many rows at a time; then a row is read by a
+ *                  group of `lanes`
  *                  threads, each loading EPL contiguous elements (16 bytes
  *                  for f16 and bf16 at d = 128, so a warp reads whole rows),
  *                  and each K and V row is read once for the query heads of
@@ -137,9 +138,11 @@ static int32_t attend_tile(int32_t chunk, int32_t step, int epl, int gbm, int d)
 
 /* One block per (chunk, group of GBM query heads), the groups of a chunk
  * next to each other in the grid, so that they read its rows from the L2
- * together. A tile's row addresses are resolved first, every thread one row
- * (slot -> row id -> page: dependent loads, but all rows at once); then a
- * row group's loads depend on nothing but shared memory. Each row group
+ * together. A tile's row addresses are resolved first, each thread taking
+ * rows T apart (slot -> row id -> page: dependent loads, but for many rows
+ * at once); then a row group's loads depend on nothing but shared memory
+ * (8-byte pointers at the start of the dynamic shared memory, whose base is
+ * aligned to at least 16 bytes; the kernel has no static shared memory). Each row group
  * keeps an online softmax, rescaled once per ROWS_IN_FLIGHT rows. */
 template <int ES, int EPL, int GBM>
 __global__ static void attend_chunks(fg_gpu_layout L, int32_t G, int32_t lanes, int32_t tile, const decode_desc *heads,
@@ -711,6 +714,7 @@ extern "C" fg_status FG_GPU(decode_step)(fg_backend *be, const fg_page_layout *l
         ro += (int64_t)G * hd->n_slots;
         io += ni;
     }
+    FG_GPU(mark_queue)(be);
     if ((s = FG_GPU(stage_upload)(be, base, host, up_bytes)))
         return s;
 

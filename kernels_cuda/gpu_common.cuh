@@ -72,14 +72,14 @@ typedef struct fg_gpu_stage {
 } fg_gpu_stage;
 
 /* Per-kernel device time for the benchmarks (the "kernel_times" extra):
- * while on, an op records an event before its first kernel and after each
- * one (fg_gpu_mark), then waits for them (fg_gpu_mark_end) and adds the
- * time between each pair to that kernel's name, and the host's time up to
- * its first kernel to "host". Off, the marks cost a branch. */
+ * while on, an op records an event before its first queued work and after
+ * each kernel or copy (fg_gpu_mark), then waits for them (fg_gpu_mark_end)
+ * and adds the time between each pair to that step's name, and the host's
+ * time up to its first queued work to "host". Off, the marks cost a branch. */
 #define FG_GPU_MARKS 8  /* marks in one op */
 #define FG_GPU_TIMED 24 /* names timed */
 typedef struct fg_gpu_timing {
-    int on, n;
+    int on, n;      /* n: events recorded after the first, -1 before mark_queue */
     double host_t0; /* the op's start on the host clock */
     cudaEvent_t ev[FG_GPU_MARKS + 1];
     const char *mark[FG_GPU_MARKS];
@@ -117,10 +117,13 @@ fg_status FG_GPU(upload)(fg_backend *be, unsigned char *base, size_t *at, const 
  * copy that last read it); then stage_upload copies its first `bytes` to dev. */
 fg_status FG_GPU(stage)(fg_backend *be, size_t bytes, unsigned char **host);
 fg_status FG_GPU(stage_upload)(fg_backend *be, void *dev, const unsigned char *host, size_t bytes);
-/* Per-kernel timing (fg_gpu_timing): mark_begin at an op's start, mark
- * after each kernel with its name (a string literal), mark_end before the op
- * returns. No-ops unless the "kernel_times" extra turned timing on. */
+/* Per-kernel timing (fg_gpu_timing): mark_begin at an op's start,
+ * mark_queue just before its first queued work (the host's bookkeeping ends
+ * there), mark after each kernel or copy with its name (a string literal),
+ * mark_end before the op returns. No-ops unless the "kernel_times" extra
+ * turned timing on. */
 void FG_GPU(mark_begin)(fg_backend *be);
+void FG_GPU(mark_queue)(fg_backend *be);
 void FG_GPU(mark)(fg_backend *be, const char *kernel);
 fg_status FG_GPU(mark_end)(fg_backend *be);
 /* Waits for the stream, then reports a raised error flag (and lowers it). */

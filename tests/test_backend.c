@@ -405,7 +405,8 @@ static void check_kv_apart_refused(const char *backend) {
 /* act_dtype f16 / bf16: q, k, v and out cross the API in 16 bits. A context
  * given 16-bit inputs returns, bit for bit, the fp32 context's outputs on the
  * same values rounded to 16 bits (the kernels see the same fp32 inputs), and
- * keeps the same rows: prefill, decode steps of two sequences, an append;
+ * keeps the same rows: prefill (one sequence whole, one in two chunks),
+ * decode steps of both, an append;
  * with host arrays, and on GPU backends with device ones (the conversion is
  * then a device op). */
 enum { ACT_D = 64, ACT_G = 2, ACT_HKV = 2, ACT_N = 40, ACT_STEPS = 12, ACT_APPEND = 5 };
@@ -460,13 +461,17 @@ static int act_case(const char *backend, fg_io io, fg_dtype act, const float *q,
         if (fg_backend_open(backend, 0, &r.dev))
             return 0;
         fg_device_info_fn *device_info = (fg_device_info_fn *)fg_backend_get_proc(&r.dev, "device_info");
-        if (!device_info || device_info(&r.dev, &info))
+        if (!device_info || device_info(&r.dev, &info)) {
+            fg_backend_close(&r.dev);
             return 0;
+        }
         p.io = FG_IO_DEVICE;
         p.stream = info.stream;
     }
     if (fg_context_create(&p, &r.ctx) != FG_OK) {
         fprintf(stderr, "act_dtype %s on %s: %s\n", fg_dtype_name(act), backend, fg_last_error(NULL));
+        if (r.dev.ops)
+            fg_backend_close(&r.dev);
         return 0;
     }
     const size_t cap = (size_t)maxlen * rq; /* the largest array of one call */
@@ -488,7 +493,14 @@ static int act_case(const char *backend, fg_io io, fg_dtype act, const float *q,
         act_put(&r, act, r.buf[0], q, ACT_N * rq, tmp);
         act_put(&r, act, r.buf[1], k, ACT_N * rk, tmp);
         act_put(&r, act, r.buf[2], v, ACT_N * rk, tmp);
-        EXPECT_OK(r.ctx, fg_prefill(r.ctx, r.seqs[b], 0, r.buf[0], r.buf[1], r.buf[2], r.buf[3]));
+        if (b == 0) {
+            EXPECT_OK(r.ctx, fg_prefill(r.ctx, r.seqs[b], 0, r.buf[0], r.buf[1], r.buf[2], r.buf[3]));
+        } else { /* the second in two chunks (fg_prefill_chunk): 15 rows, then the rest */
+            unsigned char *at[4] = {r.buf[0], r.buf[1], r.buf[2], r.buf[3]};
+            EXPECT_OK(r.ctx, fg_prefill_chunk(r.ctx, r.seqs[b], 0, 0, 15, at[0], at[1], at[2], at[3]));
+            EXPECT_OK(r.ctx, fg_prefill_chunk(r.ctx, r.seqs[b], 0, 15, ACT_N - 15, at[0] + 15 * rq * es,
+                                              at[1] + 15 * rk * es, at[2] + 15 * rk * es, at[3] + 15 * rq * es));
+        }
         act_get(&r, act, o, r.buf[3], ACT_N * rq, tmp);
         o += ACT_N * rq;
     }

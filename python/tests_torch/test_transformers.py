@@ -255,8 +255,10 @@ def test_a_bf16_model_hands_the_engine_bf16(model_path):
     with torch.no_grad():
         want = [model(x).logits[0].argmax(-1) for x in xs]
         engine = fgt.enable(model, tok, method="full")
-        assert engine.act_dtype == "bf16" and engine.act_torch == torch.bfloat16
-        got = [model(x).logits[0].argmax(-1) for x in xs]
+        try:
+            assert engine.act_dtype == "bf16" and engine.act_torch == torch.bfloat16
+            got = [model(x).logits[0].argmax(-1) for x in xs]
+        finally:
+            fgt.disable(model)
     agree = torch.cat([(a == b).float() for a, b in zip(want, got)]).mean().item()
     assert agree >= 0.9, f"top-1 agreement {agree:.3f}"
-    fgt.disable(model)

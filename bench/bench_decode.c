@@ -345,7 +345,7 @@ int main(int argc, char **argv) {
                     }
                     (void)sink;
                     fg_kernel_times_fn *ktimes = bench_kernel_times(&be);
-                    if (dev && ktimes && di == 0) /* the 16-bit cases' kernels, one at a time: where a step goes */
+                    if (dev && ktimes && di == 0) /* the first dtype's cases, kernel by kernel: where a step goes */
                         for (int x = 0; x < N_MIX; x++) {
                             bench_case *c = &cases[x];
                             fg_kernel_time kt[16];

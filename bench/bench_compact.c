@@ -132,8 +132,7 @@ int main(int argc, char **argv) {
                     ktimes(&be, 0, kt, 8, &nk))
                     return 1;
                 printf("# kernels %d %s (ms):", (int)n, fg_dtype_name(dt));
-                for (int32_t i = 0; i < nk; i++)
-                    printf(" %s %.4f", kt[i].name, 1e3 * kt[i].seconds);
+                bench_print_kernel_times(kt, nk, 1.0);
                 printf("; the call took %.4f\n", 1e3 * tm);
             }
             if (dev)

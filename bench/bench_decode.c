@@ -359,14 +359,9 @@ int main(int argc, char **argv) {
                                     return 1;
                             if (ktimes(&be, 0, kt, 16, &nk))
                                 return 1;
-                            double dev_sum = 0.0;
                             printf("# kernels %s %d x%d %s %s (ms a step):", m->name, (int)t, (int)B,
                                    fg_dtype_name(dt), k_mix_name[x]);
-                            for (int32_t i = 0; i < nk; i++) {
-                                printf(" %s %.4f", kt[i].name, 1e3 * kt[i].seconds / DEV_STEPS);
-                                if (strcmp(kt[i].name, "host"))
-                                    dev_sum += kt[i].seconds / DEV_STEPS;
-                            }
+                            const double dev_sum = bench_print_kernel_times(kt, nk, DEV_STEPS);
                             printf("; device %.4f of the step's %.4f\n", 1e3 * dev_sum, 1e3 * bench_median(c->t, REPS));
                         }
                     const double bw = (dev ? (double)probe_bytes : (double)(stream_n * sizeof(float))) /

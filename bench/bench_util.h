@@ -285,6 +285,16 @@ static inline fg_timer_fn *bench_timer(const fg_backend *be) { return (fg_timer_
 static inline fg_kernel_times_fn *bench_kernel_times(const fg_backend *be) {
     return (fg_kernel_times_fn *)fg_backend_get_proc(be, "kernel_times");
 }
+/* Prints " name ms" for each part (seconds / per, in ms) and returns the sum of the device's parts (all but "host"). */
+static inline double bench_print_kernel_times(const fg_kernel_time *kt, int32_t n, double per) {
+    double device = 0.0;
+    for (int32_t i = 0; i < n; i++) {
+        printf(" %s %.4f", kt[i].name, 1e3 * kt[i].seconds / per);
+        if (strcmp(kt[i].name, "host"))
+            device += kt[i].seconds / per;
+    }
+    return device;
+}
 static inline fg_bandwidth_fn *bench_bandwidth(const fg_backend *be) {
     return (fg_bandwidth_fn *)fg_backend_get_proc(be, "bandwidth");
 }

@@ -73,16 +73,14 @@ static fg_status act_convert(fg_context *ctx, void *dst, fg_dtype dst_dtype, con
                  fg_dtype_name((fg_dtype)ctx->params.act_dtype));
         return ctx->be.ops->convert(&ctx->be, dst, dst_dtype, src, src_dtype, n);
     }
-    if (src_dtype == FG_DTYPE_F32) {
-        const float *x = src;
-        uint16_t *y = dst;
-        for (size_t i = 0; i < n; i++)
-            y[i] = dst_dtype == FG_DTYPE_F16 ? fg_f32_to_f16(x[i]) : fg_f32_to_bf16(x[i]);
-    } else {
-        const uint16_t *x = src;
-        float *y = dst;
-        for (size_t i = 0; i < n; i++)
-            y[i] = src_dtype == FG_DTYPE_F16 ? fg_f16_to_f32(x[i]) : fg_bf16_to_f32(x[i]);
+    const size_t part = (size_t)1 << 30; /* fg_store_row / fg_load_elem count in int32 */
+    for (size_t at = 0; at < n; at += part) {
+        const int32_t m = (int32_t)(n - at < part ? n - at : part);
+        if (src_dtype == FG_DTYPE_F32)
+            fg_store_row((uint16_t *)dst + at, dst_dtype, (const float *)src + at, m);
+        else
+            for (int32_t i = 0; i < m; i++)
+                ((float *)dst)[at + (size_t)i] = fg_load_elem((const uint16_t *)src + at, src_dtype, m, i);
     }
     return FG_OK;
 }

@@ -202,8 +202,7 @@ static fg_status gpu_kernel_times(fg_backend *be, int on, fg_kernel_time *out, i
 __global__ static void convert_values(void *dst, int32_t dst_dtype, const void *src, int32_t src_dtype, size_t n) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         if (src_dtype == FG_DTYPE_F32)
-            ((uint16_t *)dst)[i] = dst_dtype == FG_DTYPE_F16 ? fg_f32_to_f16(((const float *)src)[i])
-                                                             : fg_f32_to_bf16(((const float *)src)[i]);
+            fg_gpu_store((unsigned char *)dst + 2 * i, dst_dtype, 0, ((const float *)src)[i]); /* 16-bit */
         else
             ((float *)dst)[i] = fg_gpu_half_to_float(src_dtype, ((const uint16_t *)src)[i]);
     }

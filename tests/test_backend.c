@@ -234,6 +234,21 @@ static void free_out(run_out *ro) {
 
 static int exact_dtype(fg_dtype t) { return t == FG_DTYPE_F32 || fg_dtype_quantized(t); }
 
+/* The cases' prompt and decode tokens (BOS, then ids 0..9) and their classes: 1 special, 2 and 3 punct. */
+static void case_tokens(int32_t *tokens, int32_t n) {
+    for (int32_t i = 0; i < n; i++)
+        tokens[i] = i == 0 ? 1 : rng_int(0, 9);
+}
+
+static fg_token_classes *case_classes(void) {
+    fg_token_classes *tc = NULL;
+    fg_token_classes_create(10, NULL, &tc);
+    fg_token_classes_set(tc, 1, FG_TOKEN_SPECIAL);
+    fg_token_classes_set(tc, 2, FG_TOKEN_PUNCT);
+    fg_token_classes_set(tc, 3, FG_TOKEN_PUNCT);
+    return tc;
+}
+
 static void check_case(const char *backend, const shape_case *sc) {
     if (sc->v_apart && (strcmp(backend, "cuda") == 0 || strcmp(backend, "hip") == 0))
         return; /* refused by the GPU backends (check_kv_apart_refused) */
@@ -247,13 +262,8 @@ static void check_case(const char *backend, const shape_case *sc) {
         v[i] = rng_gauss();
     }
     int32_t *tokens = malloc((size_t)total * sizeof *tokens);
-    for (int32_t i = 0; i < total; i++)
-        tokens[i] = i == 0 ? 1 : rng_int(0, 9);
-    fg_token_classes *tc = NULL;
-    fg_token_classes_create(10, NULL, &tc);
-    fg_token_classes_set(tc, 1, FG_TOKEN_SPECIAL);
-    fg_token_classes_set(tc, 2, FG_TOKEN_PUNCT);
-    fg_token_classes_set(tc, 3, FG_TOKEN_PUNCT);
+    case_tokens(tokens, total);
+    fg_token_classes *tc = case_classes();
 
     run_out ref, one, two, dev;
     alloc_out(&ref, sc);
@@ -411,7 +421,6 @@ static void check_kv_apart_refused(const char *backend) {
  * then a device op). */
 enum { ACT_D = 64, ACT_G = 2, ACT_HKV = 2, ACT_N = 40, ACT_STEPS = 12, ACT_APPEND = 5 };
 
-static size_t act_size(fg_dtype act) { return act == FG_DTYPE_F32 ? 4 : 2; }
 
 typedef struct act_run {
     fg_context *ctx;
@@ -428,16 +437,16 @@ static void act_put(act_run *r, fg_dtype act, void *dst, const float *src, size_
         from = host_tmp;
     }
     if (r->dev.ops)
-        EXPECT(fg_backend_write(&r->dev, dst, from, n * act_size(act)) == FG_OK, "writing device activations");
+        EXPECT(fg_backend_write(&r->dev, dst, from, n * fg_row_bytes(act, 1)) == FG_OK, "writing device activations");
     else
-        memcpy(dst, from, n * act_size(act));
+        memcpy(dst, from, n * fg_row_bytes(act, 1));
 }
 
 static void act_get(act_run *r, fg_dtype act, float *dst, const void *src, size_t n, void *host_tmp) {
     const void *from = src;
     if (r->dev.ops) {
         EXPECT_OK(r->ctx, fg_synchronize(r->ctx));
-        EXPECT(fg_backend_read(&r->dev, host_tmp, src, n * act_size(act)) == FG_OK, "reading device outputs");
+        EXPECT(fg_backend_read(&r->dev, host_tmp, src, n * fg_row_bytes(act, 1)) == FG_OK, "reading device outputs");
         from = host_tmp;
     }
     for (size_t i = 0; i < n; i++)
@@ -448,7 +457,7 @@ static void act_get(act_run *r, fg_dtype act, float *dst, const void *src, size_
 static int act_case(const char *backend, fg_io io, fg_dtype act, const float *q, const float *k, const float *v,
                     const int32_t *tokens, fg_token_classes *tc, float *outs, int32_t *kept) {
     const int32_t Hq = ACT_G * ACT_HKV, maxlen = ACT_N + ACT_STEPS + ACT_APPEND;
-    const size_t rq = (size_t)Hq * ACT_D, rk = (size_t)ACT_HKV * ACT_D, es = act_size(act);
+    const size_t rq = (size_t)Hq * ACT_D, rk = (size_t)ACT_HKV * ACT_D, es = fg_row_bytes(act, 1);
     act_run r = {0};
     fg_context_params p = test_context_params(backend, 1, Hq, ACT_HKV, ACT_D);
     p.max_seqs = 2;
@@ -550,12 +559,8 @@ static void check_act_dtype(const char *backend) {
     const size_t n_out = (2 * ACT_N + 2 * ACT_STEPS + 2 * ACT_APPEND) * rq, n_kept = 2 * ACT_HKV * (size_t)maxlen;
     const int gpu = strcmp(backend, "cuda") == 0 || strcmp(backend, "hip") == 0;
     int32_t tokens[ACT_N + ACT_STEPS + ACT_APPEND];
-    for (int32_t i = 0; i < maxlen; i++)
-        tokens[i] = i == 0 ? 1 : rng_int(0, 9);
-    fg_token_classes *tc = NULL;
-    fg_token_classes_create(10, NULL, &tc);
-    fg_token_classes_set(tc, 1, FG_TOKEN_SPECIAL);
-    fg_token_classes_set(tc, 2, FG_TOKEN_PUNCT);
+    case_tokens(tokens, maxlen);
+    fg_token_classes *tc = case_classes();
     const fg_dtype acts[] = {FG_DTYPE_F16, FG_DTYPE_BF16};
     for (int a = 0; a < 2; a++) {
         const fg_dtype act = acts[a];

@@ -28,8 +28,8 @@ __global__ static void unpack_rows(fg_gpu_layout L, void *const *pages, void *co
 }
 
 /* Row i (at pos[i]) of head h: p over keys 0..pos, 0 after, up to t. */
-__global__ static void observe_rows(const float *q, const float *k, const int32_t *pos, int32_t t, int32_t W,
-                                    int32_t G, int32_t d, float scale, float *p) {
+__global__ static void FG_BLOCK_BOUNDS observe_rows(const float *q, const float *k, const int32_t *pos, int32_t t,
+                                                    int32_t W, int32_t G, int32_t d, float scale, float *p) {
     FG_DYNAMIC_SHARED(float, sh); /* [d] the query, then [blockDim] for the reductions */
     const int32_t i = blockIdx.x, h = blockIdx.y, n = pos[i] + 1;
     float *qs = sh, *red = sh + d, *pr = p + ((size_t)h * W + i) * t;
@@ -55,8 +55,8 @@ __global__ static void observe_rows(const float *q, const float *k, const int32_
         pr[j] = j < n ? pr[j] * inv : 0.0f;
 }
 
-__global__ static void observe_sums(const int32_t *pos, int32_t t, int32_t W, int32_t G, int32_t decode_from,
-                                    float *p, float *col_all, float *col_decode) {
+__global__ static void FG_BLOCK_BOUNDS observe_sums(const int32_t *pos, int32_t t, int32_t W, int32_t G,
+                                                    int32_t decode_from, float *p, float *col_all, float *col_decode) {
     const int32_t j = blockIdx.x * blockDim.x + threadIdx.x;
     if (j >= t)
         return;

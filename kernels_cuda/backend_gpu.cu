@@ -199,7 +199,8 @@ static fg_status gpu_kernel_times(fg_backend *be, int on, fg_kernel_time *out, i
     return FG_OK;
 }
 
-__global__ static void convert_values(void *dst, int32_t dst_dtype, const void *src, int32_t src_dtype, size_t n) {
+__global__ static void FG_BLOCK_BOUNDS convert_values(void *dst, int32_t dst_dtype, const void *src, int32_t src_dtype,
+                                                      size_t n) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         if (src_dtype == FG_DTYPE_F32)
             fg_gpu_store((unsigned char *)dst + 2 * i, dst_dtype, 0, ((const float *)src)[i]); /* 16-bit */
@@ -241,7 +242,7 @@ static fg_status gpu_device_info(fg_backend *be, fg_device_info *info) {
 
 /* Every thread reads 16-byte words strided by the grid and keeps a sum, so
  * that the reads cannot be dropped; the copy moves 16-byte words. */
-__global__ static void read_words(const uint4 *src, size_t n, uint32_t *sink) {
+__global__ static void FG_BLOCK_BOUNDS read_words(const uint4 *src, size_t n, uint32_t *sink) {
     uint32_t acc = 0;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
         const uint4 w = src[i];
@@ -251,7 +252,7 @@ __global__ static void read_words(const uint4 *src, size_t n, uint32_t *sink) {
         sink[0] = acc;
 }
 
-__global__ static void copy_words(uint4 *dst, const uint4 *src, size_t n) {
+__global__ static void FG_BLOCK_BOUNDS copy_words(uint4 *dst, const uint4 *src, size_t n) {
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
         dst[i] = src[i];
 }
@@ -330,8 +331,8 @@ static fg_status gpu_copy2d(fg_backend *be, void *dst, size_t dpitch, const void
 }
 
 /* Gathers pos/flags/score of n slots (pages[] are device addresses). */
-__global__ static void gather_slots(fg_gpu_layout L, void *const *pages, int32_t n, int32_t *pos, uint8_t *flags,
-                                    float *score) {
+__global__ static void FG_BLOCK_BOUNDS gather_slots(fg_gpu_layout L, void *const *pages, int32_t n, int32_t *pos,
+                                                    uint8_t *flags, float *score) {
     const int32_t s = blockIdx.x * blockDim.x + threadIdx.x;
     if (s >= n)
         return;

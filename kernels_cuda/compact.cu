@@ -32,9 +32,10 @@ __device__ static inline void store4(unsigned char *dst, int32_t dtype, float4 x
     *(uint2 *)dst = make_uint2((uint32_t)h[0] | ((uint32_t)h[1] << 16), (uint32_t)h[2] | ((uint32_t)h[3] << 16));
 }
 
-__global__ static void compact_rows(fg_gpu_layout L, int32_t Hkv, int32_t vec, const float *k, const float *v,
-                                    const compact_desc *heads, void *const *pages, const int32_t *pos,
-                                    const int32_t *from, const uint8_t *flags, const float *score) {
+__global__ static void FG_BLOCK_BOUNDS compact_rows(fg_gpu_layout L, int32_t Hkv, int32_t vec, const float *k,
+                                                    const float *v, const compact_desc *heads, void *const *pages,
+                                                    const int32_t *pos, const int32_t *from, const uint8_t *flags,
+                                                    const float *score) {
     const compact_desc h = heads[blockIdx.y];
     const int32_t d = L.head_dim, es = L.dtype == FG_DTYPE_F32 ? 4 : 2;
     const int32_t per_row = vec ? d / 4 : fg_gpu_row_units(L); /* threads' units in a row */

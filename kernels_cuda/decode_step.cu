@@ -61,6 +61,13 @@ template <int ES, int EPL> struct lane_words {
     static constexpr int n = ES == 0 ? EPL : ES * EPL >= 4 ? ES * EPL / 4 : 1;
 };
 
+/* Rows in flight for NW words a lane: ROWS_IN_FLIGHT, fewer where the K and
+ * V words would crowd out the registers (head dims of 512 and 1024: 16 and
+ * 32 words each a lane; 4 rows of both spill). A divisor of ROWS_IN_FLIGHT,
+ * so the host's chunks (multiples of ROWS_IN_FLIGHT rows a row group) hold
+ * whole rounds. */
+__host__ __device__ constexpr int rows_in_flight(int nw) { return nw >= 32 ? 1 : nw >= 16 ? 2 : ROWS_IN_FLIGHT; }
+
 /* A lane's EPL values of a quantized row from column c0, as fp32 bits:
  * q * scale, which fp32 holds exactly, so every backend reads the same
  * values. c0 is a multiple of EPL (4 or 8) and a block holds 8 values or
@@ -112,8 +119,9 @@ template <int ES> __device__ static inline float word_elem(const uint32_t *w, in
 __host__ __device__ constexpr int max_heads_per_block(int epl) { return epl >= 16 ? 64 / epl : 8; }
 
 /* Dynamic shared memory of attend_chunks: the addresses of a tile of rows,
- * q of the block's heads, then the area for the row groups' merge, their
- * max and sum, and (without warp shuffles) the group sums. */
+ * q of the block's heads (GBM x lanes x EPL floats), then the area for the
+ * row groups' merge, their max and sum, and (without warp shuffles) the
+ * group sums. */
 static size_t attend_area_floats(int epl, int gbm, int threads) {
     size_t area = (size_t)threads * epl;
     if ((size_t)gbm * threads > area)
@@ -122,14 +130,15 @@ static size_t attend_area_floats(int epl, int gbm, int threads) {
         area = (size_t)ROWS_IN_FLIGHT * gbm * threads;
     return area;
 }
-static size_t attend_shared_bytes(int epl, int gbm, int d, int threads, int tile) {
-    return (size_t)tile * sizeof(void *) + ((size_t)gbm * d + attend_area_floats(epl, gbm, threads)) * sizeof(float);
+static size_t attend_shared_bytes(int epl, int gbm, int lanes, int threads, int tile) {
+    return (size_t)tile * sizeof(void *) + ((size_t)gbm * lanes * epl + attend_area_floats(epl, gbm, threads)) *
+                                               sizeof(float);
 }
 
 /* Rows whose addresses a block resolves at once: the whole chunk where the
  * shared memory allows (48 KB a block), else the most whole steps that fit. */
-static int32_t attend_tile(int32_t chunk, int32_t step, int epl, int gbm, int d) {
-    const size_t budget = 48 * 1024, fixed = attend_shared_bytes(epl, gbm, d, FG_THREADS, 0);
+static int32_t attend_tile(int32_t chunk, int32_t step, int epl, int gbm, int lanes) {
+    const size_t budget = 48 * 1024, fixed = attend_shared_bytes(epl, gbm, lanes, FG_THREADS, 0);
     int32_t tile = chunk;
     while (tile > step && fixed + (size_t)tile * sizeof(void *) > budget)
         tile -= step;
@@ -143,11 +152,12 @@ static int32_t attend_tile(int32_t chunk, int32_t step, int epl, int gbm, int d)
  * at once); then a row group's loads depend on nothing but shared memory
  * (8-byte pointers at the start of the dynamic shared memory, whose base is
  * aligned to at least 16 bytes; the kernel has no static shared memory). Each row group
- * keeps an online softmax, rescaled once per ROWS_IN_FLIGHT rows. */
+ * keeps an online softmax, rescaled once per round of rows in flight. */
 template <int ES, int EPL, int GBM>
-__global__ static void attend_chunks(fg_gpu_layout L, int32_t G, int32_t lanes, int32_t tile, const decode_desc *heads,
-                                     const decode_item *items, void *const *ptab, float *praw, float *part) {
-    constexpr int U = ROWS_IN_FLIGHT, NW = lane_words<ES, EPL>::n;
+__global__ static void FG_BLOCK_BOUNDS attend_chunks(fg_gpu_layout L, int32_t G, int32_t lanes, int32_t tile,
+                                                     const decode_desc *heads, const decode_item *items,
+                                                     void *const *ptab, float *praw, float *part) {
+    constexpr int NW = lane_words<ES, EPL>::n, U = rows_in_flight(NW);
     FG_DYNAMIC_SHARED(float, sh);
     const int32_t n_groups = (G + GBM - 1) / GBM, item = blockIdx.x / n_groups;
     const decode_item it = items[item];
@@ -159,11 +169,19 @@ __global__ static void attend_chunks(fg_gpu_layout L, int32_t G, int32_t lanes, 
     const bool lane_on = lane * EPL < d;
     const bool track = fg_tracks_scores(h.components);
     const unsigned char **addr = (const unsigned char **)(void *)sh;  /* [tile] */
-    float *qs = sh + tile * (sizeof(void *) / sizeof(float)), *red = qs + GBM * d; /* [GBM][d], then the area */
+    float *qs = sh + tile * (sizeof(void *) / sizeof(float)), *red = qs + GBM * EPL * lanes; /* q, then the area */
     const size_t row_stride = ES == 0 ? L.row_bytes : (size_t)d * ES, lane_at = ES == 0 ? 0 : (size_t)lane * EPL * ES;
     const float scale = 1.0f / sqrtf((float)d);
-    for (int32_t i = threadIdx.x; i < GB * d; i += T)
-        qs[i] = h.q[(size_t)g0 * d + i] * scale;
+    /* q of the block's heads, element e of lane x's slice at [g][e][x]: the
+     * lanes of a row group read neighbouring words, no bank conflicts (with
+     * each lane's slice contiguous, lanes EPL words apart met in EPL / 2 to
+     * 8 banks, and the grouped kernels waited on shared memory:
+     * docs/backends.md). In registers it would cost the wide groups their
+     * second block a multiprocessor. */
+    for (int32_t i = threadIdx.x; i < GB * d; i += T) {
+        const int32_t g = i / d, c = i % d;
+        qs[(g * EPL + c % EPL) * lanes + c / EPL] = h.q[(size_t)g0 * d + i] * scale;
+    }
 
     float m[GBM], l[GBM], acc[GBM][EPL];
 FG_UNROLL
@@ -211,10 +229,10 @@ FG_UNROLL
                 for (int g = 0; g < GBM; g++) {
                     float x = 0.0f;
                     if (g < GB && lane_on) {
-                        const float *qg = qs + g * d + lane * EPL;
+                        const float *qg = qs + g * EPL * lanes + lane;
 FG_UNROLL
                         for (int e = 0; e < EPL; e++)
-                            x += qg[e] * word_elem<ES>(kw[u], e, dtype);
+                            x += qg[e * lanes] * word_elem<ES>(kw[u], e, dtype);
                     }
                     dot[u * GBM + g] = x;
                 }
@@ -372,8 +390,8 @@ __device__ static inline unsigned long long rank_key(float rank, int32_t pos) {
  * threads together. ml[head][3G] gets g's max, 1 / (sum * G) for the score
  * update, and the new token's share of the pooled attention (finish_heads
  * adds the G shares in order). */
-__global__ static void merge_heads(fg_gpu_layout L, int32_t G, const decode_desc *heads, const float *part, float *ml,
-                                   head_stat *hs) {
+__global__ static void FG_BLOCK_BOUNDS merge_heads(fg_gpu_layout L, int32_t G, const decode_desc *heads,
+                                                   const float *part, float *ml, head_stat *hs) {
     FG_DYNAMIC_SHARED(float, red);
     const int32_t head = blockIdx.x / G, g = blockIdx.x % G, T = blockDim.x;
     const decode_desc h = heads[head];
@@ -414,8 +432,9 @@ __global__ static void merge_heads(fg_gpu_layout L, int32_t G, const decode_desc
  * the pooled attention (the chunks kept the logits), rows leaving the window
  * of a head with a frequent part become candidates, and the candidates are
  * counted with the lowest-ranked of them, for finish_heads. */
-__global__ static void update_rows(fg_gpu_layout L, int32_t G, const decode_desc *heads, const decode_item *items,
-                                   void *const *ptab, const float *praw, const float *ml, head_stat *hs) {
+__global__ static void FG_BLOCK_BOUNDS update_rows(fg_gpu_layout L, int32_t G, const decode_desc *heads,
+                                                   const decode_item *items, void *const *ptab, const float *praw,
+                                                   const float *ml, head_stat *hs) {
     FG_DYNAMIC_SHARED(float, red);
     unsigned long long *kred = (unsigned long long *)(red + blockDim.x);
     const decode_item it = items[blockIdx.x];
@@ -471,8 +490,9 @@ __global__ static void update_rows(fg_gpu_layout L, int32_t G, const decode_desc
  * candidates go until the budget holds (the first from update_rows' key,
  * any further one by block-wide scans); the slot count is checked against
  * the host's mirror. */
-__global__ static void finish_heads(fg_gpu_layout L, int32_t G, const decode_desc *heads, void *const *ptab,
-                                    const float *ml, const head_stat *hs, int32_t *status) {
+__global__ static void FG_BLOCK_BOUNDS finish_heads(fg_gpu_layout L, int32_t G, const decode_desc *heads,
+                                                    void *const *ptab, const float *ml, const head_stat *hs,
+                                                    int32_t *status) {
     FG_DYNAMIC_SHARED(float, red);
     int32_t *ired = (int32_t *)(red + blockDim.x);
     const decode_desc h = heads[blockIdx.x];
@@ -656,8 +676,8 @@ extern "C" fg_status FG_GPU(decode_step)(fg_backend *be, const fg_page_layout *l
         rows += heads[i].n_slots;
     }
     const int32_t chunk = chunk_rows(rows, st->n_sm, row_groups * ROWS_IN_FLIGHT);
-    const int32_t tile = attend_tile(chunk, row_groups * ROWS_IN_FLIGHT, epl, gbm, d);
-    const size_t shared = attend_shared_bytes(epl, gbm, d, FG_THREADS, tile);
+    const int32_t tile = attend_tile(chunk, row_groups * ROWS_IN_FLIGHT, epl, gbm, lanes);
+    const size_t shared = attend_shared_bytes(epl, gbm, lanes, FG_THREADS, tile);
     int64_t n_items = 0;
     for (int32_t i = 0; i < n_heads; i++)
         n_items += (heads[i].n_slots + chunk - 1) / chunk;

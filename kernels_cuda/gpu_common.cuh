@@ -28,6 +28,17 @@
 
 #define FG_THREADS 256 /* threads per block in every kernel */
 
+/* Kernels launched with FG_THREADS threads a block say so to hipcc, which
+ * otherwise plans for blocks of 1024 threads, a quarter of a SIMD's
+ * registers a thread, and spills. nvcc already gives a thread up to 255
+ * registers, and with the bounds ptxas trades a few registers for spills in
+ * small kernels: not there. HIP-CPU defines __launch_bounds__ as nothing. */
+#ifdef FG_HIP
+#define FG_BLOCK_BOUNDS __launch_bounds__(FG_THREADS)
+#else
+#define FG_BLOCK_BOUNDS
+#endif
+
 /* The three spellings that differ under HIP-CPU (AMD's HIP runtime on the CPU,
  * which defines __HIP_CPU_RT__; -Dhip-cpu=enabled): a kernel launch, the
  * dynamic shared memory of a block, and an integer min. nvcc and hipcc see
@@ -42,11 +53,14 @@
 #define FG_DYNAMIC_SHARED(type, name) extern __shared__ type name[]
 #endif
 
-/* Unrolls a loop of a compile-time count on devices (registers stay registers). */
+/* Unrolls a loop of a compile-time count on devices (registers stay registers),
+ * or keeps one rolled. */
 #if (defined(__CUDACC__) || defined(__HIPCC__)) && !defined(__HIP_CPU_RT__)
 #define FG_UNROLL _Pragma("unroll")
+#define FG_NO_UNROLL _Pragma("unroll 1")
 #else
 #define FG_UNROLL
+#define FG_NO_UNROLL
 #endif
 
 __device__ static inline int32_t fg_imin(int32_t a, int32_t b) { return a < b ? a : b; }

@@ -19,8 +19,9 @@
 
 /* DPL: head-dim elements per lane (d <= 8 * DPL); BK: keys per tile. */
 template <int DPL, int BK>
-__global__ static void prefill_tiles(int32_t n, int32_t row_begin, int32_t Hq, int32_t Hkv, int32_t d, const float *q,
-                                     const float *k, const float *v, float *out, float *row_max, float *row_sum) {
+__global__ static void FG_BLOCK_BOUNDS prefill_tiles(int32_t n, int32_t row_begin, int32_t Hq, int32_t Hkv, int32_t d,
+                                                     const float *q, const float *k, const float *v, float *out,
+                                                     float *row_max, float *row_sum) {
     FG_DYNAMIC_SHARED(float, sh);
     float *ks = sh, *vs = ks + BK * d, *red = vs + BK * d; /* [BK][d] [BK][d] [BK][T] (shared sums only) */
     const int32_t lane = threadIdx.x % ROW_LANES, r = threadIdx.x / ROW_LANES, h = blockIdx.y, g = h / (Hq / Hkv);
@@ -42,42 +43,49 @@ FG_UNROLL
             vs[e] = j <= last ? v[((size_t)j * Hkv + g) * d + c] : 0.0f;
         }
         __syncthreads();
-        float s[BK];
+        /* the tile's keys KS at a time: one online-softmax round each, so a
+         * round's scores and loads stay in registers (hipcc, given all BK
+         * keys unrolled, holds their loads at once and spills) */
+        constexpr int KS = DPL >= 32 ? 4 : 8;
+FG_NO_UNROLL
+        for (int32_t k0 = 0; k0 < BK; k0 += KS) {
+            float s[KS];
 FG_UNROLL
-        for (int jj = 0; jj < BK; jj++) {
-            float dot = 0.0f;
+            for (int jj = 0; jj < KS; jj++) {
+                float dot = 0.0f;
+FG_UNROLL
+                for (int x = 0; x < DPL; x++) {
+                    const int32_t c = lane + ROW_LANES * x;
+                    dot += c < d ? qr[x] * ks[(k0 + jj) * d + c] : 0.0f;
+                }
+                s[jj] = dot;
+            }
+            fg_group_sum_n<KS>(s, ROW_LANES, red);
+            float mt = m;
+FG_UNROLL
+            for (int jj = 0; jj < KS; jj++) {
+                s[jj] = j0 + k0 + jj <= row ? s[jj] : -INFINITY; /* causal */
+                mt = fmaxf(mt, s[jj]);
+            }
+            const float alpha = expf(m - mt); /* 1 when the round brings no new max; 0 on the first */
+            float psum = 0.0f;
+FG_UNROLL
+            for (int jj = 0; jj < KS; jj++) {
+                s[jj] = expf(s[jj] - mt);
+                psum += s[jj];
+            }
+            l = l * alpha + psum;
 FG_UNROLL
             for (int x = 0; x < DPL; x++) {
                 const int32_t c = lane + ROW_LANES * x;
-                dot += c < d ? qr[x] * ks[jj * d + c] : 0.0f;
+                float a = acc[x] * alpha;
+FG_UNROLL
+                for (int jj = 0; jj < KS; jj++)
+                    a += c < d ? s[jj] * vs[(k0 + jj) * d + c] : 0.0f;
+                acc[x] = a;
             }
-            s[jj] = dot;
+            m = mt;
         }
-        fg_group_sum_n<BK>(s, ROW_LANES, red);
-        float mt = m;
-FG_UNROLL
-        for (int jj = 0; jj < BK; jj++) {
-            s[jj] = j0 + jj <= row ? s[jj] : -INFINITY; /* causal */
-            mt = fmaxf(mt, s[jj]);
-        }
-        const float alpha = expf(m - mt); /* 1 when the tile brings no new max; 0 on the first */
-        float psum = 0.0f;
-FG_UNROLL
-        for (int jj = 0; jj < BK; jj++) {
-            s[jj] = expf(s[jj] - mt);
-            psum += s[jj];
-        }
-        l = l * alpha + psum;
-FG_UNROLL
-        for (int x = 0; x < DPL; x++) {
-            const int32_t c = lane + ROW_LANES * x;
-            float a = acc[x] * alpha;
-FG_UNROLL
-            for (int jj = 0; jj < BK; jj++)
-                a += c < d ? s[jj] * vs[jj * d + c] : 0.0f;
-            acc[x] = a;
-        }
-        m = mt;
         __syncthreads();
     }
     if (!valid)
@@ -97,8 +105,9 @@ FG_UNROLL
 /* Head dims above 256: one block per (query row, query head); keys go by in
  * tiles of blockDim, one per thread, through an online softmax, the output
  * accumulating in shared memory with threads over the head dimension. */
-__global__ static void prefill_rows(int32_t n, int32_t row_begin, int32_t Hq, int32_t Hkv, int32_t d, const float *q,
-                                    const float *k, const float *v, float *out, float *row_max, float *row_sum) {
+__global__ static void FG_BLOCK_BOUNDS prefill_rows(int32_t n, int32_t row_begin, int32_t Hq, int32_t Hkv, int32_t d,
+                                                    const float *q, const float *k, const float *v, float *out,
+                                                    float *row_max, float *row_sum) {
     FG_DYNAMIC_SHARED(float, sh);
     float *qs = sh, *acc = qs + d, *p = acc + d, *red = p + blockDim.x; /* [d] [d] [T] [T] */
     const int32_t i = row_begin + (int32_t)blockIdx.x, h = blockIdx.y, g = h / (Hq / Hkv), T = blockDim.x;

@@ -10,10 +10,21 @@
  * 256 take the one-block-per-key kernel. */
 #include "kernels_cuda/gpu_common.cuh"
 
+/* x[w] for a w known only at run time, read with constant indices, so that
+ * x stays in registers (an indexed register array goes to local memory). */
+__device__ static inline float fg_pick(const float (&x)[FG_MAX_SHORTLIST], int32_t w) {
+    float r = 0.0f;
+FG_UNROLL
+    for (int32_t i = 0; i < FG_MAX_SHORTLIST; i++)
+        r = i == w ? x[i] : r;
+    return r;
+}
+
 template <int BK>
-__global__ static void profile_tiles(fg_profile_request req, int32_t Hq, int32_t Hkv, int32_t d, const float *q,
-                                     const float *k, const float *row_max, const float *row_sum, const int32_t *key_pos,
-                                     float *col, float *col_local) {
+__global__ static void FG_BLOCK_BOUNDS profile_tiles(fg_profile_request req, int32_t Hq, int32_t Hkv, int32_t d,
+                                                     const float *q, const float *k, const float *row_max,
+                                                     const float *row_sum, const int32_t *key_pos, float *col,
+                                                     float *col_local) {
     FG_DYNAMIC_SHARED(float, sh);
     const int32_t D1 = d + 1; /* padded rows: the keys of a warp read different banks */
     float *ks = sh, *qs = ks + BK * D1, *mx = qs + BK * D1, *inv = mx + BK, *part = inv + BK; /* part: [L][BK] */
@@ -25,6 +36,7 @@ __global__ static void profile_tiles(fg_profile_request req, int32_t Hq, int32_t
         ks[jj * D1 + c] = j0 + jj < n ? k[((size_t)(j0 + jj) * Hkv + g) * d + c] : 0.0f;
     }
     float total = 0.0f, local[FG_MAX_SHORTLIST];
+FG_UNROLL
     for (int w = 0; w < FG_MAX_SHORTLIST; w++)
         local[w] = 0.0f;
     const int32_t first = j0 > req.row_begin ? j0 : req.row_begin; /* rows before j0 see none of the tile */
@@ -51,15 +63,16 @@ __global__ static void profile_tiles(fg_profile_request req, int32_t Hq, int32_t
                 const float a = expf(s - mx[r]) * inv[r];
                 total += a;
                 const int32_t age = key_pos ? key_pos[i] - key_pos[j] : i - j;
-                for (int32_t w = 0; w < req.n_windows; w++)
-                    if (age < req.window[w])
+FG_UNROLL /* constant indices: `local` stays in registers, not in local memory */
+                for (int32_t w = 0; w < FG_MAX_SHORTLIST; w++)
+                    if (w < req.n_windows && age < req.window[w])
                         local[w] += a;
             }
         }
     /* the lanes' sums of each key, added in lane order */
     for (int32_t w = -1; w < req.n_windows; w++) {
         __syncthreads();
-        part[lane * BK + key] = w < 0 ? total : local[w];
+        part[lane * BK + key] = w < 0 ? total : fg_pick(local, w);
         __syncthreads();
         if (lane == 0 && j < n) {
             float sum = 0.0f;
@@ -75,9 +88,10 @@ __global__ static void profile_tiles(fg_profile_request req, int32_t Hq, int32_t
 
 /* Head dims above 256: one block per (key, KV head), threads striding over
  * the rows that see the key. */
-__global__ static void profile_keys(fg_profile_request req, int32_t Hq, int32_t Hkv, int32_t d, const float *q,
-                                    const float *k, const float *row_max, const float *row_sum,
-                                    const int32_t *key_pos, float *col, float *col_local) {
+__global__ static void FG_BLOCK_BOUNDS profile_keys(fg_profile_request req, int32_t Hq, int32_t Hkv, int32_t d,
+                                                    const float *q, const float *k, const float *row_max,
+                                                    const float *row_sum, const int32_t *key_pos, float *col,
+                                                    float *col_local) {
     FG_DYNAMIC_SHARED(float, sh);
     float *ks = sh, *red = ks + d; /* [d] [T] */
     const int32_t j = blockIdx.x, g = blockIdx.y, G = Hq / Hkv, n = req.n, T = blockDim.x;
@@ -96,15 +110,16 @@ __global__ static void profile_keys(fg_profile_request req, int32_t Hq, int32_t 
             const float a = expf(s - row_max[(size_t)h * n + i]) / (row_sum[(size_t)h * n + i] * (float)G);
             total += a;
             const int32_t age = key_pos ? key_pos[i] - key_pos[j] : i - j;
-            for (int32_t w = 0; w < req.n_windows; w++)
-                if (age < req.window[w])
+FG_UNROLL /* constant indices: `local` stays in registers, not in scratch memory */
+            for (int32_t w = 0; w < FG_MAX_SHORTLIST; w++)
+                if (w < req.n_windows && age < req.window[w])
                     local[w] += a;
         }
     total = fg_block_sum(total, red);
     if (threadIdx.x == 0)
         col[(size_t)g * n + j] = total;
     for (int32_t w = 0; w < req.n_windows; w++) {
-        const float lw = fg_block_sum(local[w], red);
+        const float lw = fg_block_sum(fg_pick(local, w), red);
         if (threadIdx.x == 0)
             col_local[((size_t)w * Hkv + g) * n + j] = lw;
     }

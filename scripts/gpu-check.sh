@@ -60,9 +60,24 @@ for b in decode profile compact; do
   "$BUILD/bench/bench_$b" "${bench_args[@]}" | tee "$BUILD/bench_$b.txt" || fail=1
 done
 
+# the decode kernel against its model (scripts/gpu_roofline.py): registers from this build's compiler
+gpu_name=$( (command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1) ||
+  (command -v rocm-smi >/dev/null && rocm-smi --showproductname | grep -o 'MI250' | head -n 1) || true)
+model_gpu=$(echo "$gpu_name" | tr 'A-Z' 'a-z' | grep -oE 'h200|h100|a100|mi250' | head -n 1 || true)
+if [ -n "$model_gpu" ] && command -v python3 >/dev/null; then
+  step "roofline: bench_decode's full-cache cases against the model for $model_gpu"
+  if [ "$backend" = cuda ]; then sms=${arch#sm_} archs=(CUDA_SMS="$sms" HIP_ARCHS=" "); else archs=(CUDA_SMS=" " HIP_ARCHS=gfx90a); fi
+  env "${archs[@]}" bash scripts/gpu-resources.sh "$BUILD" > "$BUILD/resources.md" &&
+    python3 scripts/gpu_roofline.py --gpu "$model_gpu" --resources "$BUILD/resources.md" \
+      --measured "$BUILD/bench_decode.txt" --dtypes f16 | tee "$BUILD/roofline.txt" || fail=1
+else
+  echo "no roofline: the model knows H200, H100, A100 and MI250 (this GPU: ${gpu_name:-unknown})"
+fi
+
 step "summary"
 grep -h "summary:" "$BUILD"/bench_*.txt
 # where a step goes (per-kernel device times, ms): the largest decode cases and compaction calls
 grep -hE "^# kernels .* 16384 x8 f16 full|^# kernels 65536 f(16|32)" "$BUILD"/bench_*.txt
+[ -f "$BUILD/roofline.txt" ] && grep -E "^\| (llama2-7b|llama3-8b|g8-32x4) \| 16384 \| 8 \|" "$BUILD/roofline.txt"
 echo "gpu-check: $([ $fail = 0 ] && echo passed || echo FAILED) in $(( $(date +%s) - start )) s"
 exit $fail

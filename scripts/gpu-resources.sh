@@ -9,9 +9,12 @@
 #
 #   scripts/gpu-resources.sh [--check] [BUILD_DIR]
 #
-# Prints a Markdown table (docs/backends.md sums it up). --check: exit 1 when
-# any kernel spills (registers to local memory / scratch); not in CI yet, as
-# some do (docs/backends.md).
+# Prints a Markdown table (docs/backends.md sums it up; scripts/gpu_roofline.py
+# reads it). --check: exit 1 when any kernel spills or keeps an array in local
+# memory / scratch. CI checks the same in its GPU build (-Dgpu-spills=error:
+# nvcc's ptxas and kernels_hip/scratch_check.py fail the compile), for sm_90,
+# gfx90a and gfx1030. CUDA_SMS (default "80 90") and HIP_ARCHS (default
+# "gfx90a gfx1030") choose the architectures; the compiles run in parallel.
 # A compiler that is not installed is skipped with a line saying so.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,23 +30,31 @@ if [ ! -f "$build/include/fastgen_version.h" ] && [ ! -f "$build/include/fastgen
 fi
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
+# every (source, architecture) compile at once, up to the cores there are
+jobs=$(nproc 2>/dev/null || echo 2)
+compile() { # log command...
+  local log=$1; shift
+  "$@" > "$log" 2>&1 || { cat "$log" >&2; echo "gpu-resources: failed: $*" >&2; return 1; }
+}
+pids=()
 for src in kernels_cuda/*.cu; do
   name=$(basename "$src" .cu)
   if [ -x "$nvcc" ]; then
-    for sm in 80 90; do
-      "$nvcc" -c "$src" -o "$out/$name.$sm.o" -O3 -std=c++17 -Xcompiler -fPIC "${inc[@]}" \
-        -gencode "arch=compute_$sm,code=sm_$sm" -Xptxas -v > "$out/$name.sm_$sm.log" 2>&1 ||
-        { cat "$out/$name.sm_$sm.log" >&2; exit 1; }
+    for sm in ${CUDA_SMS:-80 90}; do
+      while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || true; done
+      compile "$out/$name.sm_$sm.log" "$nvcc" -c "$src" -o "$out/$name.$sm.o" -O3 -std=c++17 -Xcompiler -fPIC \
+        "${inc[@]}" -gencode "arch=compute_$sm,code=sm_$sm" -Xptxas -v & pids+=($!)
     done
   fi
   if [ -n "$hipcc" ]; then
-    for gfx in gfx90a gfx1030; do
-      "$hipcc" -x hip -c "$src" -o "$out/$name.$gfx.o" -O3 -std=c++17 -fPIC -DFG_HIP -Wno-unused-result \
-        "${inc[@]}" --offload-arch=$gfx -Rpass-analysis=kernel-resource-usage > "$out/$name.$gfx.log" 2>&1 ||
-        { cat "$out/$name.$gfx.log" >&2; exit 1; }
+    for gfx in ${HIP_ARCHS:-gfx90a gfx1030}; do
+      while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n || true; done
+      compile "$out/$name.$gfx.log" "$hipcc" -x hip -c "$src" -o "$out/$name.$gfx.o" -O3 -std=c++17 -fPIC -DFG_HIP \
+        -Wno-unused-result "${inc[@]}" --offload-arch=$gfx -Rpass-analysis=kernel-resource-usage & pids+=($!)
     done
   fi
 done
+for p in "${pids[@]}"; do wait "$p" || exit 1; done
 [ -x "$nvcc" ] || echo "gpu-resources: no nvcc ($nvcc): the CUDA rows are skipped"
 [ -n "$hipcc" ] || echo "gpu-resources: no hipcc: the HIP rows are skipped"
 python3 - "$out" "$check" <<'EOF'
@@ -78,9 +89,9 @@ for log in sorted(glob.glob(os.path.join(out, "*.sm_*.log"))):
             continue
         if cur is None:
             continue
-        m = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", line)
-        if m:
-            cur["spill"] = int(m.group(1)) + int(m.group(2))
+        m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line)
+        if m: # the stack frame holds spills and arrays indexed at run time: local memory either way
+            cur["spill"] = max(int(m.group(1)), int(m.group(2)) + int(m.group(3)))
         m = re.search(r"Used (\d+) registers", line)
         if m:
             cur["regs"] = int(m.group(1))
@@ -109,7 +120,7 @@ for log in sorted(glob.glob(os.path.join(out, "*.gfx*.log"))):
             cur["spill"] = int(m.group(1))
 
 names = demangle([r[2]["name"] for r in rows])
-print("| source | kernel | arch | registers | spilled bytes (NVIDIA: stores + loads; AMD: scratch per lane) | static shared bytes | occupancy |")
+print("| source | kernel | arch | registers | local memory bytes (NVIDIA: stack frame or spill stores + loads; AMD: scratch a lane) | static shared bytes | occupancy |")
 print("| --- | --- | --- | --- | --- | --- | --- |")
 for (src, arch, k), name in zip(rows, names):
     if arch.startswith("sm_"):
@@ -120,9 +131,9 @@ for (src, arch, k), name in zip(rows, names):
         occ_s = f"{k['occ']}/{most} waves per SIMD"
     print(f"| {src} | {name} | {arch} | {k['regs']} | {k['spill']} | {k['smem']} | {occ_s} |")
     if k["spill"]:
-        spills.append(f"{src}: {name} ({arch}) spills {k['spill']} bytes")
+        spills.append(f"{src}: {name} ({arch}) uses {k['spill']} bytes of local memory")
 for s in spills:
     print("spill:", s, file=sys.stderr)
-print(f"\n{len(rows)} kernel instantiations, {len(spills)} spilling")
+print(f"\n{len(rows)} kernel instantiations, {len(spills)} using local memory (spills or indexed arrays)")
 sys.exit(1 if check and spills else 0)
 EOF

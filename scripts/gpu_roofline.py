@@ -1,0 +1,255 @@
+#!/usr/bin/env python3
+"""The decode attention kernel's expected share of HBM bandwidth, per shape,
+from a model of the kernel as kernels_cuda/decode_step.cu launches it, and
+beside a device run's measurement when one is given.
+
+    scripts/gpu_roofline.py --gpu h200 --resources RES.md [--measured BENCH.txt]
+
+RES.md: scripts/gpu-resources.sh's table (registers of each attend_chunks
+instantiation for the GPU's architecture). BENCH.txt: bench_decode's output
+on that GPU (its full-cache rows and "# kernels" lines). The model, for one
+decode step of B sequences x Hkv KV heads x n rows (docs/backends.md):
+
+  bytes    K and V of every row, as the kernel reads them (page tables and the
+           per-chunk states are under 1 % at these shapes and left out);
+  grid     the host's own choices: lanes a row, query heads a block (GBM), row
+           chunks (about 8 blocks a multiprocessor), blocks = chunks x groups;
+  occupancy  resident blocks a multiprocessor from registers (the table's),
+           the block's dynamic shared memory and the warp slots;
+  latency  Little's law: a row group keeps U rows of K and V in flight, so a
+           multiprocessor has resident blocks x row groups x U x row bytes in
+           flight, against bandwidth x memory latency / multiprocessors
+           needed to keep the HBM busy;
+  issue    the instructions a lane executes a row (its K and V loads and
+           conversions) and a (row, query head) pair (the dot and the output
+           FMAs, q from shared memory, the lanes' sum, the softmax), over the
+           multiprocessors' issue rate;
+  shared   q is read from shared memory for every pair, a word at a time (as
+           the PTX shows): the lanes of a row group read neighbouring words
+           (one pass of the banks a warp-wide load), or, with
+           --q-layout contiguous (the kernel before 2026-12-04), words EPL apart,
+           which meet in fewer banks and take as many passes more;
+  waves    the last wave's idle share when blocks do not fill whole waves.
+
+  predicted = waves x min(latency, issue, shared), the smallest named as
+  the limiter, as a share of the GPU's HBM bandwidth, or of the measured
+  probe's when a bench output is given. The latencies and issue widths are public round figures, not
+  fits: the model is there to be compared with measurements, not tuned to them.
+"""
+import argparse
+import math
+import re
+import sys
+
+THREADS = 256          # FG_THREADS
+ROWS_IN_FLIGHT = 4     # decode_step.cu
+
+# Public figures; latency: a DRAM access under load, a round figure from
+# published microbenchmarks (override with --latency-ns).
+GPUS = {
+    # name: arch, units, clock GHz, HBM TB/s, registers/unit, max warps/unit, shared KiB/unit, warp, lane-instr/clk/unit, latency ns
+    "h200": ("sm_90", 132, 1.98, 4.8, 65536, 64, 228, 32, 128, 650),
+    "h100": ("sm_90", 132, 1.98, 3.35, 65536, 64, 228, 32, 128, 650),
+    "a100": ("sm_80", 108, 1.41, 2.04, 65536, 64, 164, 32, 128, 600),
+    # one MI250 GCD (a device to HIP): 104 CUs, 4 SIMDs of 512 VGPRs a lane (wave64), 8 waves a SIMD
+    "mi250": ("gfx90a", 104, 1.70, 1.6, 4 * 512 * 64, 32, 64, 64, 64, 750),
+}
+MODELS = {  # bench_decode's shapes: Hq, Hkv, d
+    "llama2-7b": (32, 32, 128), "llama3-8b": (32, 8, 128), "g8-32x4": (32, 4, 128), "smollm2-135m": (9, 3, 64),
+}
+DTYPES = {"f32": 4, "f16": 2, "bf16": 2, "q8_0": 0, "q4_0": 0}
+ROW_BYTES = {"f32": 4.0, "f16": 2.0, "bf16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32}  # bytes an element
+
+
+def elems_per_lane(d, es):
+    epl = 16 // es
+    while epl < 32 and d // epl > 32:
+        epl *= 2
+    while epl > 1 and d % epl:
+        epl //= 2
+    return epl
+
+
+def max_heads_per_block(epl):
+    return 64 // epl if epl >= 16 else 8
+
+
+def lane_words(es, epl):
+    return epl if es == 0 else max(es * epl // 4, 1)
+
+
+def rows_in_flight(nw):
+    return 1 if nw >= 32 else 2 if nw >= 16 else ROWS_IN_FLIGHT
+
+
+def launch(G, d, es, rows_total, n_units, cap=4):
+    """The host's choices in FG_GPU(decode_step): lanes, EPL, GBM, row groups, U, chunk."""
+    epl = elems_per_lane(d, es if es else 4)
+    lanes = 1
+    while lanes * epl < d:
+        lanes *= 2
+    gbm = 1
+    while gbm < G and gbm < max_heads_per_block(epl) and gbm < cap:
+        gbm *= 2
+    rg = THREADS // lanes
+    step = rg * ROWS_IN_FLIGHT
+    c = -(-rows_total // (8 * n_units))
+    c = max(1, min(c, 2048))
+    chunk = -(-c // step) * step
+    return epl, lanes, gbm, rg, rows_in_flight(lane_words(es, epl)), chunk
+
+
+def shared_bytes(epl, gbm, d, tile):
+    area = max(THREADS * epl, gbm * THREADS)
+    return tile * 8 + (gbm * d + area) * 4
+
+
+def resident_blocks(gpu, regs, smem):
+    arch, units, _, _, regs_unit, warps_unit, smem_kib, warp, _, _ = gpu
+    warps = THREADS // warp
+    if arch.startswith("sm_"):
+        warp_regs = -(-max(regs, 1) * 32 // 256) * 256  # allocated per warp in units of 256
+        by_regs = (regs_unit // warp_regs) // warps
+    else:  # AMD: VGPRs a lane allocated in granules of 8, a SIMD's 512 shared by its waves
+        granule = -(-max(regs, 1) // 8) * 8
+        by_regs = (512 // granule) * 4 // warps  # waves a CU (4 SIMDs) over the block's waves
+    by_warps = warps_unit // warps
+    by_smem = (smem_kib * 1024) // (smem + 1024)
+    return max(0, min(by_regs, by_warps, by_smem, 32))
+
+
+def predict(gpu, regs, model, ctx, batch, dtype, kept=1.0, latency_ns=None, bw_tbs=None, q_layout="transposed"):
+    arch, units, clk, spec_bw, _, _, _, warp, lane_rate, lat = gpu
+    bw_tbs = bw_tbs or spec_bw
+    Hq, Hkv, d = MODELS[model]
+    G, es = Hq // Hkv, DTYPES[dtype]
+    n = max(4, math.ceil(kept * ctx))
+    heads = batch * Hkv
+    epl, lanes, gbm, rg, U, chunk = launch(G, d, es, heads * n, units)
+    tile = chunk  # the whole chunk fits 48 KB at these shapes (attend_tile)
+    items = heads * -(-n // chunk)
+    groups = -(-G // gbm)
+    blocks = items * groups
+    row_bytes = 2 * d * ROW_BYTES[dtype]  # K and V
+    total_bytes = heads * n * row_bytes
+    res = resident_blocks(gpu, regs, shared_bytes(epl, gbm, d, tile))
+    if res == 0:
+        return None
+    slots = res * units
+    waves = -(-blocks // slots)
+    wave_eff = blocks / (waves * slots)
+    # latency: bytes in flight a unit against what the HBM needs
+    in_flight = res * rg * U * row_bytes
+    needed = bw_tbs * 1e12 * (latency_ns or lat) * 1e-9 / units
+    f_lat = min(1.0, in_flight / needed)
+    # issue: lane-instructions a row (loads, conversions, the row's address) and a pair (row, query head)
+    nw = lane_words(es, epl)
+    loads = 2 * max(1, -(-nw // 4)) if es else 2 * epl  # 16-byte loads; quantized: a value at a time
+    convert = 0 if es == 4 else 2 * epl
+    per_row = loads + convert + 2
+    per_pair = 2 * epl + -(-epl // 4) + int(math.log2(lanes)) + 6
+    lane_instr = lanes * (groups * per_row + G * per_pair)  # each group's blocks load the row again
+    rows_per_s = units * lane_rate * clk * 1e9 / lane_instr
+    f_issue = min(1.0, rows_per_s * row_bytes / (bw_tbs * 1e12))
+    # shared memory: one pass of the banks (32 words) a clock a unit; a warp-wide load of q serves the
+    # warp's 32 / lanes row groups (the same words) and takes lanes / distinct banks passes
+    banks = lanes if q_layout == "transposed" else min(lanes, 32 // math.gcd(epl, 32))
+    passes = max(1, -(-lanes // 32)) * max(1, lanes // banks)
+    passes_per_pair = epl * passes / max(1, 32 // lanes)
+    rows_per_s = units * clk * 1e9 / (G * passes_per_pair)
+    f_shared = min(1.0, rows_per_s * row_bytes / (bw_tbs * 1e12))
+    terms = {"latency": f_lat, "issue": f_issue, "shared": f_shared}
+    limit = min(terms, key=terms.get)
+    pred = wave_eff * terms[limit]
+    if terms[limit] >= 1.0:
+        limit = "waves"  # nothing but the last wave's idle share
+    return {
+        "G": G, "gbm": gbm, "lanes": lanes, "U": U, "blocks": blocks, "res": res, "waves": wave_eff,
+        "lat": f_lat, "issue": f_issue, "shared": f_shared, "pred": pred, "limit": limit,
+        "bytes": total_bytes,
+    }
+
+
+def attend_registers(table, arch):
+    """attend_chunks<ES, EPL, GBM> -> registers, from scripts/gpu-resources.sh's table."""
+    regs = {}
+    for line in open(table):
+        cols = [c.strip() for c in line.split("|")]
+        if len(cols) < 6 or cols[3] != arch:
+            continue
+        m = re.search(r"attend_chunks<(\d+), (\d+), (\d+)>", cols[2])
+        if m:
+            regs[tuple(int(x) for x in m.groups())] = int(cols[4])
+    return regs
+
+
+def measured(path):
+    """(model, ctx, batch, dtype, case) -> (step's fraction of the probe, attend kernel's ms), and the probe."""
+    rows, kern, probe = {}, {}, None
+    for line in open(path):
+        m = re.search(r"device read bandwidth ([\d.]+) GB/s", line)
+        if m:
+            probe = float(m.group(1))
+        m = re.match(r"# kernels (\S+) (\d+) x(\d+) (\S+) (\S+) \(ms a step\):(.*)", line)
+        if m:
+            parts = dict(re.findall(r"(\w+) ([\d.]+)", m.group(6).split(";")[0]))
+            if "attend" in parts:
+                kern[(m.group(1), int(m.group(2)), int(m.group(3)), m.group(4), m.group(5))] = float(parts["attend"])
+            continue
+        f = line.split()
+        if len(f) >= 9 and f[0] in MODELS and f[1].isdigit() and f[8].endswith("%"):
+            rows[(f[0], int(f[1]), int(f[2]), f[3], f[4])] = float(f[8].rstrip("%")) / 100
+    return rows, kern, probe
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--gpu", choices=sorted(GPUS), required=True)
+    ap.add_argument("--resources", required=True, help="scripts/gpu-resources.sh output")
+    ap.add_argument("--measured", help="bench_decode's output on that GPU")
+    ap.add_argument("--latency-ns", type=float)
+    ap.add_argument("--bandwidth", type=float, help="TB/s to take shares of (default: the probe's, else the GPU's)")
+    ap.add_argument("--q-layout", choices=("transposed", "contiguous"), default="transposed",
+                    help="q in shared memory as the kernel lays it out (contiguous: before 2026-12-04)")
+    ap.add_argument("--dtypes", default="f16,f32,q8_0,q4_0")
+    a = ap.parse_args()
+    gpu = GPUS[a.gpu]
+    regs = attend_registers(a.resources, gpu[0])
+    if not regs:
+        sys.exit(f"gpu_roofline: no attend_chunks rows for {gpu[0]} in {a.resources}")
+    meas, kern, probe = measured(a.measured) if a.measured else ({}, {}, None)
+    bw = a.bandwidth or (probe / 1e3 if probe else None)
+    print(f"# {a.gpu}: {gpu[1]} units at {gpu[2]} GHz, latency {a.latency_ns or gpu[9]:.0f} ns, q layout {a.q_layout}; "
+          f"shares of " + (f"{bw:.2f} TB/s" if bw else f"{gpu[3]} TB/s") + " (scripts/gpu_roofline.py)")
+    head = "| shape | ctx | batch | dtype | GBM | blocks | blocks/unit | waves | latency | issue | shared | predicted |"
+    if meas:
+        head += " measured step | measured attend |"
+    print(head)
+    print("|" + " --- |" * (head.count("|") - 1))
+    for model in MODELS:
+        for dtype in a.dtypes.split(","):
+            for ctx in (1024, 4096, 16384):
+                for batch in (1, 8):
+                    Hq, Hkv, d = MODELS[model]
+                    G, es = Hq // Hkv, DTYPES[dtype]
+                    epl, _, gbm, *_ = launch(G, d, es, batch * Hkv * ctx, gpu[1])
+                    r_ = regs.get((es, epl, gbm))
+                    if r_ is None:
+                        continue
+                    p = predict(gpu, r_, model, ctx, batch, dtype, latency_ns=a.latency_ns, bw_tbs=bw,
+                                q_layout=a.q_layout)
+                    line = (f"| {model} | {ctx} | {batch} | {dtype} | {p['gbm']} | {p['blocks']} | {p['res']} | "
+                            f"{p['waves']:.2f} | {p['lat']:.2f} | {p['issue']:.2f} | {p['shared']:.2f} | "
+                            f"**{p['pred']:.2f}** ({p['limit']}) |")
+                    if meas:
+                        key = (model, ctx, batch, dtype, "full")
+                        step = f"{meas[key]:.2f}" if key in meas else "-"
+                        att = "-"
+                        if key in kern and probe:
+                            att = f"{p['bytes'] / (kern[key] * 1e-3) / (probe * 1e9):.2f}"
+                        line += f" {step} | {att} |"
+                    print(line)
+
+
+if __name__ == "__main__":
+    main()

@@ -62,10 +62,10 @@ template <int ES, int EPL> struct lane_words {
 };
 
 /* Rows in flight for NW words a lane: ROWS_IN_FLIGHT, fewer where the K and
- * V words would crowd out the registers (head dims of 512 and 1024: 16 and
- * 32 words each a lane; 4 rows of both spill). A divisor of ROWS_IN_FLIGHT,
- * so the host's chunks (multiples of ROWS_IN_FLIGHT rows a row group) hold
- * whole rounds. */
+ * V words would crowd out the registers: 2 at 16 words (f32 rows of d > 256,
+ * 16-bit rows of d > 512), 1 at 32 (f32 rows of d > 512); four rows of both
+ * spilled there. A divisor of ROWS_IN_FLIGHT, so the host's chunks
+ * (multiples of ROWS_IN_FLIGHT rows a row group) hold whole rounds. */
 __host__ __device__ constexpr int rows_in_flight(int nw) { return nw >= 32 ? 1 : nw >= 16 ? 2 : ROWS_IN_FLIGHT; }
 
 /* A lane's EPL values of a quantized row from column c0, as fp32 bits:

@@ -17,24 +17,32 @@ import subprocess
 import sys
 
 
+# a line of the compiler's own: a located diagnostic, the driver's, a summary, an include trace
+DIAGNOSTIC = re.compile(r"\S+:\d+:\d+: |\S*clang\S*: |(fatal )?error|warning|In file included|\d+ (error|warning)")
+
+
 def main(argv):
     if len(argv) < 3 or argv[0] not in ("warn", "error") or argv[1] != "--":
         print("usage: scratch_check.py warn|error -- HIPCC ARGS...", file=sys.stderr)
         return 2
     mode, cmd = argv[0], argv[2:] + ["-Rpass-analysis=kernel-resource-usage"]
-    run = subprocess.run(cmd, capture_output=True, text=True)
-    kernel, found, in_remark = None, [], False
+    run = subprocess.run(cmd, capture_output=True, text=True, errors="replace")
+    kernel, found, in_remark = None, {}, False
     for line in (run.stdout + run.stderr).splitlines():
         m = re.search(r"remark:\s+Function Name: (\S+)", line)
         if m:
             kernel = m.group(1)
         m = re.search(r"remark:\s+ScratchSize \[bytes/lane\]: (\d+)", line)
-        if m and int(m.group(1)) and kernel:
-            found.append((kernel, int(m.group(1))))
-        if re.match(r"\S+:\d+:\d+: ", line):  # a diagnostic; the lines after it (source, caret) are its
-            in_remark = "-Rpass-analysis=kernel-resource-usage" in line
-        if not in_remark:
-            print(line, file=sys.stderr)
+        if m and int(m.group(1)) and kernel:  # once per offload architecture: the largest kept
+            found[kernel] = max(found.get(kernel, 0), int(m.group(1)))
+        if "-Rpass-analysis=kernel-resource-usage" in line:
+            in_remark = True  # a remark: hidden, with the source line and caret under it
+            continue
+        if in_remark and not DIAGNOSTIC.match(line):
+            continue  # the remark's source line and caret
+        in_remark = False
+        print(line, file=sys.stderr)
+    found = list(found.items())
     try:
         names = subprocess.run(["c++filt"], input="\n".join(k for k, _ in found), capture_output=True, text=True,
                                check=True).stdout.splitlines()

@@ -64,12 +64,17 @@ done
 gpu_name=$( (command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1) ||
   (command -v rocm-smi >/dev/null && rocm-smi --showproductname | grep -o 'MI250' | head -n 1) || true)
 model_gpu=$(echo "$gpu_name" | tr 'A-Z' 'a-z' | grep -oE 'h200|h100|a100|mi250' | head -n 1 || true)
+rm -f "$BUILD/roofline.txt"
 if [ -n "$model_gpu" ] && command -v python3 >/dev/null; then
   step "roofline: bench_decode's full-cache cases against the model for $model_gpu"
-  if [ "$backend" = cuda ]; then sms=${arch#sm_} archs=(CUDA_SMS="$sms" HIP_ARCHS=" "); else archs=(CUDA_SMS=" " HIP_ARCHS=gfx90a); fi
+  # the model's architecture (sm_90 for H100 / H200, sm_80 for A100, gfx90a for MI250), whatever was built
+  case $model_gpu in h*) archs=(CUDA_SMS=90 HIP_ARCHS=" ");; a100) archs=(CUDA_SMS=80 HIP_ARCHS=" ");;
+    *) archs=(CUDA_SMS=" " HIP_ARCHS=gfx90a);; esac
+  # an analysis: a failure here is reported, and does not fail the check
   env "${archs[@]}" bash scripts/gpu-resources.sh "$BUILD" > "$BUILD/resources.md" &&
     python3 scripts/gpu_roofline.py --gpu "$model_gpu" --resources "$BUILD/resources.md" \
-      --measured "$BUILD/bench_decode.txt" --dtypes f16 | tee "$BUILD/roofline.txt" || fail=1
+      --measured "$BUILD/bench_decode.txt" --dtypes f16 > "$BUILD/roofline.txt" && cat "$BUILD/roofline.txt" ||
+    { echo "gpu-check: the roofline step failed (above); the check goes on"; rm -f "$BUILD/roofline.txt"; }
 else
   echo "no roofline: the model knows H200, H100, A100 and MI250 (this GPU: ${gpu_name:-unknown})"
 fi

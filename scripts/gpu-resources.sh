@@ -54,7 +54,9 @@ for src in kernels_cuda/*.cu; do
     done
   fi
 done
-for p in "${pids[@]}"; do wait "$p" || exit 1; done
+failed=0
+for p in "${pids[@]}"; do wait "$p" || failed=1; done # every compile ends before $out goes
+[ $failed = 0 ] || exit 1
 [ -x "$nvcc" ] || echo "gpu-resources: no nvcc ($nvcc): the CUDA rows are skipped"
 [ -n "$hipcc" ] || echo "gpu-resources: no hipcc: the HIP rows are skipped"
 python3 - "$out" "$check" <<'EOF'
@@ -72,7 +74,7 @@ def sm_occupancy(regs, smem, sm):
     """Resident 256-thread blocks x 8 warps / 64 warps, from registers and static shared memory."""
     warp_regs = -(-max(regs, 1) * 32 // 256) * 256
     blocks = min((65536 // warp_regs) // 8, 2048 // 256, 32)
-    smem_sm = {80: 164 * 1024, 90: 228 * 1024}[sm]
+    smem_sm = {80: 164 * 1024, 90: 228 * 1024}.get(sm, 100 * 1024)  # sm_86 / sm_89: 100 KB
     if smem:
         blocks = min(blocks, smem_sm // (smem + 1024))
     return blocks * 8 / 64
@@ -80,7 +82,7 @@ def sm_occupancy(regs, smem, sm):
 rows, spills = [], []
 for log in sorted(glob.glob(os.path.join(out, "*.sm_*.log"))):
     src, arch = os.path.basename(log).rsplit(".", 2)[:2]
-    sm = int(arch[3:])
+    sm = int(re.match(r"\d+", arch[3:]).group(0))
     cur = None
     for line in open(log):
         m = re.search(r"Compiling entry function '(\S+)' for", line)
@@ -124,7 +126,7 @@ print("| source | kernel | arch | registers | local memory bytes (NVIDIA: stack 
 print("| --- | --- | --- | --- | --- | --- | --- |")
 for (src, arch, k), name in zip(rows, names):
     if arch.startswith("sm_"):
-        occ = sm_occupancy(k["regs"], k["smem"], int(arch[3:]))
+        occ = sm_occupancy(k["regs"], k["smem"], int(re.match(r"\d+", arch[3:]).group(0)))
         occ_s = f"{occ:.0%} (256-thread blocks)"
     else:
         most = 8 if arch == "gfx90a" else 16

@@ -99,9 +99,18 @@ def launch(G, d, es, rows_total, n_units, cap=4):
     return epl, lanes, gbm, rg, rows_in_flight(lane_words(es, epl)), chunk
 
 
-def shared_bytes(epl, gbm, d, tile):
+def shared_bytes(epl, gbm, lanes, tile):
+    """attend_shared_bytes: the tile's row addresses, q ([GBM][EPL][lanes]), the merge area."""
     area = max(THREADS * epl, gbm * THREADS)
-    return tile * 8 + (gbm * d + area) * 4
+    return tile * 8 + (gbm * lanes * epl + area) * 4
+
+
+def attend_tile(chunk, step, epl, gbm, lanes):
+    """attend_tile: the whole chunk where 48 KB allow, else the most whole steps that fit."""
+    tile, fixed = chunk, shared_bytes(epl, gbm, lanes, 0)
+    while tile > step and fixed + tile * 8 > 48 * 1024:
+        tile -= step
+    return tile
 
 
 def resident_blocks(gpu, regs, smem):
@@ -118,23 +127,24 @@ def resident_blocks(gpu, regs, smem):
     return max(0, min(by_regs, by_warps, by_smem, 32))
 
 
-def predict(gpu, regs, model, ctx, batch, dtype, kept=1.0, latency_ns=None, bw_tbs=None, q_layout="transposed"):
-    arch, units, clk, spec_bw, _, _, _, warp, lane_rate, lat = gpu
-    bw_tbs = bw_tbs or spec_bw
+def predict(gpu, regs, model, ctx, batch, dtype, kept=1.0, latency_ns=None, bw_tbs=None, q_layout="transposed",
+            units=None, heads_cap=4):
+    arch, spec_units, clk, spec_bw, _, _, _, warp, lane_rate, lat = gpu
+    bw_tbs, units = bw_tbs or spec_bw, units or spec_units
     Hq, Hkv, d = MODELS[model]
     G, es = Hq // Hkv, DTYPES[dtype]
     n = max(4, math.ceil(kept * ctx))
     heads = batch * Hkv
-    epl, lanes, gbm, rg, U, chunk = launch(G, d, es, heads * n, units)
-    tile = chunk  # the whole chunk fits 48 KB at these shapes (attend_tile)
+    epl, lanes, gbm, rg, U, chunk = launch(G, d, es, heads * n, units, heads_cap)
+    tile = attend_tile(chunk, rg * ROWS_IN_FLIGHT, epl, gbm, lanes)
     items = heads * -(-n // chunk)
     groups = -(-G // gbm)
     blocks = items * groups
     row_bytes = 2 * d * ROW_BYTES[dtype]  # K and V
     total_bytes = heads * n * row_bytes
-    res = resident_blocks(gpu, regs, shared_bytes(epl, gbm, d, tile))
+    res = resident_blocks(gpu, regs, shared_bytes(epl, gbm, lanes, tile))
     if res == 0:
-        return None
+        return None  # the block does not fit a unit
     slots = res * units
     waves = -(-blocks // slots)
     wave_eff = blocks / (waves * slots)
@@ -151,11 +161,12 @@ def predict(gpu, regs, model, ctx, batch, dtype, kept=1.0, latency_ns=None, bw_t
     lane_instr = lanes * (groups * per_row + G * per_pair)  # each group's blocks load the row again
     rows_per_s = units * lane_rate * clk * 1e9 / lane_instr
     f_issue = min(1.0, rows_per_s * row_bytes / (bw_tbs * 1e12))
-    # shared memory: one pass of the banks (32 words) a clock a unit; a warp-wide load of q serves the
-    # warp's 32 / lanes row groups (the same words) and takes lanes / distinct banks passes
-    banks = lanes if q_layout == "transposed" else min(lanes, 32 // math.gcd(epl, 32))
-    passes = max(1, -(-lanes // 32)) * max(1, lanes // banks)
-    passes_per_pair = epl * passes / max(1, 32 // lanes)
+    # shared memory: one pass of the 32 banks a clock a unit; a warp-wide load of q serves the warp's
+    # warp / lanes row groups (the same words) and takes lanes / distinct banks passes, and a wave64 at
+    # least two
+    banks = min(lanes, 32) if q_layout == "transposed" else min(lanes, 32 // math.gcd(epl, 32))
+    passes = max(warp // 32, -(-lanes // banks))
+    passes_per_pair = epl * passes / max(1, warp // lanes)
     rows_per_s = units * clk * 1e9 / (G * passes_per_pair)
     f_shared = min(1.0, rows_per_s * row_bytes / (bw_tbs * 1e12))
     terms = {"latency": f_lat, "issue": f_issue, "shared": f_shared}
@@ -184,12 +195,16 @@ def attend_registers(table, arch):
 
 
 def measured(path):
-    """(model, ctx, batch, dtype, case) -> (step's fraction of the probe, attend kernel's ms), and the probe."""
-    rows, kern, probe = {}, {}, None
+    """(model, ctx, batch, dtype, case) -> step's fraction of the probe, -> attend kernel's ms; the probe (GB/s)
+    and the device's multiprocessors, from bench_decode's header."""
+    rows, kern, probe, units = {}, {}, None, None
     for line in open(path):
         m = re.search(r"device read bandwidth ([\d.]+) GB/s", line)
         if m:
             probe = float(m.group(1))
+        m = re.search(r"\((\d+) SMs", line)
+        if m:
+            units = int(m.group(1))
         m = re.match(r"# kernels (\S+) (\d+) x(\d+) (\S+) (\S+) \(ms a step\):(.*)", line)
         if m:
             parts = dict(re.findall(r"(\w+) ([\d.]+)", m.group(6).split(";")[0]))
@@ -199,7 +214,7 @@ def measured(path):
         f = line.split()
         if len(f) >= 9 and f[0] in MODELS and f[1].isdigit() and f[8].endswith("%"):
             rows[(f[0], int(f[1]), int(f[2]), f[3], f[4])] = float(f[8].rstrip("%")) / 100
-    return rows, kern, probe
+    return rows, kern, probe, units
 
 
 def main():
@@ -212,14 +227,16 @@ def main():
     ap.add_argument("--q-layout", choices=("transposed", "contiguous"), default="transposed",
                     help="q in shared memory as the kernel lays it out (contiguous: before 2026-12-04)")
     ap.add_argument("--dtypes", default="f16,f32,q8_0,q4_0")
+    ap.add_argument("--heads", type=int, default=4, choices=(1, 2, 4, 8),
+                    help="query heads a block at most (FASTGEN_GPU_DECODE_HEADS; default 4)")
     a = ap.parse_args()
     gpu = GPUS[a.gpu]
     regs = attend_registers(a.resources, gpu[0])
     if not regs:
         sys.exit(f"gpu_roofline: no attend_chunks rows for {gpu[0]} in {a.resources}")
-    meas, kern, probe = measured(a.measured) if a.measured else ({}, {}, None)
+    meas, kern, probe, units = measured(a.measured) if a.measured else ({}, {}, None, None)
     bw = a.bandwidth or (probe / 1e3 if probe else None)
-    print(f"# {a.gpu}: {gpu[1]} units at {gpu[2]} GHz, latency {a.latency_ns or gpu[9]:.0f} ns, q layout {a.q_layout}; "
+    print(f"# {a.gpu}: {units or gpu[1]} units at {gpu[2]} GHz, latency {a.latency_ns or gpu[9]:.0f} ns, q layout {a.q_layout}; "
           f"shares of " + (f"{bw:.2f} TB/s" if bw else f"{gpu[3]} TB/s") + " (scripts/gpu_roofline.py)")
     head = "| shape | ctx | batch | dtype | GBM | blocks | blocks/unit | waves | latency | issue | shared | predicted |"
     if meas:
@@ -232,12 +249,15 @@ def main():
                 for batch in (1, 8):
                     Hq, Hkv, d = MODELS[model]
                     G, es = Hq // Hkv, DTYPES[dtype]
-                    epl, _, gbm, *_ = launch(G, d, es, batch * Hkv * ctx, gpu[1])
+                    epl, _, gbm, *_ = launch(G, d, es, batch * Hkv * ctx, units or gpu[1], a.heads)
                     r_ = regs.get((es, epl, gbm))
                     if r_ is None:
                         continue
                     p = predict(gpu, r_, model, ctx, batch, dtype, latency_ns=a.latency_ns, bw_tbs=bw,
-                                q_layout=a.q_layout)
+                                q_layout=a.q_layout, units=units, heads_cap=a.heads)
+                    if p is None:
+                        print(f"| {model} | {ctx} | {batch} | {dtype} | {gbm} | the block does not fit a unit |")
+                        continue
                     line = (f"| {model} | {ctx} | {batch} | {dtype} | {p['gbm']} | {p['blocks']} | {p['res']} | "
                             f"{p['waves']:.2f} | {p['lat']:.2f} | {p['issue']:.2f} | {p['shared']:.2f} | "
                             f"**{p['pred']:.2f}** ({p['limit']}) |")

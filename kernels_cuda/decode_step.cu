@@ -174,10 +174,10 @@ __global__ static void FG_BLOCK_BOUNDS attend_chunks(fg_gpu_layout L, int32_t G,
     const float scale = 1.0f / sqrtf((float)d);
     /* q of the block's heads, element e of lane x's slice at [g][e][x]: the
      * lanes of a row group read neighbouring words, no bank conflicts (with
-     * each lane's slice contiguous, lanes EPL words apart met in EPL / 2 to
-     * 8 banks, and the grouped kernels waited on shared memory:
-     * docs/backends.md). In registers it would cost the wide groups their
-     * second block a multiprocessor. */
+     * each lane's slice contiguous, words EPL apart fell in 32 / EPL banks,
+     * and the grouped kernels waited on shared memory: docs/backends.md). In
+     * registers it would cost the four-head kernel its second block a
+     * multiprocessor. */
     for (int32_t i = threadIdx.x; i < GB * d; i += T) {
         const int32_t g = i / d, c = i % d;
         qs[(g * EPL + c % EPL) * lanes + c / EPL] = h.q[(size_t)g0 * d + i] * scale;

@@ -33,8 +33,9 @@ decode step of B sequences x Hkv KV heads x n rows (docs/backends.md):
 
   predicted = waves x min(latency, issue, shared), the smallest named as
   the limiter, as a share of the GPU's HBM bandwidth, or of the measured
-  probe's when a bench output is given. The latencies and issue widths are public round figures, not
-  fits: the model is there to be compared with measurements, not tuned to them.
+  probe's when a bench output is given. The latencies and issue widths are
+  public round figures, not fits: the model is there to be compared with
+  measurements, not tuned to them.
 """
 import argparse
 import math

@@ -492,7 +492,7 @@ static cudaError_t gpu_state_init(fg_gpu_state *st) {
         st->n_sm = prop.multiProcessorCount;
     if (st->n_sm <= 0)
         st->n_sm = 16;
-    /* query heads per decode block: 4 by default (a block of 8 holds 202
+    /* query heads per decode block: 4 by default (a block of 8 holds 213
      * registers a thread on sm_90 at f16, d = 128: one block per SM); 1, 2, 4 or 8 */
     const char *env = getenv("FASTGEN_GPU_DECODE_HEADS");
     const int heads = env ? atoi(env) : 4;

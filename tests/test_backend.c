@@ -421,7 +421,6 @@ static void check_kv_apart_refused(const char *backend) {
  * then a device op). */
 enum { ACT_D = 64, ACT_G = 2, ACT_HKV = 2, ACT_N = 40, ACT_STEPS = 12, ACT_APPEND = 5 };
 
-
 typedef struct act_run {
     fg_context *ctx;
     int32_t seqs[2];

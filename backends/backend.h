@@ -100,6 +100,13 @@ typedef struct fg_decode_head {
     const float *k;        /* [d] */
     const float *v;        /* [d] */
     float *out;            /* [G][d] */
+    /* share_n > 1 (FG_ALLOC_LAYER): heads [share_first, share_first +
+     * share_n) of the call, this one among them, hold the same positions
+     * slot for slot with the same policy; after step 2 each slot's score,
+     * and the new token's, becomes the mean of the group's (summed in head
+     * order, then divided by share_n), so steps 3-4 drop the same rows from
+     * every one of them. 0 or 1: the head ranks by its own scores. */
+    int32_t share_first, share_n;
 } fg_decode_head;
 
 typedef fg_status fg_decode_step_fn(fg_backend *be, const fg_page_layout *layout, const fg_shape *shape,

@@ -149,6 +149,8 @@ fg_status fg_decode_f32(fg_context *ctx, int32_t layer, int32_t n_seqs, const in
                 .k = k + ((size_t)i * Hkv + g) * d,
                 .v = v + ((size_t)i * Hkv + g) * d,
                 .out = out + ((size_t)i * Hq + (size_t)g * G) * d,
+                .share_first = i * Hkv,
+                .share_n = s->cp.allocation == FG_ALLOC_LAYER ? Hkv : 0,
             };
         }
     }

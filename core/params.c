@@ -86,9 +86,10 @@ static const fg_preset k_presets[] = {
     {"snapkv", FG_KEEP_SNAPSHOT | FG_KEEP_LOCAL, 0, FG_SCORE_SUM, 32, 7, FG_ALLOC_SHORTLIST},
     /* AdaKV: SnapKV's ranks, the layer's rows shared by one top-k over its heads */
     {"adakv", FG_KEEP_SNAPSHOT | FG_KEEP_LOCAL, 0, FG_SCORE_SUM, 32, 7, FG_ALLOC_ADAKV},
-    /* TOVA: every step drops the row the newest query attends least; the
-       prompt is cut by its last row's attention */
-    {"tova", FG_KEEP_FREQUENT, 0, FG_SCORE_LAST, 1, 0, FG_ALLOC_SHORTLIST},
+    /* TOVA: every step drops the row the newest query attends least, its
+       attention averaged over the layer's heads, from all of them; the
+       prompt is cut by its last row's attention, averaged so too */
+    {"tova", FG_KEEP_FREQUENT, 0, FG_SCORE_LAST, 1, 0, FG_ALLOC_LAYER},
 };
 
 /* Budget mode's shortlist: the paper's fullest compressed policy at finer
@@ -215,9 +216,11 @@ fg_status fg_compression_params_check(const fg_compression_params *p) {
     if (!(p->alloc_floor >= 0.0f && p->alloc_floor <= 1.0f))
         return fg_error(NULL, FG_ERR_INVALID_ARGUMENT, "alloc_floor must be in [0, 1], got %g",
                         (double)p->alloc_floor);
-    if (p->allocation != FG_ALLOC_SHORTLIST && p->allocation != FG_ALLOC_ADAKV && p->allocation != FG_ALLOC_ADAPTIVE)
+    if (p->allocation != FG_ALLOC_SHORTLIST && p->allocation != FG_ALLOC_ADAKV && p->allocation != FG_ALLOC_ADAPTIVE &&
+        p->allocation != FG_ALLOC_LAYER)
         return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
-                        "unknown allocation %d (FG_ALLOC_SHORTLIST 0, FG_ALLOC_ADAKV 1, FG_ALLOC_ADAPTIVE 2)",
+                        "unknown allocation %d (FG_ALLOC_SHORTLIST 0, FG_ALLOC_ADAKV 1, FG_ALLOC_ADAPTIVE 2, "
+                        "FG_ALLOC_LAYER 3)",
                         (int)p->allocation);
     if (p->adaptive_flags && p->allocation != FG_ALLOC_ADAPTIVE)
         return fg_error(NULL, FG_ERR_INVALID_ARGUMENT, "adaptive_flags are for FG_ALLOC_ADAPTIVE");
@@ -310,6 +313,18 @@ fg_status fg_compression_params_check(const fg_compression_params *p) {
         if (p->append_mode == FG_APPEND_REPROFILE)
             return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
                             "FG_APPEND_REPROFILE does not go with FG_ALLOC_ADAKV (the rows are shared at the prompt)");
+    }
+    if (p->allocation == FG_ALLOC_LAYER) {
+        if (p->n_policies != 1)
+            return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
+                            "FG_ALLOC_LAYER gives every head of a layer the same rows: it needs a one-entry shortlist "
+                            "(got %d entries)",
+                            (int)p->n_policies);
+        if (p->budget > 0.0f || p->budget_tokens > 0)
+            return fg_error(NULL, FG_ERR_INVALID_ARGUMENT, "FG_ALLOC_LAYER does not go with budget mode");
+        if (p->append_mode == FG_APPEND_REPROFILE)
+            return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
+                            "FG_APPEND_REPROFILE does not go with FG_ALLOC_LAYER (it re-profiles each head alone)");
     }
     return FG_OK;
 }

@@ -92,7 +92,18 @@ int fg_all_prefilled(const fg_context *ctx, const fg_seq *s) {
     return 1;
 }
 
-/* The adaptive mode's compression, all or nothing. */
+/* FG_ALLOC_LAYER: x[Hkv][n] becomes, in every head, the mean of its heads
+ * (summed in head order). */
+static void layer_mean(float *x, int32_t Hkv, int32_t n) {
+    for (int32_t j = 0; j < n; j++) {
+        float sum = 0.0f;
+        for (int32_t g = 0; g < Hkv; g++)
+            sum += x[(size_t)g * n + j];
+        for (int32_t g = 0; g < Hkv; g++)
+            x[(size_t)g * n + j] = sum / (float)Hkv;
+    }
+}
+
 /* The prompt phase of one layer. With stats (the row max and sum of every
  * prompt row, from the chunks of a chunked prefill) the attention is done
  * and only profiling, policy choice and compaction run; out is unused. */
@@ -152,6 +163,11 @@ static fg_status prefill_layer(fg_context *ctx, fg_seq *s, int32_t layer, const 
         st = ops->profile_stats(&ctx->be, &ctx->shape, &req, q, k, row_max, row_sum, w->col, w->col_local);
     if (st)
         return st;
+    if (cp->allocation == FG_ALLOC_LAYER) { /* every head ranks by the layer's mean */
+        layer_mean(w->col, Hkv, n);
+        for (int32_t x = 0; x < req.n_windows; x++)
+            layer_mean(w->col_local + (size_t)x * nk, Hkv, n);
+    }
 
     /* policy choice and the kept rows of every head (host) */
     fg_head *heads = &s->heads[(size_t)layer * Hkv];

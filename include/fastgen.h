@@ -201,7 +201,14 @@ typedef enum fg_allocation {
      * large enough to overflow a dot product) makes an entry's predicted
      * error the worst there is: it ranks after every finite one, and the
      * choice stays within the budget. */
-    FG_ALLOC_ADAPTIVE = 2
+    FG_ALLOC_ADAPTIVE = 2,
+    /* TOVA: every head of a layer keeps the same rows. One shortlist entry
+     * for every head, its frequent or snapshot rows ranked by the layer's
+     * attention: each KV head's pooled attention averaged over the layer's
+     * KV heads (the mean over all its query heads), at the prompt and at
+     * every decode step's eviction. A context that holds some of a model's KV
+     * heads (tensor parallelism) averages over the heads it holds. */
+    FG_ALLOC_LAYER = 3
 } fg_allocation;
 
 #ifdef FG_EXPERIMENTAL
@@ -275,7 +282,8 @@ typedef struct fg_compression_params {
     /* > 1: a key's rank at prefill is the best profile score within
      * score_pool / 2 positions of it (max pooling, SnapKV: 7); 0 or 1: its own */
     int32_t score_pool;
-    fg_allocation allocation;             /* FG_ALLOC_SHORTLIST (default), FG_ALLOC_ADAKV, FG_ALLOC_ADAPTIVE */
+    fg_allocation allocation;             /* FG_ALLOC_SHORTLIST (default), FG_ALLOC_ADAKV, FG_ALLOC_ADAPTIVE,
+                                             FG_ALLOC_LAYER */
     float alloc_floor;                    /* AdaKV, adaptive: the share of the uniform one every head keeps, in [0, 1] */
     uint32_t adaptive_flags;              /* 0 (the adaptive mode); experimental variants for comparisons
                                              (FG_ADAPTIVE_*, declared with FG_EXPERIMENTAL) */
@@ -303,8 +311,9 @@ static inline void fg_compression_params_default(fg_compression_params *params) 
  *   "snapkv": snapshot+local; keys ranked by the attention of the last 32
  *             prompt rows (observation_window), max-pooled over 7 positions;
  *   "adakv":  snapkv with FG_ALLOC_ADAKV, floor 0.2;
- *   "tova":   frequent, FG_SCORE_LAST: each step evicts the row the newest
- *             query attends least (observation_window 1 at prefill).
+ *   "tova":   frequent, FG_SCORE_LAST, FG_ALLOC_LAYER: each step evicts the
+ *             row the newest query attends least, averaged over the layer's
+ *             heads, in all of them (observation_window 1 at prefill).
  * The one-entry presets keep ratio 0.3 in each of their components.
  * "fastgen-adaptive": FG_ALLOC_ADAPTIVE at budget 0.5 over the families
  * frequent+local (H2O), special+local (StreamingLLM, 4 sinks) and full;

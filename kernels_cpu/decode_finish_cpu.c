@@ -129,7 +129,7 @@ static float dot_cached(const float *q, const void *row, fg_dtype dtype, int32_t
  * that tracks scores then reads K once more to turn each slot's scores into
  * its pooled attention, added as the vector path adds it (score = keep *
  * score + sum_h p_h / (l_h G)). */
-fg_status fg_cpu_decode_step_plain(const fg_page_layout *L, const fg_shape *shape, const fg_decode_head *hd) {
+float fg_cpu_decode_attend_plain(const fg_page_layout *L, const fg_shape *shape, const fg_decode_head *hd) {
     const int32_t G = shape->n_q_heads / shape->n_kv_heads, d = shape->head_dim, n = hd->n_slots;
     const float scale = 1.0f / sqrtf((float)d);
     const int track = fg_tracks_scores(hd->components);
@@ -185,5 +185,35 @@ fg_status fg_cpu_decode_step_plain(const fg_page_layout *L, const fg_shape *shap
             *score = h0 > 0 || keep != 0.0f ? *score + gained : gained;
         }
     }
-    return fg_cpu_decode_finish_head(L, hd, new_score, NULL);
+    return new_score;
+}
+
+fg_status fg_cpu_decode_step_plain(const fg_page_layout *L, const fg_shape *shape, const fg_decode_head *hd) {
+    return fg_cpu_decode_finish_head(L, hd, fg_cpu_decode_attend_plain(L, shape, hd), NULL);
+}
+
+int fg_cpu_decode_share(const fg_page_layout *L, const fg_decode_head *hds, int32_t n_heads) {
+    const int32_t P = L->page_tokens, n = hds[0].n_slots;
+    for (int32_t i = 1; i < n_heads; i++)
+        if (hds[i].n_slots != n)
+            return i;
+    if (!fg_tracks_scores(hds[0].components))
+        return 0;
+    for (int32_t s0 = 0; s0 < n; s0 += P) { /* page by page: the group's metadata at slot s0 */
+        const int32_t m = n - s0 < P ? n - s0 : P;
+        const unsigned char *first = hds[0].meta[s0 / P];
+        const int32_t *pos0 = (const int32_t *)(const void *)(first + L->pos_offset);
+        for (int32_t j = 0; j < m; j++) {
+            float sum = 0.0f;
+            for (int32_t i = 0; i < n_heads; i++) {
+                const unsigned char *page = hds[i].meta[s0 / P];
+                if (((const int32_t *)(const void *)(page + L->pos_offset))[j] != pos0[j])
+                    return i;
+                sum += ((const float *)(const void *)(page + L->score_offset))[j];
+            }
+            for (int32_t i = 0; i < n_heads; i++)
+                ((float *)(void *)((unsigned char *)hds[i].meta[s0 / P] + L->score_offset))[j] = sum / (float)n_heads;
+        }
+    }
+    return 0;
 }

@@ -114,6 +114,7 @@ typedef struct head_plan {
     int fast;                    /* 0: the plain step handles the head (decode_finish_cpu.c) */
     float new_score;             /* the new token's pooled self-attention */
     _Atomic int32_t left;        /* its items not yet attended */
+    _Atomic int32_t group_left;  /* the first of a group (FG_ALLOC_LAYER): its heads not yet scored */
 } head_plan;
 
 /* Grows the workspace to `bytes` (64-byte aligned); contents are not kept. */
@@ -155,6 +156,35 @@ typedef struct decode_job {
     _Atomic int32_t bad; /* a head that ended with a slot count the host did not expect, or -1 */
 } decode_job;
 
+/* Steps 3-4 of head i, its scores updated (scan: as the items scanned
+ * them, or NULL). A head of a group that ranks together (FG_ALLOC_LAYER)
+ * waits for the others: the thread that scores the group's last head takes
+ * the mean of their scores and finishes them all, in order. */
+static void head_scored(decode_job *j, int32_t i, float new_score, const fg_freq_scan *scan) {
+    const fg_decode_head *hd = &j->heads[i];
+    if (hd->share_n <= 1) {
+        if (fg_cpu_decode_finish_head(j->layout, hd, new_score, scan) != FG_OK)
+            atomic_store(&j->bad, i);
+        return;
+    }
+    const int32_t first = hd->share_first, n = hd->share_n;
+    j->plan[i].new_score = new_score;
+    if (atomic_fetch_sub(&j->plan[first].group_left, 1) != 1)
+        return;
+    float shared = 0.0f;
+    for (int32_t m = 0; m < n; m++)
+        shared += j->plan[first + m].new_score;
+    shared /= (float)n;
+    const int bad = fg_cpu_decode_share(j->layout, j->heads + first, n);
+    if (bad) {
+        atomic_store(&j->bad, first + bad);
+        return;
+    }
+    for (int32_t m = 0; m < n; m++) /* the scans saw each head's own scores: scanned again */
+        if (fg_cpu_decode_finish_head(j->layout, &j->heads[first + m], shared, NULL) != FG_OK)
+            atomic_store(&j->bad, first + m);
+}
+
 /* Step 2 for head i, once its items are done: the partial states and the
  * new token merge into the output. A head that tracks scores turns each
  * item's max into the item's score factor and waits for the second job; any
@@ -164,9 +194,8 @@ static void merge_head(decode_job *j, int32_t i) {
     const fg_decode_head *hd = &j->heads[i];
     head_plan *hp = &j->plan[i];
     const int32_t G = j->G, d = j->d;
-    fg_status hs;
     if (!hp->fast) {
-        hs = fg_cpu_decode_step_plain(layout, j->shape, hd);
+        head_scored(j, i, fg_cpu_decode_attend_plain(layout, j->shape, hd), NULL);
     } else {
         const float *q = j->qs + (size_t)i * G * d;
         float M[FG_MAX_GROUP], Linv[FG_MAX_GROUP], new_score = 0.0f;
@@ -200,7 +229,7 @@ static void merge_head(decode_job *j, int32_t i) {
         hp->new_score = new_score;
         if (hp->raw == SIZE_MAX || hp->n_items == 0) {
             const fg_freq_scan none = FG_FREQ_SCAN_EMPTY;
-            hs = fg_cpu_decode_finish_head(layout, hd, new_score, hp->raw == SIZE_MAX ? NULL : &none);
+            head_scored(j, i, new_score, hp->raw == SIZE_MAX ? NULL : &none);
         } else {
             /* pooled attention of slot s: sum_h raw[h][s] e^(m_c - M) / (L G), one factor per item */
             for (int32_t c = 0; c < hp->n_items; c++) {
@@ -211,8 +240,6 @@ static void merge_head(decode_job *j, int32_t i) {
             return; /* steps 3-4 in the second job */
         }
     }
-    if (hs != FG_OK)
-        atomic_store(&j->bad, i);
 }
 
 static void decode_task(void *arg, int32_t task, int32_t thread) {
@@ -252,8 +279,7 @@ static void score_task(void *arg, int32_t task, int32_t thread) {
     fg_freq_scan scan = FG_FREQ_SCAN_EMPTY;
     for (int32_t c = 0; c < hp->n_items; c++)
         fg_cpu_freq_scan_merge(&scan, &j->items[hp->first_item + c].scan);
-    if (fg_cpu_decode_finish_head(layout, hd, hp->new_score, &scan) != FG_OK)
-        atomic_store(&j->bad, a->head);
+    head_scored(j, a->head, hp->new_score, &scan);
 }
 
 fg_status fg_cpu_decode_step(fg_backend *be, const fg_page_layout *layout, const fg_shape *shape, int32_t n_heads,
@@ -268,6 +294,15 @@ fg_status fg_cpu_decode_step(fg_backend *be, const fg_page_layout *layout, const
     const int fast_ok = isa_or_none >= 0 && G <= FG_MAX_GROUP && (!scales || d / fg_qblock(d) <= FG_QSCALES);
     const fg_cpu_isa isa = fast_ok ? (fg_cpu_isa)isa_or_none : st->isa;
     const int threads = fg_cpu_threads(be);
+
+    /* groups that rank together: whole, each within the batch */
+    for (int32_t i = 0; i < n_heads; i++) {
+        const fg_decode_head *hd = &heads[i];
+        const int32_t f = hd->share_first;
+        if (hd->share_n > 1 && (f < 0 || f > i || f + hd->share_n <= i ||
+                                f + hd->share_n > n_heads || heads[f].share_first != f || heads[f].share_n != hd->share_n))
+            return be->err(be->err_sink, FG_ERR_INTERNAL, "decode_step: head %d is not in a whole group", i);
+    }
 
     /* plan: work items and workspace offsets (host arithmetic only) */
     int32_t n_items = 0;
@@ -318,6 +353,7 @@ fg_status fg_cpu_decode_step(fg_backend *be, const fg_page_layout *layout, const
         hp->n_items = fast_ok ? (hd->n_slots + FG_CPU_CHUNK - 1) / FG_CPU_CHUNK : 0;
         hp->raw = fast_ok && track ? raw_at : SIZE_MAX;
         atomic_init(&hp->left, hp->n_items);
+        atomic_init(&hp->group_left, hd->share_n > 1 && hd->share_first == i ? hd->share_n : 0);
         float *q = qs + (size_t)i * G * d;
         for (int32_t c = 0; c < G * d; c++)
             q[c] = hd->q[c] * scale;

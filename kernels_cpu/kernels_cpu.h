@@ -38,6 +38,12 @@ fg_status fg_cpu_decode_finish_head(const fg_page_layout *layout, const fg_decod
  * more than FG_MAX_GROUP query heads, quantized rows with more than
  * FG_QSCALES blocks). */
 fg_status fg_cpu_decode_step_plain(const fg_page_layout *layout, const fg_shape *shape, const fg_decode_head *head);
+/* Its steps 1-2: returns the new token's pooled self-attention. */
+float fg_cpu_decode_attend_plain(const fg_page_layout *layout, const fg_shape *shape, const fg_decode_head *head);
+/* A group of heads that rank together (FG_ALLOC_LAYER), after their steps
+ * 1-2: every slot's score becomes the group's mean (summed in head order).
+ * Returns 0, or the first head that does not hold the first one's positions. */
+int fg_cpu_decode_share(const fg_page_layout *layout, const fg_decode_head *heads, int32_t n_heads);
 
 /* Asks for the metadata (positions, scores, rows, flags) of meta page
  * `index` of a head, unless it starts at or past slot `end`. The walks

@@ -3,7 +3,8 @@
  *   1. every query head of the group attends over the kept slots plus the
  *      new token's own key/value;
  *   2. heads that track scores add the pooled attention to each slot's
- *      score (FG_SCORE_LAST: the score becomes it);
+ *      score (FG_SCORE_LAST: the score becomes it); a group of heads that
+ *      rank together (FG_ALLOC_LAYER) then takes the mean of its scores;
  *   3. the new token is cached with the flag the host chose (or not at all);
  *   4. window rows that fell out of the window become frequent candidates or
  *      are dropped, then the lowest-ranked candidates go until k(t) remain.
@@ -96,19 +97,21 @@ static fg_status finish_head(const fg_page_layout *L, const fg_decode_head *hd, 
     return n == hd->n_slots_after ? FG_OK : FG_ERR_INTERNAL;
 }
 
-fg_status fg_ref_decode_step_head(const fg_page_layout *L, const fg_shape *shape, const fg_decode_head *hd) {
+/* Steps 1-2 of one head: its output, and its slots' scores (FG_SCORE_LAST:
+ * this step's attention alone); the new token's pooled attention in
+ * *new_score. */
+static void attend_head(const fg_page_layout *L, const fg_shape *shape, const fg_decode_head *hd, float *new_score) {
     const int32_t G = shape->n_q_heads / shape->n_kv_heads, d = shape->head_dim;
     const float scale = 1.0f / sqrtf((float)d);
     const int track = fg_tracks_scores(hd->components);
     void *const *pages = hd->pages, *const *meta = hd->meta;
     int32_t n = hd->n_slots;
 
-    /* 1-2. attention and score update, one query head at a time (FG_SCORE_LAST:
-     * the scores become this step's attention) */
+    /* one query head at a time */
     if (track && hd->score_mode == FG_SCORE_LAST)
         for (int32_t s = 0; s < n; s++)
             *fg_slot_score(L, meta, s) = 0.0f;
-    float new_score = 0.0f;
+    *new_score = 0.0f;
     for (int32_t h = 0; h < G; h++) {
         const float *q = hd->q + (size_t)h * d;
         float *o = hd->out + (size_t)h * d;
@@ -138,17 +141,78 @@ fg_status fg_ref_decode_step_head(const fg_page_layout *L, const fg_shape *shape
                 float p = expf(dot_row(q, fg_slot_k(L, pages, meta, s), L->k_dtype, d) * scale - m);
                 *fg_slot_score(L, meta, s) += p * inv;
             }
-            new_score += p_new * inv;
+            *new_score += p_new * inv;
         }
     }
+}
 
+fg_status fg_ref_decode_step_head(const fg_page_layout *L, const fg_shape *shape, const fg_decode_head *hd) {
+    float new_score;
+    attend_head(L, shape, hd, &new_score);
     return finish_head(L, hd, new_score);
+}
+
+/* A group of heads that rank by their mean score (FG_ALLOC_LAYER): steps
+ * 1-2 of each, the group's mean in every slot and for the new token, then
+ * steps 3-4 of each. 1 when the heads do not hold the same positions. */
+static int group_step(const fg_page_layout *L, const fg_shape *shape, const fg_decode_head *hds, int32_t n_heads,
+                      int32_t *failed) {
+    float new_score = 0.0f;
+    for (int32_t i = 0; i < n_heads; i++) {
+        float own;
+        attend_head(L, shape, &hds[i], &own);
+        new_score += own;
+    }
+    new_score /= (float)n_heads;
+    const int32_t n = hds[0].n_slots;
+    for (int32_t i = 1; i < n_heads; i++)
+        if (hds[i].n_slots != n) {
+            *failed = i;
+            return 1;
+        }
+    if (fg_tracks_scores(hds[0].components))
+        for (int32_t s = 0; s < n; s++) {
+            const int32_t pos = *fg_slot_pos(L, hds[0].meta, s);
+            float sum = 0.0f;
+            for (int32_t i = 0; i < n_heads; i++) {
+                if (*fg_slot_pos(L, hds[i].meta, s) != pos) {
+                    *failed = i;
+                    return 1;
+                }
+                sum += *fg_slot_score(L, hds[i].meta, s);
+            }
+            for (int32_t i = 0; i < n_heads; i++)
+                *fg_slot_score(L, hds[i].meta, s) = sum / (float)n_heads;
+        }
+    for (int32_t i = 0; i < n_heads; i++)
+        if (finish_head(L, &hds[i], new_score) != FG_OK) {
+            *failed = i;
+            return 2;
+        }
+    return 0;
 }
 
 fg_status fg_ref_decode_step(fg_backend *be, const fg_page_layout *layout, const fg_shape *shape, int32_t n_heads,
                              const fg_decode_head *heads) {
     for (int32_t i = 0; i < n_heads; i++) {
-        fg_status st = fg_ref_decode_step_head(layout, shape, &heads[i]);
+        const fg_decode_head *hd = &heads[i];
+        if (hd->share_n > 1) {
+            int whole = hd->share_first == i && i + hd->share_n <= n_heads;
+            for (int32_t m = 1; whole && m < hd->share_n; m++)
+                whole = heads[i + m].share_first == i && heads[i + m].share_n == hd->share_n;
+            if (!whole)
+                return be->err(be->err_sink, FG_ERR_INTERNAL, "decode_step: head %d opens no whole group", i);
+            int32_t bad = 0;
+            const int r = group_step(layout, shape, hd, hd->share_n, &bad);
+            if (r)
+                return be->err(be->err_sink, FG_ERR_INTERNAL,
+                               r == 1 ? "decode_step: head %d does not hold the positions of its group's first"
+                                      : "decode_step: head %d ended with a slot count the host did not expect",
+                               i + bad);
+            i += hd->share_n - 1;
+            continue;
+        }
+        fg_status st = fg_ref_decode_step_head(layout, shape, hd);
         if (st != FG_OK)
             return be->err(be->err_sink, st, "decode_step: head %d ended with a slot count the host did not expect", i);
     }

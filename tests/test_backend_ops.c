@@ -212,6 +212,11 @@ static int g_bf16_queries;
  * pages past the shared ones), odd heads its source (its new rows from
  * the kept ones on, in the last shared page first). */
 static int g_shared_rows;
+/* check_decode with heads that rank together (FG_ALLOC_LAYER) in groups of
+ * g_share consecutive heads, which must have the same length and policy:
+ * they get the same classes and profile (so the same kept rows) and their
+ * own K, V and Q. 0: every head alone. */
+static int32_t g_share;
 /* V's dtype apart from K's (dt) in the cases below, or -1: V as K */
 static int g_v_dtype = -1;
 
@@ -247,11 +252,16 @@ static void check_decode(backend_pair *bp, int32_t d, int32_t G, fg_dtype dt, in
         h->t = lengths[i];
         h->pol = (fg_policy){comps[i], 0.25f, 0.125f, 0, 0};
         h->comp = fg_effective_components(comps[i]);
-        h->mode = (fg_score_mode)(i % 3); /* sum, mean, last */
+        const int32_t lead = g_share > 1 ? i - i % g_share : i; /* the first of its group */
+        h->mode = (fg_score_mode)((g_share > 1 ? i / g_share : i) % 3); /* sum, mean, last */
         h->cls = malloc((size_t)cap);
         for (int32_t p = 0; p < cap; p++) {
             int32_t r = rng_int(0, 99);
             h->cls[p] = r < 3 ? FG_TOKEN_SPECIAL : r < 15 ? FG_TOKEN_PUNCT : FG_TOKEN_ORDINARY;
+        }
+        if (lead != i) {
+            EXPECT(lengths[i] == lengths[lead] && comps[i] == comps[lead], "check_decode: group of %d unlike", (int)i);
+            memcpy(h->cls, hs[lead].cls, (size_t)cap);
         }
         K[i] = malloc((size_t)cap * d * sizeof(float));
         V[i] = malloc((size_t)cap * d * sizeof(float));
@@ -262,7 +272,7 @@ static void check_decode(backend_pair *bp, int32_t d, int32_t G, fg_dtype dt, in
         for (size_t c = 0; g_bf16_queries && c < (size_t)cap * G * d; c++)
             Q[i][c] = fg_bf16_to_f32(fg_f32_to_bf16(Q[i][c]));
         /* a prefill's state: a random profile through the real policy code */
-        for (int32_t j = 0; j < h->t; j++) {
+        for (int32_t j = 0; j < h->t && lead == i; j++) { /* a group's heads: its first's profile */
             col[j] = ties ? (float)rng_int(0, 2) : (float)(rng_uniform() * 3.0);
             cl[j] = col[j] * 0.5f;
         }
@@ -292,7 +302,8 @@ static void check_decode(backend_pair *bp, int32_t d, int32_t G, fg_dtype dt, in
         out[b] = guarded((size_t)n_heads * G * d);
     }
     double worst = 0.0;
-    int same_sets = 1, same_threads = 1, guards = 1;
+    int same_sets = 1, same_threads = 1, guards = 1, same_group = 1;
+    int32_t *lead_pos = malloc((size_t)cap * sizeof *lead_pos);
     for (int32_t step = 0; step < steps; step++) {
         fg_step_plan plans[64];
         for (int32_t i = 0; i < n_heads; i++) {
@@ -306,7 +317,8 @@ static void check_decode(backend_pair *bp, int32_t d, int32_t G, fg_dtype dt, in
                                             .score_mode = h->mode, .pos = h->t, .insert_flag = plans[i].insert_flag,
                                             .window_start = plans[i].window_start, .freq_budget = plans[i].freq_budget,
                                             .q = Q[i] + (size_t)h->t * G * d, .k = K[i] + (size_t)h->t * d,
-                                            .v = V[i] + (size_t)h->t * d, .out = out[b] + (size_t)i * G * d};
+                                            .v = V[i] + (size_t)h->t * d, .out = out[b] + (size_t)i * G * d,
+                                            .share_first = g_share > 1 ? i - i % g_share : i, .share_n = g_share};
         }
         for (int b = 0; b < 3; b++)
             EXPECT(bes[b]->ops->decode_step(bes[b], &L, &sh, n_heads, dh[b]) == FG_OK, "%s decode_step: %s",
@@ -327,6 +339,11 @@ static void check_decode(backend_pair *bp, int32_t d, int32_t G, fg_dtype dt, in
             same_sets &= memcmp(pos, pos2, (size_t)h->n_slots * sizeof *pos) == 0;
             kept_positions(bes[2], &L, &caches[i][2], h->n_slots, pos2);
             same_threads &= memcmp(pos, pos2, (size_t)h->n_slots * sizeof *pos) == 0;
+            if (g_share > 1 && i % g_share == 0)
+                memcpy(lead_pos, pos, (size_t)h->n_slots * sizeof *pos);
+            else if (g_share > 1) /* the group keeps one set of rows */
+                same_group &= h->n_slots == hs[i - i % g_share].n_slots &&
+                              memcmp(pos, lead_pos, (size_t)h->n_slots * sizeof *pos) == 0;
         }
     }
     /* 16-bit rows: their rounding. bf16 rows on AVX512_BF16 (G = 8) also
@@ -354,6 +371,8 @@ static void check_decode(backend_pair *bp, int32_t d, int32_t G, fg_dtype dt, in
     EXPECT(worst <= limit, "%s decode d=%d G=%d %s: NMSE %.3g", bp->name, (int)d, (int)G, dn, worst);
     EXPECT(same_sets, "%s decode d=%d G=%d %s: kept sets differ from ref", bp->name, (int)d, (int)G, dn);
     EXPECT(same_threads, "%s decode: 1 and 2 threads differ", bp->name);
+    EXPECT(same_group, "%s decode: heads that rank together keep different rows", bp->name);
+    free(lead_pos);
     EXPECT(guards, "%s decode wrote past its output", bp->name);
     /* shared rows: every backend left them as they were */
     int untouched = 1;
@@ -675,6 +694,25 @@ static void case_decode_snapshots(backend_pair *bp) {
                  (const uint32_t[]){F, F | L, N | L}, 30, 1);
 }
 
+/* decode: heads that rank together (TOVA's FG_ALLOC_LAYER): groups of 3 and
+ * 2 with every score mode, on the vector path and the plain one (d = 12),
+ * long heads split into chunks, shared rows */
+static void case_decode_layer(backend_pair *bp) {
+    g_share = 3;
+    check_decode(bp, 64, 3, FG_DTYPE_F16, 16, 9, (const int32_t[]){900, 900, 900, 40, 40, 40, 5000, 5000, 5000},
+                 (const uint32_t[]){F, F, F, F | L, F | L, F | L, S | P | F, S | P | F, S | P | F}, 30, 0);
+    check_decode(bp, 128, 4, FG_DTYPE_BF16, 5, 6, (const int32_t[]){300, 300, 300, 70, 70, 70},
+                 (const uint32_t[]){F, F, F, F, F, F}, 30, 0);
+    g_share = 2;
+    check_decode(bp, 12, 2, FG_DTYPE_F32, 4, 4, (const int32_t[]){60, 60, 33, 33}, (const uint32_t[]){F, F, N | L, N | L},
+                 20, 0);
+    g_shared_rows = 1;
+    check_decode(bp, 64, 2, FG_DTYPE_Q8_0, 16, 4, (const int32_t[]){200, 200, 90, 90},
+                 (const uint32_t[]){F | L, F | L, F, F}, 40, 0);
+    g_shared_rows = 0;
+    g_share = 0;
+}
+
 /* decode on q8_0 / q4_0 rows: blocks of 32, 16 and 8 values, every ISA's
  * widths (d = 8 and 24: no 16-lane kernel), groups above 8 (widened into
  * scratch), long heads */
@@ -772,6 +810,7 @@ static const op_case k_cases[] = {
     {"decode-bf16-queries", case_decode_bf16_queries},
     {"decode-long", case_decode_long},
     {"decode-snapshots", case_decode_snapshots},
+    {"decode-layer", case_decode_layer},
     {"compact-quantized", case_compact_quantized},
     {"decode-quantized", case_decode_quantized},
     {"decode-shared", case_decode_shared},

@@ -229,6 +229,8 @@ with tempfile.TemporaryDirectory() as tmp:
           "sweep SVG: the same memory axis, round ticks inside [0, 1]: %r" % axes)
     r = run("eval", *model_args(), "--prompts", prompts, "--sweep", "--methods", "fastgen-adaptive:window=8:bogus=1")
     check(r.returncode == 2 and "bogus" in r.stderr, "a method option it does not know is refused: %r" % r.stderr)
+    r = run("eval", *model_args(), "--prompts", prompts, "--sweep", "--methods", "fastgen-adaptive,tova:alloc=adakv")
+    check(r.returncode == 2 and "alloc=adakv" in r.stderr, "alloc takes shortlist or layer: %r" % r.stderr)
     r = run("generate", *model_args(), "--budget", "0.4", "-n", "60", "--json")
     bj = json.loads(r.stdout) if r.returncode == 0 else {}
     check(0 < bj.get("rows_kept", 0) <= 0.45 * bj.get("rows_full", 0), "--budget 0.4 keeps at most ~40%% of the rows: %r" % bj)

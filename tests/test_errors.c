@@ -138,6 +138,12 @@ static void test_params_and_classes(void) {
     EXPECT(strstr(fg_last_error(NULL), "one-entry") != NULL, "says why: %s", fg_last_error(NULL));
     REFUSED("snapkv", cp.budget_tokens = 64);
     REFUSED("adakv", cp.append_mode = FG_APPEND_REPROFILE);
+    REFUSED("fastgen", cp.allocation = FG_ALLOC_LAYER); /* one entry for every head of a layer */
+    EXPECT(strstr(fg_last_error(NULL), "one-entry") != NULL, "says what FG_ALLOC_LAYER needs: %s", fg_last_error(NULL));
+    REFUSED("tova", cp.append_mode = FG_APPEND_REPROFILE);
+    fg_compression_params_preset("h2o", &cp); /* any one-entry policy may rank by its layer */
+    cp.allocation = FG_ALLOC_LAYER;
+    EXPECT_OK(NULL, fg_compression_params_validate(&cp));
     REFUSED("fastgen", cp.shortlist[2].components = FG_KEEP_FREQUENT | FG_KEEP_SNAPSHOT);
     EXPECT(strstr(fg_last_error(NULL), "snapshot") != NULL, "says why: %s", fg_last_error(NULL));
     /* the adaptive mode's fields */

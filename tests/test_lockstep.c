@@ -116,8 +116,7 @@ static void run_trio(const run_cfg *rc, const fg_compression_params *cpa, const 
             EXPECT_OK(ctx, fg_seq_append(ctx, s->id, 0, s->tokens + len[B], m, bq, bk, bv, bo));
             memset(ref, 0, (size_t)m * row_q * sizeof(double));
             for (int32_t i = 0; i < m; i++)
-                for (int32_t g = 0; g < rc->Hkv; g++)
-                    sim_step(s, rc, g, len[B] + i, ref + i * row_q + (size_t)g * rc->G * d);
+                sim_steps(s, rc, len[B] + i, ref + i * row_q);
             len[B] += m;
             for (int32_t g = 0; g < rc->Hkv; g++)
                 compare_sets(ctx, s, g, len[B], name);
@@ -143,8 +142,8 @@ static void run_trio(const run_cfg *rc, const fg_compression_params *cpa, const 
         for (int i = 0; i < n; i++) {
             sim_seq *s = &seqs[who[i]];
             const int32_t p = len[who[i]]++;
+            sim_steps(s, rc, p, ref + i * row_q);
             for (int32_t g = 0; g < rc->Hkv; g++) {
-                sim_step(s, rc, g, p, ref + i * row_q + (size_t)g * rc->G * d);
                 compare_sets(ctx, s, g, p + 1, name);
                 fg_head_info info;
                 EXPECT_OK(ctx, fg_head_inspect(ctx, s->id, 0, g, &info));

@@ -96,7 +96,7 @@ static void run(const char *backend) {
         tokens[t] = synth_token(&syn, t);
 
     /* the paper's mode and every fixed policy: the shards are the whole, bit for bit */
-    const char *per_head[] = {"fastgen", "full", "streamingllm", "h2o", "local", "frequent", "snapkv", "tova"};
+    const char *per_head[] = {"fastgen", "full", "streamingllm", "h2o", "local", "frequent", "snapkv"};
     for (size_t p = 0; p < sizeof per_head / sizeof per_head[0]; p++) {
         shard_run whole, shard[RANKS];
         const int same = compare(backend, &syn, per_head[p], &whole, shard, tokens);
@@ -147,8 +147,30 @@ static void run(const char *backend) {
                (long long)kept_all, (long long)w.rows_kept, (long long)full_all);
         close_runs(&whole, shard);
     }
-    printf("  %-4s sharded over %d ranks: fastgen and 7 fixed policies equal the whole model bit for bit\n", backend,
-           RANKS);
+    /* rows ranked over a layer's heads (tova, FG_ALLOC_LAYER): over a rank's heads, so within a rank every head
+       keeps the same positions, and as many as the whole model's heads */
+    {
+        shard_run whole, shard[RANKS];
+        compare(backend, &syn, "tova", &whole, shard, tokens);
+        for (int r = 0; r < RANKS; r++)
+            for (int32_t l = 0; l < L; l++) {
+                int32_t p0[MAXLEN], n0 = -1, pw[MAXLEN], nw = -2;
+                EXPECT_OK(shard[r].ctx, fg_head_positions(shard[r].ctx, shard[r].seq, l, 0, p0, MAXLEN, &n0));
+                EXPECT_OK(whole.ctx, fg_head_positions(whole.ctx, whole.seq, l, 0, pw, MAXLEN, &nw));
+                EXPECT(n0 == nw && n0 < MAXLEN, "%s tova rank %d layer %d: %d rows kept, the whole model %d", backend,
+                       r, (int)l, (int)n0, (int)nw);
+                for (int32_t g = 1; g < RKV; g++) {
+                    int32_t pg[MAXLEN], ng = -1;
+                    EXPECT_OK(shard[r].ctx, fg_head_positions(shard[r].ctx, shard[r].seq, l, g, pg, MAXLEN, &ng));
+                    EXPECT(ng == n0 && !memcmp(pg, p0, (size_t)n0 * sizeof *pg),
+                           "%s tova rank %d layer %d: head %d keeps other rows than head 0", backend, r, (int)l, (int)g);
+                }
+            }
+        close_runs(&whole, shard);
+    }
+    printf("  %-4s sharded over %d ranks: fastgen and 6 fixed policies equal the whole model bit for bit; tova keeps "
+           "one set of rows per rank and layer\n",
+           backend, RANKS);
     synth_destroy(&syn);
 }
 

@@ -95,7 +95,8 @@ static int takes_budget(const char *m) { return !strncmp(m, "fastgen-budget", 14
  * pool (score_pool, for a snapshot part), sink (n_sink), families (the shortlist entries to keep,
  * as their digits: "02", H2O and full of fastgen-adaptive), flags (adaptive_flags: per-layer, mass, end,
  * tail, rowmax, rownorm, joined by +), tol (tolerance), observe (tail, or reconstruct: FG_OBSERVE_EXPLICIT
- * fed by a reconstruction pass). Returns 0 on a bad option. */
+ * fed by a reconstruction pass), alloc (shortlist or layer: FG_ALLOC_LAYER, for a one-entry preset).
+ * Returns 0 on a bad option. */
 static int method_options(const char *opts, fg_compression_params *cp) {
     char buf[256];
     if (strlen(opts) >= sizeof buf) /* no option is cut short */
@@ -134,6 +135,15 @@ static int method_options(const char *opts, fg_compression_params *cp) {
                 cp->observe = FG_OBSERVE_TAIL;
             else if (!strcmp(val, "reconstruct"))
                 cp->observe = FG_OBSERVE_EXPLICIT;
+            else
+                return 0;
+        } else if (!strcmp(key, "alloc")) { /* a one-entry preset's heads: each alone, or the layer's as one */
+            if (cp->allocation != FG_ALLOC_SHORTLIST && cp->allocation != FG_ALLOC_LAYER)
+                return 0;
+            if (!strcmp(val, "shortlist"))
+                cp->allocation = FG_ALLOC_SHORTLIST;
+            else if (!strcmp(val, "layer"))
+                cp->allocation = FG_ALLOC_LAYER;
             else
                 return 0;
         } else if (!strcmp(key, "flags")) {
@@ -871,7 +881,7 @@ int eval_sweep(const cli_opts *o, const eval_sweep_opts *x, char **prompts, cons
         if (!method_params(w.methods[m], 0.5, &cp))
             return cli_usage("eval", "--methods: \"%s\" is not a policy a sweep can drive (a preset that takes a "
                                      "budget, or a one-entry preset, with options each after a colon: window=, "
-                                     "defer=, floor=, pool=, sink=, families=, flags=, tol=, observe=)", w.methods[m]);
+                                     "defer=, floor=, pool=, sink=, families=, flags=, tol=, observe=, alloc=)", w.methods[m]);
     }
     w.n_dt = 1;
     w.dts[0] = o->dtype;

@@ -122,7 +122,7 @@ class Compression:
     ``compression("fastgen-adaptive", budget=0.25)``. ``fastgen.h`` documents
     every field; the enumerations are strings here (score_mode ``"sum"``,
     ``"mean"``, ``"last"``; allocation ``"shortlist"``, ``"adakv"``,
-    ``"adaptive"``; append_mode ``"keep"``, ``"reprofile"``; observe
+    ``"adaptive"``, ``"layer"``; append_mode ``"keep"``, ``"reprofile"``; observe
     ``"tail"``, ``"explicit"``: the rows the adaptive mode judges by, its
     own or the ones :meth:`Context.observe` gives, compressed when
     :meth:`Context.compress` is called).

@@ -472,7 +472,7 @@ static int get_i32(PyObject *obj, const char *name, int32_t *out) {
 /* ------------------------------------------------------------------ compression parameters <-> dict */
 
 static const char *const k_score_modes[] = {"sum", "mean", "last", NULL};
-static const char *const k_allocations[] = {"shortlist", "adakv", "adaptive", NULL};
+static const char *const k_allocations[] = {"shortlist", "adakv", "adaptive", "layer", NULL};
 static const char *const k_append_modes[] = {"keep", "reprofile", NULL};
 static const char *const k_observe_modes[] = {"tail", "explicit", NULL};
 

@@ -309,8 +309,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             double num = 0.0, den = 0.0;
             for (int32_t i = 0; i < n; i++) {
                 memset(ref, 0, rq * sizeof(double));
-                for (int32_t g = 0; g < rc.Hkv; g++)
-                    sim_step(&s->sim, &rc, g, s->len, ref + (size_t)g * rc.G * d);
+                sim_steps(&s->sim, &rc, s->len, ref);
                 for (size_t x = 0; x < rq; x++) {
                     num += (out[i * rq + x] - ref[x]) * (out[i * rq + x] - ref[x]);
                     den += ref[x] * ref[x];
@@ -390,10 +389,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
             double num = 0.0, den = 0.0;
             for (int32_t b = 0; b < n; b++) {
                 slot *m = members[b];
-                for (int32_t g = 0; g < rc.Hkv; g++) {
-                    sim_step(&m->sim, &rc, g, m->len, ref + b * row_q + (size_t)g * rc.G * d);
+                sim_steps(&m->sim, &rc, m->len, ref + b * row_q);
+                for (int32_t g = 0; g < rc.Hkv; g++)
                     compare_sets(ctx, &m->sim, g, m->len + 1, "decode");
-                }
                 m->len++;
             }
             for (size_t i = 0; i < (size_t)n * row_q; i++) {

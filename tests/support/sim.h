@@ -96,6 +96,18 @@ static void prompt_col(const sim_seq *s, const run_cfg *rc, int32_t g, double *c
         }
 }
 
+/* FG_ALLOC_LAYER: every head's scores of the positions [0, t) it holds (the
+ * same in every head) become the mean of the heads'. */
+static void sim_share(sim_seq *s, const run_cfg *rc, int32_t t) {
+    for (int32_t j = 0; j < t; j++) {
+        double sum = 0.0;
+        for (int32_t g = 0; g < rc->Hkv; g++)
+            sum += s->heads[g].score[j];
+        for (int32_t g = 0; g < rc->Hkv; g++)
+            s->heads[g].score[j] = sum / rc->Hkv;
+    }
+}
+
 /* The simulator starts from the library's prompt state (checked by the
  * brute-force test), with scores from its own double-precision profile. */
 static void sim_init(fg_context *ctx, sim_seq *s, const run_cfg *rc) {
@@ -119,15 +131,17 @@ static void sim_init(fg_context *ctx, sim_seq *s, const run_cfg *rc) {
                                                                                 : FG_KEEP_FREQUENT;
         }
     }
+    if (s->cp.allocation == FG_ALLOC_LAYER)
+        sim_share(s, rc, s->n);
 }
 
 static float cached(float x, const run_cfg *rc) { return fg_quantize(x, rc->dtype); }
 
-/* One step of §2.5 for head g of s at position p; accumulates the dense
- * reference output into ref[G][d]. */
-static void sim_step(sim_seq *s, const run_cfg *rc, int32_t g, int32_t p, double *ref) {
+/* Steps 1-2 of §2.5 for head g of s at position p: accumulates the dense
+ * reference output into ref[G][d] and updates the scores. */
+static void sim_attend(sim_seq *s, const run_cfg *rc, int32_t g, int32_t p, double *ref) {
     sim_head *h = &s->heads[g];
-    const int32_t Hq = rc->G * rc->Hkv, d = rc->d, t = p + 1;
+    const int32_t Hq = rc->G * rc->Hkv, d = rc->d;
     const float *kn = s->k + ((size_t)p * rc->Hkv + g) * d, *vn = s->v + ((size_t)p * rc->Hkv + g) * d;
     const int track = (h->comp & FG_KEEP_FREQUENT) && !(h->comp & FG_KEEP_FULL);
     double gained[MAXT] = {0};
@@ -162,8 +176,13 @@ static void sim_step(sim_seq *s, const run_cfg *rc, int32_t g, int32_t p, double
         for (int32_t j = 0; j <= p; j++)
             if (j == p || h->flag[j])
                 h->score[j] = (j == p || s->cp.score_mode == FG_SCORE_LAST ? 0.0 : h->score[j]) + gained[j];
+}
 
-    /* insert */
+/* Steps 3-4 for head g at position p: insert, window, frequent budget. */
+static void sim_finish(sim_seq *s, int32_t g, int32_t p) {
+    sim_head *h = &s->heads[g];
+    const int32_t t = p + 1;
+    const int track = (h->comp & FG_KEEP_FREQUENT) && !(h->comp & FG_KEEP_FULL);
     uint32_t c = h->comp;
     h->flag[p] = (c & FG_KEEP_FULL)                                  ? FG_KEEP_FULL
                  : (s->cls[p] == FG_TOKEN_SPECIAL && (c & FG_KEEP_SPECIAL)) ? FG_KEEP_SPECIAL
@@ -193,6 +212,17 @@ static void sim_step(sim_seq *s, const run_cfg *rc, int32_t g, int32_t p, double
             nf--;
         }
     }
+}
+
+/* One step of §2.5 for every head of s at position p; accumulates the dense
+ * reference output into ref[Hq][d]. */
+static void sim_steps(sim_seq *s, const run_cfg *rc, int32_t p, double *ref) {
+    for (int32_t g = 0; g < rc->Hkv; g++)
+        sim_attend(s, rc, g, p, ref + (size_t)g * rc->G * rc->d);
+    if (s->cp.allocation == FG_ALLOC_LAYER)
+        sim_share(s, rc, p + 1);
+    for (int32_t g = 0; g < rc->Hkv; g++)
+        sim_finish(s, g, p);
 }
 
 /* Compares the library's kept set of head g with the simulator's. A single

@@ -1,5 +1,6 @@
 /*
- * The decode step on the GPU (docs/design.md §2.5), four kernels, after FlashDecoding:
+ * The decode step on the GPU (docs/design.md §2.5), four kernels (five with
+ * groups of heads that rank together), after FlashDecoding:
  *   attend_chunks  one block per (chunk of a head's cached rows, group of up
  *                  to 4 query heads; FASTGEN_GPU_DECODE_HEADS=1|2|8 sets
  *                  another cap). The block first resolves its rows'
@@ -18,6 +19,10 @@
  *   update_rows    one block per chunk: grows the scores, turns rows leaving
  *                  the window into frequent candidates, counts the candidates
  *                  and finds the lowest-ranked (one atomic per block);
+ *   share_scores   one block per group of heads that rank together
+ *                  (FG_ALLOC_LAYER): every slot's score becomes the group's
+ *                  mean, and the candidates are counted and the lowest-
+ *                  ranked found again, from the mean;
  *   finish_heads   one block per head: inserts the new row, drops rows that
  *                  leave a window without a frequent part, evicts the lowest-
  *                  ranked candidates (ties to the older) down to the budget,
@@ -39,6 +44,7 @@ struct decode_desc {
     uint32_t components;
     int32_t score_mode, pos, insert_flag, window_start, freq_budget;
     int32_t item0, n_items; /* its chunks */
+    int32_t share_first, share_n; /* its group of heads that rank together (FG_ALLOC_LAYER); share_n 1: alone */
 };
 
 struct decode_item {
@@ -485,6 +491,56 @@ __global__ static void FG_BLOCK_BOUNDS update_rows(fg_gpu_layout L, int32_t G, c
     }
 }
 
+/* FG_ALLOC_LAYER, one block per group of heads that rank together (its
+ * first head's block; the others return): after update_rows, every slot's
+ * score becomes the mean of the group's (summed in head order, as ref), and
+ * each head's candidate count and lowest-ranked candidate are those of the
+ * mean. The heads hold the same positions slot for slot; a head that does
+ * not is an error (status). */
+__global__ static void FG_BLOCK_BOUNDS share_scores(fg_gpu_layout L, const decode_desc *heads, void *const *ptab,
+                                                    head_stat *hs, int32_t *status) {
+    FG_DYNAMIC_SHARED(float, red);
+    unsigned long long *kred = (unsigned long long *)(red + blockDim.x);
+    const int32_t first = blockIdx.x;
+    const decode_desc h = heads[first];
+    if (h.share_n <= 1 || h.share_first != first || !fg_tracks_scores(h.components))
+        return; /* the same for the whole block */
+    const int32_t P = L.page_tokens, t = h.pos + 1, n = h.n_slots, m = h.share_n;
+    int32_t cnt = 0, bad = 0;
+    unsigned long long key = ~0ull;
+    for (int32_t s = threadIdx.x; s < n; s += blockDim.x) {
+        const int32_t j = s % P;
+        const unsigned char *page0 = (const unsigned char *)meta_pages(h, ptab)[s / P];
+        const int32_t pos = ((const int32_t *)(page0 + L.pos_offset))[j];
+        float sum = 0.0f;
+        for (int32_t x = 0; x < m; x++) {
+            const unsigned char *page = (const unsigned char *)meta_pages(heads[first + x], ptab)[s / P];
+            bad |= heads[first + x].n_slots != n || ((const int32_t *)(page + L.pos_offset))[j] != pos;
+            sum += ((const float *)(page + L.score_offset))[j];
+        }
+        const float mean = sum / (float)m;
+        for (int32_t x = 0; x < m; x++)
+            ((float *)((unsigned char *)meta_pages(heads[first + x], ptab)[s / P] + L.score_offset))[j] = mean;
+        if (page0[L.flags_offset + j] == FG_SLOT_FREQUENT) {
+            cnt++;
+            const unsigned long long k = rank_key(fg_rank_score(h.score_mode, mean, pos, t), pos);
+            key = k < key ? k : key;
+        }
+    }
+    if (bad)
+        *status = 1; /* sticky: read when the backend synchronises */
+    const int32_t total = (int32_t)fg_block_sum((float)cnt, red); /* exact below 2^24 rows */
+    kred[threadIdx.x] = key;
+    __syncthreads();
+    for (unsigned w = blockDim.x / 2; w > 0; w >>= 1) {
+        if (threadIdx.x < w && kred[threadIdx.x + w] < kred[threadIdx.x])
+            kred[threadIdx.x] = kred[threadIdx.x + w];
+        __syncthreads();
+    }
+    for (int32_t x = threadIdx.x; x < m; x += blockDim.x)
+        hs[first + x] = head_stat{kred[0], total};
+}
+
 /* Steps 3 and 4, one block per head: the new row goes in, rows that leave
  * the window of a head without a frequent part go, and the lowest-ranked
  * candidates go until the budget holds (the first from update_rows' key,
@@ -497,9 +553,16 @@ __global__ static void FG_BLOCK_BOUNDS finish_heads(fg_gpu_layout L, int32_t G, 
     int32_t *ired = (int32_t *)(red + blockDim.x);
     const decode_desc h = heads[blockIdx.x];
     const head_stat stat = hs[blockIdx.x];
-    float new_score = 0.0f; /* the new token's pooled attention: its G shares, in order */
-    for (int32_t g = 0; g < G; g++)
-        new_score += ml[(size_t)blockIdx.x * 3 * G + 2 * G + g];
+    float new_score = 0.0f; /* the new token's pooled attention: its G shares, in order; a group's mean */
+    for (int32_t x = 0; x < h.share_n; x++) {
+        const int32_t head = h.share_n > 1 ? h.share_first + x : (int32_t)blockIdx.x;
+        float own = 0.0f;
+        for (int32_t g = 0; g < G; g++)
+            own += ml[(size_t)head * 3 * G + 2 * G + g];
+        new_score += own;
+    }
+    if (h.share_n > 1)
+        new_score /= (float)h.share_n;
     void *const *pages = ptab + h.page0, *const *meta = meta_pages(h, ptab);
     const int32_t P = L.page_tokens, t = h.pos + 1;
     const float *kn = h.k, *vn = h.v;
@@ -662,6 +725,14 @@ extern "C" fg_status FG_GPU(decode_step)(fg_backend *be, const fg_page_layout *l
                        FG_GPU_NAME ": decode supports up to 64 query heads per KV head and head dimensions that "
                                    "32 lanes of 1 to 32 elements cover (G = %d, d = %d)",
                        (int)G, (int)d);
+    for (int32_t i = 0; i < n_heads; i++) { /* groups that rank together: whole, each within the batch */
+        const fg_decode_head *hd = &heads[i];
+        const int32_t f = hd->share_first;
+        if (hd->share_n > 1 && (f < 0 || f > i || f + hd->share_n <= i || f + hd->share_n > n_heads ||
+                                heads[f].share_first != f || heads[f].share_n != hd->share_n ||
+                                heads[f].n_slots != hd->n_slots))
+            return be->err(be->err_sink, FG_ERR_INTERNAL, "decode_step: head %d is not in a whole group", (int)i);
+    }
     int32_t gbm = 1; /* query heads per block: G rounded up to a power of two, within the registers */
     while (gbm < G && gbm < max_heads_per_block(epl) && gbm < st->decode_heads)
         gbm *= 2;
@@ -708,6 +779,7 @@ extern "C" fg_status FG_GPU(decode_step)(fg_backend *be, const fg_page_layout *l
     float *dout = (float *)(base + o_out);
     int64_t po = 0, ro = 0;
     int32_t io = 0;
+    bool any_share = false;
     for (int32_t i = 0; i < n_heads; i++) {
         const fg_decode_head *hd = &heads[i];
         const int32_t np = hd->n_pages;
@@ -715,7 +787,9 @@ extern "C" fg_status FG_GPU(decode_step)(fg_backend *be, const fg_page_layout *l
         decode_desc x = {hd->q,          hd->k,        hd->v,           hd->out,       po,
                          ro,             hd->n_slots,  hd->n_slots_after, np,          hd->priv_from,
                          hd->row_base,   hd->components,
-                         (int32_t)hd->score_mode, hd->pos, hd->insert_flag, hd->window_start, hd->freq_budget, io, ni};
+                         (int32_t)hd->score_mode, hd->pos, hd->insert_flag, hd->window_start, hd->freq_budget, io, ni,
+                         hd->share_n > 1 ? hd->share_first : i, hd->share_n > 1 ? hd->share_n : 1};
+        any_share |= hd->share_n > 1;
         if (host_io) {
             memcpy(qs + (size_t)i * G * d, hd->q, (size_t)G * d * sizeof(float));
             memcpy(ks + (size_t)i * d, hd->k, (size_t)d * sizeof(float));
@@ -763,6 +837,11 @@ extern "C" fg_status FG_GPU(decode_step)(fg_backend *be, const fg_page_layout *l
         FG_LAUNCH(update_rows, (unsigned)n_items, FG_THREADS, FG_THREADS * (sizeof(float) + sizeof(unsigned long long)),
                   st->stream, L, G, dd, di, dp, draw, dml, dhs);
         FG_GPU(mark)(be, "update");
+    }
+    if (any_share) {
+        FG_LAUNCH(share_scores, n_heads, FG_THREADS, FG_THREADS * (sizeof(float) + sizeof(unsigned long long)),
+                  st->stream, L, dd, dp, dhs, st->d_error);
+        FG_GPU(mark)(be, "share");
     }
     FG_LAUNCH(finish_heads, n_heads, FG_THREADS, 2 * FG_THREADS * sizeof(float), st->stream, L, G, dd, dp, dml, dhs,
               st->d_error);

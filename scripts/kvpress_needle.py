@@ -80,6 +80,8 @@ def main() -> None:
     ap.add_argument("--ratios", default="0.5,0.75", help="compression ratios (share of rows dropped)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--verbose", action="store_true", help="print every answer")
+    ap.add_argument("--only", default="", help="comma-separated words: run the methods whose label holds one "
+                    "(case-insensitive; default: all)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     model, tok = fgt.from_gguf()
@@ -90,6 +92,7 @@ def main() -> None:
     pipe = pipeline("kv-press-text-generation", model=model, tokenizer=tok)
     data = cases(args.split, args.count)
     ratios = [float(r) for r in args.ratios.split(",")]
+    only = [w.strip().lower() for w in args.only.split(",") if w.strip()]
 
     def presses(r: float) -> dict:
         return {
@@ -116,6 +119,8 @@ def main() -> None:
             print(f"{key} full: {answer!r}", file=sys.stderr)
         for r in ratios:
             for label, press in presses(r).items():
+                if only and not any(w in label.lower() for w in only):
+                    continue
                 if isinstance(press, tuple):
                     answer, kept = engine_answer(model, tok, pipe, doc, press[1], r)
                 else:

@@ -433,6 +433,63 @@ static void run_adakv_case(int case_no) {
     fg_token_classes_destroy(&tc);
 }
 
+/* FG_ALLOC_LAYER from A alone: every head keeps what expect_policy keeps
+ * for the mean of the heads' maps (each already its group's mean). */
+static void run_layer_case(int case_no) {
+    bf_case c;
+    random_case(&c);
+    c.Hkv = rng_int(2, 4);
+    free(c.q);
+    free(c.k);
+    free(c.v);
+    const int32_t Hq = c.G * c.Hkv;
+    c.q = malloc((size_t)c.n * Hq * c.d * sizeof(float));
+    c.k = malloc((size_t)c.n * c.Hkv * c.d * sizeof(float));
+    c.v = malloc((size_t)c.n * c.Hkv * c.d * sizeof(float));
+    for (size_t i = 0; i < (size_t)c.n * Hq * c.d; i++)
+        c.q[i] = 2.0f * rng_gauss();
+    for (size_t i = 0; i < (size_t)c.n * c.Hkv * c.d; i++) {
+        c.k[i] = 2.0f * rng_gauss();
+        c.v[i] = rng_gauss();
+    }
+    c.cp.n_policies = 1; /* random_case's first entry, whatever its parts */
+    c.cp.allocation = FG_ALLOC_LAYER;
+    classify(&c);
+    fg_token_classes *tc = NULL;
+    EXPECT_OK(NULL, fg_token_classes_create(VOCAB, NULL, &tc));
+    fg_token_classes_set(tc, 5, FG_TOKEN_PUNCT);
+    fg_token_classes_set(tc, 7, FG_TOKEN_PUNCT);
+    fg_token_classes_set(tc, 6, FG_TOKEN_SPECIAL);
+    fg_context_params p = test_context_params("ref", 1, Hq, c.Hkv, c.d);
+    p.max_seq_len = MAXN;
+    p.page_tokens = c.page_tokens;
+    p.classes = tc;
+    fg_context *ctx = NULL;
+    int32_t seq = -1;
+    float *out = malloc((size_t)c.n * Hq * c.d * sizeof(float));
+    EXPECT_OK(NULL, fg_context_create(&p, &ctx));
+    EXPECT_OK(ctx, fg_context_set_compression(ctx, &c.cp));
+    EXPECT_OK(ctx, fg_seq_create(ctx, NULL, c.tokens, c.n, &seq));
+    EXPECT_OK(ctx, fg_prefill(ctx, seq, 0, c.q, c.k, c.v, out));
+    static double A[MAXN][MAXN], mean[MAXN][MAXN];
+    memset(mean, 0, sizeof mean);
+    for (int32_t g = 0; g < c.Hkv; g++) {
+        attention_map(&c, g, A);
+        for (int32_t i = 0; i < c.n; i++)
+            for (int32_t j = 0; j <= i; j++)
+                mean[i][j] += A[i][j] / c.Hkv;
+    }
+    const expected ex = expect_policy(&c, &c.cp.shortlist[0], mean);
+    for (int32_t g = 0; g < c.Hkv; g++)
+        check_kept(ctx, seq, g, &c, &ex, case_no);
+    free(out);
+    free(c.q);
+    free(c.k);
+    free(c.v);
+    fg_context_destroy(&ctx);
+    fg_token_classes_destroy(&tc);
+}
+
 int main(void) {
     test_seed("test_bruteforce");
     const int cases = 400;
@@ -440,7 +497,10 @@ int main(void) {
         run_case(i);
     for (int i = 0; i < cases / 2; i++)
         run_adakv_case(cases + i);
-    printf("%d random cases and %d FG_ALLOC_ADAKV cases, %d comparisons skipped at fp32 near-ties\n", cases,
-           cases / 2, g_skipped_ties);
+    for (int i = 0; i < cases / 2; i++)
+        run_layer_case(cases + cases / 2 + i);
+    printf("%d random cases, %d FG_ALLOC_ADAKV and %d FG_ALLOC_LAYER cases, %d comparisons skipped at fp32 "
+           "near-ties\n",
+           cases, cases / 2, cases / 2, g_skipped_ties);
     return test_finish();
 }

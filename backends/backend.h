@@ -109,6 +109,26 @@ typedef struct fg_decode_head {
     int32_t share_first, share_n;
 } fg_decode_head;
 
+/* -1 when every group of heads that rank together is whole within the call
+ * (its first head opens it and the next share_n - 1 name it, all with the
+ * first's slot count), else the first head that breaks that. */
+static inline int32_t fg_decode_groups_check(const fg_decode_head *heads, int32_t n_heads) {
+    for (int32_t i = 0; i < n_heads;) {
+        const int32_t m = heads[i].share_n;
+        if (m <= 1) {
+            i++;
+            continue;
+        }
+        if (heads[i].share_first != i || i + m > n_heads)
+            return i;
+        for (int32_t x = 1; x < m; x++)
+            if (heads[i + x].share_first != i || heads[i + x].share_n != m || heads[i + x].n_slots != heads[i].n_slots)
+                return i + x;
+        i += m;
+    }
+    return -1;
+}
+
 typedef fg_status fg_decode_step_fn(fg_backend *be, const fg_page_layout *layout, const fg_shape *shape,
                                     int32_t n_heads, const fg_decode_head *heads);
 

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/rules.h"
 #include "core/internal.h"
 
 static fg_status reserve_scratch(fg_context *ctx, int32_t n_heads, int32_t n_seqs) {
@@ -150,7 +151,8 @@ fg_status fg_decode_f32(fg_context *ctx, int32_t layer, int32_t n_seqs, const in
                 .v = v + ((size_t)i * Hkv + g) * d,
                 .out = out + ((size_t)i * Hq + (size_t)g * G) * d,
                 .share_first = i * Hkv,
-                .share_n = s->cp.allocation == FG_ALLOC_LAYER ? Hkv : 0,
+                /* heads that rank together: only where there are scores to share */
+                .share_n = s->cp.allocation == FG_ALLOC_LAYER && fg_tracks_scores(h->components) ? Hkv : 0,
             };
         }
     }

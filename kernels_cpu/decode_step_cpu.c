@@ -153,7 +153,8 @@ typedef struct decode_job {
     unsigned char *bufs; /* the threads' scratch rows */
     size_t per_thread;
     int32_t G, d;
-    _Atomic int32_t bad; /* a head that ended with a slot count the host did not expect, or -1 */
+    _Atomic int32_t bad;   /* a head that ended with a slot count the host did not expect, or -1 */
+    _Atomic int32_t apart; /* a head that does not hold its group's positions, or -1 */
 } decode_job;
 
 /* Steps 3-4 of head i, its scores updated (scan: as the items scanned
@@ -175,9 +176,9 @@ static void head_scored(decode_job *j, int32_t i, float new_score, const fg_freq
     for (int32_t m = 0; m < n; m++)
         shared += j->plan[first + m].new_score;
     shared /= (float)n;
-    const int bad = fg_cpu_decode_share(j->layout, j->heads + first, n);
-    if (bad) {
-        atomic_store(&j->bad, first + bad);
+    const int apart = fg_cpu_decode_share(j->layout, j->heads + first, n);
+    if (apart) {
+        atomic_store(&j->apart, first + apart);
         return;
     }
     for (int32_t m = 0; m < n; m++) /* the scans saw each head's own scores: scanned again */
@@ -295,14 +296,9 @@ fg_status fg_cpu_decode_step(fg_backend *be, const fg_page_layout *layout, const
     const fg_cpu_isa isa = fast_ok ? (fg_cpu_isa)isa_or_none : st->isa;
     const int threads = fg_cpu_threads(be);
 
-    /* groups that rank together: whole, each within the batch */
-    for (int32_t i = 0; i < n_heads; i++) {
-        const fg_decode_head *hd = &heads[i];
-        const int32_t f = hd->share_first;
-        if (hd->share_n > 1 && (f < 0 || f > i || f + hd->share_n <= i ||
-                                f + hd->share_n > n_heads || heads[f].share_first != f || heads[f].share_n != hd->share_n))
-            return be->err(be->err_sink, FG_ERR_INTERNAL, "decode_step: head %d is not in a whole group", i);
-    }
+    const int32_t broken = fg_decode_groups_check(heads, n_heads); /* before anything is written */
+    if (broken >= 0)
+        return be->err(be->err_sink, FG_ERR_INTERNAL, "decode_step: head %d is not in a whole group", broken);
 
     /* plan: work items and workspace offsets (host arithmetic only) */
     int32_t n_items = 0;
@@ -412,7 +408,7 @@ fg_status fg_cpu_decode_step(fg_backend *be, const fg_page_layout *layout, const
     }
     decode_job job = {layout, shape, heads, plan, items, order, track_items, attend,
                       isa_score_scan(isa), qs,
-                      ws + off_buf, per_thread, G, d, -1};
+                      ws + off_buf, per_thread, G, d, -1, -1};
     fg_threadpool *pool = par ? be->threads : NULL;
     fg_threadpool_run(pool, n_items + n_lone, decode_task, (void *)&job);
     if (n_track > 0) {
@@ -420,6 +416,10 @@ fg_status fg_cpu_decode_step(fg_backend *be, const fg_page_layout *layout, const
             atomic_store(&plan[i].left, plan[i].raw != SIZE_MAX ? plan[i].n_items : 0);
         fg_threadpool_run(pool, n_track, score_task, (void *)&job);
     }
+    const int32_t apart = atomic_load(&job.apart);
+    if (apart >= 0)
+        return be->err(be->err_sink, FG_ERR_INTERNAL, "decode_step: head %d does not hold its group's positions",
+                       apart);
     const int32_t bad = atomic_load(&job.bad);
     if (bad >= 0)
         return be->err(be->err_sink, FG_ERR_INTERNAL,

@@ -91,11 +91,13 @@ fg_status FG_GPU(synchronize)(fg_backend *be) {
     GPU_CHECK(be, cudaMemcpyAsync(st->h_error, st->d_error, sizeof(int32_t), cudaMemcpyDeviceToHost, st->stream));
     GPU_CHECK(be, cudaStreamSynchronize(st->stream));
     if (*st->h_error) {
+        const int32_t what = *st->h_error;
         *st->h_error = 0;
         GPU_CHECK(be, cudaMemset(st->d_error, 0, sizeof(int32_t)));
         return be->err(be->err_sink, FG_ERR_INTERNAL,
-                       FG_GPU_NAME ": a decode step ended a head with a slot count the host did not expect "
-                                   "(that step's caches are undefined; please report it)");
+                       FG_GPU_NAME ": a decode step %s (that step's caches are undefined; please report it)",
+                       what == 2 ? "found heads that rank together holding different positions"
+                                 : "ended a head with a slot count the host did not expect");
     }
     return FG_OK;
 }

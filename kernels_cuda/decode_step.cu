@@ -528,7 +528,7 @@ __global__ static void FG_BLOCK_BOUNDS share_scores(fg_gpu_layout L, const decod
         }
     }
     if (bad)
-        *status = 1; /* sticky: read when the backend synchronises */
+        *status = 2; /* sticky: read when the backend synchronises */
     const int32_t total = (int32_t)fg_block_sum((float)cnt, red); /* exact below 2^24 rows */
     kred[threadIdx.x] = key;
     __syncthreads();
@@ -725,14 +725,9 @@ extern "C" fg_status FG_GPU(decode_step)(fg_backend *be, const fg_page_layout *l
                        FG_GPU_NAME ": decode supports up to 64 query heads per KV head and head dimensions that "
                                    "32 lanes of 1 to 32 elements cover (G = %d, d = %d)",
                        (int)G, (int)d);
-    for (int32_t i = 0; i < n_heads; i++) { /* groups that rank together: whole, each within the batch */
-        const fg_decode_head *hd = &heads[i];
-        const int32_t f = hd->share_first;
-        if (hd->share_n > 1 && (f < 0 || f > i || f + hd->share_n <= i || f + hd->share_n > n_heads ||
-                                heads[f].share_first != f || heads[f].share_n != hd->share_n ||
-                                heads[f].n_slots != hd->n_slots))
-            return be->err(be->err_sink, FG_ERR_INTERNAL, "decode_step: head %d is not in a whole group", (int)i);
-    }
+    const int32_t broken = fg_decode_groups_check(heads, n_heads); /* before anything is queued */
+    if (broken >= 0)
+        return be->err(be->err_sink, FG_ERR_INTERNAL, "decode_step: head %d is not in a whole group", (int)broken);
     int32_t gbm = 1; /* query heads per block: G rounded up to a power of two, within the registers */
     while (gbm < G && gbm < max_heads_per_block(epl) && gbm < st->decode_heads)
         gbm *= 2;

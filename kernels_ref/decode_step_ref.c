@@ -194,14 +194,12 @@ static int group_step(const fg_page_layout *L, const fg_shape *shape, const fg_d
 
 fg_status fg_ref_decode_step(fg_backend *be, const fg_page_layout *layout, const fg_shape *shape, int32_t n_heads,
                              const fg_decode_head *heads) {
+    const int32_t broken = fg_decode_groups_check(heads, n_heads);
+    if (broken >= 0)
+        return be->err(be->err_sink, FG_ERR_INTERNAL, "decode_step: head %d is not in a whole group", broken);
     for (int32_t i = 0; i < n_heads; i++) {
         const fg_decode_head *hd = &heads[i];
         if (hd->share_n > 1) {
-            int whole = hd->share_first == i && i + hd->share_n <= n_heads;
-            for (int32_t m = 1; whole && m < hd->share_n; m++)
-                whole = heads[i + m].share_first == i && heads[i + m].share_n == hd->share_n;
-            if (!whole)
-                return be->err(be->err_sink, FG_ERR_INTERNAL, "decode_step: head %d opens no whole group", i);
             int32_t bad = 0;
             const int r = group_step(layout, shape, hd, hd->share_n, &bad);
             if (r)

@@ -320,6 +320,17 @@ static void check_decode(backend_pair *bp, int32_t d, int32_t G, fg_dtype dt, in
                                             .v = V[i] + (size_t)h->t * d, .out = out[b] + (size_t)i * G * d,
                                             .share_first = g_share > 1 ? i - i % g_share : i, .share_n = g_share};
         }
+        for (int b = 0; g_share > 1 && step == 0 && b < 3; b++) { /* a group broken: refused before any write */
+            fg_decode_head broken[64];
+            memcpy(broken, dh[b], (size_t)n_heads * sizeof *broken);
+            broken[1].share_n = 0;
+            EXPECT(bes[b]->ops->decode_step(bes[b], &L, &sh, n_heads, broken) == FG_ERR_INTERNAL,
+                   "%s decode_step takes a group whose second head is alone", b ? bp->name : "ref");
+            broken[1].share_n = g_share;
+            broken[0].share_first = 1;
+            EXPECT(bes[b]->ops->decode_step(bes[b], &L, &sh, n_heads, broken) == FG_ERR_INTERNAL,
+                   "%s decode_step takes a group that its first head does not open", b ? bp->name : "ref");
+        }
         for (int b = 0; b < 3; b++)
             EXPECT(bes[b]->ops->decode_step(bes[b], &L, &sh, n_heads, dh[b]) == FG_OK, "%s decode_step: %s",
                    b ? bp->name : "ref", fg_last_error(NULL));

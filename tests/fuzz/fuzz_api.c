@@ -330,6 +330,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 cp.shortlist[0] = k_policies[(arg / SEQS) % (sizeof k_policies / sizeof k_policies[0])];
                 cp.score_mode = (arg & 0x40) ? FG_SCORE_MEAN : FG_SCORE_SUM;
                 cp.n_sink = (arg & 0x80) ? 2 : 0;
+                cp.allocation = (arg & 0x20) ? FG_ALLOC_LAYER : FG_ALLOC_SHORTLIST; /* the layer's heads rank as one */
                 make_seq(&s->sim, &rc, &cp);
                 s->sim.n = 1 + next(&r) % 40;
                 EXPECT_OK(ctx, fg_seq_create(ctx, &s->sim.cp, s->sim.tokens, s->sim.n, &s->sim.id));

@@ -104,15 +104,16 @@ static void *run_job(void *arg) {
 
 /* ---- the thread pool alone */
 
-/* A decode step long enough to run on the pool (FG_CPU_PAR_ROWS), full and
- * h2o heads (score tracking: a head finishes on the thread that ends its last
- * chunk), on a context of `pool` or serially (pool NULL, n_threads 1): its
- * outputs and kept counts, appended to out. */
-enum { LONG_N = 2100, LONG_STEPS = 6 };
+/* A decode step long enough to run on the pool (FG_CPU_PAR_ROWS), full, h2o
+ * and tova heads (score tracking: a head finishes on the thread that ends its
+ * last chunk; tova's, a layer's heads ranked together, on the thread that
+ * scores the layer's last one), on a context of `pool` or serially (pool
+ * NULL, n_threads 1): its outputs and kept counts, appended to out. */
+enum { LONG_N = 2100, LONG_STEPS = 6, LONG_SEQS = 3 };
 
 static size_t long_decode(const synth *syn, fg_threadpool *pool, float *out) {
     fg_context_params p = test_context_params("cpu", 1, HQ, HKV, D);
-    p.max_seqs = 2;
+    p.max_seqs = LONG_SEQS;
     p.max_seq_len = LONG_N + LONG_STEPS;
     p.classes = syn->classes;
     p.threadpool = pool;
@@ -123,10 +124,10 @@ static size_t long_decode(const synth *syn, fg_threadpool *pool, float *out) {
     static float q[LONG_N * HQ * D], k[LONG_N * HKV * D], v[LONG_N * HKV * D], o[LONG_N * HQ * D];
     for (int32_t t = 0; t < LONG_N + LONG_STEPS; t++)
         tokens[t] = synth_token(syn, t);
-    const char *presets[2] = {"full", "h2o"};
-    int32_t seqs[2];
+    const char *presets[LONG_SEQS] = {"full", "h2o", "tova"};
+    int32_t seqs[LONG_SEQS];
     size_t n = 0;
-    for (int s = 0; s < 2; s++) {
+    for (int s = 0; s < LONG_SEQS; s++) {
         fg_compression_params cp;
         fg_compression_params_preset(presets[s], &cp);
         EXPECT(fg_seq_create(ctx, &cp, tokens, LONG_N, &seqs[s]) == FG_OK, "long seq");
@@ -134,14 +135,17 @@ static size_t long_decode(const synth *syn, fg_threadpool *pool, float *out) {
         EXPECT(fg_prefill(ctx, seqs[s], 0, q, k, v, o) == FG_OK, "long prefill: %s", fg_last_error(ctx));
     }
     for (int32_t step = 0; step < LONG_STEPS; step++) {
-        int32_t toks[2] = {tokens[LONG_N + step], tokens[LONG_N + step]};
-        for (int s = 0; s < 2; s++)
+        int32_t toks[LONG_SEQS];
+        for (int s = 0; s < LONG_SEQS; s++)
+            toks[s] = tokens[LONG_N + step];
+        for (int s = 0; s < LONG_SEQS; s++)
             synth_qkv(syn, 0, &toks[s], LONG_N + step, 1, q + (size_t)s * HQ * D, k + (size_t)s * HKV * D,
                          v + (size_t)s * HKV * D);
-        EXPECT(fg_decode(ctx, 0, 2, seqs, toks, q, k, v, out + n) == FG_OK, "long decode: %s", fg_last_error(ctx));
-        n += (size_t)2 * HQ * D;
+        EXPECT(fg_decode(ctx, 0, LONG_SEQS, seqs, toks, q, k, v, out + n) == FG_OK, "long decode: %s",
+               fg_last_error(ctx));
+        n += (size_t)LONG_SEQS * HQ * D;
     }
-    for (int s = 0; s < 2; s++)
+    for (int s = 0; s < LONG_SEQS; s++)
         for (int32_t g = 0; g < HKV; g++) {
             fg_head_info info;
             fg_head_inspect(ctx, seqs[s], 0, g, &info);
@@ -254,10 +258,11 @@ static void test_pool(const char *spin) {
     EXPECT(fg_context_create(&p, &ctx) == FG_OK && fg_context_create(&p, &c2) == FG_OK, "two contexts, one pool");
     fg_context_destroy(&ctx);
     fg_context_destroy(&c2);
-    static float on_pool[LONG_STEPS * 2 * HQ * D + 2 * HKV], serial[LONG_STEPS * 2 * HQ * D + 2 * HKV];
+    static float on_pool[LONG_STEPS * LONG_SEQS * HQ * D + LONG_SEQS * HKV],
+        serial[LONG_STEPS * LONG_SEQS * HQ * D + LONG_SEQS * HKV];
     const size_t n = long_decode(&syn, pool, on_pool);
     EXPECT(n == long_decode(&syn, NULL, serial) && memcmp(on_pool, serial, n * sizeof(float)) == 0,
-           "spin %s: decode steps of %d rows on 3 threads equal the serial ones bit for bit", spin, 2 * LONG_N);
+           "spin %s: decode steps of %d rows on 3 threads equal the serial ones bit for bit", spin, LONG_SEQS * LONG_N);
     synth_destroy(&syn);
     fg_threadpool_destroy(&pool);
 }

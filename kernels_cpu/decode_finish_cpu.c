@@ -193,10 +193,7 @@ fg_status fg_cpu_decode_step_plain(const fg_page_layout *L, const fg_shape *shap
 }
 
 int fg_cpu_decode_share(const fg_page_layout *L, const fg_decode_head *hds, int32_t n_heads) {
-    const int32_t P = L->page_tokens, n = hds[0].n_slots;
-    for (int32_t i = 1; i < n_heads; i++)
-        if (hds[i].n_slots != n)
-            return i;
+    const int32_t P = L->page_tokens, n = hds[0].n_slots; /* every head's (fg_decode_groups_check) */
     if (!fg_tracks_scores(hds[0].components))
         return 0;
     for (int32_t s0 = 0; s0 < n; s0 += P) { /* page by page: the group's metadata at slot s0 */

@@ -379,6 +379,19 @@ __device__ static inline int32_t block_min_int(int32_t x, int32_t *sh) {
 
 __device__ static inline float block_min(float x, float *sh) { return -fg_block_max(-x, sh); }
 
+/* The least of the block's (rank, position) keys, for every thread; sh: a
+ * key per thread. */
+__device__ static inline unsigned long long block_min_key(unsigned long long key, unsigned long long *sh) {
+    sh[threadIdx.x] = key;
+    __syncthreads();
+    for (unsigned w = blockDim.x / 2; w > 0; w >>= 1) {
+        if (threadIdx.x < w && sh[threadIdx.x + w] < sh[threadIdx.x])
+            sh[threadIdx.x] = sh[threadIdx.x + w];
+        __syncthreads();
+    }
+    return sh[0];
+}
+
 /* What the merge leaves for the later kernels of a head (besides ml). */
 struct head_stat {
     unsigned long long victim; /* min of (rank bits, position) over the frequent rows once the window moved */
@@ -475,19 +488,13 @@ __global__ static void FG_BLOCK_BOUNDS update_rows(fg_gpu_layout L, int32_t G, c
             key = k < key ? k : key;
         }
     }
-    if (!track)
+    if (!track || h.share_n > 1) /* a group's candidates: share_scores counts them from the mean */
         return;
     const int32_t total = (int32_t)fg_block_sum((float)cnt, red); /* exact below 2^24 rows */
-    kred[threadIdx.x] = key;
-    __syncthreads();
-    for (unsigned w = blockDim.x / 2; w > 0; w >>= 1) {
-        if (threadIdx.x < w && kred[threadIdx.x + w] < kred[threadIdx.x])
-            kred[threadIdx.x] = kred[threadIdx.x + w];
-        __syncthreads();
-    }
+    const unsigned long long least = block_min_key(key, kred);
     if (threadIdx.x == 0 && total > 0) {
         atomicAdd(&hs[it.head].n_freq, total);
-        atomicMin(&hs[it.head].victim, kred[0]);
+        atomicMin(&hs[it.head].victim, least);
     }
 }
 
@@ -515,7 +522,7 @@ __global__ static void FG_BLOCK_BOUNDS share_scores(fg_gpu_layout L, const decod
         float sum = 0.0f;
         for (int32_t x = 0; x < m; x++) {
             const unsigned char *page = (const unsigned char *)meta_pages(heads[first + x], ptab)[s / P];
-            bad |= heads[first + x].n_slots != n || ((const int32_t *)(page + L.pos_offset))[j] != pos;
+            bad |= ((const int32_t *)(page + L.pos_offset))[j] != pos; /* slot counts: checked on the host */
             sum += ((const float *)(page + L.score_offset))[j];
         }
         const float mean = sum / (float)m;
@@ -530,15 +537,9 @@ __global__ static void FG_BLOCK_BOUNDS share_scores(fg_gpu_layout L, const decod
     if (bad)
         *status = 2; /* sticky: read when the backend synchronises */
     const int32_t total = (int32_t)fg_block_sum((float)cnt, red); /* exact below 2^24 rows */
-    kred[threadIdx.x] = key;
-    __syncthreads();
-    for (unsigned w = blockDim.x / 2; w > 0; w >>= 1) {
-        if (threadIdx.x < w && kred[threadIdx.x + w] < kred[threadIdx.x])
-            kred[threadIdx.x] = kred[threadIdx.x + w];
-        __syncthreads();
-    }
+    const unsigned long long least = block_min_key(key, kred);
     for (int32_t x = threadIdx.x; x < m; x += blockDim.x)
-        hs[first + x] = head_stat{kred[0], total};
+        hs[first + x] = head_stat{least, total};
 }
 
 /* Steps 3 and 4, one block per head: the new row goes in, rows that leave

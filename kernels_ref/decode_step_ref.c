@@ -164,12 +164,7 @@ static int group_step(const fg_page_layout *L, const fg_shape *shape, const fg_d
         new_score += own;
     }
     new_score /= (float)n_heads;
-    const int32_t n = hds[0].n_slots;
-    for (int32_t i = 1; i < n_heads; i++)
-        if (hds[i].n_slots != n) {
-            *failed = i;
-            return 1;
-        }
+    const int32_t n = hds[0].n_slots; /* every head's (fg_decode_groups_check) */
     if (fg_tracks_scores(hds[0].components))
         for (int32_t s = 0; s < n; s++) {
             const int32_t pos = *fg_slot_pos(L, hds[0].meta, s);

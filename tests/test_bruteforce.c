@@ -223,15 +223,65 @@ static void check_kept(fg_context *ctx, int32_t seq, int32_t g, const bf_case *c
     EXPECT(same, "case %d head %d: kept set differs from the brute force", case_no, (int)g);
 }
 
-static void run_case(int case_no) {
-    bf_case c;
-    random_case(&c);
-    classify(&c);
+/* The test's vocabulary as the library takes it: 5 and 7 punctuation, 6 special. */
+static fg_token_classes *test_classes(void) {
     fg_token_classes *tc = NULL;
     EXPECT_OK(NULL, fg_token_classes_create(VOCAB, NULL, &tc));
     fg_token_classes_set(tc, 5, FG_TOKEN_PUNCT);
     fg_token_classes_set(tc, 7, FG_TOKEN_PUNCT);
     fg_token_classes_set(tc, 6, FG_TOKEN_SPECIAL);
+    return tc;
+}
+
+/* random_case with 2 to 4 KV heads, their activations drawn again. */
+static void random_case_heads(bf_case *c) {
+    random_case(c);
+    c->Hkv = rng_int(2, 4);
+    free(c->q);
+    free(c->k);
+    free(c->v);
+    const int32_t Hq = c->G * c->Hkv;
+    c->q = malloc((size_t)c->n * Hq * c->d * sizeof(float));
+    c->k = malloc((size_t)c->n * c->Hkv * c->d * sizeof(float));
+    c->v = malloc((size_t)c->n * c->Hkv * c->d * sizeof(float));
+    for (size_t i = 0; i < (size_t)c->n * Hq * c->d; i++)
+        c->q[i] = 2.0f * rng_gauss();
+    for (size_t i = 0; i < (size_t)c->n * c->Hkv * c->d; i++) {
+        c->k[i] = 2.0f * rng_gauss();
+        c->v[i] = rng_gauss();
+    }
+}
+
+/* A ref context (classes tc) with one sequence under c->cp, layer 0 prefilled with the case. */
+static fg_context *prefill_one(const bf_case *c, fg_token_classes *tc, int32_t *seq) {
+    fg_context_params p = test_context_params("ref", 1, c->G * c->Hkv, c->Hkv, c->d);
+    p.max_seq_len = MAXN;
+    p.page_tokens = c->page_tokens;
+    p.classes = tc;
+    fg_context *ctx = NULL;
+    float *out = malloc((size_t)c->n * p.n_q_heads * c->d * sizeof(float));
+    EXPECT_OK(NULL, fg_context_create(&p, &ctx));
+    EXPECT_OK(ctx, fg_context_set_compression(ctx, &c->cp));
+    EXPECT_OK(ctx, fg_seq_create(ctx, NULL, c->tokens, c->n, seq));
+    EXPECT_OK(ctx, fg_prefill(ctx, *seq, 0, c->q, c->k, c->v, out));
+    free(out);
+    return ctx;
+}
+
+/* What a case holds, freed. */
+static void case_done(bf_case *c, fg_context **ctx, fg_token_classes **tc) {
+    free(c->q);
+    free(c->k);
+    free(c->v);
+    fg_context_destroy(ctx);
+    fg_token_classes_destroy(tc);
+}
+
+static void run_case(int case_no) {
+    bf_case c;
+    random_case(&c);
+    classify(&c);
+    fg_token_classes *tc = test_classes();
 
     fg_context_params p = test_context_params("ref", 1, c.G * c.Hkv, c.Hkv, c.d);
     p.max_seqs = 2;
@@ -290,32 +340,14 @@ static void run_case(int case_no) {
         check_kept(ctx, seq_one, g, &c, &ex_forced, case_no);
     }
     free(out);
-    free(c.q);
-    free(c.k);
-    free(c.v);
-    fg_context_destroy(&ctx);
-    fg_token_classes_destroy(&tc);
+    case_done(&c, &ctx, &tc);
 }
 
 /* FG_ALLOC_ADAKV from A alone: each head's candidates ranked as in
  * expect_policy, its floor first, then one top-k over every head's rest. */
 static void run_adakv_case(int case_no) {
     bf_case c;
-    random_case(&c);
-    c.Hkv = rng_int(2, 4);
-    free(c.q);
-    free(c.k);
-    free(c.v);
-    const int32_t Hq = c.G * c.Hkv;
-    c.q = malloc((size_t)c.n * Hq * c.d * sizeof(float));
-    c.k = malloc((size_t)c.n * c.Hkv * c.d * sizeof(float));
-    c.v = malloc((size_t)c.n * c.Hkv * c.d * sizeof(float));
-    for (size_t i = 0; i < (size_t)c.n * Hq * c.d; i++)
-        c.q[i] = 2.0f * rng_gauss();
-    for (size_t i = 0; i < (size_t)c.n * c.Hkv * c.d; i++) {
-        c.k[i] = 2.0f * rng_gauss();
-        c.v[i] = rng_gauss();
-    }
+    random_case_heads(&c);
     c.cp.n_policies = 1;
     static const uint32_t comps[] = {FG_KEEP_SNAPSHOT | FG_KEEP_LOCAL, FG_KEEP_SNAPSHOT,
                                      FG_KEEP_SPECIAL | FG_KEEP_SNAPSHOT | FG_KEEP_LOCAL};
@@ -325,22 +357,9 @@ static void run_adakv_case(int case_no) {
     static const float floors[] = {0.0f, 0.2f, 0.5f, 1.0f};
     c.cp.alloc_floor = floors[rng_int(0, 3)];
     classify(&c);
-    fg_token_classes *tc = NULL;
-    EXPECT_OK(NULL, fg_token_classes_create(VOCAB, NULL, &tc));
-    fg_token_classes_set(tc, 5, FG_TOKEN_PUNCT);
-    fg_token_classes_set(tc, 7, FG_TOKEN_PUNCT);
-    fg_token_classes_set(tc, 6, FG_TOKEN_SPECIAL);
-    fg_context_params p = test_context_params("ref", 1, Hq, c.Hkv, c.d);
-    p.max_seq_len = MAXN;
-    p.page_tokens = c.page_tokens;
-    p.classes = tc;
-    fg_context *ctx = NULL;
+    fg_token_classes *tc = test_classes();
     int32_t seq = -1;
-    float *out = malloc((size_t)c.n * Hq * c.d * sizeof(float));
-    EXPECT_OK(NULL, fg_context_create(&p, &ctx));
-    EXPECT_OK(ctx, fg_context_set_compression(ctx, &c.cp));
-    EXPECT_OK(ctx, fg_seq_create(ctx, NULL, c.tokens, c.n, &seq));
-    EXPECT_OK(ctx, fg_prefill(ctx, seq, 0, c.q, c.k, c.v, out));
+    fg_context *ctx = prefill_one(&c, tc, &seq);
 
     /* the uniform share and every head's candidates, as expect_policy ranks them */
     fg_policy all = *pol;
@@ -425,52 +444,20 @@ static void run_adakv_case(int case_no) {
             check_kept(ctx, seq, g, &c, &ex, case_no);
         }
     }
-    free(out);
-    free(c.q);
-    free(c.k);
-    free(c.v);
-    fg_context_destroy(&ctx);
-    fg_token_classes_destroy(&tc);
+    case_done(&c, &ctx, &tc);
 }
 
 /* FG_ALLOC_LAYER from A alone: every head keeps what expect_policy keeps
  * for the mean of the heads' maps (each already its group's mean). */
 static void run_layer_case(int case_no) {
     bf_case c;
-    random_case(&c);
-    c.Hkv = rng_int(2, 4);
-    free(c.q);
-    free(c.k);
-    free(c.v);
-    const int32_t Hq = c.G * c.Hkv;
-    c.q = malloc((size_t)c.n * Hq * c.d * sizeof(float));
-    c.k = malloc((size_t)c.n * c.Hkv * c.d * sizeof(float));
-    c.v = malloc((size_t)c.n * c.Hkv * c.d * sizeof(float));
-    for (size_t i = 0; i < (size_t)c.n * Hq * c.d; i++)
-        c.q[i] = 2.0f * rng_gauss();
-    for (size_t i = 0; i < (size_t)c.n * c.Hkv * c.d; i++) {
-        c.k[i] = 2.0f * rng_gauss();
-        c.v[i] = rng_gauss();
-    }
+    random_case_heads(&c);
     c.cp.n_policies = 1; /* random_case's first entry, whatever its parts */
     c.cp.allocation = FG_ALLOC_LAYER;
     classify(&c);
-    fg_token_classes *tc = NULL;
-    EXPECT_OK(NULL, fg_token_classes_create(VOCAB, NULL, &tc));
-    fg_token_classes_set(tc, 5, FG_TOKEN_PUNCT);
-    fg_token_classes_set(tc, 7, FG_TOKEN_PUNCT);
-    fg_token_classes_set(tc, 6, FG_TOKEN_SPECIAL);
-    fg_context_params p = test_context_params("ref", 1, Hq, c.Hkv, c.d);
-    p.max_seq_len = MAXN;
-    p.page_tokens = c.page_tokens;
-    p.classes = tc;
-    fg_context *ctx = NULL;
+    fg_token_classes *tc = test_classes();
     int32_t seq = -1;
-    float *out = malloc((size_t)c.n * Hq * c.d * sizeof(float));
-    EXPECT_OK(NULL, fg_context_create(&p, &ctx));
-    EXPECT_OK(ctx, fg_context_set_compression(ctx, &c.cp));
-    EXPECT_OK(ctx, fg_seq_create(ctx, NULL, c.tokens, c.n, &seq));
-    EXPECT_OK(ctx, fg_prefill(ctx, seq, 0, c.q, c.k, c.v, out));
+    fg_context *ctx = prefill_one(&c, tc, &seq);
     static double A[MAXN][MAXN], mean[MAXN][MAXN];
     memset(mean, 0, sizeof mean);
     for (int32_t g = 0; g < c.Hkv; g++) {
@@ -482,12 +469,7 @@ static void run_layer_case(int case_no) {
     const expected ex = expect_policy(&c, &c.cp.shortlist[0], mean);
     for (int32_t g = 0; g < c.Hkv; g++)
         check_kept(ctx, seq, g, &c, &ex, case_no);
-    free(out);
-    free(c.q);
-    free(c.k);
-    free(c.v);
-    fg_context_destroy(&ctx);
-    fg_token_classes_destroy(&tc);
+    case_done(&c, &ctx, &tc);
 }
 
 int main(void) {

@@ -119,7 +119,7 @@ typedef struct errors_job {
     int32_t G, d, n_sets, n_levels, mass;
     fg_level_sums_fn *sums;
     fg_level_errors_fn *errors; /* NULL: the plain path (ref's, in double) */
-    float *fws;   /* [threads][n_levels + 1][d + 1] */
+    float *fws;   /* [threads][G][n_levels + 1][d + 1] */
     double *dws;  /* [threads][(n_levels + 1) (d + 1) + 2 (d + 1)] */
     int32_t *iws; /* [threads][t + n_levels + 2]: the keys by level, where each level starts */
     double *err;
@@ -129,10 +129,10 @@ typedef struct errors_job {
 static void errors_item(void *arg, int32_t item, int32_t thread) {
     const errors_job *jb = arg;
     const fg_observe_unit *u = jb->u;
-    const int32_t t = u->t, W = u->n_rows, d = jb->d, L = jb->n_levels;
+    const int32_t t = u->t, W = u->n_rows, d = jb->d, L = jb->n_levels, G = jb->G;
     const int32_t i = item / jb->n_sets, s = item % jb->n_sets, n = u->row_pos[i] + 1;
     const size_t cells = (size_t)(L + 1) * (d + 1);
-    float *acc = jb->fws + (size_t)thread * cells, *mass = acc + (size_t)(L + 1) * d;
+    float *acc = jb->fws + (size_t)thread * G * cells, *mass = acc + (size_t)G * (L + 1) * d;
     double *dacc = jb->dws + (size_t)thread * (cells + 2 * (size_t)(d + 1)), *sums = dacc + cells;
     double *out = jb->err + ((size_t)i * jb->n_sets + s) * L;
     const uint8_t *e = jb->entry + ((size_t)s * W + i) * t;
@@ -150,33 +150,39 @@ static void errors_item(void *arg, int32_t item, int32_t thread) {
     for (int32_t l = L; l >= 0; l--) /* back to where each level starts */
         start[l + 1] = start[l];
     start[0] = 0;
-    for (int32_t h = 0; h < jb->G; h++) {
-        memset(acc, 0, cells * sizeof *acc);
-        jb->sums(jb->p + ((size_t)h * W + i) * t, jb->v, key, start, d, L, acc, mass);
+    jb->sums(jb->p + (size_t)i * t, (size_t)W * t, G, jb->v, key, start, d, L, acc, mass);
+    for (int32_t h = 0; h < G; h++) {
+        const float *ah = acc + (size_t)h * (L + 1) * d, *mh = mass + (size_t)h * (L + 1);
         if (jb->errors) {
-            jb->errors(acc, mass, L, d, jb->mass, sums, out);
+            jb->errors(ah, mh, L, d, jb->mass, dacc, out); /* dacc: ref's sums, unused here */
             continue;
         }
         for (int32_t l = 0; l <= L; l++) {
             for (int32_t x = 0; x < d; x++)
-                dacc[(size_t)l * (d + 1) + x] = acc[(size_t)l * d + x];
-            dacc[(size_t)l * (d + 1) + d] = mass[l];
+                dacc[(size_t)l * (d + 1) + x] = ah[(size_t)l * d + x];
+            dacc[(size_t)l * (d + 1) + d] = mh[l];
         }
         fg_ref_level_errors(dacc, L, d, jb->mass, sums, out);
     }
 }
 
 /* The plain loop for a d no vector width divides. */
-static void level_sums_plain(const float *p, const float *v, const int32_t *key, const int32_t *start, int32_t d,
-                             int32_t n_levels, float *acc, float *mass) {
-    for (int32_t l = 0; l <= n_levels; l++)
-        for (int32_t k = start[l]; k < start[l + 1]; k++) {
-            const int32_t j = key[k];
-            if (p[j] == 0.0f)
-                continue;
-            for (int32_t x = 0; x < d; x++)
-                acc[(size_t)l * d + x] += p[j] * v[(size_t)j * d + x];
-            mass[l] += p[j];
+static void level_sums_plain(const float *p, size_t p_stride, int32_t G, const float *v, const int32_t *key,
+                             const int32_t *start, int32_t d, int32_t n_levels, float *acc, float *mass) {
+    memset(acc, 0, (size_t)G * (n_levels + 1) * d * sizeof *acc);
+    memset(mass, 0, (size_t)G * (n_levels + 1) * sizeof *mass);
+    for (int32_t h = 0; h < G; h++)
+        for (int32_t l = 0; l <= n_levels; l++) {
+            const float *ph = p + (size_t)h * p_stride;
+            float *a = acc + ((size_t)h * (n_levels + 1) + l) * d, *m = mass + (size_t)h * (n_levels + 1) + l;
+            for (int32_t k = start[l]; k < start[l + 1]; k++) {
+                const int32_t j = key[k];
+                if (ph[j] == 0.0f)
+                    continue;
+                for (int32_t x = 0; x < d; x++)
+                    a[x] += ph[j] * v[(size_t)j * d + x];
+                *m += ph[j];
+            }
         }
 }
 
@@ -209,7 +215,7 @@ fg_status fg_cpu_adaptive_errors(fg_backend *be, const fg_shape *shape, const fg
     const int32_t d = shape->head_dim, G = shape->n_q_heads / shape->n_kv_heads, t = u->t;
     const int threads = fg_cpu_threads(be);
     const size_t cells = (size_t)(n_levels + 1) * (d + 1);
-    float *fws = malloc((size_t)threads * cells * sizeof *fws);
+    float *fws = malloc((size_t)threads * G * cells * sizeof *fws);
     double *dws = malloc((size_t)threads * (cells + 2 * (size_t)(d + 1)) * sizeof *dws);
     int32_t *iws = malloc((size_t)threads * ((size_t)t + n_levels + 2) * sizeof *iws);
     if (!fws || !dws || !iws) {

@@ -69,12 +69,14 @@ typedef struct fg_cpu_tuning {
 } fg_cpu_tuning;
 fg_cpu_tuning fg_cpu_tuning_detect(void);
 
-/* The adaptive mode's per-level sums of one observed row (level_sums.inc),
- * one per ISA, over keys sorted by level (start: [n_levels + 2]); d a
- * multiple of the ISA's vector width (8 or 16). */
-typedef void fg_level_sums_fn(const float *p, const float *v, const int32_t *key, const int32_t *start, int32_t d,
-                              int32_t n_levels, float *acc, float *mass);
-/* Then the errors of every level from those sums (work: 2 d doubles; d a multiple of 4). */
+/* The adaptive mode's per-level sums of one observed row for the G heads
+ * of a group (level_sums.inc), one per ISA, over keys sorted by level
+ * (start: [n_levels + 2]); head h's weights at p + h p_stride, its sums at
+ * acc[h][n_levels + 1][d] and mass[h][n_levels + 1]; d a multiple of the
+ * ISA's vector width (8 or 16). */
+typedef void fg_level_sums_fn(const float *p, size_t p_stride, int32_t G, const float *v, const int32_t *key,
+                              const int32_t *start, int32_t d, int32_t n_levels, float *acc, float *mass);
+/* Then the errors of every level from those sums (work: 5 n_levels doubles; d a multiple of 8). */
 typedef void fg_level_errors_fn(const float *acc, const float *mass, int32_t n_levels, int32_t d, int mass_only,
                                 double *work, double *err);
 /* And a cached row into float (f32, f16, bf16; 0 for the other dtypes). */

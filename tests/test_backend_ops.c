@@ -793,13 +793,15 @@ static void case_decode_kv_apart(backend_pair *bp) {
 #undef N
 
 /* adaptive_observe, adaptive_errors: vector widths 16, 8 and none, the
- * group sizes, a cache of one row, stored dtypes, a head dim past 256 */
+ * group sizes (blocks of 4 heads and the rest), a cache of one row, stored
+ * dtypes, a head dim past 256 */
 static void case_adaptive(backend_pair *bp) {
     const int32_t shapes[][5] = {
         /* d, G, dtype, t, W */
         {64, 1, FG_DTYPE_F32, 1, 1},     {128, 4, FG_DTYPE_F32, 300, 64}, {80, 2, FG_DTYPE_F16, 257, 16},
         {7, 3, FG_DTYPE_F32, 50, 8},     {128, 8, FG_DTYPE_BF16, 1100, 64}, {64, 2, FG_DTYPE_Q8_0, 200, 32},
         {300, 2, FG_DTYPE_F32, 90, 8}, /* GPU: three chunks of columns */
+        {64, 7, FG_DTYPE_F16, 130, 8},   /* cpu: heads summed 4 and then 3 at a time */
     };
     for (size_t c = 0; c < sizeof shapes / sizeof shapes[0]; c++)
         check_adaptive(bp, shapes[c][0], shapes[c][1], (fg_dtype)shapes[c][2], shapes[c][3], shapes[c][4]);

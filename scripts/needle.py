@@ -4,16 +4,21 @@ code stated once, at a depth of 10% to 90%, in 900 to 3,400 tokens of
 technical prose (the docstrings of Python's standard library, on every
 machine that runs this script), then asked for.
 
-Two forms (--form):
-  prompt  KEY<TAB>PROMPT: the question at the end of the prompt;
-  turns   KEY<TAB>DOCUMENT<TAB>TURN: the document is a first turn, prefilled
-          and compressed alone, the question a second turn appended after it
-          (the serving shape: a document compressed before its question is
-          known).
+Three forms (--form):
+  prompt     KEY<TAB>PROMPT: the question at the end of the prompt;
+  turns      KEY<TAB>DOCUMENT<TAB>TURN: the document is a first turn,
+             prefilled and compressed alone, the question a second turn
+             appended after it (the serving shape: a document compressed
+             before its question is known);
+  questions  KEY<TAB>DOCUMENT<TAB>TURN<TAB>KEY<TAB>TURN<TAB>KEY<TAB>TURN:
+             three numbers in the document (the archive's access code, the
+             laboratory's door code, the safe's PIN; in random order, at
+             depths drawn from the first, middle and last thirds), the
+             document compressed once and forked for each question.
 Two splits of the modules (--split): dev (to tune on) and test (never
 tuned on); a module belongs to one by a hash of its name.
 
-Usage: needle.py [--split dev|test] [--form prompt|turns] [--count N]
+Usage: needle.py [--split dev|test] [--form prompt|turns|questions] [--count N]
                  [--seed S] [--plain] > needle.txt
   --plain: no ChatML (models without a chat template)."""
 import argparse
@@ -30,6 +35,13 @@ CHARS_PER_TOKEN = 4.2  # SmolLM2's tokenizer on this prose, measured to a few %
 INTRO = "Here is a document. Read it carefully; a question about it follows."
 QUESTION = "What is the access code for the archive?"
 ANSWER = "The access code for the archive is"
+# --form questions: the first fact is the one above, each (statement, question, answer's start)
+FACTS = [
+    ("The access code for the archive is {}.", QUESTION, ANSWER),
+    ("The door code for the laboratory is {}.", "What is the door code for the laboratory?",
+     "The door code for the laboratory is"),
+    ("The PIN of the office safe is {}.", "What is the PIN of the office safe?", "The PIN of the office safe is"),
+]
 
 
 def split_of(name):
@@ -66,7 +78,7 @@ def paragraphs(split):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--split", choices=("dev", "test"), default="dev")
-    ap.add_argument("--form", choices=("prompt", "turns"), default="prompt")
+    ap.add_argument("--form", choices=("prompt", "turns", "questions"), default="prompt")
     ap.add_argument("--count", type=int, default=15)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--plain", action="store_true")
@@ -87,7 +99,14 @@ def main():
             at += 1
         depth = 0.1 + 0.8 * rng.random()
         key = str(rng.randint(10000, 99999))
-        body.insert(round(len(body) * depth), f"The access code for the archive is {key}.")
+        if args.form != "questions":
+            body.insert(round(len(body) * depth), FACTS[0][0].format(key))
+        else:  # a fact in each third, in a random order, the last inserted first (the depths hold)
+            keys = [key] + [str(rng.randint(10000, 99999)) for _ in FACTS[1:]]
+            order = rng.sample(range(len(FACTS)), len(FACTS))
+            depths = [(third + 0.1 + 0.8 * rng.random()) / 3 for third in range(len(FACTS))]
+            for third in reversed(range(len(FACTS))):
+                body.insert(round(len(body) * depths[third]), FACTS[order[third]][0].format(keys[order[third]]))
         doc = "\n\n".join(body)
         if args.plain:
             document = f"{INTRO}\n\n{doc}\n\n"
@@ -96,7 +115,16 @@ def main():
             document = f"<|im_start|>user\n{INTRO}\n\n{doc}<|im_end|>\n"
             ask = f"<|im_start|>user\n{QUESTION}<|im_end|>\n<|im_start|>assistant\n{ANSWER}"
         esc = lambda s: s.replace("\\", "\\\\").replace("\n", "\\n").replace("\t", " ")  # noqa: E731
-        if args.form == "prompt":
+        if args.form == "questions":
+            asks = []
+            for (_, question, answer), k in zip(FACTS, keys):
+                if args.plain:
+                    asks.append(f"{question} {answer}")
+                else:
+                    asks.append(f"<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n{answer}")
+            print("\t".join([keys[0], esc(document), esc(asks[0])] +
+                            [x for k, a in zip(keys[1:], asks[1:]) for x in (k, esc(a))]))
+        elif args.form == "prompt":
             if args.plain:
                 prompt = document + ask
             else:  # one user turn: the document, then the question

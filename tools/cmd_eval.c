@@ -270,7 +270,9 @@ static const char *k_eval_help =
     "                       every method as --sweep, -n greedy tokens at most (default 12), accuracy:\n"
     "                       the runs whose answer holds KEY. KEY<TAB>DOCUMENT<TAB>TURN on every line: the\n"
     "                       document prefilled (and compressed) alone, the turn that asks appended after\n"
-    "                       it (scripts/needle.py writes both forms)\n"
+    "                       it; up to 7 more KEY<TAB>TURN after it: the compressed document forked for\n"
+    "                       each question, accuracy the share answered (scripts/needle.py writes the\n"
+    "                       three forms)\n"
     "  -q, --quiet          no progress bar (none either when stderr is not a terminal)\n"
     "  --chat FILE          multi-turn instead: the conversations of FILE (user turns separated by blank\n"
     "                       lines, conversations by lines of ---) answered by the full cache (-n tokens\n"
@@ -424,30 +426,38 @@ int cmd_eval(int argc, char **argv) {
     if (x.limit && x.limit < n_prompts)
         n_prompts = x.limit;
     if (x.sweep || x.passkey) {
-        const char **keys = x.passkey ? calloc((size_t)n_prompts, sizeof *keys) : NULL;
-        const char **turns = x.passkey ? calloc((size_t)n_prompts, sizeof *turns) : NULL;
-        int bad = x.passkey && (!keys || !turns), two = 0;
-        for (int32_t p = 0; keys && turns && p < n_prompts; p++) { /* KEY<TAB>PROMPT[<TAB>TURN] */
-            char *tab = strchr(prompts[1 + p], '\t'), *tab2 = tab ? strchr(tab + 1, '\t') : NULL;
-            if (!tab || tab == prompts[1 + p] || (tab2 && (tab2 == tab + 1 || !tab2[1] || strchr(tab2 + 1, '\t'))) ||
-                (p > 0 && two != (tab2 != NULL))) {
-                fprintf(stderr, "fastgen eval: %s: line %d is not KEY<TAB>PROMPT, or KEY<TAB>DOCUMENT<TAB>TURN as "
-                                "every line before it\n", x.passkey, (int)p + 1);
+        eval_passkey *pk = x.passkey ? calloc((size_t)n_prompts, sizeof *pk) : NULL;
+        int bad = x.passkey && !pk, two = 0;
+        for (int32_t p = 0; pk && p < n_prompts; p++) { /* KEY<TAB>PROMPT, or KEY<TAB>DOCUMENT<TAB>TURN[<TAB>KEY<TAB>TURN]... */
+            char *f[2 * EVAL_MAX_QUESTIONS + 2];
+            int nf = 0, empty = 0;
+            for (char *c = prompts[1 + p]; c && nf < (int)(sizeof f / sizeof f[0]);) {
+                f[nf++] = c;
+                c = strchr(c, '\t');
+                if (c)
+                    *c++ = '\0';
+            }
+            for (int i = 0; i < nf; i++)
+                empty |= !f[i][0];
+            const int line_two = nf >= 3;
+            if (empty || nf < 2 || (nf > 2 && nf % 2 == 0) || nf > 2 * EVAL_MAX_QUESTIONS + 1 ||
+                (p > 0 && two != line_two)) {
+                fprintf(stderr, "fastgen eval: %s: line %d is not KEY<TAB>PROMPT, or KEY<TAB>DOCUMENT<TAB>TURN "
+                                "(then up to %d more KEY<TAB>TURN) as every line before it\n",
+                        x.passkey, (int)p + 1, EVAL_MAX_QUESTIONS - 1);
                 bad = 1;
                 break;
             }
-            two = tab2 != NULL;
-            *tab = '\0';
-            if (tab2) {
-                *tab2 = '\0';
-                turns[p] = tab2 + 1;
+            two = line_two;
+            prompts[1 + p] = f[1];
+            pk[p].n = nf == 2 ? 1 : (nf - 1) / 2;
+            for (int32_t q = 0; q < pk[p].n; q++) {
+                pk[p].key[q] = f[q == 0 ? 0 : 1 + 2 * q];
+                pk[p].turn[q] = nf == 2 ? NULL : f[2 + 2 * q];
             }
-            keys[p] = prompts[1 + p];
-            prompts[1 + p] = tab + 1;
         }
-        rc = bad ? 1 : eval_sweep(&o, &x.sw, prompts + 1, keys, two ? turns : NULL, n_prompts);
-        free(keys);
-        free(turns);
+        rc = bad ? 1 : eval_sweep(&o, &x.sw, prompts + 1, pk, n_prompts);
+        free(pk);
         free(prompts[0]);
         free(prompts);
         return rc;

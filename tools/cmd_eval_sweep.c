@@ -18,7 +18,10 @@
  * method with a bootstrap 95% interval over the prompts.
  *
  * --passkey decodes greedily from each prompt (a number hidden in filler,
- * asked for at the end) and counts the runs whose answer holds the number. */
+ * asked for at the end, or in a turn appended after it) and counts the runs
+ * whose answer holds the number. Several questions about one document: the
+ * document is prefilled and compressed once and forked for each (the
+ * serving shape), each run's accuracy the share of them answered. */
 #define FG_EXPERIMENTAL /* FG_ADAPTIVE_*, fg_cpu_describe (fastgen.h) */
 #include <math.h>
 #include <stdlib.h>
@@ -38,7 +41,7 @@ static const char *const k_default_methods[] = {"fastgen-adaptive", "h2o", "stre
 typedef struct sw_result {
     double kl, kl_max, top1, kept; /* means over the scored steps; kept: rows held / full over them */
     int32_t agree;                 /* tokens before the first top-1 difference */
-    int32_t correct;               /* --passkey: the answer holds the number */
+    double correct;                /* --passkey: the share of the prompt's questions answered */
     int made;                      /* the run happened (the prompt fitted) */
 } sw_result;
 
@@ -65,10 +68,13 @@ typedef struct sweep {
     float *logits;      /* [n_cfg][vocab] */
     int32_t n_prompts;
     sw_result *res;     /* [n_dt][n_prompts][n_methods][n_points] */
-    /* --passkey's second turn (KEY<TAB>DOCUMENT<TAB>TURN): appended after the document's prefill (and its
-     * compression), before the answer */
-    const int32_t *turn;
-    int32_t n_turn;
+    /* --passkey: the prompt's questions, the number each answer must hold and the turn that asks for it
+     * (KEY<TAB>DOCUMENT<TAB>TURN...: appended after the document's prefill and compression; none: the
+     * question ends the prompt). Several: each asked of a fork of the compressed document */
+    int passkey;
+    int32_t n_q;
+    const char *key[EVAL_MAX_QUESTIONS];
+    int32_t *turn[EVAL_MAX_QUESTIONS], n_turn[EVAL_MAX_QUESTIONS];
     /* observe=reconstruct: the instruction the prompt is repeated after (KVzip), and what the passes cost */
     int32_t *recon, n_recon;
     double t_prefill, t_recon; /* seconds: the full cache's prefills (the references'), the reconstructions */
@@ -291,48 +297,23 @@ static double step_kl(const float *full, const float *comp, int32_t V) {
     return kl > 0.0 ? kl : 0.0;
 }
 
-/* Runs n configurations (params cps, results out[i]) on one prompt:
- * teacher-forced on the reference (--sweep), or each decoding its own
- * greedy tokens until it stops or has `answer_max` of them (--passkey, the
- * answer checked for `key`). Memory is sampled after the prompt and after
- * every decode step. */
-static fg_status run_batch(sweep *w, fgm_runner *r, const int32_t *prompt, int32_t n_prompt, int32_t n,
-                           const fg_compression_params *cps, sw_result **out, const char *key) {
+/* The steps of n runs (sequences seqs, results out[i]) from the logits
+ * each has in w->logits: teacher-forced on the reference (--sweep), or each
+ * decoding its own greedy tokens until it stops or has n_steps of them
+ * (--passkey: one answered question q more when its answer holds the
+ * number). `last`: the token before the first step. Memory is sampled
+ * before every step, into held and full. */
+static fg_status steps(sweep *w, fgm_runner *r, const int32_t *seqs, int32_t n, int32_t q, int32_t last,
+                       double *held, double *full, sw_result **out) {
     fg_context *ctx = fgm_runner_context(r);
-    int32_t seqs[SW_MAX_METHODS * SW_MAX_POINTS], toks[SW_MAX_METHODS * SW_MAX_POINTS];
-    double held[SW_MAX_METHODS * SW_MAX_POINTS] = {0}, full[SW_MAX_METHODS * SW_MAX_POINTS] = {0};
+    int32_t toks[SW_MAX_METHODS * SW_MAX_POINTS];
     char answer[SW_MAX_METHODS * SW_MAX_POINTS][256];
     int32_t alen[SW_MAX_METHODS * SW_MAX_POINTS] = {0};
     int done[SW_MAX_METHODS * SW_MAX_POINTS] = {0};
     const int32_t V = w->vocab;
-    fg_status st = fgm_runner_prefill_many(r, n, cps, prompt, n_prompt, seqs, w->logits);
-    if (st)
-        return st;
-    int32_t recon[SW_MAX_METHODS * SW_MAX_POINTS], n_recon = 0; /* observe=reconstruct: one pass for them all */
+    fg_status st = FG_OK;
     for (int i = 0; i < n; i++)
-        if (cps[i].allocation == FG_ALLOC_ADAPTIVE && cps[i].observe == FG_OBSERVE_EXPLICIT)
-            recon[n_recon++] = seqs[i];
-    if (n_recon > 0) { /* the prompt again after the instruction, without the sequence's start */
-        const int32_t skip = prompt[0] == w->s.tok.bos;
-        const double t0 = cli_now();
-        st = fgm_runner_reconstruct(r, n_recon, recon, w->recon, w->n_recon, prompt + skip, n_prompt - skip, NULL);
-        w->t_recon += cli_now() - t0;
-        w->n_recons++;
-    }
-    for (int i = 1; i < n; i++) /* the prompt's logits: the same under every policy */
-        memcpy(w->logits + (size_t)i * V, w->logits, (size_t)V * sizeof *w->logits);
-    for (int i = 0; i < n && st == FG_OK && w->n_turn > 0; i++) /* the second turn, on each cache as it is */
-        st = fgm_runner_append(r, seqs[i], w->turn, w->n_turn, w->logits + (size_t)i * V);
-    if (st) { /* a run that failed here is not one */
-        for (int i = 0; i < n; i++)
-            fgm_runner_release(r, seqs[i]);
-        return st;
-    }
-    for (int i = 0; i < n; i++) {
-        memset(out[i], 0, sizeof *out[i]);
-        out[i]->agree = -1;
         answer[i][0] = '\0';
-    }
     for (int32_t t = 0; t < w->n_steps; t++) {
         int32_t live[SW_MAX_METHODS * SW_MAX_POINTS], ids[SW_MAX_METHODS * SW_MAX_POINTS], m = 0;
         for (int i = 0; i < n; i++) {
@@ -341,7 +322,7 @@ static fg_status run_batch(sweep *w, fgm_runner *r, const int32_t *prompt, int32
             held[i] += (double)ms.rows_kept;
             full[i] += (double)ms.rows_full;
             const float *lg = w->logits + (size_t)i * V;
-            if (!key) {
+            if (!w->passkey) {
                 const double kl = step_kl(w->ref_logits + (size_t)t * V, lg, V);
                 out[i]->kl += kl;
                 out[i]->kl_max = kl > out[i]->kl_max ? kl : out[i]->kl_max;
@@ -351,7 +332,7 @@ static fg_status run_batch(sweep *w, fgm_runner *r, const int32_t *prompt, int32
                     out[i]->agree = t;
                 toks[i] = w->ref[t];
             } else if (!done[i]) {
-                const int32_t prev = t ? toks[i] : w->n_turn > 0 ? w->turn[w->n_turn - 1] : prompt[n_prompt - 1];
+                const int32_t prev = t ? toks[i] : last;
                 toks[i] = cli_argmax(lg, V);
                 const char *piece = fgm_tokenizer_decode(&w->s.tok, prev, toks[i]);
                 done[i] = toks[i] == w->s.tok.eos || w->s.tok.control[toks[i]]; /* end of text, or of the turn */
@@ -375,14 +356,65 @@ static fg_status run_batch(sweep *w, fgm_runner *r, const int32_t *prompt, int32
             if (live[j] != j)
                 memcpy(w->logits + (size_t)live[j] * V, w->logits + (size_t)j * V, (size_t)V * sizeof *w->logits);
     }
+    for (int i = 0; w->passkey && i < n; i++)
+        out[i]->correct += strstr(answer[i], w->key[q]) != NULL;
+    return st;
+}
+
+/* Runs n configurations (params cps, results out[i]) on one prompt and its
+ * questions (steps). Several questions: each asked of a fork of every
+ * configuration's compressed prompt, the forks released after it. */
+static fg_status run_batch(sweep *w, fgm_runner *r, const int32_t *prompt, int32_t n_prompt, int32_t n,
+                           const fg_compression_params *cps, sw_result **out) {
+    int32_t seqs[SW_MAX_METHODS * SW_MAX_POINTS], kids[SW_MAX_METHODS * SW_MAX_POINTS];
+    double held[SW_MAX_METHODS * SW_MAX_POINTS] = {0}, full[SW_MAX_METHODS * SW_MAX_POINTS] = {0};
+    const int32_t V = w->vocab;
+    fg_status st = fgm_runner_prefill_many(r, n, cps, prompt, n_prompt, seqs, w->logits);
+    if (st)
+        return st;
+    int32_t recon[SW_MAX_METHODS * SW_MAX_POINTS], n_recon = 0; /* observe=reconstruct: one pass for them all */
+    for (int i = 0; i < n; i++)
+        if (cps[i].allocation == FG_ALLOC_ADAPTIVE && cps[i].observe == FG_OBSERVE_EXPLICIT)
+            recon[n_recon++] = seqs[i];
+    if (n_recon > 0) { /* the prompt again after the instruction, without the sequence's start */
+        const int32_t skip = prompt[0] == w->s.tok.bos;
+        const double t0 = cli_now();
+        st = fgm_runner_reconstruct(r, n_recon, recon, w->recon, w->n_recon, prompt + skip, n_prompt - skip, NULL);
+        w->t_recon += cli_now() - t0;
+        w->n_recons++;
+    }
+    for (int i = 1; i < n; i++) /* the prompt's logits: the same under every policy */
+        memcpy(w->logits + (size_t)i * V, w->logits, (size_t)V * sizeof *w->logits);
     for (int i = 0; i < n; i++) {
-        const double steps = w->n_steps;
-        out[i]->kl /= steps;
-        out[i]->top1 /= steps;
+        memset(out[i], 0, sizeof *out[i]);
+        out[i]->agree = -1;
+    }
+    const int forked = w->n_q > 1;
+    for (int32_t q = 0; q < w->n_q && st == FG_OK; q++) {
+        const int32_t *on = seqs;
+        int32_t n_kids = 0;
+        if (forked) {
+            for (; n_kids < n && st == FG_OK; n_kids++)
+                st = fgm_runner_fork(r, seqs[n_kids], &kids[n_kids]);
+            n_kids -= st != FG_OK; /* the fork that failed made no sequence */
+            on = kids;
+        }
+        for (int i = 0; i < n && st == FG_OK && w->n_turn[q] > 0; i++) /* the turn, on each cache as it is */
+            st = fgm_runner_append(r, on[i], w->turn[q], w->n_turn[q], w->logits + (size_t)i * V);
+        if (st == FG_OK)
+            st = steps(w, r, on, n, q, w->n_turn[q] > 0 ? w->turn[q][w->n_turn[q] - 1] : prompt[n_prompt - 1],
+                       held, full, out);
+        for (int i = 0; i < n_kids; i++)
+            fgm_runner_release(r, kids[i]);
+    }
+    for (int i = 0; i < n; i++) {
+        const double n_steps = w->n_steps;
+        out[i]->kl /= n_steps;
+        out[i]->top1 /= n_steps;
         out[i]->kept = full[i] > 0 ? held[i] / full[i] : 1.0;
         out[i]->agree = out[i]->agree < 0 ? w->n_steps : out[i]->agree;
-        out[i]->correct = key && strstr(answer[i], key) != NULL;
-        out[i]->made = st == FG_OK;
+        out[i]->correct /= w->n_q;
+        out[i]->made = st == FG_OK; /* a run that failed is not one */
         fgm_runner_release(r, seqs[i]);
     }
     return st;
@@ -398,8 +430,8 @@ static fg_status reference(sweep *w, const int32_t *prompt, int32_t n_prompt) {
     fg_status st = fgm_runner_prefill(w->s.runner, &cp, prompt, n_prompt, &seq, w->ref_logits);
     w->t_prefill += cli_now() - t0;
     w->n_prefill++;
-    if (st == FG_OK && w->n_turn > 0)
-        st = fgm_runner_append(w->s.runner, seq, w->turn, w->n_turn, w->ref_logits);
+    if (st == FG_OK && w->n_turn[0] > 0) /* the first question's */
+        st = fgm_runner_append(w->s.runner, seq, w->turn[0], w->n_turn[0], w->ref_logits);
     for (int32_t t = 0; st == FG_OK && t < w->n_steps; t++) {
         w->ref[t] = cli_argmax(w->ref_logits + (size_t)t * V, V);
         if (t + 1 < w->n_steps)
@@ -412,21 +444,23 @@ static fg_status reference(sweep *w, const int32_t *prompt, int32_t n_prompt) {
 
 /* One prompt: the reference, the driven method at every budget, then every
  * other method at the memory each driven run kept. */
-static fg_status sweep_prompt(sweep *w, int32_t p, const char *text, const char *key, const char *turn) {
-    int32_t *prompt = NULL, n_prompt = 0, *turn_ids = NULL, n_turn = 0;
+static fg_status sweep_prompt(sweep *w, int32_t p, const char *text, const eval_passkey *pk) {
+    int32_t *prompt = NULL, n_prompt = 0;
     fg_status st = cli_encode(&w->s, text, &prompt, &n_prompt);
-    if (st == FG_OK && turn)
-        st = cli_encode_more(&w->s, turn, &turn_ids, &n_turn);
-    if (st == FG_OK && n_prompt + n_turn + w->n_steps > w->ctx_len)
-        st = FG_ERR_CAPACITY;
-    if (st) {
-        free(prompt);
-        free(turn_ids);
-        return st;
+    w->n_q = pk ? pk->n : 1;
+    for (int32_t q = 0; q < w->n_q; q++) {
+        w->key[q] = pk ? pk->key[q] : NULL;
+        w->turn[q] = NULL;
+        w->n_turn[q] = 0;
+        if (st == FG_OK && pk && pk->turn[q])
+            st = cli_encode_more(&w->s, pk->turn[q], &w->turn[q], &w->n_turn[q]);
+        if (st == FG_OK && n_prompt + w->n_turn[q] + w->n_steps > w->ctx_len)
+            st = FG_ERR_CAPACITY;
     }
-    w->turn = turn_ids;
-    w->n_turn = n_turn;
-    st = reference(w, prompt, n_prompt);
+    /* the memory matched and the classes: the first question's */
+    const int32_t n_turn = w->n_turn[0];
+    if (st == FG_OK)
+        st = reference(w, prompt, n_prompt);
     /* the classes of the prompt, the second turn and the reference, and the special tokens before each length */
     const int32_t n_all = n_prompt + n_turn + w->n_steps;
     int32_t *all = malloc((size_t)n_all * sizeof *all);
@@ -438,7 +472,7 @@ static fg_status sweep_prompt(sweep *w, int32_t p, const char *text, const char 
     if (st == FG_OK) {
         memcpy(all, prompt, (size_t)n_prompt * sizeof *all);
         if (n_turn > 0)
-            memcpy(all + n_prompt, turn_ids, (size_t)n_turn * sizeof *all);
+            memcpy(all + n_prompt, w->turn[0], (size_t)n_turn * sizeof *all);
         memcpy(all + n_prompt + n_turn, w->ref, (size_t)w->n_steps * sizeof *all);
         st = fg_token_classes_classify(fgm_runner_classes(w->s.runner), all, n_all, 4, w->cls);
         spec[0] = 0;
@@ -453,7 +487,7 @@ static fg_status sweep_prompt(sweep *w, int32_t p, const char *text, const char 
             method_params(w->methods[0], row_budget(w, di, b), &cps[n]);
             outs[n] = result(w, di, p, 0, b);
         }
-        st = run_batch(w, w->runners[di], prompt, n_prompt, n, cps, outs, key);
+        st = run_batch(w, w->runners[di], prompt, n_prompt, n, cps, outs);
         w->failed = st ? w->runners[di] : NULL;
         n = 0;
         for (int32_t m = 1; st == FG_OK && m < w->n_methods; m++)
@@ -463,16 +497,18 @@ static fg_status sweep_prompt(sweep *w, int32_t p, const char *text, const char 
                 outs[n] = result(w, di, p, m, b);
             }
         if (st == FG_OK && n > 0) {
-            st = run_batch(w, w->runners[di], prompt, n_prompt, n, cps, outs, key);
+            st = run_batch(w, w->runners[di], prompt, n_prompt, n, cps, outs);
             w->failed = st ? w->runners[di] : NULL;
         }
     }
     free(all);
     free(spec);
     free(prompt);
-    free(turn_ids);
-    w->turn = NULL;
-    w->n_turn = 0;
+    for (int32_t q = 0; q < w->n_q; q++) {
+        free(w->turn[q]);
+        w->turn[q] = NULL;
+        w->n_turn[q] = 0;
+    }
     return st;
 }
 
@@ -589,8 +625,8 @@ static void report_json_points(sweep *w, int32_t di, sw_aggs agg) {
                    a->kl, a->kl_max, a->top1, a->agree, a->acc, a->d, a->d_lo, a->d_hi);
             for (int32_t p = 0; p < w->n_prompts; p++) {
                 const sw_result *r = result(w, di, p, m, b);
-                printf("%s[%.4f, %.6f, %.4f, %d, %d]", p ? ", " : "", r->kept, r->kl, r->top1, (int)r->agree,
-                       (int)r->correct);
+                printf("%s[%.4f, %.6f, %.4f, %d, %.4f]", p ? ", " : "", r->kept, r->kl, r->top1, (int)r->agree,
+                       r->correct);
             }
             printf("]}");
         }
@@ -856,7 +892,7 @@ static int parse_list(const char *text, const char **names, float *values, int32
     return *n > 0;
 }
 
-int eval_sweep(const cli_opts *o, const eval_sweep_opts *x, char **prompts, const char **keys, const char **turns,
+int eval_sweep(const cli_opts *o, const eval_sweep_opts *x, char **prompts, const eval_passkey *passkeys,
                int32_t n_prompts) {
     sweep w;
     memset(&w, 0, sizeof w);
@@ -907,6 +943,10 @@ int eval_sweep(const cli_opts *o, const eval_sweep_opts *x, char **prompts, cons
         w.n_cfg = w.n_points;
     w.n_steps = o->n;
     w.n_prompts = n_prompts;
+    w.passkey = passkeys != NULL;
+    int forks = 0; /* some prompt has several questions: every configuration forked for each */
+    for (int32_t p = 0; passkeys && p < n_prompts; p++)
+        forks |= passkeys[p].n > 1;
 
     int reconstruct = 0; /* some method reconstructs its prompt: the runner holds it twice */
     for (int32_t m = 0; m < w.n_methods; m++) {
@@ -917,13 +957,17 @@ int eval_sweep(const cli_opts *o, const eval_sweep_opts *x, char **prompts, cons
     fg_status st = cli_load(o, &w.s, err, sizeof err);
     int32_t longest = 0, longest_doc = 0;
     for (int32_t p = 0; st == FG_OK && p < n_prompts; p++) {
-        int32_t *ids = NULL, n = 0, *more = NULL, n_more = 0;
-        if (cli_encode(&w.s, prompts[p], &ids, &n) == FG_OK && turns && turns[p])
-            cli_encode_more(&w.s, turns[p], &more, &n_more);
-        longest = n + n_more > longest ? n + n_more : longest;
+        int32_t *ids = NULL, n = 0;
+        if (cli_encode(&w.s, prompts[p], &ids, &n) == FG_OK)
+            for (int32_t q = 0; passkeys && q < passkeys[p].n && passkeys[p].turn[q]; q++) {
+                int32_t *more = NULL, n_more = 0;
+                cli_encode_more(&w.s, passkeys[p].turn[q], &more, &n_more);
+                longest = n + n_more > longest ? n + n_more : longest;
+                free(more);
+            }
+        longest = n > longest ? n : longest;
         longest_doc = n > longest_doc ? n : longest_doc;
         free(ids);
-        free(more);
     }
     if (st == FG_OK && reconstruct) { /* KVzip's instruction, in the chat's form where the prompts have one */
         int chat = 0;
@@ -939,7 +983,7 @@ int eval_sweep(const cli_opts *o, const eval_sweep_opts *x, char **prompts, cons
             w.runners[di] = w.s.runner;
             continue;
         }
-        fgm_runner_params rp = {.backend = o->backend, .max_seqs = w.n_cfg, .max_len = longest + o->n,
+        fgm_runner_params rp = {.backend = o->backend, .max_seqs = (forks ? 2 : 1) * w.n_cfg, .max_len = longest + o->n,
                                 .q8_activations = o->q8_activations, .prefill_chunk = o->prefill_chunk,
                                 .n_threads = o->threads};
         cli_runner_dtypes(o, &rp); /* the reference's: --dtype, or -ctk / -ctv */
@@ -975,7 +1019,7 @@ int eval_sweep(const cli_opts *o, const eval_sweep_opts *x, char **prompts, cons
             fprintf(stderr, "\r  prompt %d/%d", (int)p + 1, (int)n_prompts);
             fflush(stderr);
         }
-        st = sweep_prompt(&w, p, prompts[p], keys ? keys[p] : NULL, turns ? turns[p] : NULL);
+        st = sweep_prompt(&w, p, prompts[p], passkeys ? &passkeys[p] : NULL);
         if (st == FG_ERR_CAPACITY) {
             fprintf(stderr, "fastgen eval: prompt %d plus %d tokens does not fit the context; skipped\n", (int)p + 1,
                     (int)o->n);
@@ -993,7 +1037,7 @@ int eval_sweep(const cli_opts *o, const eval_sweep_opts *x, char **prompts, cons
         fprintf(stderr, "fastgen eval: no prompt fits the context with -n %d; nothing to report\n", (int)o->n);
         goto done;
     }
-    rc = report(&w, o, cli_now() - t0, keys != NULL);
+    rc = report(&w, o, cli_now() - t0, w.passkey);
 done:
     free(w.recon);
     free(w.ref);

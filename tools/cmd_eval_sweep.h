@@ -10,12 +10,22 @@ typedef struct eval_sweep_opts {
     const char *dtypes;  /* comma-separated cache dtypes, budgets then in bytes of the --dtype cache; NULL: --dtype */
 } eval_sweep_opts;
 
-/* The sweep over prompts[0..n) (keys == NULL), or the passkey task (keys[i]:
- * the number prompt i hides; turns[i], when turns and it are not NULL: a
- * second turn appended after prompt i is prefilled and compressed). -n
- * tokens a prompt: teacher-forced (sweep) or at most that many greedy ones
- * (passkey). Returns the exit code. */
-int eval_sweep(const cli_opts *o, const eval_sweep_opts *x, char **prompts, const char **keys, const char **turns,
+/* --passkey: one line's questions about its prompt, each the number its
+ * answer must hold and, in the two-turn form, the turn that asks for it
+ * (turn[0] NULL: one question, at the end of the prompt). Several turns: the
+ * document is prefilled and compressed once, then forked for each. */
+#define EVAL_MAX_QUESTIONS 8
+typedef struct eval_passkey {
+    int32_t n;
+    const char *key[EVAL_MAX_QUESTIONS];
+    const char *turn[EVAL_MAX_QUESTIONS];
+} eval_passkey;
+
+/* The sweep over prompts[0..n) (passkeys == NULL), or the passkey task
+ * (passkeys[i]: prompt i's questions). -n tokens a prompt: teacher-forced
+ * (sweep) or at most that many greedy ones a question (passkey). Returns the
+ * exit code. */
+int eval_sweep(const cli_opts *o, const eval_sweep_opts *x, char **prompts, const eval_passkey *passkeys,
                int32_t n_prompts);
 
 #endif

@@ -39,7 +39,7 @@ fg_status synth_create(int32_t n_layers, int32_t n_q_heads, int32_t n_kv_heads, 
         for (int32_t g = 0; g < n_kv_heads; g++)
             out->types[l * n_kv_heads + g] = (synth_type)((g + 2 * l) % SYNTH_N_TYPES);
 
-    char words[SYNTH_VOCAB][8];
+    char words[SYNTH_VOCAB][16]; /* " w" and any int: what -Wformat-truncation asks at -O1 */
     const char *pieces[SYNTH_VOCAB];
     pieces[0] = "<unk>";
     pieces[SYNTH_BOS] = "<s>";

@@ -154,7 +154,7 @@ static void errors_item(void *arg, int32_t item, int32_t thread) {
     for (int32_t h = 0; h < G; h++) {
         const float *ah = acc + (size_t)h * (L + 1) * d, *mh = mass + (size_t)h * (L + 1);
         if (jb->errors) {
-            jb->errors(ah, mh, L, d, jb->mass, dacc, out); /* dacc: ref's sums, unused here */
+            jb->errors(ah, mh, L, d, jb->mass, dacc, out); /* work: the plain path's buffer, free here */
             continue;
         }
         for (int32_t l = 0; l <= L; l++) {

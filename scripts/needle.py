@@ -105,8 +105,9 @@ def main():
             keys = [key] + [str(rng.randint(10000, 99999)) for _ in FACTS[1:]]
             order = rng.sample(range(len(FACTS)), len(FACTS))
             depths = [(third + 0.1 + 0.8 * rng.random()) / 3 for third in range(len(FACTS))]
+            n0 = len(body)
             for third in reversed(range(len(FACTS))):
-                body.insert(round(len(body) * depths[third]), FACTS[order[third]][0].format(keys[order[third]]))
+                body.insert(round(n0 * depths[third]), FACTS[order[third]][0].format(keys[order[third]]))
         doc = "\n\n".join(body)
         if args.plain:
             document = f"{INTRO}\n\n{doc}\n\n"
@@ -117,7 +118,7 @@ def main():
         esc = lambda s: s.replace("\\", "\\\\").replace("\n", "\\n").replace("\t", " ")  # noqa: E731
         if args.form == "questions":
             asks = []
-            for (_, question, answer), k in zip(FACTS, keys):
+            for _, question, answer in FACTS:
                 if args.plain:
                     asks.append(f"{question} {answer}")
                 else:

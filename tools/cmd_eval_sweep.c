@@ -21,7 +21,9 @@
  * asked for at the end, or in a turn appended after it) and counts the runs
  * whose answer holds the number. Several questions about one document: the
  * document is prefilled and compressed once and forked for each (the
- * serving shape), each run's accuracy the share of them answered. */
+ * serving shape; a method that defers its compression past the document
+ * compresses in each fork instead), each run's accuracy the share of them
+ * answered. */
 #define FG_EXPERIMENTAL /* FG_ADAPTIVE_*, fg_cpu_describe (fastgen.h) */
 #include <math.h>
 #include <stdlib.h>
@@ -457,7 +459,8 @@ static fg_status sweep_prompt(sweep *w, int32_t p, const char *text, const eval_
         if (st == FG_OK && n_prompt + w->n_turn[q] + w->n_steps > w->ctx_len)
             st = FG_ERR_CAPACITY;
     }
-    /* the memory matched and the classes: the first question's */
+    /* the classes and the lengths the other methods are matched at: the first question's (the driven
+     * run's kept share is over every question's decode; the turns differ by a few tokens) */
     const int32_t n_turn = w->n_turn[0];
     if (st == FG_OK)
         st = reference(w, prompt, n_prompt);

@@ -463,14 +463,41 @@ class Model(_fastgen._Model):
         doc = self._with_prompts(prompts, ["--sweep", "-n", str(steps)] + _method_args(methods, budgets))
         return _rows(doc)
 
-    def passkey(self, cases: Iterable[tuple[str, str]], methods: Sequence[str] | None = None,
+    def passkey(self, cases: Iterable[tuple], methods: Sequence[str] | None = None,
                 budgets: Sequence[float] | None = None, steps: int = 12) -> list[dict]:
-        """Retrieval, as ``fastgen eval --passkey --json``: cases are (key, prompt) pairs, the prompt hiding
-        the number key; every method answers greedily (at most `steps` tokens) at each budget. One row per
-        (budget, method) with accuracy: the share of answers that hold the key."""
-        lines = []
-        for key, prompt in cases:
-            lines.append(f"{key}\t" + prompt.replace("\\", "\\\\").replace("\n", "\\n"))
+        """Retrieval, as ``fastgen eval --passkey --json``: every method answers greedily (at most `steps`
+        tokens a question) at each budget. A case is (key, prompt), the prompt hiding the number key and
+        asking for it at its end; or (document, [(key, turn), ...]), the document prefilled and compressed
+        alone, then each turn appended after it (several: the compressed document forked for each, the
+        serving shape); every case of a call in the same form. One row per (budget, method) with accuracy:
+        the mean over the cases of the share of their answers that hold the key."""
+        def field(text, what):
+            text = str(text) if isinstance(text, int) and what == "a key" else text
+            if not isinstance(text, str) or not text or "\t" in text:
+                raise ValueError(f"passkey: {what} must be a non-empty string without tabs: {text!r}")
+            return text.replace("\\", "\\\\").replace("\n", "\\n")
+
+        lines, forms = [], set()
+        for case in cases:
+            if not isinstance(case, (tuple, list)) or len(case) != 2:
+                raise ValueError(f"passkey: a case is (key, prompt) or (document, [(key, turn), ...]): {case!r}")
+            forms.add(isinstance(case[1], str))
+            if len(forms) > 1:
+                raise ValueError("passkey: every case of a call in one form, (key, prompt) or (document, [...])")
+            if isinstance(case[1], str):
+                parts = [field(case[0], "a key"), field(case[1], "a prompt")]
+            else:
+                questions = list(case[1]) if isinstance(case[1], (tuple, list)) else []
+                if not 1 <= len(questions) <= 8 or not all(isinstance(q, (tuple, list)) and len(q) == 2
+                                                           for q in questions):
+                    raise ValueError(f"passkey: a document takes 1 to 8 (key, turn) pairs: {case[1]!r}")
+                parts = [field(questions[0][0], "a key"), field(case[0], "a document"),
+                         field(questions[0][1], "a turn")]
+                for key, turn in questions[1:]:
+                    parts += [field(key, "a key"), field(turn, "a turn")]
+            if parts[0].startswith("#"):  # the file's comment lines
+                raise ValueError(f"passkey: a key must not start with '#': {parts[0]!r}")
+            lines.append("\t".join(parts))
         with tempfile.TemporaryDirectory() as tmp:
             path = os.path.join(tmp, "passkey.tsv")
             with open(path, "w", encoding="utf-8") as f:

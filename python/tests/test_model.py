@@ -87,6 +87,21 @@ def test_passkey(model):
     assert all(0 <= r["accuracy"] <= 1 for r in rows)
 
 
+def test_passkey_questions_of_one_document(model):
+    """A document compressed once and forked for each question: a space is in an answer of a few words,
+    "QQQ" in none, so a run answers half of the questions (or none, if it stops at once)."""
+    doc = "Lily had a red ball. Tom had a blue car. " * 8
+    rows = model.passkey([(doc, [(" ", " The girl was called"), ("QQQ", " The boy was called")])],
+                         methods=["fastgen-adaptive", "h2o"], budgets=[0.5], steps=6)
+    shares = [r["accuracy"] for r in rows]
+    assert set(shares) <= {0.0, 0.5} and max(shares) == 0.5, shares
+    for bad in [("k", "a\tb"), (doc, []), (doc, [("k",)]), ("k",), ("#1", "prompt"), (doc, 5),
+                [("1", "prompt"), (doc, [("1", "turn")])]]:
+        bad = bad if isinstance(bad, list) else [bad]
+        with pytest.raises(ValueError, match="passkey"):
+            model.passkey(bad)
+
+
 def test_detokenize_continues(model):
     ids = model.tokenize("Hello world, and hello again.")
     assert model.detokenize(ids[:3]) + model.detokenize(ids[3:], after=ids[2]) == model.detokenize(ids)

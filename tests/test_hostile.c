@@ -1,7 +1,7 @@
 /*
  * Hostile numbers and odd call orders (issue 38): every case runs under an
  * alarm, so a call that never returns fails the test with the case's name.
- *   - adaptive mode: one key of 1e20 / 1e30 / NaN / Inf, every query NaN
+ *   - adaptive mode: one key or value of 1e20 / 1e30 / NaN / Inf, every query NaN
  *     (every predicted error NaN), f32 and bf16 caches: the compressing
  *     decode step returns, the heads keep the budget and the floor;
  *   - budget mode: one NaN or Inf in q or k, every dtype: fg_prefill returns
@@ -135,19 +135,19 @@ static int64_t rows_kept(fg_context *ctx, int32_t seq, int32_t *least) {
 
 /* ---------------------------------------------------------------- 1. adaptive */
 
-enum { POISON_KEY, POISON_ALL_Q };
+enum { POISON_KEY, POISON_VALUE, POISON_ALL_Q };
 
 static void adaptive_poisoned(fg_dtype dtype, int kind, float value) {
     char name[96];
     snprintf(name, sizeof name, "%s adaptive %s %s %g", g_backend, fg_dtype_name(dtype),
-             kind == POISON_KEY ? "one key" : "every query", (double)value);
+             kind == POISON_KEY ? "one key" : kind == POISON_VALUE ? "one value" : "every query", (double)value);
     start_case(name, 60);
     const int32_t n = 24, defer = 40;
     world *w = malloc(sizeof *w);
     *w = g_w;
-    if (kind == POISON_KEY)
+    if (kind == POISON_KEY || kind == POISON_VALUE)
         for (int32_t x = 0; x < D; x++)
-            w->k[1][7][1][x] *= value;
+            (kind == POISON_KEY ? w->k : w->v)[1][7][1][x] *= value;
     else
         for (int32_t l = 0; l < L; l++)
             for (int32_t p = 0; p < MAXT; p++)
@@ -435,6 +435,8 @@ static void run(const char *backend) {
         const fg_dtype dtype = dt ? FG_DTYPE_BF16 : FG_DTYPE_F32;
         for (size_t i = 0; i < sizeof hostile / sizeof hostile[0]; i++)
             adaptive_poisoned(dtype, POISON_KEY, hostile[i]);
+        for (size_t i = 0; i < sizeof hostile / sizeof hostile[0]; i++)
+            adaptive_poisoned(dtype, POISON_VALUE, hostile[i]);
         adaptive_poisoned(dtype, POISON_ALL_Q, NAN);
     }
     const fg_dtype all[] = {FG_DTYPE_F32, FG_DTYPE_F16, FG_DTYPE_BF16, FG_DTYPE_Q8_0, FG_DTYPE_Q4_0};

@@ -7,7 +7,12 @@ the answer follow in the same user turn. SmolLM2-135M-Instruct loaded by transfo
 (fp32), greedy answers of at most 12 tokens; a case counts when the answer holds the code.
 
     python3 scripts/kvpress_needle.py --split test --ratios 0.5,0.75
+    python3 scripts/kvpress_needle.py --form questions --only kvzip,tova   # three questions a document
     (needs torch, transformers, gguf, kvpress: pip install -r python/requirements-torch.txt)
+
+--form questions: needle.py's three facts a document, each question asked after the same compressed
+document (a kvpress press compresses the context before it sees the question, so asking each in turn
+is what forking the compressed cache gives); a case then counts its questions answered.
 
 Not in CI: 15 cases x 14 runs take ~20 minutes on 2 cores.
 """
@@ -35,24 +40,31 @@ from fastgen.bench import cpu_name
 from fastgen.kvpress import FastGenPress
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-QUESTION = "What is the access code for the archive?"
-ANSWER = "The access code for the archive is"  # needle.py's answer prefix
 
 
-def cases(split: str, count: int) -> list[tuple[str, str]]:
-    out = subprocess.run([sys.executable, os.path.join(HERE, "needle.py"), "--split", split, "--form", "turns",
-                          "--plain", "--count", str(count)], capture_output=True, text=True, check=True).stdout
+def cases(split: str, count: int, form: str) -> list[tuple[str, list[tuple[str, str, str]]]]:
+    """(document, [(key, question, answer prefix), ...]) per case."""
+    out = subprocess.run([sys.executable, os.path.join(HERE, "needle.py"), "--split", split, "--form",
+                          "turns" if form == "turns" else "questions", "--plain", "--count", str(count)],
+                         capture_output=True, text=True, check=True).stdout
+    unescape = lambda s: s.replace("\\n", "\n").replace("\\\\", "\\")  # noqa: E731
     rows = []
     for line in out.splitlines():
-        key, doc, _ = line.split("\t")
-        rows.append((key, doc.replace("\\n", "\n").replace("\\\\", "\\")))
+        f = line.split("\t")
+        keys, turns = [f[0]] + f[3::2], f[2::2]
+        asks = []
+        for key, turn in zip(keys, turns):  # --plain turns: "QUESTION ANSWER-PREFIX"
+            question, prefix = unescape(turn).split("? ", 1)
+            asks.append((key, question + "?", prefix))
+        rows.append((unescape(f[1]), asks))
     return rows
 
 
-def engine_answer(model, tok, pipe, doc: str, method: str, ratio: float) -> tuple[str, float]:
+def engine_answer(model, tok, pipe, doc: str, question: str, prefix: str, method: str,
+                  ratio: float) -> tuple[str, float]:
     """fastgen's own engine in kvpress' shape: the document's ids prefilled (and compressed), then the
     question's appended, then greedy decoding, on the ids kvpress' pipeline makes."""
-    inputs = pipe.preprocess(doc, [QUESTION], answer_prefix=ANSWER, max_context_length=1 << 30)
+    inputs = pipe.preprocess(doc, [question], answer_prefix=prefix, max_context_length=1 << 30)
     engine = fgt.enable(model, tok, method, **({"budget": 1 - ratio} if ratio else {}))
     try:
         cache = engine.new_cache()
@@ -77,6 +89,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--split", default="test", choices=("dev", "test"))
     ap.add_argument("--count", type=int, default=15)
+    ap.add_argument("--form", default="turns", choices=("turns", "questions"),
+                    help="one question a document, or needle.py's three")
     ap.add_argument("--ratios", default="0.5,0.75", help="compression ratios (share of rows dropped)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--verbose", action="store_true", help="print every answer")
@@ -90,7 +104,8 @@ def main() -> None:
     tok.save_pretrained(tok_dir)
     model.config._name_or_path = tok_dir
     pipe = pipeline("kv-press-text-generation", model=model, tokenizer=tok)
-    data = cases(args.split, args.count)
+    data = cases(args.split, args.count, args.form)
+    n_q = sum(len(asks) for _, asks in data)
     ratios = [float(r) for r in args.ratios.split(",")]
     only = [w.strip().lower() for w in args.only.split(",") if w.strip()]
 
@@ -112,36 +127,40 @@ def main() -> None:
     table: dict[str, dict[float, list]] = {}
     full_hits = 0
     t0 = time.time()
-    for i, (key, doc) in enumerate(data):
-        answer = pipe(doc, question=QUESTION, answer_prefix=ANSWER, max_new_tokens=12)["answer"]
-        full_hits += key in answer
-        if args.verbose:
-            print(f"{key} full: {answer!r}", file=sys.stderr)
+    for i, (doc, asks) in enumerate(data):
+        for key, question, prefix in asks:
+            answer = pipe(doc, question=question, answer_prefix=prefix, max_new_tokens=12)["answer"]
+            full_hits += key in answer
+            if args.verbose:
+                print(f"{key} full: {answer!r}", file=sys.stderr)
         for r in ratios:
             for label, press in presses(r).items():
                 if only and not any(w in label.lower() for w in only):
                     continue
-                if isinstance(press, tuple):
-                    answer, kept = engine_answer(model, tok, pipe, doc, press[1], r)
-                else:
-                    answer = pipe(doc, question=QUESTION, answer_prefix=ANSWER, press=press, max_new_tokens=12)["answer"]
-                    kept = getattr(press, "kept_share", None)
-                    kept = 1 - r if kept is None else kept
-                if args.verbose:
-                    print(f"{key} {label} {r}: {answer!r}", file=sys.stderr)
-                cell = table.setdefault(label, {}).setdefault(r, [0, 0.0])
-                cell[0] += key in answer
-                cell[1] += kept
+                for key, question, prefix in asks:
+                    if isinstance(press, tuple):
+                        answer, kept = engine_answer(model, tok, pipe, doc, question, prefix, press[1], r)
+                    else:
+                        answer = pipe(doc, question=question, answer_prefix=prefix, press=press,
+                                      max_new_tokens=12)["answer"]
+                        kept = getattr(press, "kept_share", None)
+                        kept = 1 - r if kept is None else kept
+                    if args.verbose:
+                        print(f"{key} {label} {r}: {answer!r}", file=sys.stderr)
+                    cell = table.setdefault(label, {}).setdefault(r, [0, 0.0])
+                    cell[0] += key in answer
+                    cell[1] += kept
         print(f"# case {i + 1}/{len(data)} done at {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
     print(f"# {cpu_name()}, torch {torch.__version__}, transformers {transformers.__version__}, kvpress "
           f"{importlib.metadata.version('kvpress')}, fastgen {fastgen.__version__}; "
-          f"needle {args.split} split, {len(data)} cases, kvpress' pipeline shape (question after compression)")
-    print(f"full cache (no press): {full_hits} of {len(data)}")
+          f"needle {args.split} split, {len(data)} documents, {n_q} questions ({args.form}), kvpress' pipeline "
+          f"shape (question after compression)")
+    print(f"full cache (no press): {full_hits} of {n_q}")
     head = " | ".join(f"{100 * (1 - r):.0f} % kept: found (rows kept)" for r in ratios)
     print(f"| method | {head} |")
     print("| --- |" + " --- |" * len(ratios))
     for label, by_r in table.items():
-        cells = " | ".join(f"{by_r[r][0]} ({100 * by_r[r][1] / len(data):.0f} %)" for r in ratios)
+        cells = " | ".join(f"{by_r[r][0]} ({100 * by_r[r][1] / n_q:.0f} %)" for r in ratios)
         print(f"| {label} | {cells} |")
 
 

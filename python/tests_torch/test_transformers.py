@@ -32,7 +32,7 @@ def long_prompts():
     sys.path.insert(0, SCRIPTS)
     import long_prompts
 
-    return long_prompts.build(os.path.join(SCRIPTS, os.pardir, "tests", "data", "long-prompts.txt"))[:3]
+    return long_prompts.build(os.path.join(SCRIPTS, os.pardir, "tests", "data", "long-prompts.txt"))[:2]
 
 
 def greedy(model, ids, **kw):

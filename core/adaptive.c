@@ -75,7 +75,7 @@ fg_status fg_adaptive_create(fg_context *ctx, const fg_compression_params *cp, i
     const int32_t L = ctx->params.n_layers, Hq = ctx->params.n_q_heads, Hkv = ctx->params.n_kv_heads;
     const int32_t d = ctx->params.head_dim, W = cp->observation_window;
     *out = NULL;
-    if (cp->observe == FG_OBSERVE_TAIL && cp->defer_until - n_prompt > W)
+    if (cp->observe != FG_OBSERVE_EXPLICIT && cp->defer_until - n_prompt > W)
         return fg_error(ctx, FG_ERR_INVALID_ARGUMENT,
                         "FG_ALLOC_ADAPTIVE: defer_until %d is %d decode steps after this prompt of %d tokens, more "
                         "than the %d observed rows (observation_window) would hold", (int)cp->defer_until,
@@ -103,6 +103,7 @@ fg_status fg_adaptive_create(fg_context *ctx, const fg_compression_params *cp, i
     ad->window = W;
     ad->n_prompt = n_prompt;
     ad->explicit_rows = cp->observe == FG_OBSERVE_EXPLICIT;
+    ad->horizon = cp->observe != FG_OBSERVE_PREDICTED ? 0 : cp->predict_horizon > 0 ? cp->predict_horizon : 512;
     ad->compress_at = cp->observe == FG_OBSERVE_EXPLICIT ? INT32_MAX
                       : cp->defer_until > n_prompt      ? cp->defer_until
                                                         : n_prompt;
@@ -115,7 +116,8 @@ fg_status fg_adaptive_clone(fg_context *ctx, const fg_adaptive *src, fg_adaptive
     fg_compression_params cp;
     memset(&cp, 0, sizeof cp);
     cp.observation_window = src->window;
-    cp.observe = src->explicit_rows ? FG_OBSERVE_EXPLICIT : FG_OBSERVE_TAIL;
+    cp.observe = src->explicit_rows ? FG_OBSERVE_EXPLICIT : src->horizon ? FG_OBSERVE_PREDICTED : FG_OBSERVE_TAIL;
+    cp.predict_horizon = src->horizon;
     cp.defer_until = src->explicit_rows ? 0 : src->compress_at;
     fg_status st = fg_adaptive_create(ctx, &cp, src->n_prompt, out);
     if (st)
@@ -537,6 +539,8 @@ typedef struct compress_scratch {
     int32_t *choice, *tmp;        /* [units] */
     int32_t *obs_pos;             /* [W] observed rows in position order */
     const float **obs_q;          /* [W] their queries, [Hq][d] each */
+    float *turn;                  /* FG_OBSERVE_PREDICTED: [W][rope_dims / 2][2] the cos and sin that advance
+                                     each observed row to its predicted position */
     int32_t *keep_pos, *keep_src; /* [t] */
     uint8_t *keep_flags;          /* [t] */
     float *keep_score;            /* [t] */
@@ -549,7 +553,7 @@ static void scratch_free(fg_context *ctx, compress_scratch *w) {
     void *host[] = {w->u.q,      w->u.slot_pos,  w->u.col_all,   w->u.col_decode, w->u.order, w->u.entry,
                     w->u.row_err, w->curves,     w->score,       w->snap,         w->pooled,  w->choice,
                     w->tmp,      w->obs_pos,     (void *)w->obs_q, w->keep_pos,   w->keep_src, w->keep_flags,
-                    w->keep_score, w->rank,      w->hk,          w->hv};
+                    w->keep_score, w->rank,      w->hk,          w->hv,           w->turn};
     for (size_t i = 0; i < sizeof host / sizeof host[0]; i++)
         free(host[i]);
     if (w->u.scratch) {
@@ -590,6 +594,16 @@ static fg_observe_unit observe_view(const fg_head *h, int32_t t, int32_t W, cons
                              .row_pos = obs_pos, .scratch = scratch};
 }
 
+/* FG_OBSERVE_PREDICTED: the turns (fg_rope_turns, [W][rope_dims]) that
+ * take row i of W, at pos[i] (ascending), to position t - 1 + (i + 1) H / W:
+ * the rows spread over the next H tokens in their order. */
+static void predicted_turns(const fg_context *ctx, const int32_t *pos, int32_t W, int32_t t, int32_t H, float *turn) {
+    for (int32_t i = 0; i < W; i++) {
+        const int64_t ahead = (int64_t)(i + 1) * H / W;
+        fg_rope_turns(ctx, (int64_t)t - 1 + (ahead > 0 ? ahead : 1) - pos[i], turn + (size_t)i * ctx->params.rope_dims);
+    }
+}
+
 /* The curves of every unit: observed where the cache lies, ranked and
  * given entry levels on the host, their errors where the cache lies. */
 static fg_status unit_curves_all(fg_context *ctx, const fg_seq *s, compress_scratch *w) {
@@ -619,6 +633,12 @@ static fg_status unit_curves_all(fg_context *ctx, const fg_seq *s, compress_scra
                 w->obs_q[i] = a->q + (size_t)slot * Hq * d;
             }
         }
+        const int predicted = ad->horizon > 0 && !given; /* the rows advanced, then judged after the sequence */
+        if (predicted) {
+            predicted_turns(ctx, w->obs_pos, W, t, ad->horizon, w->turn);
+            for (int32_t i = 0; i < W; i++)
+                w->obs_pos[i] = t - 1;
+        }
         for (int32_t g = 0; g < Hkv; g++) {
             const int32_t unit = l * Hkv + g;
             const fg_head *h = &s->heads[unit];
@@ -629,18 +649,22 @@ static fg_status unit_curves_all(fg_context *ctx, const fg_seq *s, compress_scra
                 if (u->slot_pos[j] != j)
                     return fg_error(ctx, FG_ERR_INTERNAL, "adaptive compression: layer %d head %d slot %d holds "
                                     "position %d", (int)l, (int)g, (int)j, (int)u->slot_pos[j]);
-            for (int32_t i = 0; i < W; i++) /* the group's queries */
+            for (int32_t i = 0; i < W; i++) { /* the group's queries */
                 memcpy(u->q + (size_t)i * G * d, w->obs_q[i] + (size_t)g * G * d, (size_t)G * d * sizeof *u->q);
+                if (predicted)
+                    fg_rope_turn(ctx, w->turn + (size_t)i * ctx->params.rope_dims, u->q + (size_t)i * G * d, G);
+            }
             const fg_observe_unit ou = observe_view(h, t, W, w->obs_pos, u->scratch);
             if (W == 0) { /* nothing observed: the profile alone ranks */
                 memset(u->col_all, 0, (size_t)t * sizeof *u->col_all);
                 memset(u->col_decode, 0, (size_t)t * sizeof *u->col_decode);
-            } else if ((st = ctx->be.ops->adaptive_observe(&ctx->be, &ctx->layout, &shape, &ou, u->q, n_prompt,
-                                                           u->col_all, u->col_decode))) {
+            } else if ((st = ctx->be.ops->adaptive_observe(&ctx->be, &ctx->layout, &shape, &ou, u->q,
+                                                           predicted ? 0 : n_prompt, u->col_all, u->col_decode))) {
                 return st;
             }
             /* the ranks: the frequent part's is the cumulative attention of every row so far (the prompt's
-             * profile, then the observed decode rows), the snapshot's the observed rows'; given rows: theirs */
+             * profile, then the observed decode rows, or the predicted rows as if decoded), the snapshot's the
+             * observed (predicted) rows'; given rows: theirs */
             float *score = w->score + (size_t)unit * t, *snap = w->snap + (size_t)unit * t;
             for (int32_t j = 0; j < t; j++) {
                 score[j] = given ? (j < a->given_keys ? a->given_col[(size_t)g * a->given_keys + j] : 0.0f)
@@ -783,7 +807,7 @@ static int64_t rows_for(const fg_compression_params *cp, const unit_curves *uc, 
 }
 
 static fg_status scratch_alloc(fg_context *ctx, compress_scratch *w, int32_t t, int32_t W, int32_t G, int32_t d,
-                               int32_t n_fam, int32_t n_units) {
+                               int32_t n_fam, int32_t n_units, int predicted) {
     unit_scratch *u = &w->u;
     u->q = malloc((size_t)(W ? W : 1) * G * d * sizeof *u->q);
     u->slot_pos = malloc((size_t)t * sizeof *u->slot_pos);
@@ -805,6 +829,8 @@ static fg_status scratch_alloc(fg_context *ctx, compress_scratch *w, int32_t t, 
     w->keep_flags = malloc((size_t)t);
     w->keep_score = malloc((size_t)t * sizeof *w->keep_score);
     w->rank = malloc((size_t)t * sizeof *w->rank);
+    if (predicted)
+        w->turn = malloc((size_t)(W ? W : 1) * ctx->params.rope_dims * sizeof *w->turn);
     /* a backend with its own memory under host activations compacts from host rows */
     const int host_rows = ctx->be.ops->buffer_read && !ctx->be.device_io;
     if (host_rows) {
@@ -813,7 +839,8 @@ static fg_status scratch_alloc(fg_context *ctx, compress_scratch *w, int32_t t, 
     }
     if (!(u->q && u->slot_pos && u->col_all && u->col_decode && u->order && u->entry && u->row_err && w->curves &&
           w->score && w->snap && w->pooled && w->choice && w->tmp && w->obs_pos && w->obs_q && w->keep_pos &&
-          w->keep_src && w->keep_flags && w->keep_score && w->rank && (!host_rows || (w->hk && w->hv))))
+          w->keep_src && w->keep_flags && w->keep_score && w->rank && (!host_rows || (w->hk && w->hv)) &&
+          (!predicted || w->turn)))
         return fg_error(ctx, FG_ERR_OUT_OF_MEMORY, "out of host memory compressing a sequence of %d tokens", (int)t);
     return ctx->be.ops->buffer_alloc(&ctx->be, fg_observe_scratch_floats(t, W, G, d) * sizeof(float),
                                      (void **)&u->scratch);
@@ -827,7 +854,7 @@ fg_status fg_adaptive_prepare(fg_context *ctx, fg_seq *s, fg_adaptive_plan **out
     *out = NULL;
     compress_scratch w;
     memset(&w, 0, sizeof w);
-    fg_status st = scratch_alloc(ctx, &w, t, W, G, d, n_fam, n_units);
+    fg_status st = scratch_alloc(ctx, &w, t, W, G, d, n_fam, n_units, s->ad->horizon > 0);
     fg_adaptive_plan *plan = st == FG_OK ? calloc(1, sizeof *plan) : NULL;
     if (plan) {
         plan->n_units = n_units;
@@ -883,7 +910,7 @@ fg_status fg_adaptive_curves(fg_context *ctx, const fg_seq *s, double *err, int3
     const int32_t W = s->ad->window;
     compress_scratch w;
     memset(&w, 0, sizeof w);
-    fg_status st = scratch_alloc(ctx, &w, t, W, G, d, n_fam, n_units);
+    fg_status st = scratch_alloc(ctx, &w, t, W, G, d, n_fam, n_units, s->ad->horizon > 0);
     if (st == FG_OK)
         st = unit_curves_all(ctx, s, &w);
     for (int32_t unit = 0; st == FG_OK && unit < n_units; unit++)

@@ -46,6 +46,34 @@ static fg_status validate_params(const fg_context_params *p) {
              FG_ERR_INVALID_ARGUMENT,
              "act_dtype must be FG_DTYPE_F32 (%d), FG_DTYPE_F16 (%d) or FG_DTYPE_BF16 (%d), got %d",
              (int)FG_DTYPE_F32, (int)FG_DTYPE_F16, (int)FG_DTYPE_BF16, (int)p->act_dtype);
+    FG_CHECK(p->rope_theta == 0.0f || (p->rope_theta > 1.0f && p->rope_theta < 1e12f), NULL, FG_ERR_INVALID_ARGUMENT,
+             "rope_theta must be 0 (RoPE not described) or in (1, 1e12), got %g", (double)p->rope_theta);
+    FG_CHECK(p->rope_dims >= 0 && p->rope_dims <= p->head_dim && p->rope_dims % 2 == 0, NULL, FG_ERR_INVALID_ARGUMENT,
+             "rope_dims must be even and in 0..head_dim (%d; 0 = head_dim), got %d", (int)p->head_dim,
+             (int)p->rope_dims);
+    FG_CHECK(p->rope_style == FG_ROPE_ADJACENT || p->rope_style == FG_ROPE_HALVES, NULL, FG_ERR_INVALID_ARGUMENT,
+             "rope_style must be FG_ROPE_ADJACENT (0) or FG_ROPE_HALVES (1), got %d", (int)p->rope_style);
+    FG_CHECK(!p->rope_freq_factors || p->rope_theta > 0.0f, NULL, FG_ERR_INVALID_ARGUMENT,
+             "rope_freq_factors need rope_theta");
+    for (int32_t i = 0; p->rope_freq_factors && i < (p->rope_dims ? p->rope_dims : p->head_dim) / 2; i++)
+        FG_CHECK(p->rope_freq_factors[i] > 0.0f && p->rope_freq_factors[i] < 1e30f, NULL, FG_ERR_INVALID_ARGUMENT,
+                 "rope_freq_factors[%d] must be finite and > 0, got %g", (int)i, (double)p->rope_freq_factors[i]);
+    return FG_OK;
+}
+
+/* The radians per position of each RoPE pair (fg_context_params' rope_*), or
+ * NULL in *out when RoPE is not described. */
+static fg_status rope_table(const fg_context_params *p, double **out) {
+    *out = NULL;
+    if (p->rope_theta == 0.0f)
+        return FG_OK;
+    const int32_t pairs = (p->rope_dims ? p->rope_dims : p->head_dim) / 2;
+    double *f = malloc((size_t)(pairs > 0 ? pairs : 1) * sizeof *f);
+    FG_CHECK(f, NULL, FG_ERR_OUT_OF_MEMORY, "out of memory for the RoPE frequencies");
+    for (int32_t i = 0; i < pairs; i++)
+        f[i] = pow((double)p->rope_theta, -(double)i / pairs) /
+               (p->rope_freq_factors ? (double)p->rope_freq_factors[i] : 1.0);
+    *out = f;
     return FG_OK;
 }
 
@@ -70,6 +98,9 @@ fg_status fg_context_create_sized(const fg_context_params *caller, size_t size, 
     strcpy(ctx->backend_name, backend);
     ctx->params.backend = ctx->backend_name;
     ctx->params.classes = NULL;
+    if (ctx->params.rope_theta > 0.0f && ctx->params.rope_dims == 0)
+        ctx->params.rope_dims = ctx->params.head_dim;
+    ctx->params.rope_freq_factors = NULL;
     ctx->shape = (fg_shape){params->n_q_heads, params->n_kv_heads, params->head_dim};
     ctx->layout = fg_page_layout_make(params->page_tokens, params->head_dim, params->kv_dtype,
                                       params->v_dtype == -1 ? params->kv_dtype : (fg_dtype)params->v_dtype);
@@ -103,6 +134,8 @@ fg_status fg_context_create_sized(const fg_context_params *caller, size_t size, 
         else
             st = ctx->be.ops->set_stream(&ctx->be, params->stream);
     }
+    if (st == FG_OK && (st = rope_table(params, &ctx->rope_freq)))
+        st = fg_error(ctx, st, "%s", fg_last_error(NULL));
     if (st == FG_OK)
         st = fg_token_classes_clone(params->classes, &ctx->classes);
     const int32_t raw = st == FG_OK ? fg_token_classes_raw_looking(ctx->classes) : 0;
@@ -150,6 +183,7 @@ void fg_context_destroy(fg_context **pctx) {
     free(ctx->added_pages);
     free(ctx->cow);
     fg_token_classes_destroy(&ctx->classes);
+    free(ctx->rope_freq);
     fg_backend_close(&ctx->be);
     fg_threadpool_destroy(&ctx->own_threads);
     free(ctx);
@@ -179,6 +213,9 @@ static fg_status set_compression(fg_context *ctx, const fg_compression_params *c
                  cp.defer_until <= ctx->params.max_seq_len, ctx,
              FG_ERR_INVALID_ARGUMENT, "fg_context_set_compression: defer_until %d is beyond max_seq_len %d: no sequence "
              "could ever be compressed", (int)cp.defer_until, (int)ctx->params.max_seq_len);
+    FG_CHECK(cp.observe != FG_OBSERVE_PREDICTED || ctx->rope_freq, ctx, FG_ERR_INVALID_ARGUMENT,
+             "fg_context_set_compression: FG_OBSERVE_PREDICTED advances queries by RoPE, and this context's is not "
+             "described (fg_context_params.rope_theta)");
     ctx->compression = cp;
     return FG_OK;
 }

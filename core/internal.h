@@ -272,6 +272,7 @@ typedef struct fg_adaptive {
     int32_t n_prompt;
     int32_t compress_at;       /* the length at which the heads are compressed (INT32_MAX: when told) */
     int explicit_rows;         /* FG_OBSERVE_EXPLICIT */
+    int32_t horizon;           /* FG_OBSERVE_PREDICTED: its predict_horizon (> 0), else 0 */
     fg_adaptive_layer *layers; /* [n_layers] */
 } fg_adaptive;
 
@@ -352,6 +353,8 @@ struct fg_context {
     struct fg_cow_entry *cow;
     int32_t n_cow, cap_cow;
     int32_t scratch_heads;
+    double *rope_freq;  /* [params.rope_dims / 2] radians per position of each RoPE pair (rope_theta > 0),
+                           else NULL; params.rope_freq_factors is NULL (the context keeps no caller memory) */
     float *act[4];      /* act_dtype other than f32: q, k, v and out in fp32 (activation memory), grown as needed */
     size_t act_cap[4];  /* their floats */
     char error[512];
@@ -359,6 +362,13 @@ struct fg_context {
     _Atomic(const void *) owner;
     int32_t depth; /* the owner's calls in progress (a call may make another) */
 };
+
+/* RoPE (core/rope.c; the context's rope_freq, rope_dims > 0): turn[rope_dims]
+ * gets the cos and sin of each pair's angle over k positions; fg_rope_turn
+ * turns n_heads heads of head_dim lanes by them (a rotated query advanced
+ * by k positions). */
+void fg_rope_turns(const fg_context *ctx, int64_t k, float *turn);
+void fg_rope_turn(const fg_context *ctx, const float *turn, float *x, int32_t n_heads);
 
 /* Every entry point that takes a context claims it for the calling thread
  * first (core/claim.c; fastgen.h: one call at a time per context): FG_OK

@@ -232,16 +232,23 @@ fg_status fg_compression_params_check(const fg_compression_params *p) {
         return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
                         "tolerance must be in [0, 1) (got %g), and only FG_ALLOC_ADAPTIVE takes one",
                         (double)p->tolerance);
-    if (p->observe != FG_OBSERVE_TAIL && p->observe != FG_OBSERVE_EXPLICIT)
-        return fg_error(NULL, FG_ERR_INVALID_ARGUMENT, "unknown observe mode %d (FG_OBSERVE_TAIL 0, FG_OBSERVE_EXPLICIT 1)",
+    if (p->observe != FG_OBSERVE_TAIL && p->observe != FG_OBSERVE_EXPLICIT && p->observe != FG_OBSERVE_PREDICTED)
+        return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
+                        "unknown observe mode %d (FG_OBSERVE_TAIL 0, FG_OBSERVE_EXPLICIT 1, FG_OBSERVE_PREDICTED 2)",
                         (int)p->observe);
-    if (p->observe == FG_OBSERVE_EXPLICIT && p->allocation != FG_ALLOC_ADAPTIVE)
+    const char *observe_name = p->observe == FG_OBSERVE_EXPLICIT ? "FG_OBSERVE_EXPLICIT" : "FG_OBSERVE_PREDICTED";
+    if (p->observe != FG_OBSERVE_TAIL && p->allocation != FG_ALLOC_ADAPTIVE)
+        return fg_error(NULL, FG_ERR_INVALID_ARGUMENT, "%s is for FG_ALLOC_ADAPTIVE (the only mode that observes rows)",
+                        observe_name);
+    if (p->observe != FG_OBSERVE_TAIL && (p->adaptive_flags & (FG_ADAPTIVE_ANCHOR_END | FG_ADAPTIVE_TAIL_RANKS)))
         return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
-                        "FG_OBSERVE_EXPLICIT is for FG_ALLOC_ADAPTIVE (the only mode that defers its compression)");
-    if (p->observe == FG_OBSERVE_EXPLICIT && (p->adaptive_flags & (FG_ADAPTIVE_ANCHOR_END | FG_ADAPTIVE_TAIL_RANKS)))
+                        "%s judges its rows after the sequence: FG_ADAPTIVE_ANCHOR_END and FG_ADAPTIVE_TAIL_RANKS do "
+                        "not go with it", observe_name);
+    if (p->predict_horizon < 0 || p->predict_horizon > (1 << 24) ||
+        (p->predict_horizon > 0 && p->observe != FG_OBSERVE_PREDICTED))
         return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
-                        "FG_OBSERVE_EXPLICIT judges given rows at the end and ranks by them: FG_ADAPTIVE_ANCHOR_END "
-                        "and FG_ADAPTIVE_TAIL_RANKS do not go with it");
+                        "predict_horizon (%d) must be in 0..%d (0 = 512), and only FG_OBSERVE_PREDICTED takes one",
+                        (int)p->predict_horizon, 1 << 24);
     if (!(p->budget >= 0.0f && p->budget <= 1.0f) || p->budget_tokens < 0)
         return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
                         "budget must be in [0, 1] (got %g) and budget_tokens >= 0 (got %d); 0 turns budget mode off",

@@ -68,6 +68,9 @@ static fg_status seq_create(fg_context *ctx, const fg_compression_params *compre
                  cp->defer_until <= ctx->params.max_seq_len, ctx,
              FG_ERR_INVALID_ARGUMENT, "defer_until %d is beyond max_seq_len %d: the sequence could never be compressed",
              (int)cp->defer_until, (int)ctx->params.max_seq_len);
+    FG_CHECK(cp->observe != FG_OBSERVE_PREDICTED || ctx->rope_freq, ctx, FG_ERR_INVALID_ARGUMENT,
+             "FG_OBSERVE_PREDICTED advances queries by RoPE, and this context's is not described "
+             "(fg_context_params.rope_theta)");
     int32_t id = 0;
     while (id < ctx->params.max_seqs && ctx->seqs[id].in_use)
         id++;

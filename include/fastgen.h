@@ -258,8 +258,24 @@ typedef enum fg_observe_mode {
      * The sequence holds its full cache until fg_seq_compress; defer_until
      * is not used. The frequent and snapshot parts then rank keys by the
      * given rows' attention alone. */
-    FG_OBSERVE_EXPLICIT = 1
+    FG_OBSERVE_EXPLICIT = 1,
+    /* ExpectedAttention's idea, with no extra pass: the tail's rows (as
+     * FG_OBSERVE_TAIL observes them) advanced by RoPE to positions spread
+     * over the next predict_horizon tokens, each judged as a decode query
+     * there, after the whole sequence: the queries decoding will bring,
+     * predicted from the ones seen. Needs the context's RoPE
+     * (fg_context_params.rope_theta). The frequent part ranks by the
+     * prompt's profile with the predicted rows' attention added (as if they
+     * had been decoded), the snapshot part by theirs alone. */
+    FG_OBSERVE_PREDICTED = 2
 } fg_observe_mode;
+
+/* How the engine rotates a head's queries and keys (RoPE); only
+ * FG_OBSERVE_PREDICTED reads it. */
+typedef enum fg_rope_style {
+    FG_ROPE_ADJACENT = 0, /* pairs (2i, 2i + 1): llama2.c, llama.cpp's LLAMA rope */
+    FG_ROPE_HALVES = 1    /* pairs (i, i + rope_dims / 2): GPT-NeoX, Hugging Face's rotate_half */
+} fg_rope_style;
 
 typedef struct fg_compression_params {
     int32_t n_policies;                   /* 1..FG_MAX_SHORTLIST */
@@ -291,12 +307,17 @@ typedef struct fg_compression_params {
                                              holds this many tokens (its prompt, when longer); the decode rows
                                              join the observed ones, so at most observation_window of them;
                                              at most the context's max_seq_len */
-    fg_observe_mode observe;              /* FG_ALLOC_ADAPTIVE: FG_OBSERVE_TAIL (default) or FG_OBSERVE_EXPLICIT */
+    fg_observe_mode observe;              /* FG_ALLOC_ADAPTIVE: FG_OBSERVE_TAIL (default), FG_OBSERVE_EXPLICIT or
+                                             FG_OBSERVE_PREDICTED */
     /* FG_ALLOC_ADAPTIVE, in [0, 1); 0 = off: a quality target instead of (or under) the budget. The
      * heads share the fewest rows (as the search finds them) whose allocation predicts an error of at
      * most tolerance x the error of keeping the least (every head at the lowest level of its best
      * family but full). The memory so follows the prompt; a budget, when also set, caps it. */
     float tolerance;
+    /* FG_OBSERVE_PREDICTED: the observed rows land on positions spread over
+     * the next predict_horizon tokens after the sequence (0 = 512), in
+     * position order: the oldest nearest */
+    int32_t predict_horizon;
 } fg_compression_params;
 
 /* The paper: special, +punct, +frequent, +local, full; r = 0.3, T = 0.95. */
@@ -457,6 +478,13 @@ typedef struct fg_context_params {
                                    The fp32 copies live in buffers of the context (host, or device with
                                    FG_IO_DEVICE) as large as the largest call's q, k, v and out (a whole
                                    prompt for fg_prefill), kept until fg_trim or fg_context_destroy */
+    /* The engine's RoPE, for FG_OBSERVE_PREDICTED (nothing else reads it): pair i of the first rope_dims
+     * lanes of a head turns by theta^(-2i / rope_dims) / freq_factors[i] radians per position */
+    float rope_theta;                /* the base (10000, 500000, ...); 0 (the default) = not described */
+    int32_t rope_dims;               /* lanes rotated at the start of each head, even; 0 = head_dim */
+    int32_t rope_style;              /* an fg_rope_style: FG_ROPE_ADJACENT (0) or FG_ROPE_HALVES */
+    const float *rope_freq_factors;  /* optional [rope_dims / 2], each > 0 (llama.cpp's rope_freqs: Llama 3's
+                                        scaling); the context copies them. NULL = all 1 */
 } fg_context_params;
 
 /* Every field's default: start from it (a zeroed struct is not one: its

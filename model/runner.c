@@ -219,6 +219,8 @@ fg_status fgm_runner_create(const fgm_llama_model *model, const fgm_tokenizer *t
         p.page_tokens = rp->page_tokens;
     r->page_tokens = p.page_tokens;
     p.classes = r->classes;
+    p.rope_theta = c->rope_theta; /* rope() below: adjacent pairs over the whole head */
+    p.rope_style = FG_ROPE_ADJACENT;
     st = fg_threadpool_create(rp->n_threads, &r->threads);
     if (st) {
         fgm_runner_destroy(&r);

@@ -102,8 +102,8 @@ static int takes_budget(const char *m) { return !strncmp(m, "fastgen-budget", 14
  * window (observation_window), defer (defer_until), floor (alloc_floor),
  * pool (score_pool, for a snapshot part), sink (n_sink), families (the shortlist entries to keep,
  * as their digits: "02", H2O and full of fastgen-adaptive), flags (adaptive_flags: per-layer, mass, end,
- * tail, rowmax, rownorm, joined by +), tol (tolerance), observe (tail, or reconstruct: FG_OBSERVE_EXPLICIT
- * fed by a reconstruction pass), alloc (shortlist or layer: FG_ALLOC_LAYER, for a one-entry preset).
+ * tail, rowmax, rownorm, joined by +), tol (tolerance), observe (tail; reconstruct: FG_OBSERVE_EXPLICIT
+ * fed by a reconstruction pass; predicted: FG_OBSERVE_PREDICTED), horizon (predict_horizon), alloc (shortlist or layer: FG_ALLOC_LAYER, for a one-entry preset).
  * Returns 0 on a bad option. */
 static int method_options(const char *opts, fg_compression_params *cp) {
     char buf[256];
@@ -138,13 +138,17 @@ static int method_options(const char *opts, fg_compression_params *cp) {
             ok = cp->n_policies > 0;
         } else if (!strcmp(key, "tol")) { /* tolerance: a quality target, the budget then a cap */
             ok = cli_parse_float(val, 0.0f, 1.0f, &cp->tolerance) && cp->tolerance < 1.0f;
-        } else if (!strcmp(key, "observe")) { /* tail (the default) or reconstruct (FG_OBSERVE_EXPLICIT) */
+        } else if (!strcmp(key, "observe")) { /* tail (the default), reconstruct (FG_OBSERVE_EXPLICIT), predicted */
             if (!strcmp(val, "tail"))
                 cp->observe = FG_OBSERVE_TAIL;
             else if (!strcmp(val, "reconstruct"))
                 cp->observe = FG_OBSERVE_EXPLICIT;
+            else if (!strcmp(val, "predicted"))
+                cp->observe = FG_OBSERVE_PREDICTED;
             else
                 return 0;
+        } else if (!strcmp(key, "horizon")) { /* observe=predicted: the tokens its rows spread over */
+            ok = cli_parse_int(val, 1, 1 << 24, &cp->predict_horizon);
         } else if (!strcmp(key, "alloc")) { /* a one-entry preset's heads: each alone, or the layer's as one */
             if (cp->allocation != FG_ALLOC_SHORTLIST && cp->allocation != FG_ALLOC_LAYER)
                 return 0;

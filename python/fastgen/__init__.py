@@ -110,7 +110,7 @@ _RECONSTRUCT_CHAT = "<|im_start|>user\nRepeat the previous context exactly.<|im_
 # The CLI's short names for the fields (fastgen eval --methods fastgen-adaptive:window=64)
 _ALIASES = {
     "window": "observation_window", "defer": "defer_until", "floor": "alloc_floor", "pool": "score_pool",
-    "sink": "n_sink", "T": "threshold", "tol": "tolerance",
+    "sink": "n_sink", "T": "threshold", "tol": "tolerance", "horizon": "predict_horizon",
 }
 
 
@@ -123,9 +123,10 @@ class Compression:
     every field; the enumerations are strings here (score_mode ``"sum"``,
     ``"mean"``, ``"last"``; allocation ``"shortlist"``, ``"adakv"``,
     ``"adaptive"``, ``"layer"``; append_mode ``"keep"``, ``"reprofile"``; observe
-    ``"tail"``, ``"explicit"``: the rows the adaptive mode judges by, its
-    own or the ones :meth:`Context.observe` gives, compressed when
-    :meth:`Context.compress` is called).
+    ``"tail"``, ``"explicit"``, ``"predicted"``: the rows the adaptive mode
+    judges by, its own, the ones :meth:`Context.observe` gives, compressed
+    when :meth:`Context.compress` is called, or its own advanced by the
+    context's RoPE over the next predict_horizon positions).
     """
 
     shortlist: list[Policy]
@@ -143,6 +144,7 @@ class Compression:
     defer_until: int = 0
     observe: str = "tail"
     tolerance: float = 0.0
+    predict_horizon: int = 0
     method: str = dataclasses.field(default="", compare=False)
 
     @classmethod
@@ -227,6 +229,7 @@ class Context(_fastgen._Context):
             vocab_size=None, backend="cpu", kv_dtype="f16", v_dtype=None,
             max_seqs=..., max_seq_len=..., page_tokens=16, pool_chunk_pages=256,
             max_pool_bytes=0, threads=0, io="host", stream=None, act_dtype="f32",
+            rope_theta=0.0, rope_dims=0, rope_style="adjacent", rope_freq_factors=None,
             compression=None, method=None, **overrides)
 
     classes: a :class:`TokenClasses` (which ids are special or punctuation),
@@ -237,7 +240,10 @@ class Context(_fastgen._Context):
     tensors, on the context's stream: pass ``stream=torch.cuda.current_stream().cuda_stream``).
     act_dtype: the dtype of q, k, v and out ("f32"; "f16": NumPy float16 or
     torch.float16; "bf16": torch.bfloat16), converted to fp32 where they lie
-    and back, once per call.
+    and back, once per call. rope_*: the model's RoPE (its base, the lanes
+    rotated, "adjacent" or "halves" pairs: Hugging Face's rotate_half is
+    "halves", and each pair's frequency divisor), which only
+    observe="predicted" reads; rope_theta=0 leaves it undescribed.
     compression or method (+ overrides): what sequences created without one
     take (default: the paper's FastGen).
 
@@ -249,7 +255,9 @@ class Context(_fastgen._Context):
                  kv_dtype: str = "f16", v_dtype: str | None = None, max_seqs: int | None = None,
                  max_seq_len: int | None = None, page_tokens: int | None = None,
                  pool_chunk_pages: int | None = None, max_pool_bytes: int = 0, threads: int = 0, io: str = "host",
-                 stream: int | None = None, act_dtype: str = "f32", compression: Compression | None = None,
+                 stream: int | None = None, act_dtype: str = "f32", rope_theta: float = 0.0, rope_dims: int = 0,
+                 rope_style: str = "adjacent", rope_freq_factors: Sequence[float] | None = None,
+                 compression: Compression | None = None,
                  method: str | None = None, **overrides: Any) -> None:
         if classes is None:
             if vocab_size is None:
@@ -259,7 +267,8 @@ class Context(_fastgen._Context):
                                      pool_chunk_pages=pool_chunk_pages).items() if v is not None}
         super().__init__(n_layers, n_q_heads, n_kv_heads, head_dim, classes, backend=backend, kv_dtype=kv_dtype,
                          v_dtype=v_dtype, max_pool_bytes=max_pool_bytes, threads=threads, io=io, stream=stream,
-                         act_dtype=act_dtype, **kw)
+                         act_dtype=act_dtype, rope_theta=rope_theta, rope_dims=rope_dims, rope_style=rope_style,
+                         rope_freq_factors=rope_freq_factors, **kw)
         if compression is not None and method is not None:
             raise ValueError("Context: pass compression= or method=, not both")
         if classes is not None and vocab_size is not None and vocab_size != classes.vocab_size:

@@ -474,7 +474,8 @@ static int get_i32(PyObject *obj, const char *name, int32_t *out) {
 static const char *const k_score_modes[] = {"sum", "mean", "last", NULL};
 static const char *const k_allocations[] = {"shortlist", "adakv", "adaptive", "layer", NULL};
 static const char *const k_append_modes[] = {"keep", "reprofile", NULL};
-static const char *const k_observe_modes[] = {"tail", "explicit", NULL};
+static const char *const k_observe_modes[] = {"tail", "explicit", "predicted", NULL};
+static const char *const k_rope_styles[] = {"adjacent", "halves", NULL};
 
 /* A float field as the shortest decimal that reads back as the same float (0.3, not 0.30000001192092896). */
 static double f32_value(float x) {
@@ -509,14 +510,15 @@ static PyObject *compression_to_dict(const fg_compression_params *cp) {
         }
         PyList_SET_ITEM(list, i, p);
     }
-    return Py_BuildValue("{s:N,s:d,s:i,s:s,s:i,s:d,s:i,s:s,s:i,s:s,s:d,s:I,s:i,s:s,s:d}", "shortlist", list, "threshold",
+    return Py_BuildValue("{s:N,s:d,s:i,s:s,s:i,s:d,s:i,s:s,s:i,s:s,s:d,s:I,s:i,s:s,s:d,s:i}", "shortlist", list, "threshold",
                          f32_value(cp->threshold), "n_sink", (int)cp->n_sink, "score_mode",
                          k_score_modes[cp->score_mode], "observation_window", (int)cp->observation_window, "budget",
                          f32_value(cp->budget), "budget_tokens", (int)cp->budget_tokens, "append_mode",
                          k_append_modes[cp->append_mode], "score_pool", (int)cp->score_pool, "allocation",
                          k_allocations[cp->allocation], "alloc_floor", f32_value(cp->alloc_floor), "adaptive_flags",
                          (unsigned)cp->adaptive_flags, "defer_until", (int)cp->defer_until, "observe",
-                         k_observe_modes[cp->observe], "tolerance", f32_value(cp->tolerance));
+                         k_observe_modes[cp->observe], "tolerance", f32_value(cp->tolerance), "predict_horizon",
+                         (int)cp->predict_horizon);
 }
 
 static int get_f32(PyObject *obj, const char *name, float *out) {
@@ -653,6 +655,8 @@ static int dict_to_compression(PyObject *d, fg_compression_params *cp) {
             rc = get_i32(value, k, &cp->defer_until);
         } else if (!strcmp(k, "tolerance")) {
             rc = get_f32(value, k, &cp->tolerance);
+        } else if (!strcmp(k, "predict_horizon")) {
+            rc = get_i32(value, k, &cp->predict_horizon);
         } else if (!strcmp(k, "observe")) {
             rc = get_enum(value, k, k_observe_modes, &e);
             cp->observe = (fg_observe_mode)e;
@@ -1009,18 +1013,22 @@ static void context_dealloc(ContextObject *self) {
 static int context_init(ContextObject *self, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"n_layers", "n_q_heads", "n_kv_heads", "head_dim", "classes", "backend", "kv_dtype",
                              "v_dtype", "max_seqs", "max_seq_len", "page_tokens", "pool_chunk_pages",
-                             "max_pool_bytes", "threads", "io", "stream", "act_dtype", NULL};
+                             "max_pool_bytes", "threads", "io", "stream", "act_dtype", "rope_theta", "rope_dims",
+                             "rope_style", "rope_freq_factors", NULL};
     fg_context_params p;
     fg_context_params_default(&p);
     int n_layers, hq, hkv, d;
     PyObject *classes, *backend = Py_None, *kv_dtype = NULL, *v_dtype = Py_None, *io = NULL, *stream = Py_None;
-    PyObject *act_dtype = NULL;
+    PyObject *act_dtype = NULL, *rope_style = NULL, *rope_factors = Py_None;
+    double rope_theta = 0.0;
+    int rope_dims = 0;
     int max_seqs = p.max_seqs, max_seq_len = p.max_seq_len, page_tokens = p.page_tokens,
         pool_chunk = p.pool_chunk_pages, threads = p.n_threads;
     unsigned long long max_pool = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "iiiiO!|$OOOiiiiKiOOO:Context", kwlist, &n_layers, &hq, &hkv, &d,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "iiiiO!|$OOOiiiiKiOOOdiOO:Context", kwlist, &n_layers, &hq, &hkv, &d,
                                      &ClassesType, &classes, &backend, &kv_dtype, &v_dtype, &max_seqs, &max_seq_len,
-                                     &page_tokens, &pool_chunk, &max_pool, &threads, &io, &stream, &act_dtype))
+                                     &page_tokens, &pool_chunk, &max_pool, &threads, &io, &stream, &act_dtype,
+                                     &rope_theta, &rope_dims, &rope_style, &rope_factors))
         return -1;
     if (self->ctx || self->prompt_len) {
         PyErr_SetString(PyExc_ValueError, "Context: already initialised (make a new one)");
@@ -1074,9 +1082,35 @@ static int context_init(ContextObject *self, PyObject *args, PyObject *kw) {
         }
         p.act_dtype = (int32_t)t;
     }
-    int32_t io_v = 0;
+    int32_t io_v = 0, style = 0;
     if (io && get_enum(io, "io", k_io_names, &io_v) < 0)
         return -1;
+    if (rope_style && rope_style != Py_None && get_enum(rope_style, "rope_style", k_rope_styles, &style) < 0)
+        return -1;
+    p.rope_theta = (float)rope_theta;
+    p.rope_dims = rope_dims;
+    p.rope_style = style;
+    float factors[512]; /* head_dim <= 1024 (fg_context_create refuses more) */
+    if (rope_factors != Py_None) {
+        PyObject *seq = PySequence_Fast(rope_factors, "rope_freq_factors: expected a sequence of floats or None");
+        if (!seq)
+            return -1;
+        const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+        const int32_t want = (rope_dims ? rope_dims : d) / 2;
+        if (n != want || n > 512) {
+            PyErr_Format(PyExc_ValueError, "rope_freq_factors: expected %d values (rope_dims / 2), got %zd", (int)want,
+                         n);
+            Py_DECREF(seq);
+            return -1;
+        }
+        for (Py_ssize_t i = 0; i < n; i++)
+            if (get_f32(PySequence_Fast_GET_ITEM(seq, i), "rope_freq_factors", &factors[i]) < 0) {
+                Py_DECREF(seq);
+                return -1;
+            }
+        Py_DECREF(seq);
+        p.rope_freq_factors = factors;
+    }
     p.io = io_v ? FG_IO_DEVICE : FG_IO_HOST;
     if (stream != Py_None) {
         p.stream = PyLong_AsVoidPtr(stream);

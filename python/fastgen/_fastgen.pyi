@@ -34,7 +34,8 @@ class _Context:
                  backend: str | None = None, kv_dtype: str = "f16", v_dtype: str | None = None, max_seqs: int = ...,
                  max_seq_len: int = ..., page_tokens: int = ..., pool_chunk_pages: int = ..., max_pool_bytes: int = 0,
                  threads: int = 0, io: str = "host", stream: int | None = None,
-                 act_dtype: str | None = None) -> None: ...
+                 act_dtype: str | None = None, rope_theta: float = 0.0, rope_dims: int = 0,
+                 rope_style: str | None = None, rope_freq_factors: Sequence[float] | None = None) -> None: ...
     @property
     def backend(self) -> str: ...
     @property

@@ -72,6 +72,28 @@ def model_shape(cfg: Any) -> tuple[int, int, int, int]:
     return cfg.num_hidden_layers, n_q, n_kv, getattr(cfg, "head_dim", None) or cfg.hidden_size // n_q
 
 
+def model_rope(model: Any, head_dim: int) -> dict[str, Any]:
+    """The model's RoPE as fastgen.Context takes it (rope_theta, rope_dims, rope_style, rope_freq_factors), for
+    observe="predicted": Hugging Face's rotate_half pairs lanes i and i + rope_dims / 2 ("halves"); the
+    frequencies are the rotary embedding's own (inv_freq), so a scaled RoPE (Llama 3's) is described as it
+    turns. {} when the model has no rotary embedding to read."""
+    rotary = getattr(getattr(model, "model", None), "rotary_emb", None)
+    inv_freq = getattr(rotary, "inv_freq", None)
+    cfg = model.config
+    theta = getattr(cfg, "rope_theta", None) or (getattr(cfg, "rope_parameters", None) or {}).get("rope_theta")
+    if inv_freq is None or not theta:
+        return {}
+    inv = inv_freq.detach().double().cpu().tolist()
+    dims = 2 * len(inv)
+    if dims > head_dim or dims % 2:
+        return {}
+    base = [float(theta) ** (-i / (dims / 2)) for i in range(dims // 2)]
+    factors = [b / f for b, f in zip(base, inv)]
+    plain = all(abs(x - 1.0) < 1e-6 for x in factors)
+    return {"rope_theta": float(theta), "rope_dims": dims, "rope_style": "halves",
+            "rope_freq_factors": None if plain else factors}
+
+
 def token_classes(tokenizer: Any, cfg: Any) -> fastgen.TokenClasses:
     """FastGen's token classes (special, punctuation) from a transformers tokenizer's vocabulary:
     byte-level BPE pieces (GPT-2, Llama 3, SmolLM2, Qwen) or SentencePiece pieces (Llama 2, Mistral);
@@ -342,7 +364,8 @@ class Engine:
         self.context = fastgen.Context(
             self.n_layers, n_q, n_kv, head_dim, classes=classes, backend=backend, kv_dtype=kv_dtype,
             max_seqs=max_seqs, max_seq_len=max_seq_len or cfg.max_position_embeddings, threads=threads,
-            io=self.io, stream=stream, act_dtype=self.act_dtype, compression=compression)
+            io=self.io, stream=stream, act_dtype=self.act_dtype, compression=compression,
+            **model_rope(model, head_dim))
         self.last_cache: FastGenCache | None = None
         # transformers' own empty caches (generate() makes one; a caller may pass one) and the FastGenCache
         # that stands in for each, so a loop that passes the same object forward after forward continues it

@@ -139,6 +139,32 @@ def test_observe_then_compress(backend):
             ctx.compress(seq)
 
 
+def test_predicted_rows_need_rope(backend):
+    """observe="predicted": the tail's rows advanced by the context's RoPE; refused where the context has none,
+    bad RoPE fields refused, the budget held."""
+    rng = np.random.default_rng(5)
+    n = 40
+    comp = fastgen.compression("fastgen-adaptive", budget=0.25, observe="predicted", horizon=64, window=8)
+    assert comp.predict_horizon == 64
+    with pytest.raises(ValueError, match="only FG_OBSERVE_PREDICTED"):
+        fastgen.compression("fastgen-adaptive", horizon=64)
+    with fastgen.Context(L, HQ, HKV, D, backend=backend, vocab_size=100, kv_dtype="f32", max_seq_len=64) as ctx:
+        with pytest.raises(ValueError, match="rope_theta"):
+            ctx.create(rng.integers(0, 100, n), comp)
+    for bad, match in [(dict(rope_style="spiral"), "rope_style"), (dict(rope_freq_factors=[1.0]), "rope_freq_factors"),
+                       (dict(rope_dims=D + 2), "rope_dims"), (dict(rope_theta=-1.0), "rope_theta")]:
+        kw = dict(rope_theta=10000.0) | bad
+        with pytest.raises(ValueError, match=match):
+            fastgen.Context(L, HQ, HKV, D, vocab_size=100, **kw)
+    with fastgen.Context(L, HQ, HKV, D, backend=backend, vocab_size=100, kv_dtype="f32", max_seq_len=64,
+                         rope_theta=10000.0, rope_style="halves", rope_freq_factors=[1.0] * (D // 2)) as ctx:
+        seq = ctx.create(rng.integers(0, 100, n), comp)
+        for layer in range(L):
+            ctx.prefill(seq, layer, rows(rng, n, HQ), rows(rng, n, HKV), rows(rng, n, HKV))
+        mem = ctx.memory(seq)
+        assert mem["rows_kept"] <= 0.26 * mem["rows_full"]
+
+
 def test_batched_decode_fork_and_append():
     rng = np.random.default_rng(3)
     n = 20

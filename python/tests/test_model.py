@@ -40,6 +40,15 @@ def test_generate_reconstructs_as_the_cli(model, model_path):
         model.profile(prompt, "fastgen-adaptive", observe="explicit")
 
 
+def test_generate_predicts_as_the_cli(model, model_path):
+    """observe="predicted": the runner describes its RoPE to the library, as generate --observe predicted."""
+    prompt = "<|im_start|>user\n" + STORY + "Who is the story about?<|im_end|>\n<|im_start|>assistant\n"
+    g = model.generate(prompt, method="fastgen-adaptive", budget=0.25, max_tokens=12, observe="predicted")
+    cli = cli_generate(model_path, prompt, "fastgen-adaptive", 12, "--budget", "0.25", "--observe", "predicted")
+    assert g.prompt_ids + g.ids == cli["tokens"] and g.memory["rows_kept"] == cli["rows_kept"]
+    assert g.memory["rows_kept"] <= 0.26 * g.memory["rows_full"]
+
+
 def test_options_reach_the_runner(model_path):
     """f32 activations and q8_0 caches: the CLI's runs with the same options, id for id."""
     with fastgen.Model(model_path, f32_activations=True, kv_dtype="q8_0", threads=2) as m:

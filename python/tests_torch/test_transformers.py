@@ -124,6 +124,31 @@ def test_adaptive_is_the_engine_of_fastgen_eval(hf, model_path, long_prompts):
     assert cli_kl > 0 and abs(kl - cli_kl) <= 0.10 * cli_kl
 
 
+def test_predicted_rows_turn_as_the_model(hf, model):
+    """observe="predicted" reads the model's RoPE: the description enable() gives the library turns lanes j and
+    j + d/2 as transformers' rotary embedding does at every position; a generate() under it keeps its budget."""
+    m, tok = hf
+    d = m.config.hidden_size // m.config.num_attention_heads
+    rope = fgt.model_rope(m, d)
+    assert rope["rope_style"] == "halves" and rope["rope_dims"] == d and rope["rope_freq_factors"] is None
+    theta = getattr(m.config, "rope_theta", None) or m.config.rope_parameters["rope_theta"]  # transformers 5: the latter
+    assert rope["rope_theta"] == theta
+    pos = torch.tensor([[0, 7, 1000, 8191]])
+    cos, sin = m.model.rotary_emb(torch.zeros(1, 1, d), pos)
+    pairs = torch.arange(d // 2, dtype=torch.float64)
+    angle = pos[0, :, None].double() * rope["rope_theta"] ** (-pairs / (d // 2))
+    for half in (0, 1):
+        torch.testing.assert_close(cos[0, :, half * d // 2:(half + 1) * d // 2].double(), angle.cos(), atol=2e-3, rtol=0)
+        torch.testing.assert_close(sin[0, :, half * d // 2:(half + 1) * d // 2].double(), angle.sin(), atol=2e-3, rtol=0)
+    engine = fgt.enable(m, tok, "fastgen-adaptive", budget=0.25, observe="predicted")
+    try:
+        greedy(m, model.tokenize(SHORT[1] * 12))
+        mem = engine.memory()
+        assert mem["rows_kept"] < 0.35 * mem["rows_full"]  # a quarter at the prompt, the decoded rows kept after
+    finally:
+        fgt.disable(m)
+
+
 def test_heads_and_memory_after_generate(hf, model):
     m, tok = hf
     engine = fgt.enable(m, tok, "fastgen", threshold=0.9)

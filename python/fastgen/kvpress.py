@@ -37,7 +37,7 @@ from transformers import PreTrainedModel
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
 
 import fastgen
-from fastgen.transformers import model_shape, token_classes
+from fastgen.transformers import model_rope, model_shape, token_classes
 
 __all__ = ["FastGenPress"]
 
@@ -93,7 +93,7 @@ class FastGenPress(BasePress):
         self._ctx = fastgen.Context(*shape, classes=token_classes(self.tokenizer, cfg),
                                     backend=self.backend, kv_dtype=self.kv_dtype, max_seqs=8,
                                     max_seq_len=cfg.max_position_embeddings, threads=self.threads,
-                                    compression=self.compression())
+                                    compression=self.compression(), **model_rope(model, shape[3]))
         self._ctx_key = key
 
     def close(self) -> None:

@@ -58,12 +58,15 @@ def main() -> None:
     ap.add_argument("--emit", default="", help="also write the prompts, one per line as fastgen eval reads them")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    prompts = long_prompts.build(args.prompts)[:args.count]
+    model, tok = fgt.from_gguf()
+    # every prompt opens as the chat template opens a user turn (its system turn): KVzipPress takes the
+    # template's opening as the part of the context it does not reconstruct
+    opening = tok.apply_chat_template([{"role": "user", "content": "X"}], tokenize=False).split("<|im_start|>user")[0]
+    prompts = [p if p.startswith(opening) else opening + p for p in long_prompts.build(args.prompts)[:args.count]]
     if args.emit:
         with open(args.emit, "w", encoding="utf-8") as f:
             for p in prompts:
                 f.write(p.replace("\\", "\\\\").replace("\n", "\\n") + "\n")
-    model, tok = fgt.from_gguf()
     tok_dir = tempfile.mkdtemp(prefix="fastgen-tok-")  # KVzipPress loads the tokenizer by the model's name
     tok.save_pretrained(tok_dir)
     model.config._name_or_path = tok_dir

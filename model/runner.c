@@ -35,6 +35,8 @@ struct fgm_runner {
     int64_t *rec_count;
     int32_t *kept; /* [ctx_len] scratch */
     int32_t *pos;  /* [max_rows] position of each row */
+    float *rope_freq;  /* [head_size / 2] the angle per position of each pair of a head's lanes */
+    float *rope_cs;    /* [max_rows][head_size / 2][2] each row's cos and sin per pair: the same in every layer */
     float *wtile;  /* [threads][FGM_RUNNER_TILE][max(dim, hidden)] weights of another type than f32, as floats */
     size_t wtile_size; /* floats per thread */
     fgm_q8_block *act;  /* [FGM_MATVEC_MAX_ROWS][max(dim, hidden) / 32] quantized activations, or NULL */
@@ -158,15 +160,24 @@ static void rmsnorm(float *o, const float *x, const float *w, int32_t n, float e
         o[i] = w[i] * (ss * x[i]);
 }
 
-/* Rotates adjacent pairs of every head of one row by the angle of pos. */
-static void rope(float *v, int32_t width, int32_t head_size, int32_t pos, float theta) {
-    for (int32_t i = 0; i < width; i += 2) {
-        float freq = 1.0f / powf(theta, (float)(i % head_size) / (float)head_size);
-        float a = (float)pos * freq, c = cosf(a), s = sinf(a);
-        float v0 = v[i], v1 = v[i + 1];
-        v[i] = v0 * c - v1 * s;
-        v[i + 1] = v0 * s + v1 * c;
+/* The cos and sin of each pair's angle at pos (cs[2j], cs[2j + 1]), for rope(). */
+static void rope_angles(float *cs, const float *freq, int32_t head_size, int32_t pos) {
+    for (int32_t j = 0; j < head_size / 2; j++) {
+        const float a = (float)pos * freq[j];
+        cs[2 * j] = cosf(a);
+        cs[2 * j + 1] = sinf(a);
     }
+}
+
+/* Rotates adjacent pairs of every head of one row by its angles (rope_angles:
+ * computed once per row of a pass, not per head and layer; the same floats). */
+static void rope(float *v, int32_t width, int32_t head_size, const float *cs) {
+    for (int32_t h = 0; h < width; h += head_size)
+        for (int32_t i = 0; i < head_size; i += 2) {
+            const float c = cs[i], s = cs[i + 1], v0 = v[h + i], v1 = v[h + i + 1];
+            v[h + i] = v0 * c - v1 * s;
+            v[h + i + 1] = v0 * s + v1 * c;
+        }
 }
 
 static fg_status fail(char *err, size_t n, fg_status st, const char *what) {
@@ -243,12 +254,16 @@ fg_status fgm_runner_create(const fgm_llama_model *model, const fgm_tokenizer *t
     r->hb = malloc(rows * H * sizeof(float));
     r->hb2 = malloc(rows * H * sizeof(float));
     r->pos = malloc(rows * sizeof(int32_t));
+    r->rope_freq = malloc((size_t)c->head_size / 2 * sizeof(float));
+    r->rope_cs = malloc(rows * (size_t)c->head_size * sizeof(float));
+    for (int32_t j = 0; r->rope_freq && j < c->head_size / 2; j++)
+        r->rope_freq[j] = 1.0f / powf(c->rope_theta, (float)(2 * j) / (float)c->head_size);
     r->wtile_size = (size_t)FGM_RUNNER_TILE * (D > H ? D : H);
     r->wtile = malloc((size_t)fg_threadpool_size(r->threads) * r->wtile_size * sizeof(float));
     r->prefill_chunk = rp->prefill_chunk > 0 ? rp->prefill_chunk : 0;
     if (rp->q8_activations)
         r->act = malloc((size_t)FGM_MATVEC_MAX_ROWS * ((D > H ? D : H) / 32 + 1) * sizeof *r->act);
-    int ok = r->x && r->xb && r->q && r->k && r->v && r->att && r->hb && r->hb2 && r->pos && r->wtile &&
+    int ok = r->x && r->xb && r->q && r->k && r->v && r->att && r->hb && r->hb2 && r->pos && r->rope_freq && r->rope_cs && r->wtile &&
              (r->act || !rp->q8_activations);
     if (r->track) {
         r->keys = malloc((size_t)r->max_seqs * c->n_layers * r->ctx_len * c->kv_dim * sizeof(float));
@@ -288,6 +303,8 @@ void fgm_runner_destroy(fgm_runner **pr) {
     free(r->rec_count);
     free(r->kept);
     free(r->pos);
+    free(r->rope_freq);
+    free(r->rope_cs);
     free(r->wtile);
     free(r->act);
     free(r);
@@ -368,8 +385,11 @@ static fg_status forward(fgm_runner *r, int32_t rows, const int32_t *same, int32
     const fgm_llama_config *c = &m->config;
     const fgm_llama_weights *w = &m->weights;
     const int32_t D = c->dim, KV = c->kv_dim, H = c->hidden_dim;
-    for (int32_t i = 0; i < rows; i++)
+    const int32_t hs = c->head_size;
+    for (int32_t i = 0; i < rows; i++) {
         row_of(&w->token_embedding, tokens[i], r->x + (size_t)i * D);
+        rope_angles(r->rope_cs + (size_t)i * hs, r->rope_freq, hs, pos[i]);
+    }
     for (int32_t l = 0; l < c->n_layers; l++) {
         const fgm_llama_layer *ly = &w->layers[l];
         for (int32_t i = 0; i < rows; i++)
@@ -377,8 +397,8 @@ static fg_status forward(fgm_runner *r, int32_t rows, const int32_t *same, int32
         matmul_many(r, 3, (float *const[]){r->q, r->k, r->v}, r->xb,
                     (const fgm_tensor *const[]){&ly->wq, &ly->wk, &ly->wv}, rows);
         for (int32_t i = 0; i < rows; i++) {
-            rope(r->q + (size_t)i * D, D, c->head_size, pos[i], c->rope_theta);
-            rope(r->k + (size_t)i * KV, KV, c->head_size, pos[i], c->rope_theta);
+            rope(r->q + (size_t)i * D, D, hs, r->rope_cs + (size_t)i * hs);
+            rope(r->k + (size_t)i * KV, KV, hs, r->rope_cs + (size_t)i * hs);
         }
         fg_status st = FG_OK;
         if (!seqs) {

@@ -648,6 +648,10 @@ static void test_matvec(void) {
         for (int32_t rows = 1; rows <= FGM_MATVEC_MAX_ROWS; rows += 3) {
             for (int32_t i = 0; i < rows * IN; i++)
                 x[i] = rng_gauss();
+            /* a block whose quants tie: amax 127 makes x * 127 / amax = x, and x = k + 0.5 rounds to even */
+            x[0] = 127.0f;
+            for (int32_t i = 1; i < 32; i++)
+                x[i] = (float)(i - 16) + 0.5f;
             /* the exact product of the dequantized weights, in double */
             double worst = 0.0, worst_q8 = 0.0, worst_int = 0.0;
             for (int32_t o = 0; o < OUT; o++) {
@@ -681,7 +685,13 @@ static void test_matvec(void) {
                        ti->name, (int)rows, worst_q8);
                 /* the vector kernel equals the integer reference but for float rounding, and a row
                    alone gets what it gets in a batch */
+                const size_t act_bytes = sizeof(fgm_q8_block) * (size_t)rows * IN / 32;
+                fgm_q8_block *vec_act = malloc(act_bytes);
+                memcpy(vec_act, act, act_bytes);
                 fgm_matvec_q8_ref(ref, OUT, x, &W, rows, act);
+                EXPECT(memcmp(vec_act, act, act_bytes) == 0, "%s, %d rows: the vector quantization of the "
+                       "activations differs from the plain loop's", ti->name, (int)rows);
+                free(vec_act);
                 for (int32_t i = 0; i < rows * OUT; i++)
                     worst_int = fmax(worst_int, fabs(ref[i] - y[i]) / mag[i]);
                 for (int32_t r = 0; r < rows; r++)

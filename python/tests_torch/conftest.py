@@ -1,6 +1,10 @@
+import os
+
 import pytest
+import torch
 
 import fastgen
+import fastgen.transformers as fgt
 
 
 @pytest.fixture(scope="session")
@@ -19,3 +23,11 @@ def model(model_path):
     m = fastgen.Model(model_path)
     yield m
     m.close()
+
+
+@pytest.fixture(scope="session")
+def hf(model_path):
+    """(model, tokenizer): SmolLM2 loaded once by transformers from our GGUF file (fp32), for every test module;
+    each test gives the model back as it found it (fgt.disable, the press's context)."""
+    torch.set_num_threads(int(os.environ.get("FASTGEN_THREADS", "0")) or torch.get_num_threads())
+    return fgt.from_gguf(model_path)

@@ -3,6 +3,7 @@
 Needs torch, transformers and gguf (.ci/run installs them from PyPI); never skipped.
 """
 
+import copy
 import os
 import sys
 
@@ -19,12 +20,6 @@ SHORT = ["<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start
          "Once upon a time, in a small village by the sea,",
          "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n"]
 STEPS = 32
-
-
-@pytest.fixture(scope="module")
-def hf(model_path):
-    torch.set_num_threads(int(os.environ.get("FASTGEN_THREADS", "0")) or torch.get_num_threads())
-    return fgt.from_gguf(model_path)
 
 
 @pytest.fixture(scope="module")
@@ -272,10 +267,10 @@ def test_half_tensors_cross_the_binding(dtype, act):
             ctx.prefill(seq, 0, q[:n].float(), k[:n], v[:n])
 
 
-def test_a_bf16_model_hands_the_engine_bf16(model_path):
+def test_a_bf16_model_hands_the_engine_bf16(hf):
     """A bfloat16 model's q, k, v reach the engine as bfloat16 (act_dtype "bf16": no fp32 copies on the way), and
     its prompt logits pick what transformers' own attention picks."""
-    model, tok = fgt.from_gguf(model_path, dtype=torch.bfloat16)
+    model, tok = copy.deepcopy(hf[0]).to(torch.bfloat16), hf[1]  # from_gguf(dtype=torch.bfloat16) takes 25 s more
     xs = [torch.tensor([tok(p)["input_ids"]]) for p in SHORT]
     with torch.no_grad():
         want = [model(x).logits[0].argmax(-1) for x in xs]

@@ -688,6 +688,17 @@ static void case_decode_big_pages(backend_pair *bp) {
                  (const uint32_t[]){F, S | P | F | L, F | L}, 16, 1);
 }
 
+/* decode: groups of 3 and 7 (SmolLM2's; Qwen2.5-7B's: heads taken 2 + 1 and
+ * 4 + 2 + 1 at a time), every dtype, odd row counts */
+static void case_decode_groups_of_3(backend_pair *bp) {
+    for (int dt = 0; dt <= FG_DTYPE_Q4_0; dt++) {
+        check_decode(bp, 64, 3, (fg_dtype)dt, 16, 3, (const int32_t[]){301, 7, 1},
+                     (const uint32_t[]){FG_KEEP_FULL, F | L, S | P | F | L}, 5, 0);
+        check_decode(bp, 128, 7, (fg_dtype)dt, 16, 2, (const int32_t[]){133, 45},
+                     (const uint32_t[]){F, FG_KEEP_FULL}, 5, 0);
+    }
+}
+
 /* decode: bf16 caches with queries that are bf16 values: every kernel within f32 rounding of ref */
 static void case_decode_bf16_queries(backend_pair *bp) {
     g_bf16_queries = 1;
@@ -827,6 +838,7 @@ static const op_case k_cases[] = {
     {"decode-wide-groups", case_decode_wide_groups},
     {"decode-ties", case_decode_ties},
     {"decode-big-pages", case_decode_big_pages},
+    {"decode-groups-of-3", case_decode_groups_of_3},
     {"decode-bf16-queries", case_decode_bf16_queries},
     {"decode-long", case_decode_long},
     {"decode-snapshots", case_decode_snapshots},

@@ -162,6 +162,9 @@ FGM_AVX2_INLINE __m256i nibbles32(const unsigned char *qs) {
  * one core at 60 % of its read bandwidth. */
 #define Q8_PREFETCH 2048
 
+/* block_scales loads an activation block's d and s as one pair */
+_Static_assert(offsetof(fgm_q8_block, s) == sizeof(float), "fgm_q8_block: d and s adjacent");
+
 /* maddubs + madd: exact here (no pair of products reaches 2^15) */
 FGM_AVX2_INLINE __m256i dpbusd_avx2(__m256i acc, __m256i a, __m256i b) {
     return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(a, b), _mm256_set1_epi16(1)));
@@ -169,14 +172,6 @@ FGM_AVX2_INLINE __m256i dpbusd_avx2(__m256i acc, __m256i a, __m256i b) {
 #define Q8_TARGET FGM_AVX2
 #define Q8_NAME(x) x##_avx2
 #define Q8_DPBUSD dpbusd_avx2
-
-
-
-
-
-
-
-
 #include "model/matvec_q8.inc"
 
 /* AVX-512 VNNI on 256-bit vectors (Zen 4/5, Ice Lake and later Xeons): one
@@ -265,7 +260,8 @@ FGM_AVX2 static void quantize_q8_avx2(const float *x, int32_t n, fgm_q8_block *o
         }
         /* the packs interleave the 128-bit halves: 4-byte groups 0, 4, 1, 5, ... back in order */
         const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
-        _mm256_storeu_si256((__m256i *)out->qs, _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+        const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+        _mm256_storeu_si256((__m256i *)out->qs, _mm256_permutevar8x32_epi32(p, order));
         __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
         s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(1, 0, 3, 2)));
         s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, _MM_SHUFFLE(2, 3, 0, 1)));
@@ -378,10 +374,11 @@ static void run_rows(void *arg, int32_t task, int32_t thread) {
 #if defined(__x86_64__)
     if (j->rows == 1 && (j->k == K_Q8_AVX2 || j->k == K_Q8_VNNI)) { /* a decode step: the task's rows in one call */
         const size_t rb = r->part[p].row_bytes;
+        const int32_t nb = (int32_t)j->W->cols / QK;
         if (j->k == K_Q8_AVX2)
-            dot_q8_rows_avx2(j->W->type, base + (size_t)o0 * rb, rb, j->act, (int32_t)j->W->cols / QK, o1 - o0, y + o0);
+            dot_q8_rows_avx2(j->W->type, base + (size_t)o0 * rb, rb, j->act, nb, o1 - o0, y + o0);
         else
-            dot_q8_rows_vnni(j->W->type, base + (size_t)o0 * rb, rb, j->act, (int32_t)j->W->cols / QK, o1 - o0, y + o0);
+            dot_q8_rows_vnni(j->W->type, base + (size_t)o0 * rb, rb, j->act, nb, o1 - o0, y + o0);
         return;
     }
 #endif

@@ -263,8 +263,8 @@ fg_status fgm_runner_create(const fgm_llama_model *model, const fgm_tokenizer *t
     r->prefill_chunk = rp->prefill_chunk > 0 ? rp->prefill_chunk : 0;
     if (rp->q8_activations)
         r->act = malloc((size_t)FGM_MATVEC_MAX_ROWS * ((D > H ? D : H) / 32 + 1) * sizeof *r->act);
-    int ok = r->x && r->xb && r->q && r->k && r->v && r->att && r->hb && r->hb2 && r->pos && r->rope_freq && r->rope_cs && r->wtile &&
-             (r->act || !rp->q8_activations);
+    int ok = r->x && r->xb && r->q && r->k && r->v && r->att && r->hb && r->hb2 && r->pos && r->rope_freq &&
+             r->rope_cs && r->wtile && (r->act || !rp->q8_activations);
     if (r->track) {
         r->keys = malloc((size_t)r->max_seqs * c->n_layers * r->ctx_len * c->kv_dim * sizeof(float));
         r->rec_sum = calloc((size_t)r->max_seqs, sizeof(double));

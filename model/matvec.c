@@ -157,9 +157,9 @@ FGM_AVX2_INLINE __m256i nibbles32(const unsigned char *qs) {
 
 /* How far ahead in a decode step's weight rows the q8 kernels ask for the
  * cache line (a task's rows lie one after another, so the distance crosses
- * rows): on an AMD EPYC (Zen 3) it took SmolLM2's q8_0 classifier from 27
- * to 35 GB/s on two threads; the hardware's stream prefetcher alone kept
- * one core at 60 % of its read bandwidth. */
+ * rows): on an AMD EPYC (Zen 3), two threads, it took SmolLM2's q8_0
+ * classifier from 25-31 to 35-38 GB/s and left the q4_1 layers, bound by their
+ * arithmetic there, as they were. One request per two blocks. */
 #define Q8_PREFETCH 2048
 
 /* block_scales loads an activation block's d and s as one pair */
@@ -235,8 +235,10 @@ static void quantize_q8(const float *x, int32_t n, fgm_q8_block *out) {
 }
 
 #if defined(__x86_64__)
-/* quantize_q8 on AVX2, the same bytes and floats: the max of |x| ignores NaN
- * as the plain loop does, the quants round to nearest even, the sum is exact.
+/* quantize_q8 on AVX2, the same bytes and floats for finite activations
+ * (the max of |x| ignores NaN as the plain loop does, the quants round to
+ * nearest even, the sum is exact); a NaN or infinite value, where the plain
+ * loop's cast is undefined, gives a quant of -128 here (ggml's AVX2 path's).
  * The plain loop called libm per value; a decode step quantizes each layer's
  * inputs on one thread while the others wait. */
 FGM_AVX2 static void quantize_q8_avx2(const float *x, int32_t n, fgm_q8_block *out) {

@@ -35,8 +35,8 @@ struct fgm_runner {
     int64_t *rec_count;
     int32_t *kept; /* [ctx_len] scratch */
     int32_t *pos;  /* [max_rows] position of each row */
-    float *rope_freq;  /* [head_size / 2] the angle per position of each pair of a head's lanes */
-    float *rope_cs;    /* [max_rows][head_size / 2][2] each row's cos and sin per pair: the same in every layer */
+    float *rope_freq; /* [head_size / 2] the angle per position of each pair of a head's lanes */
+    float *rope_cs;   /* [max_rows][head_size / 2][2] each row's cos and sin per pair: the same in every layer */
     float *wtile;  /* [threads][FGM_RUNNER_TILE][max(dim, hidden)] weights of another type than f32, as floats */
     size_t wtile_size; /* floats per thread */
     fgm_q8_block *act;  /* [FGM_MATVEC_MAX_ROWS][max(dim, hidden) / 32] quantized activations, or NULL */

@@ -619,17 +619,17 @@ static void case_decode_mixed(backend_pair *bp) {
     int32_t lengths[] = {1, 2, 3, 17, 255, 4099, 20000, 40};
     /* emulated GPU kernels (HIP-CPU) run about a hundred times slower than
        the device: there the two longest heads take 1100 and 2000 rows, still
-       several chunks (8 blocks a multiprocessor, HIP-CPU's 2 of them); ref's
+       several chunks (8 blocks a multiprocessor, HIP-CPU's one a core); ref's
        side of the check takes most of the time under the sanitizers and in
        the runs of another ISA of the same kernels (the default run has the
        long head): there the longest head takes 6000 rows */
     fg_device_info_fn *device_info = (fg_device_info_fn *)fg_backend_get_proc(&bp->one, "device_info");
     fg_device_info info;
     const int emulated = device_info && device_info(&bp->one, &info) == FG_OK && info.emulated;
-    const char *why = emulated ? "emulated"
-                      : FG_TEST_SANITIZED                                                 ? "under the sanitizers"
-                      : getenv("FG_CPU_ISA")                                             ? "another ISA's run"
-                                                                                         : NULL;
+    const char *why = emulated               ? "emulated"
+                      : FG_TEST_SANITIZED    ? "under the sanitizers"
+                      : getenv("FG_CPU_ISA") ? "another ISA's run"
+                                             : NULL;
     if (emulated) {
         lengths[5] = 1100;
         lengths[6] = 2000;

@@ -629,84 +629,92 @@ static void random_blocks(int32_t type, unsigned char *w, int64_t n_values) {
 }
 
 /* The decode step's matrix products (model/matvec.c): the vector kernels
- * against the plain reference, f32 activations and llama.cpp's q8 ones. */
+ * against the plain reference, f32 activations and llama.cpp's q8 ones, on
+ * rows of 16 blocks and of 17 (the 8-bit kernel's last block alone). */
 static void test_matvec(void) {
     static const int32_t types[] = {FGM_GGML_Q4_0, FGM_GGML_Q4_1, FGM_GGML_Q8_0, FGM_GGML_F16, FGM_GGML_BF16,
                                     FGM_GGML_Q5_0, FGM_GGML_Q5_1, FGM_GGML_Q4_K, FGM_GGML_Q6_K};
-    enum { OUT = 67, IN = 512 };
-    unsigned char *w = malloc((size_t)OUT * IN * 4);
-    float *x = malloc(sizeof(float) * FGM_MATVEC_MAX_ROWS * IN), *row = malloc(sizeof(float) * IN);
+    enum { OUT = 67, IN_MAX = 544 };
+    unsigned char *w = malloc((size_t)OUT * IN_MAX * 4);
+    float *x = malloc(sizeof(float) * FGM_MATVEC_MAX_ROWS * IN_MAX), *row = malloc(sizeof(float) * IN_MAX);
     float *y = malloc(sizeof(float) * FGM_MATVEC_MAX_ROWS * OUT);
     float *want = malloc(sizeof(float) * FGM_MATVEC_MAX_ROWS * OUT);
-    fgm_q8_block *act = malloc(sizeof(fgm_q8_block) * FGM_MATVEC_MAX_ROWS * IN / 32);
+    fgm_q8_block *act = malloc(sizeof(fgm_q8_block) * FGM_MATVEC_MAX_ROWS * IN_MAX / 32);
     fg_threadpool *pool = NULL; /* three threads: the rows split unevenly into tasks */
     EXPECT(fg_threadpool_create(3, &pool) == FG_OK, "a pool of 3 threads: %s", fg_last_error(NULL));
-    for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
-        const fgm_type_info *ti = fgm_type_info_of(types[t]);
-        random_blocks(types[t], w, (int64_t)OUT * IN);
-        const fgm_tensor W = {types[t], w, OUT, IN};
-        for (int32_t rows = 1; rows <= FGM_MATVEC_MAX_ROWS; rows += 3) {
-            for (int32_t i = 0; i < rows * IN; i++)
-                x[i] = rng_gauss();
-            /* a block whose quants tie: amax 127 makes x * 127 / amax = x, and x = k + 0.5 rounds to even */
-            x[0] = 127.0f;
-            for (int32_t i = 1; i < 32; i++)
-                x[i] = (float)(i - 16) + 0.5f;
-            /* the exact product of the dequantized weights, in double */
-            double worst = 0.0, worst_q8 = 0.0, worst_int = 0.0;
-            for (int32_t o = 0; o < OUT; o++) {
-                ti->to_float(w + (size_t)o * (size_t)fgm_type_row_bytes(types[t], IN), row, IN);
-                for (int32_t r = 0; r < rows; r++) {
-                    double s = 0.0, mag = 0.0;
-                    for (int32_t i = 0; i < IN; i++) {
-                        s += (double)row[i] * x[r * IN + i];
-                        mag += fabs((double)row[i] * x[r * IN + i]);
+    for (int32_t in = 512; in <= IN_MAX; in += 32) {
+        for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+            const fgm_type_info *ti = fgm_type_info_of(types[t]);
+            if (in % ti->block)
+                continue; /* the k-quants' blocks of 256 */
+            random_blocks(types[t], w, (int64_t)OUT * in);
+            const fgm_tensor W = {types[t], w, OUT, in};
+            for (int32_t rows = 1; rows <= FGM_MATVEC_MAX_ROWS; rows += 3) {
+                for (int32_t i = 0; i < rows * in; i++)
+                    x[i] = rng_gauss();
+                /* a block whose quants tie: amax 127 makes x * 127 / amax = x, and x = k + 0.5 rounds to even */
+                x[0] = 127.0f;
+                for (int32_t i = 1; i < 32; i++)
+                    x[i] = (float)(i - 16) + 0.5f;
+                for (int32_t i = 32; i < 64; i++)
+                    x[i] = 0.0f; /* and a block of zeros */
+                /* the exact product of the dequantized weights, in double */
+                double worst = 0.0, worst_q8 = 0.0, worst_int = 0.0;
+                for (int32_t o = 0; o < OUT; o++) {
+                    ti->to_float(w + (size_t)o * (size_t)fgm_type_row_bytes(types[t], in), row, in);
+                    for (int32_t r = 0; r < rows; r++) {
+                        double s = 0.0, mag = 0.0;
+                        for (int32_t i = 0; i < in; i++) {
+                            s += (double)row[i] * x[r * in + i];
+                            mag += fabs((double)row[i] * x[r * in + i]);
+                        }
+                        want[r * OUT + o] = (float)s;
+                        y[r * OUT + o] = (float)mag; /* scale of the rounding, for the moment */
                     }
-                    want[r * OUT + o] = (float)s;
-                    y[r * OUT + o] = (float)mag; /* scale of the rounding, for the moment */
                 }
+                float *mag = malloc(sizeof(float) * (size_t)rows * OUT);
+                float *ref = malloc(sizeof(float) * (size_t)rows * OUT);
+                memcpy(mag, y, sizeof(float) * (size_t)rows * OUT);
+                fgm_matvec(pool, y, OUT, x, &W, rows);
+                fgm_matvec_ref(ref, OUT, x, &W, rows);
+                for (int32_t i = 0; i < rows * OUT; i++) {
+                    worst = fmax(worst, fabs(y[i] - want[i]) / mag[i]);
+                    worst = fmax(worst, fabs(ref[i] - want[i]) / mag[i]);
+                }
+                EXPECT(worst < 1e-5, "%s, %d rows of %d: f32 products off by %.3g of their magnitude", ti->name,
+                       (int)rows, (int)in, worst);
+                if (fgm_matvec_quantizes(types[t])) {
+                    /* q8 activations: within their rounding (half a step of amax/127 per value) of the exact product */
+                    fgm_matvec_q8(pool, y, OUT, x, &W, rows, act);
+                    for (int32_t i = 0; i < rows * OUT; i++)
+                        worst_q8 = fmax(worst_q8, fabs(y[i] - want[i]) / mag[i]);
+                    EXPECT(worst_q8 < 0.03 && worst_q8 > 0.0, "%s, %d rows: q8 products off by %.3g of their magnitude",
+                           ti->name, (int)rows, worst_q8);
+                    /* the vector kernel equals the integer reference but for float rounding, and a row
+                       alone gets what it gets in a batch */
+                    const size_t act_bytes = sizeof(fgm_q8_block) * (size_t)rows * in / 32;
+                    fgm_q8_block *vec_act = malloc(act_bytes);
+                    memcpy(vec_act, act, act_bytes);
+                    fgm_matvec_q8_ref(ref, OUT, x, &W, rows, act);
+                    EXPECT(memcmp(vec_act, act, act_bytes) == 0, "%s, %d rows: the vector quantization of the "
+                           "activations differs from the plain loop's", ti->name, (int)rows);
+                    free(vec_act);
+                    for (int32_t i = 0; i < rows * OUT; i++)
+                        worst_int = fmax(worst_int, fabs(ref[i] - y[i]) / mag[i]);
+                    for (int32_t r = 0; r < rows; r++)
+                        for (int32_t o = 0; o < OUT; o++) {
+                            const size_t at = (size_t)o * (size_t)fgm_type_row_bytes(types[t], in);
+                            const fgm_tensor one = {types[t], w + at, 1, in};
+                            float ro;
+                            fgm_matvec_q8(NULL, &ro, 1, x + r * in, &one, 1, act);
+                            worst_int = fmax(worst_int, fabs(ro - y[r * OUT + o]) / mag[r * OUT + o]);
+                        }
+                    EXPECT(worst_int < 1e-5, "%s, %d rows: q8 kernel vs its reference, or alone vs batched: %.3g",
+                           ti->name, (int)rows, worst_int);
+                }
+                free(mag);
+                free(ref);
             }
-            float *mag = malloc(sizeof(float) * (size_t)rows * OUT), *ref = malloc(sizeof(float) * (size_t)rows * OUT);
-            memcpy(mag, y, sizeof(float) * (size_t)rows * OUT);
-            fgm_matvec(pool, y, OUT, x, &W, rows);
-            fgm_matvec_ref(ref, OUT, x, &W, rows);
-            for (int32_t i = 0; i < rows * OUT; i++) {
-                worst = fmax(worst, fabs(y[i] - want[i]) / mag[i]);
-                worst = fmax(worst, fabs(ref[i] - want[i]) / mag[i]);
-            }
-            EXPECT(worst < 1e-5, "%s, %d rows: f32 products off by %.3g of their magnitude", ti->name, (int)rows,
-                   worst);
-            if (fgm_matvec_quantizes(types[t])) {
-                /* q8 activations: within their rounding (half a step of amax/127 per value) of the exact product */
-                fgm_matvec_q8(pool, y, OUT, x, &W, rows, act);
-                for (int32_t i = 0; i < rows * OUT; i++)
-                    worst_q8 = fmax(worst_q8, fabs(y[i] - want[i]) / mag[i]);
-                EXPECT(worst_q8 < 0.03 && worst_q8 > 0.0, "%s, %d rows: q8 products off by %.3g of their magnitude",
-                       ti->name, (int)rows, worst_q8);
-                /* the vector kernel equals the integer reference but for float rounding, and a row
-                   alone gets what it gets in a batch */
-                const size_t act_bytes = sizeof(fgm_q8_block) * (size_t)rows * IN / 32;
-                fgm_q8_block *vec_act = malloc(act_bytes);
-                memcpy(vec_act, act, act_bytes);
-                fgm_matvec_q8_ref(ref, OUT, x, &W, rows, act);
-                EXPECT(memcmp(vec_act, act, act_bytes) == 0, "%s, %d rows: the vector quantization of the "
-                       "activations differs from the plain loop's", ti->name, (int)rows);
-                free(vec_act);
-                for (int32_t i = 0; i < rows * OUT; i++)
-                    worst_int = fmax(worst_int, fabs(ref[i] - y[i]) / mag[i]);
-                for (int32_t r = 0; r < rows; r++)
-                    for (int32_t o = 0; o < OUT; o++) {
-                        const size_t at = (size_t)o * (size_t)fgm_type_row_bytes(types[t], IN);
-                        const fgm_tensor one = {types[t], w + at, 1, IN};
-                        float ro;
-                        fgm_matvec_q8(NULL, &ro, 1, x + r * IN, &one, 1, act);
-                        worst_int = fmax(worst_int, fabs(ro - y[r * OUT + o]) / mag[r * OUT + o]);
-                    }
-                EXPECT(worst_int < 1e-5, "%s, %d rows: q8 kernel vs its reference, or alone vs batched: %.3g",
-                       ti->name, (int)rows, worst_int);
-            }
-            free(mag);
-            free(ref);
         }
     }
     free(w);

@@ -28,6 +28,6 @@ def model(model_path):
 @pytest.fixture(scope="session")
 def hf(model_path):
     """(model, tokenizer): SmolLM2 loaded once by transformers from our GGUF file (fp32), for every test module;
-    each test gives the model back as it found it (fgt.disable, the press's context)."""
+    the tests leave it as they found it when they pass (fgt.disable in a finally, the press's context)."""
     torch.set_num_threads(int(os.environ.get("FASTGEN_THREADS", "0")) or torch.get_num_threads())
     return fgt.from_gguf(model_path)

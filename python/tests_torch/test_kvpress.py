@@ -36,10 +36,13 @@ def test_press_masks_what_the_engine_drops(hf, model, method, ratio):
     press = FastGenPress(ratio, method=method, tokenizer=tok)
     with torch.no_grad(), press(m):
         m.model(input_ids=ids, past_key_values=DynamicCache(config=m.config))
+    # the press's masks, read now: kvpress wraps every registered attention function, ours too when it is
+    # imported after fastgen.transformers (conftest), and its wrapper clears them at the next prefill; then the
+    # shared model is left without them
     modules = [layer.self_attn for layer in m.model.layers]
-    masks = [module.masked_key_indices for module in modules]  # read now: kvpress' wrapper of our attention (when
-    for module in modules:  # kvpress is imported after fastgen.transformers) clears them at the next prefill
-        module.masked_key_indices = None  # the shared model as the test found it
+    masks = [module.masked_key_indices for module in modules]
+    for module in modules:
+        module.masked_key_indices = None
     engine = fgt.enable(m, tok, method, kv_dtype="f32", **({"budget": 1 - ratio} if ratio else {}))
     try:
         cache = engine.new_cache()

@@ -439,15 +439,13 @@ static void matvec_q8(fg_threadpool *pool, const fgm_matvec_out *outs, int32_t n
     if (n <= 0)
         return;
     const int32_t in = (int32_t)outs[0].W->cols;
-    for (int32_t r = 0; r < rows; r++) {
+    void (*quantize)(const float *, int32_t, fgm_q8_block *) = quantize_q8;
 #if defined(__x86_64__)
-        if (vec) {
-            quantize_q8_avx2(x + (size_t)r * in, in, act + (size_t)r * (in / QK));
-            continue;
-        }
+    if (vec)
+        quantize = quantize_q8_avx2;
 #endif
-        quantize_q8(x + (size_t)r * in, in, act + (size_t)r * (in / QK));
-    }
+    for (int32_t r = 0; r < rows; r++)
+        quantize(x + (size_t)r * in, in, act + (size_t)r * (in / QK));
     for (int32_t i = 0; i < n; i += FGM_MATVEC_MAX_OUTS) {
         run_job r = make_job(outs + i, n - i < FGM_MATVEC_MAX_OUTS ? n - i : FGM_MATVEC_MAX_OUTS,
                              vec ? (int)q8_kernel() : K_Q8_GENERIC, x, act, rows);

@@ -628,6 +628,45 @@ static void random_blocks(int32_t type, unsigned char *w, int64_t n_values) {
     }
 }
 
+/* ggml's x86 dot of a q4_0 / q4_1 / q8_0 weight row with 8-bit activations,
+ * in its order of float operations: per block, 8 lanes of 4 integer products
+ * each (elements 4k..4k+3, the low nibbles being elements 0-15), each lane
+ * fused-multiply-added into its own accumulator with d_w * d_a; the lanes
+ * summed as (k, k+4), then (0, 2) + (1, 3); plus, for q4_1, m_w * s_a summed
+ * block after block. */
+static float ggml_order_dot(int32_t type, const unsigned char *w, const fgm_q8_block *a, int32_t nb) {
+    const size_t wb = type == FGM_GGML_Q4_1 ? 20 : type == FGM_GGML_Q4_0 ? 18 : 34;
+    float acc[8] = {0}, summs = 0.0f;
+    for (int32_t b = 0; b < nb; b++, w += wb, a++) {
+        int q[32];
+        for (int j = 0; j < 32; j++) {
+            if (type == FGM_GGML_Q8_0)
+                q[j] = (int8_t)w[2 + j];
+            else {
+                const unsigned char byte = w[(type == FGM_GGML_Q4_1 ? 4 : 2) + j % 16];
+                q[j] = (j < 16 ? byte & 0x0F : byte >> 4) - (type == FGM_GGML_Q4_0 ? 8 : 0);
+            }
+        }
+        uint16_t h;
+        memcpy(&h, w, 2);
+        const float de = fg_f16_to_f32(h) * a->d;
+        for (int k = 0; k < 8; k++) {
+            int lane = 0;
+            for (int j = 4 * k; j < 4 * k + 4; j++)
+                lane += q[j] * a->qs[j];
+            acc[k] = fmaf(de, (float)lane, acc[k]);
+        }
+        if (type == FGM_GGML_Q4_1) {
+            memcpy(&h, w + 2, 2);
+            summs += fg_f16_to_f32(h) * a->s;
+        }
+    }
+    float s4[4];
+    for (int k = 0; k < 4; k++)
+        s4[k] = acc[k] + acc[k + 4];
+    return ((s4[0] + s4[2]) + (s4[1] + s4[3])) + summs;
+}
+
 /* The decode step's matrix products (model/matvec.c): the vector kernels
  * against the plain reference, f32 activations and llama.cpp's q8 ones, on
  * rows of 16 blocks and of 17 (the 8-bit kernel's last block alone). */
@@ -699,6 +738,20 @@ static void test_matvec(void) {
                     EXPECT(memcmp(vec_act, act, act_bytes) == 0, "%s, %d rows: the vector quantization of the "
                            "activations differs from the plain loop's", ti->name, (int)rows);
                     free(vec_act);
+                    /* where the vector kernels run, their sums are ggml's, bit for bit: llama.cpp's products */
+                    if (fg_cpu_features_get().isa >= FG_ISA_AVX2 && types[t] != FGM_GGML_Q5_0 &&
+                        types[t] != FGM_GGML_Q5_1) {
+                        int differ = 0;
+                        for (int32_t r = 0; r < rows; r++)
+                            for (int32_t o = 0; o < OUT; o++) {
+                                const float g = ggml_order_dot(types[t], w + (size_t)o * (size_t)fgm_type_row_bytes(
+                                                                              types[t], in), act + (size_t)r * in / 32,
+                                                               in / 32);
+                                differ += memcmp(&g, &y[r * OUT + o], sizeof g) != 0;
+                            }
+                        EXPECT(differ == 0, "%s, %d rows: %d of %d products not summed in ggml's order", ti->name,
+                               (int)rows, differ, (int)(rows * OUT));
+                    }
                     for (int32_t i = 0; i < rows * OUT; i++)
                         worst_int = fmax(worst_int, fabs(ref[i] - y[i]) / mag[i]);
                     for (int32_t r = 0; r < rows; r++)

@@ -147,7 +147,7 @@ FGM_AVX2 static void dot_rows_avx2(int32_t type, const unsigned char *w, const f
         dot_rows_body(type, w, x, in, rows, out);
 }
 
-/* ---- llama.cpp's scheme: activations quantized to 8 bits, integer dots */
+/* ---- ggml's scheme: activations quantized to 8 bits, integer dots */
 
 /* 32 unsigned 4-bit quants as bytes, low nibbles (values 0..15) first. */
 FGM_AVX2_INLINE __m256i nibbles32(const unsigned char *qs) {

@@ -5,7 +5,7 @@
  * step's matrix product (one or a few rows), where the weights are read once
  * per token. fgm_matvec keeps the activations f32 (the product of the
  * dequantized weights, the runner's default); fgm_matvec_q8 quantizes them
- * as llama.cpp does.
+ * as ggml does.
  *
  * q4_0, q4_1, q8_0, f16 and f32 have AVX2 + FMA (+ F16C) kernels chosen at
  * run time, and the 8-bit products an AVX-512 VNNI one as well (FG_CPU_ISA=
@@ -43,10 +43,14 @@ void fgm_matvec_many(fg_threadpool *pool, const fgm_matvec_out *outs, int32_t n,
  * vector kernels are tested against. */
 void fgm_matvec_ref(float *y, int32_t ldy, const float *x, const fgm_tensor *W, int32_t rows);
 
-/* llama.cpp's scheme, for runs that want its numbers or its speed: each
- * activation row quantized per block of 32 to 8-bit quants with a scale d
- * (and s = d * sum of the quants), as ggml's quantize_row_q8_1 does, and
- * integer dot products against the weight blocks. */
+/* ggml's scheme (llama.cpp's CPU products), for its speed: each activation
+ * row quantized per block of 32 to 8-bit quants with a scale d (and s = d *
+ * sum of the quants), as ggml's quantize_row_q8_1 does, and integer dot
+ * products against the weight blocks. The AVX2 and VNNI kernels give ggml's
+ * x86 products bit for bit (q4_0, q4_1, q8_0; scripts/ggml_numerics.c checks
+ * them against libggml-cpu); the rest of a step is not ggml's, and 8-bit
+ * rounding magnifies any difference (docs/models.md), so a run's logits are
+ * not llama.cpp's. */
 typedef struct fgm_q8_block {
     float d, s; /* rounded to f16, as ggml stores them */
     int8_t qs[32];

@@ -21,7 +21,7 @@ typedef struct fgm_runner_params {
     int32_t page_tokens;        /* 0 = library default */
     int track_recovery;         /* measure attention recovered vs the full cache */
     int32_t max_len;            /* positions a sequence may hold; 0 = the model's context */
-    int q8_activations;         /* llama.cpp's scheme for q4_0, q4_1, q5_0, q5_1 and q8_0 weights in the few-row
+    int q8_activations;         /* ggml's 8-bit scheme for q4_0, q4_1, q5_0, q5_1 and q8_0 weights in the few-row
                                    products of a decode step: activations quantized to 8 bits per
                                    block, integer dots (model/matvec.h); 0: f32 activations against
                                    the dequantized weights. A prompt of more than FGM_MATVEC_MAX_ROWS

@@ -4,7 +4,7 @@ on SmolLM2 (CI): three turns, each answered, and FastGen holding less than the
 full cache; with --paris, the first answer names Paris as well.
 
 --paris is for a run with --f32-activations: with the default 8-bit
-activations (llama.cpp's arithmetic) the greedy answer to this system turn is
+activations (ggml's products) the greedy answer to this system turn is
 French prose that never names the city, as llama.cpp's own is (llama-cpp-python
 0.3.36, greedy: "L'Étoile, la Cité, la Nation, ...")."""
 import json

@@ -160,7 +160,8 @@ static int logits(const fgm_llama_model *m, const char *mode, const char *backen
             rc = 1;
     }
     if (rc)
-        fprintf(stderr, "ggml_numerics: %s\n", rc == 2 ? "stdin: n ids of the prompt, then m forced ids" : fgm_runner_error(r));
+        fprintf(stderr, "ggml_numerics: %s\n",
+                rc == 2 ? "stdin: n ids of the prompt, then m forced ids" : fgm_runner_error(r));
     free(z);
     free(ids);
     fgm_runner_destroy(&r);

@@ -68,7 +68,8 @@ def main():
              ("fastgen f32 cpu", "fastgen q8 cpu")]
     print(f"SmolLM2, {len(prompts)} prompts x {a.steps} steps teacher-forced on llama.cpp "
           f"{llama_cpp.__version__}'s greedy ids (its f16 cache, flash attention off)")
-    print(f"  {'first':<16} {'second':<16} {'mean |dz|':>9} {'median':>7} {'max':>6} {'mean KL':>9} {'argmax equal':>13}")
+    print(f"  {'first':<16} {'second':<16} {'mean |dz|':>9} {'median':>7} {'max':>6} {'mean KL':>9} "
+          f"{'argmax equal':>13}")
     for x, y in pairs:
         zx, zy = np.concatenate(runs[x]), np.concatenate(runs[y])
         d = np.abs(zx - zy).mean(axis=1)

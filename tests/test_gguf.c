@@ -365,7 +365,7 @@ static void test_model_file(const char *name, int f32) {
             free(layers);
             EXPECT(agree >= 16, "%s prompt %d: llama.cpp's ids for only %d tokens", name, k, (int)agree);
         }
-        /* llama.cpp's arithmetic (the CLI's default): 8-bit activations against q4_0/q4_1/q5_0/q5_1/q8_0
+        /* ggml's products (the CLI's default): 8-bit activations against q4_0/q4_1/q5_0/q5_1/q8_0
            weights, f32 ones against f16 and f32 weights, as its CPU backend multiplies them; an f16 cache */
         int32_t agree_q8 = 0;
         if (greedy_as(&m, &tok, prompt, n_prompt, n, 1, got) == FG_OK)

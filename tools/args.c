@@ -535,7 +535,7 @@ static const struct {
      "  -t, --threads N         CPU threads (default: the cores this process may run on)\n"},
     {CLI_RUN,
      "  --q8-activations        q4_0 / q4_1 / q5_0 / q5_1 / q8_0 weights: activations quantized to 8 bits and integer\n"
-     "                          dot products, as llama.cpp does (the default)\n"},
+     "                          dot products, ggml's q8_0 / q8_1 scheme (the default)\n"},
     {CLI_RUN,
      "  --f32-activations       f32 activations against the dequantized weights instead\n"},
     {CLI_RUN,

@@ -40,7 +40,7 @@ typedef struct cli_opts {
     uint64_t seed;
     fg_dtype dtype;
     int json, csv, quiet;
-    int q8_activations; /* llama.cpp's scheme for q4_0/q4_1/q8_0 weights (the default; --f32-activations: off) */
+    int q8_activations; /* ggml's 8-bit activations for q4_0/q4_1/q5/q8_0 weights (default; --f32-activations: off) */
     int32_t prefill_chunk; /* --prefill-chunk N: prompts in chunks of N tokens (0: at once) */
     int append_mode;       /* --append keep|reprofile: FG_APPEND_*, or -1 for the policy's default */
     int tokenizer_defaulted; /* the tokenizer is tok512.bin beside the model, not one -z named */

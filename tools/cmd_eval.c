@@ -240,7 +240,7 @@ static const char *k_eval_help =
     "  --backend NAME       ref | cpu | cuda | hip (default cpu)\n"
     "  --dtype NAME         f32 | f16 | bf16 | q8_0 | q4_0 KV cache storage (default f16)\n"
     "  -t, --threads N      CPU threads (default: the cores this process may run on)\n"
-    "  --q8-activations     q4_0 / q4_1 / q5_0 / q5_1 / q8_0 weights: 8-bit activations, integer dots (llama.cpp's scheme;\n"
+    "  --q8-activations     q4_0 / q4_1 / q5_0 / q5_1 / q8_0 weights: 8-bit activations, integer dots (ggml's scheme;\n"
     "                       the default)\n"
     "  --f32-activations    f32 activations against the dequantized weights instead\n"
     "  --prefill-chunk N    prompts through the model N tokens at a time (fg_prefill_chunk)\n"

@@ -376,7 +376,7 @@ class Model(_fastgen._Model):
           threads=0, f32_activations=False, ctx_size=0, prefill_chunk=0)
 
     f32_activations: products in f32 against the dequantized weights, instead of the CLI's default 8-bit
-    activations (llama.cpp's scheme for q4_0/q4_1/q8_0 weights). ctx_size: positions a sequence may hold
+    activations (ggml's q8_0/q8_1 scheme for q4_0/q4_1/q5_0/q5_1/q8_0 weights). ctx_size: positions a sequence may hold
     (0: the model's context).
     """
 

@@ -46,11 +46,12 @@ void fgm_matvec_ref(float *y, int32_t ldy, const float *x, const fgm_tensor *W, 
 /* ggml's scheme (llama.cpp's CPU products), for its speed: each activation
  * row quantized per block of 32 to 8-bit quants with a scale d (and s = d *
  * sum of the quants), as ggml's quantize_row_q8_1 does, and integer dot
- * products against the weight blocks. The AVX2 and VNNI kernels give ggml's
- * x86 products bit for bit (q4_0, q4_1, q8_0; scripts/ggml_numerics.c checks
- * them against libggml-cpu); the rest of a step is not ggml's, and 8-bit
- * rounding magnifies any difference (docs/models.md), so a run's logits are
- * not llama.cpp's. */
+ * products against the weight blocks. The AVX2 and VNNI kernels give the
+ * bits of ggml's x86 vec_dot for q4_0, q4_1 and q8_0 (scripts/ggml_numerics.c
+ * checks them against libggml-cpu; llama.cpp repacks q4_0 on AVX2 and sums it
+ * otherwise); the plain loop (q5_0, q5_1, FG_CPU_ISA=generic) sums in its own
+ * order. The rest of a step is not ggml's, and 8-bit rounding magnifies any
+ * difference (docs/models.md), so a run's logits are not llama.cpp's. */
 typedef struct fgm_q8_block {
     float d, s; /* rounded to f16, as ggml stores them */
     int8_t qs[32];

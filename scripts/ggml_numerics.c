@@ -7,9 +7,9 @@
  *   ggml_numerics products MODEL LIBGGML_CPU
  *       The 8-bit products of the model's q4_0, q4_1 and q8_0 matrices (the
  *       first and last layer's seven and the classifier), fgm_matvec_q8
- *       against ggml's own activation quantizer and dot for the type, on 4
- *       activation rows each: how many quantized blocks and outputs are the
- *       same bits. Exit status 1 when any differs.
+ *       against ggml's own activation quantizer and vec_dot for the type, in
+ *       4 one-row trials each (a decode step's shape): how many quantized
+ *       blocks and outputs are the same bits. Exit status 1 when any differs.
  *   ggml_numerics logits MODEL q8|f32 BACKEND
  *       Teacher-forced logits: reads "n ids of the prompt, m forced ids" on
  *       stdin and writes m rows of float32 logits to stdout (after the
@@ -31,7 +31,7 @@
 #include "model/tokenizer.h"
 
 /* The part of ggml-cpu.h's ABI used here (ggml_get_type_traits_cpu). */
-enum { GGML_Q4_0 = 2, GGML_Q4_1 = 3, GGML_Q8_0 = 8 };
+enum { GGML_Q4_0 = 2, GGML_Q4_1 = 3, GGML_Q8_0 = 8, GGML_Q8_1 = 9 };
 typedef void (*ggml_from_float)(const float *x, void *y, int64_t k);
 typedef void (*ggml_vec_dot)(int n, float *s, size_t bs, const void *x, size_t bx, const void *y, size_t by, int nrc);
 typedef struct ggml_traits {
@@ -59,6 +59,7 @@ static int products(const fgm_llama_model *m, const char *lib) {
     const ggml_traits *(*traits_of)(int) = (const ggml_traits *(*)(int))dlsym(h, "ggml_get_type_traits_cpu");
     if (!cpu_init || !traits_of) {
         fprintf(stderr, "ggml_numerics: %s has no ggml_cpu_init / ggml_get_type_traits_cpu\n", lib);
+        dlclose(h);
         return 2;
     }
     cpu_init();
@@ -80,14 +81,21 @@ static int products(const fgm_llama_model *m, const char *lib) {
                               : W->type == FGM_GGML_Q8_0 ? GGML_Q8_0 : -1;
         if (ggml_type < 0 || !fgm_matvec_quantizes(W->type))
             continue;
-        const ggml_traits *tw = traits_of(ggml_type), *ta = traits_of(tw->vec_dot_type);
+        const ggml_traits *tw = traits_of(ggml_type);
+        const int want = ggml_type == GGML_Q4_1 ? GGML_Q8_1 : GGML_Q8_0;
+        const ggml_traits *ta = tw && tw->vec_dot && tw->vec_dot_type == want ? traits_of(want) : NULL;
+        if (!ta || !ta->from_float) { /* the layout above is not this library's */
+            fprintf(stderr, "ggml_numerics: %s: unexpected type traits (another ggml ABI?)\n", lib);
+            dlclose(h);
+            return 2;
+        }
         const int32_t in = (int32_t)W->cols, out = (int32_t)W->rows, nb = in / 32;
         const size_t row_bytes = (size_t)fgm_type_row_bytes(W->type, W->cols);
         const size_t act_block = tw->vec_dot_type == GGML_Q8_0 ? 34 : 36; /* d, [s,] 32 quants */
         float *x = malloc(sizeof(float) * (size_t)in), *y = malloc(sizeof(float) * (size_t)out);
         fgm_q8_block *ours = malloc(sizeof(fgm_q8_block) * (size_t)nb);
         unsigned char *theirs = malloc(act_block * (size_t)nb);
-        for (int trial = 0; trial < 4; trial++) {
+        for (int trial = 0; x && y && ours && theirs && trial < 4; trial++) {
             const float scale = trial % 2 ? 30.0f : 1.0f; /* and every 17th value 8x: outliers */
             for (int32_t k = 0; k < in; k++)
                 x[k] = uniform() * scale * (k % 17 == 0 ? 8.0f : 1.0f);
@@ -110,10 +118,16 @@ static int products(const fgm_llama_model *m, const char *lib) {
                 outs_same += !memcmp(&s, &y[o], sizeof s);
             }
         }
+        const int ok = x && y && ours && theirs;
         free(x);
         free(y);
         free(ours);
         free(theirs);
+        if (!ok) {
+            fprintf(stderr, "ggml_numerics: out of memory\n");
+            dlclose(h);
+            return 2;
+        }
     }
     printf("8-bit products against ggml's (%s): quantized activation blocks %ld of %ld the same bytes, "
            "outputs %ld of %ld the same bits\n", lib, blocks_same, blocks, outs_same, outs);
@@ -136,32 +150,46 @@ static int logits(const fgm_llama_model *m, const char *mode, const char *backen
         fgm_tokenizer_free(&tok);
         return 2;
     }
+    /* stdin: n, n ids of the prompt, m, m forced ids; every id a token of the model */
+    const int32_t V = m->config.vocab_size, most = 1 << 20;
     int n_prompt = 0, n_forced = 0, rc = 2;
     int32_t *ids = NULL;
-    if (scanf("%d", &n_prompt) == 1 && n_prompt > 0 && n_prompt < 1 << 20) {
-        ids = malloc(sizeof *ids * ((size_t)n_prompt + (1 << 20)));
+    if (scanf("%d", &n_prompt) == 1 && n_prompt > 0 && n_prompt < most &&
+        (ids = malloc(sizeof *ids * (size_t)n_prompt)) != NULL) {
         int ok = 1;
         for (int i = 0; ok && i < n_prompt; i++)
-            ok = scanf("%d", &ids[i]) == 1;
-        ok = ok && scanf("%d", &n_forced) == 1 && n_forced > 0 && n_forced < 1 << 20;
+            ok = scanf("%d", &ids[i]) == 1 && ids[i] >= 0 && ids[i] < V;
+        int32_t *all = ok && scanf("%d", &n_forced) == 1 && n_forced > 0 && n_forced < most
+                           ? realloc(ids, sizeof *ids * ((size_t)n_prompt + (size_t)n_forced))
+                           : NULL;
+        ok = all != NULL;
+        if (all)
+            ids = all;
         for (int i = 0; ok && i < n_forced; i++)
-            ok = scanf("%d", &ids[n_prompt + i]) == 1;
+            ok = scanf("%d", &ids[n_prompt + i]) == 1 && ids[n_prompt + i] >= 0 && ids[n_prompt + i] < V;
         rc = ok ? 0 : 2;
     }
-    float *z = malloc(sizeof *z * (size_t)m->config.vocab_size);
+    float *z = malloc(sizeof *z * (size_t)V);
     fg_compression_params full;
     fg_compression_params_preset("full", &full);
     int32_t seq = -1;
-    if (rc == 0 && fgm_runner_prefill(r, &full, ids, n_prompt, &seq, z) != FG_OK)
+    if (rc == 0 && (!z || fgm_runner_prefill(r, &full, ids, n_prompt, &seq, z) != FG_OK))
         rc = 1;
     for (int i = 0; rc == 0 && i < n_forced; i++) {
-        fwrite(z, sizeof *z, (size_t)m->config.vocab_size, stdout);
-        if (i + 1 < n_forced && fgm_runner_decode(r, 1, &seq, &ids[n_prompt + i], z) != FG_OK)
+        if (fwrite(z, sizeof *z, (size_t)V, stdout) != (size_t)V)
+            rc = 3;
+        else if (i + 1 < n_forced && fgm_runner_decode(r, 1, &seq, &ids[n_prompt + i], z) != FG_OK)
             rc = 1;
     }
+    if (rc == 0 && fflush(stdout) != 0)
+        rc = 3;
     if (rc)
         fprintf(stderr, "ggml_numerics: %s\n",
-                rc == 2 ? "stdin: n ids of the prompt, then m forced ids" : fgm_runner_error(r));
+                rc == 2   ? "stdin: n ids of the prompt, then m forced ids, each below the vocabulary's size"
+                : rc == 3 ? "the logits could not be written"
+                : z       ? fgm_runner_error(r)
+                          : "out of memory");
+    rc = rc == 3 ? 1 : rc;
     free(z);
     free(ids);
     fgm_runner_destroy(&r);

@@ -7,10 +7,10 @@ f16 cache, flash attention off) generates --steps greedy ids; fastgen is then
 teacher-forced on the same ids (`ggml_numerics logits`), with 8-bit or f32
 activations, on the cpu and the ref backend. Printed per pair: mean |difference|
 of the logits (median, max over steps), mean KL(first || second) and how
-often the argmax agrees. Pairs of fastgen runs that differ only in the order
-of float sums (cpu against ref) show how much any rounding difference grows
-through the model: that floor is what separates two implementations that
-quantize activations to 8 bits, whatever else they share.
+often the argmax agrees. Pairs of fastgen runs that differ only in the
+attention's rounding (cpu against ref: the order of sums, the cpu kernels'
+vector exponential) show how much a rounding difference grows
+through the model with 8-bit activations and with f32 ones.
 """
 import argparse
 import json

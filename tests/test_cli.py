@@ -375,7 +375,7 @@ r = run("generate", "-m", os.path.join(GGUF, "stories260K-f32.gguf"), "--policy"
 check(r.returncode == 0 and json.loads(r.stdout)["text"] == REFERENCE, "GGUF f32: llama2.c's text: %r" % r.stderr)
 r = run("generate", "-m", os.path.join(GGUF, "babyllama105-q8_0.gguf"), "-n", "20")
 check(r.returncode == 0 and "Once upon a time" in r.stdout, "GGUF q8_0 BabyLlama generates: %r" % r.stderr)
-# q8_0 weights: 8-bit activations by default (llama.cpp's products), f32 ones on request
+# q8_0 weights: 8-bit activations by default (ggml's products), f32 ones on request
 q8_args = ("-m", os.path.join(GGUF, "babyllama105-q8_0.gguf"), "-n", "24", "--temp", "0", "--json")
 by_default, q8, f32 = (run("generate", *q8_args, *more) for more in ((), ("--q8-activations",), ("--f32-activations",)))
 check(all(x.returncode == 0 for x in (by_default, q8, f32)), "generate --q8/--f32-activations run: %r" % f32.stderr)

@@ -110,7 +110,7 @@ void cli_defaults(cli_opts *o, int32_t n) {
     o->seed = 1;
     o->dtype = FG_DTYPE_F16; /* llama.cpp's cache type too */
     o->v_dtype = -1;
-    o->q8_activations = 1;   /* llama.cpp's products on q4_0 / q4_1 / q8_0 weights too */
+    o->q8_activations = 1;   /* ggml's 8-bit activations on q4_0 / q4_1 / q5 / q8_0 weights */
     o->append_mode = -1;
     o->repeat_penalty = 1.0f;
     o->repeat_last_n = 64; /* llama.cpp's */

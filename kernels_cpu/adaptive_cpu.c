@@ -122,6 +122,8 @@ typedef struct errors_job {
     float *fws;   /* [threads][G][n_levels + 1][d + 1] */
     double *dws;  /* [threads][(n_levels + 1) (d + 1) + 2 (d + 1)] */
     int32_t *iws; /* [threads][t + n_levels + 2]: the keys by level, where each level starts */
+    fg_level_key *lws; /* [threads][t]: a level's keys for the sums */
+    const uint8_t *finite; /* [t]: whether V row j is finite */
     double *err;
 } errors_job;
 
@@ -150,7 +152,8 @@ static void errors_item(void *arg, int32_t item, int32_t thread) {
     for (int32_t l = L; l >= 0; l--) /* back to where each level starts */
         start[l + 1] = start[l];
     start[0] = 0;
-    jb->sums(jb->p + (size_t)i * t, (size_t)W * t, G, jb->v, key, start, d, L, acc, mass);
+    jb->sums(jb->p + (size_t)i * t, (size_t)W * t, G, jb->v, key, start, d, L, jb->finite,
+             jb->lws + (size_t)thread * t, acc, mass);
     for (int32_t h = 0; h < G; h++) {
         const float *ah = acc + (size_t)h * (L + 1) * d, *mh = mass + (size_t)h * (L + 1);
         if (jb->errors) {
@@ -168,7 +171,10 @@ static void errors_item(void *arg, int32_t item, int32_t thread) {
 
 /* The plain loop for a d no vector width divides. */
 static void level_sums_plain(const float *p, size_t p_stride, int32_t G, const float *v, const int32_t *key,
-                             const int32_t *start, int32_t d, int32_t n_levels, float *acc, float *mass) {
+                             const int32_t *start, int32_t d, int32_t n_levels, const uint8_t *finite,
+                             fg_level_key *work, float *acc, float *mass) {
+    (void)finite;
+    (void)work;
     memset(acc, 0, (size_t)G * (n_levels + 1) * d * sizeof *acc);
     memset(mass, 0, (size_t)G * (n_levels + 1) * sizeof *mass);
     for (int32_t h = 0; h < G; h++)
@@ -218,18 +224,32 @@ fg_status fg_cpu_adaptive_errors(fg_backend *be, const fg_shape *shape, const fg
     float *fws = malloc((size_t)threads * G * cells * sizeof *fws);
     double *dws = malloc((size_t)threads * (cells + 2 * (size_t)(d + 1)) * sizeof *dws);
     int32_t *iws = malloc((size_t)threads * ((size_t)t + n_levels + 2) * sizeof *iws);
-    if (!fws || !dws || !iws) {
+    fg_level_key *lws = malloc((size_t)threads * t * sizeof *lws);
+    uint8_t *finite = malloc((size_t)t);
+    if (!fws || !dws || !iws || !lws || !finite) {
         free(fws);
         free(dws);
         free(iws);
+        free(lws);
+        free(finite);
         return be->err(be->err_sink, FG_ERR_OUT_OF_MEMORY, "out of host memory for the adaptive mode's sums");
     }
     const float *v = u->scratch + (size_t)t * d;
-    errors_job jb = {u, v, v + (size_t)t * d, entry, G, d, n_sets, n_levels, mass, NULL, NULL, fws, dws, iws, err};
+    for (int32_t j = 0; j < t; j++) { /* x - x is 0 for a finite x, NaN for an infinite or NaN one */
+        float z = 0.0f;
+        for (int32_t x = 0; x < d; x++)
+            z += v[(size_t)j * d + x] - v[(size_t)j * d + x];
+        finite[j] = z == 0.0f;
+    }
+    errors_job jb = {.u = u, .v = v, .p = v + (size_t)t * d, .entry = entry, .G = G, .d = d, .n_sets = n_sets,
+                     .n_levels = n_levels, .mass = mass, .fws = fws, .dws = dws, .iws = iws, .lws = lws,
+                     .finite = finite, .err = err};
     level_fns(be, d, &jb.sums, &jb.errors);
     const fg_status st = fg_threadpool_run(be->threads, u->n_rows * n_sets, errors_item, (void *)&jb);
     free(fws);
     free(dws);
     free(iws);
+    free(lws);
+    free(finite);
     return st;
 }

@@ -123,6 +123,7 @@ typedef struct errors_job {
     double *dws;  /* [threads][(n_levels + 1) (d + 1) + 2 (d + 1)] */
     int32_t *iws; /* [threads][t + n_levels + 2]: the keys by level, where each level starts */
     fg_level_key *lws; /* [threads][t]: a level's keys for the sums */
+    float *pws;        /* [threads][t][4]: four heads' weights side by side */
     const uint8_t *finite; /* [t]: whether V row j is finite */
     double *err;
 } errors_job;
@@ -153,7 +154,7 @@ static void errors_item(void *arg, int32_t item, int32_t thread) {
         start[l + 1] = start[l];
     start[0] = 0;
     jb->sums(jb->p + (size_t)i * t, (size_t)W * t, G, jb->v, key, start, d, L, jb->finite,
-             jb->lws + (size_t)thread * t, acc, mass);
+             jb->lws + (size_t)thread * t, jb->pws + (size_t)thread * t * 4, acc, mass);
     for (int32_t h = 0; h < G; h++) {
         const float *ah = acc + (size_t)h * (L + 1) * d, *mh = mass + (size_t)h * (L + 1);
         if (jb->errors) {
@@ -172,9 +173,10 @@ static void errors_item(void *arg, int32_t item, int32_t thread) {
 /* The plain loop for a d no vector width divides. */
 static void level_sums_plain(const float *p, size_t p_stride, int32_t G, const float *v, const int32_t *key,
                              const int32_t *start, int32_t d, int32_t n_levels, const uint8_t *finite,
-                             fg_level_key *work, float *acc, float *mass) {
+                             fg_level_key *work, float *pk, float *acc, float *mass) {
     (void)finite;
     (void)work;
+    (void)pk;
     memset(acc, 0, (size_t)G * (n_levels + 1) * d * sizeof *acc);
     memset(mass, 0, (size_t)G * (n_levels + 1) * sizeof *mass);
     for (int32_t h = 0; h < G; h++)
@@ -225,12 +227,14 @@ fg_status fg_cpu_adaptive_errors(fg_backend *be, const fg_shape *shape, const fg
     double *dws = malloc((size_t)threads * (cells + 2 * (size_t)(d + 1)) * sizeof *dws);
     int32_t *iws = malloc((size_t)threads * ((size_t)t + n_levels + 2) * sizeof *iws);
     fg_level_key *lws = malloc((size_t)threads * t * sizeof *lws);
+    float *pws = malloc((size_t)threads * t * 4 * sizeof *pws);
     uint8_t *finite = malloc((size_t)t);
-    if (!fws || !dws || !iws || !lws || !finite) {
+    if (!fws || !dws || !iws || !lws || !pws || !finite) {
         free(fws);
         free(dws);
         free(iws);
         free(lws);
+        free(pws);
         free(finite);
         return be->err(be->err_sink, FG_ERR_OUT_OF_MEMORY, "out of host memory for the adaptive mode's sums");
     }
@@ -243,13 +247,14 @@ fg_status fg_cpu_adaptive_errors(fg_backend *be, const fg_shape *shape, const fg
     }
     errors_job jb = {.u = u, .v = v, .p = v + (size_t)t * d, .entry = entry, .G = G, .d = d, .n_sets = n_sets,
                      .n_levels = n_levels, .mass = mass, .fws = fws, .dws = dws, .iws = iws, .lws = lws,
-                     .finite = finite, .err = err};
+                     .pws = pws, .finite = finite, .err = err};
     level_fns(be, d, &jb.sums, &jb.errors);
     const fg_status st = fg_threadpool_run(be->threads, u->n_rows * n_sets, errors_item, (void *)&jb);
     free(fws);
     free(dws);
     free(iws);
     free(lws);
+    free(pws);
     free(finite);
     return st;
 }

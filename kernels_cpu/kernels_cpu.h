@@ -74,14 +74,15 @@ fg_cpu_tuning fg_cpu_tuning_detect(void);
  * (start: [n_levels + 2]); head h's weights at p + h p_stride, its sums at
  * acc[h][n_levels + 1][d] and mass[h][n_levels + 1]; d a multiple of the
  * ISA's vector width (8 or 16). finite[j]: whether V row j is finite;
- * work: room for as many fg_level_key as the keys of the largest level. */
+ * work: room for as many fg_level_key as the keys of the largest level;
+ * pk: for 4 floats a key. */
 typedef struct fg_level_key {
     int32_t j;
     float p[4]; /* the weights of the (up to) four heads summed at once */
 } fg_level_key;
 typedef void fg_level_sums_fn(const float *p, size_t p_stride, int32_t G, const float *v, const int32_t *key,
                               const int32_t *start, int32_t d, int32_t n_levels, const uint8_t *finite,
-                              fg_level_key *work, float *acc, float *mass);
+                              fg_level_key *work, float *pk, float *acc, float *mass);
 /* Then the errors of every level from those sums (work: 5 n_levels doubles; d a multiple of 8). */
 typedef void fg_level_errors_fn(const float *acc, const float *mass, int32_t n_levels, int32_t d, int mass_only,
                                 double *work, double *err);

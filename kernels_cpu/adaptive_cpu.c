@@ -239,16 +239,21 @@ fg_status fg_cpu_adaptive_errors(fg_backend *be, const fg_shape *shape, const fg
         return be->err(be->err_sink, FG_ERR_OUT_OF_MEMORY, "out of host memory for the adaptive mode's sums");
     }
     const float *v = u->scratch + (size_t)t * d;
-    for (int32_t j = 0; j < t; j++) { /* x - x is 0 for a finite x, NaN for an infinite or NaN one */
-        float z = 0.0f;
-        for (int32_t x = 0; x < d; x++)
-            z += v[(size_t)j * d + x] - v[(size_t)j * d + x];
-        finite[j] = z == 0.0f;
+    fg_level_sums_fn *sums;
+    fg_level_errors_fn *errors;
+    level_fns(be, d, &sums, &errors);
+    for (int32_t j = 0; sums != level_sums_plain && j < t; j++) { /* an exponent of all ones: Inf or NaN */
+        uint32_t odd = 0;
+        for (int32_t x = 0; x < d; x++) {
+            uint32_t bits;
+            memcpy(&bits, &v[(size_t)j * d + x], sizeof bits);
+            odd |= (bits & 0x7F800000u) == 0x7F800000u;
+        }
+        finite[j] = !odd;
     }
     errors_job jb = {.u = u, .v = v, .p = v + (size_t)t * d, .entry = entry, .G = G, .d = d, .n_sets = n_sets,
                      .n_levels = n_levels, .mass = mass, .fws = fws, .dws = dws, .iws = iws, .lws = lws,
-                     .pws = pws, .finite = finite, .err = err};
-    level_fns(be, d, &jb.sums, &jb.errors);
+                     .pws = pws, .finite = finite, .err = err, .sums = sums, .errors = errors};
     const fg_status st = fg_threadpool_run(be->threads, u->n_rows * n_sets, errors_item, (void *)&jb);
     free(fws);
     free(dws);

@@ -71,7 +71,8 @@ fg_cpu_tuning fg_cpu_tuning_detect(void);
 
 /* The adaptive mode's per-level sums of one observed row for the G heads
  * of a group (level_sums.inc), one per ISA, over keys sorted by level
- * (start: [n_levels + 2]; key: a permutation of 0 .. start[n_levels + 1] - 1); head h's weights at p + h p_stride, its sums at
+ * (start: [n_levels + 2]; key: a permutation of 0 .. start[n_levels + 1] -
+ * 1); head h's weights at p + h p_stride, its sums at
  * acc[h][n_levels + 1][d] and mass[h][n_levels + 1]; d a multiple of the
  * ISA's vector width (8 or 16). finite[j]: whether V row j is finite;
  * work: room for as many fg_level_key as the keys of the largest level;

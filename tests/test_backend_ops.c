@@ -484,8 +484,8 @@ static double nmse_d(const double *a, const double *ref, size_t n) {
 
 /* adaptive_observe and adaptive_errors on one unit: a full cache of t rows
  * (slot j = position j), W observed rows (the last ones and a few earlier),
- * random entry levels for two sets, both error modes. */
-/* poison: V row t / 2 holds an infinite lane, head 0 of every observed row
+ * random entry levels for two sets, both error modes. poison: V row t / 2
+ * holds an infinite lane, head 0 of every observed row
  * ignores it (its query points away from that key) and head 1 attends it
  * evenly (a query of 0): where a row sees the key its errors are not finite,
  * elsewhere they are, on every backend alike. */

@@ -36,6 +36,7 @@ def main():
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     a = ap.parse_args()
     import llama_cpp
+    from smollm2_check import greedy_llama  # beside this script: llama.cpp's greedy ids and logits
 
     llm = llama_cpp.Llama(a.model, n_ctx=1024, n_threads=a.threads, n_batch=512, logits_all=True, verbose=False)
     prompts = json.load(open(os.path.join(a.data, "smollm2-prompts.json"), encoding="utf-8"))
@@ -45,15 +46,9 @@ def main():
         g = json.loads(subprocess.run([a.fastgen, "generate", "-m", a.model, "-p", p, "-n", "1", "--temp", "0",
                                        "--policy", "full", "--json"], capture_output=True, check=True).stdout)
         ids = g["tokens"][:g["n_prompt"]]
-        llm.reset()
-        llm.eval(ids)
-        out, z = [], []
-        for _ in range(a.steps):
-            z.append(np.array(llm.scores[llm.n_tokens - 1], dtype=np.float64))
-            out.append(int(np.argmax(z[-1])))
-            llm.eval([out[-1]])
+        out, z = greedy_llama(llm, ids, a.steps, llm.token_eos())
         forced.append((ids, out))
-        runs["llama.cpp"].append(np.array(z))
+        runs["llama.cpp"].append(np.array(z, dtype=np.float64))
     for act in ("q8", "f32"):
         for backend in ("cpu", "ref"):
             name = f"fastgen {act} {backend}"

@@ -136,6 +136,52 @@ FG_HD static inline void fg_quantize_q8_0(unsigned char *dst, const float *x, in
     }
 }
 
+/* The query that cached rows of a quantized K are dotted with
+ * (docs/design.md §2.5): each block of fg_qblock(d) values rounded to q8_0
+ * as fg_quantize_q8_0 rounds it (ggml's vec_dot_type of q8_0 and q4_0 rows,
+ * what llama.cpp's CPU attention dots them with), so a backend may dot the
+ * two in integers. A block with a value that is not finite, or whose fp16
+ * scale overflows, is left as it is.
+ *
+ * fg_query_q8_block: 1 when the qb values at x round, with *inv the factor
+ * that rounds a value (fg_query_q8_int) and *scale the block's fp16 scale
+ * as a float; 0 when the block stays as it is. */
+FG_HD static inline int fg_query_q8_block(const float *x, int32_t qb, float *inv, float *scale) {
+    float amax = 0.0f;
+    for (int32_t j = 0; j < qb; j++) {
+        const float a = fabsf(x[j]);
+        if (!(a <= 3.402823466e38f)) /* inf or NaN */
+            return 0;
+        amax = a > amax ? a : amax;
+    }
+    const float s = amax / 127.0f;
+    *inv = s != 0.0f ? 1.0f / s : 0.0f;
+    *scale = fg_f16_to_f32(fg_f32_to_f16(s));
+    return *scale <= 65504.0f;
+}
+FG_HD static inline int fg_query_q8_int(float x, float inv) {
+    const float q = roundf(x * inv); /* |q| <= 127 for the finite values of a block that rounds */
+    return (int)(q >= -127.0f && q <= 127.0f ? q : 0.0f);
+}
+/* Value j of the query row x of d values, rounded as above (a device reads
+ * its elements one by one; the host rounds whole rows with the next one). */
+FG_HD static inline float fg_query_q8_value(const float *x, int32_t d, int32_t j) {
+    const int32_t qb = fg_qblock(d);
+    float inv, scale;
+    if (!qb || !fg_query_q8_block(x + (j / qb) * qb, qb, &inv, &scale))
+        return x[j];
+    return (float)fg_query_q8_int(x[j], inv) * scale;
+}
+FG_HD static inline void fg_query_q8_row(float *dst, const float *x, int32_t d) {
+    const int32_t qb = fg_qblock(d);
+    for (int32_t b = 0; qb && b < d / qb; b++) {
+        float inv, scale;
+        const int rounds = fg_query_q8_block(x + b * qb, qb, &inv, &scale);
+        for (int32_t j = b * qb; j < (b + 1) * qb; j++)
+            dst[j] = rounds ? (float)fg_query_q8_int(x[j], inv) * scale : x[j];
+    }
+}
+
 /* a * b rounded once, never fused into a following add (device compilers
  * contract by default; the host build, ISO C11, does not: a build with
  * -ffp-contract=fast and FMA could quantize q4_0 differently from the

@@ -140,6 +140,15 @@ float fg_cpu_decode_attend_plain(const fg_page_layout *L, const fg_shape *shape,
     for (int32_t h0 = 0; h0 < G; h0 += PLAIN_HEADS) {
         const int32_t hn = G - h0 < PLAIN_HEADS ? G - h0 : PLAIN_HEADS;
         const float *q = hd->q + (size_t)h0 * d;
+        /* what the cached K rows are dotted with: the query, rounded to q8_0 when they are quantized
+           (fg_query_q8_row); head_dim <= 1024 (fg_context_create) */
+        float qr[PLAIN_HEADS * 1024];
+        const float *qk = q;
+        if (fg_dtype_quantized(L->k_dtype)) {
+            for (int32_t h = 0; h < hn; h++)
+                fg_query_q8_row(qr + (size_t)h * d, q + (size_t)h * d, d);
+            qk = qr;
+        }
         float *out = hd->out + (size_t)h0 * d;
         float m[PLAIN_HEADS], l[PLAIN_HEADS], self[PLAIN_HEADS];
         for (int32_t h = 0; h < hn; h++) {
@@ -151,7 +160,7 @@ float fg_cpu_decode_attend_plain(const fg_page_layout *L, const fg_shape *shape,
         for (int32_t s = 0; s < n; s++) {
             const void *kr = fg_slot_k(L, pages, meta, s), *vr = fg_slot_v(L, pages, meta, s);
             for (int32_t h = 0; h < hn; h++) {
-                const float x = dot_cached(q + (size_t)h * d, kr, L->k_dtype, d) * scale;
+                const float x = dot_cached(qk + (size_t)h * d, kr, L->k_dtype, d) * scale;
                 float *o = out + (size_t)h * d;
                 if (x > m[h]) { /* a new max: what came before shrinks by e^(m_old - x) */
                     const float shrink = expf(m[h] - x);
@@ -179,7 +188,7 @@ float fg_cpu_decode_attend_plain(const fg_page_layout *L, const fg_shape *shape,
             const void *kr = fg_slot_k(L, pages, meta, s);
             float gained = 0.0f;
             for (int32_t h = 0; h < hn; h++)
-                gained += expf(dot_cached(q + (size_t)h * d, kr, L->k_dtype, d) * scale - m[h]) * l[h];
+                gained += expf(dot_cached(qk + (size_t)h * d, kr, L->k_dtype, d) * scale - m[h]) * l[h];
             float *score = fg_slot_score(L, meta, s);
             /* FG_SCORE_LAST: this step's attention alone (as ref, a NaN score does not carry over) */
             *score = h0 > 0 || keep != 0.0f ? *score + gained : gained;

@@ -55,6 +55,16 @@ static int bf16_dots(fg_cpu_isa isa, fg_dtype dtype, int32_t d, int32_t G) {
     return isa == FG_ISA_AVX512_BF16 && dtype == FG_DTYPE_BF16 && d % 32 == 0 && G == 8;
 }
 
+/* Whether the step dots quantized K rows with the rounded query in integers
+ * (AVX2's kernel, on AVX-512 CPUs too: vpmaddubsw does 32 products a
+ * vector, where widening a row costs more than its FMAs): K and V in one
+ * quantized dtype, blocks of 32, groups of up to 8 (larger ones widen each
+ * block once into scratch). */
+static int int_dots(fg_cpu_isa isa, const fg_page_layout *L, int32_t d, int32_t G) {
+    return isa >= FG_ISA_AVX2 && L->k_dtype == L->v_dtype && fg_dtype_quantized(L->k_dtype) && d % 32 == 0 &&
+           G <= 8;
+}
+
 /* The attention kernel for the layout's dtypes on this ISA; K and V in two
  * dtypes take the mixed kernel and the two widen functions. */
 static fg_attend_chunk_fn *isa_kernel(fg_cpu_isa isa, const fg_page_layout *L, int32_t d, int32_t G,
@@ -82,6 +92,8 @@ static fg_attend_chunk_fn *isa_kernel(fg_cpu_isa isa, const fg_page_layout *L, i
         *widen_k = *widen_v = NULL;
         return fg_cpu_attend_chunk_bf16_avx512bf16;
     }
+    if (int_dots(isa, L, d, G))
+        PICK(avx2);
     if (isa >= FG_ISA_AVX512)
         PICK(avx512);
     if (isa == FG_ISA_AVX2)
@@ -130,6 +142,30 @@ static fg_status workspace(fg_backend *be, fg_cpu_state *st, size_t bytes) {
 }
 
 static size_t up64(size_t x) { return (x + 63) / 64 * 64; }
+
+/* The G query heads at q (d values each, d % 32 == 0) for the integer dots
+ * with quantized K rows: each block's 32 values as fg_query_q8_row rounds
+ * them, in qi; per block, 8 lanes of its fp16 scale times `scale` in qd,
+ * and in qc lane l's 8 (q_4l + ... + q_4l+3), the offset a q4_0 row's
+ * nibbles carry (sum_i q_i (u_i - 8) = sum_i q_i u_i - 8 sum_i q_i, lane by
+ * lane as vpmaddubsw and vpmaddwd add them). 0 when a block does not round
+ * (fg_query_q8_block): the step then dots the rounded floats. */
+static int query_q8_ints(const float *q, int32_t G, int32_t d, float scale, int8_t *qi, float *qd, int32_t *qc) {
+    for (int32_t b = 0; b < G * d / 32; b++) {
+        const float *x = q + (size_t)b * 32;
+        float inv, qscale;
+        if (!fg_query_q8_block(x, 32, &inv, &qscale))
+            return 0;
+        for (int32_t i = 0; i < 32; i++)
+            qi[(size_t)b * 32 + i] = (int8_t)fg_query_q8_int(x[i], inv);
+        for (int32_t l = 0; l < 8; l++) {
+            const int8_t *m = qi + (size_t)b * 32 + 4 * l;
+            qd[(size_t)b * 8 + l] = qscale * scale;
+            qc[(size_t)b * 8 + l] = 8 * (m[0] + m[1] + m[2] + m[3]);
+        }
+    }
+    return 1;
+}
 
 /* One decode step in two jobs. The first: a task per work item, longest
  * first, then one per head without items; the thread that finishes a head's
@@ -321,7 +357,15 @@ fg_status fg_cpu_decode_step(fg_backend *be, const fg_page_layout *layout, const
     const int bf16 = layout->k_dtype == layout->v_dtype && bf16_dots(isa, layout->k_dtype, d, G);
     fg_widen_row_fn *widen_k, *widen_v;
     fg_attend_chunk_fn *attend = isa_kernel(isa, layout, d, G, &widen_k, &widen_v);
-    const size_t off_qb = off_q + up64((size_t)n_heads * G * d * sizeof(float));
+    /* a quantized K: the rounded query (fg_query_q8_row) scaled, and for the integer dots its
+       8-bit values, each block's scale (times 1/sqrt(d)) and q4_0's offsets, 8 lanes each */
+    const int qk = fg_dtype_quantized(layout->k_dtype), qdots = int_dots(isa, layout, d, G);
+    const size_t nq = (size_t)n_heads * G * d, nqb = (size_t)n_heads * G * (size_t)(d / 32) * 8;
+    const size_t off_qk = off_q + up64(nq * sizeof(float));
+    const size_t off_qi = off_qk + (qk ? up64(nq * sizeof(float)) : 0);
+    const size_t off_qd = off_qi + (qdots ? up64(nq) : 0);
+    const size_t off_qc = off_qd + (qdots ? up64(nqb * sizeof(float)) : 0);
+    const size_t off_qb = off_qc + (qdots ? up64(nqb * sizeof(int32_t)) : 0);
     const size_t off_state = off_qb + (bf16 ? up64((size_t)n_heads * G * d * sizeof(uint16_t)) : 0);
     const size_t off_raw = off_state + up64((size_t)n_items * G * (d + 2) * sizeof(float));
     const size_t off_buf = off_raw + up64(raw_floats * sizeof(float));
@@ -353,6 +397,25 @@ fg_status fg_cpu_decode_step(fg_backend *be, const fg_page_layout *layout, const
         float *q = qs + (size_t)i * G * d;
         for (int32_t c = 0; c < G * d; c++)
             q[c] = hd->q[c] * scale;
+        float *q_cached = q; /* what the cached K rows are dotted with */
+        if (qk) {
+            q_cached = (float *)(void *)(ws + off_qk) + (size_t)i * G * d;
+            for (int32_t h = 0; h < G; h++)
+                fg_query_q8_row(q_cached + (size_t)h * d, hd->q + (size_t)h * d, d);
+            for (int32_t c = 0; c < G * d; c++)
+                q_cached[c] *= scale;
+        }
+        int8_t *qi = NULL;
+        float *qd = NULL;
+        int32_t *qc = NULL;
+        if (qdots) {
+            const size_t at = (size_t)i * G * (size_t)(d / 32) * 8;
+            qi = (int8_t *)(void *)(ws + off_qi) + (size_t)i * G * d;
+            qd = (float *)(void *)(ws + off_qd) + at;
+            qc = (int32_t *)(void *)(ws + off_qc) + at;
+            if (!query_q8_ints(hd->q, G, d, scale, qi, qd, qc))
+                qi = NULL; /* a block that does not round: the float dots of q_cached */
+        }
         uint16_t *qb = qbs ? qbs + (size_t)i * G * d : NULL;
         for (int32_t c = 0; qb && c < G * d; c++)
             qb[c] = fg_f32_to_bf16(hd->q[c]);
@@ -366,7 +429,10 @@ fg_status fg_cpu_decode_step(fg_backend *be, const fg_page_layout *layout, const
             a->end = a->begin + FG_CPU_CHUNK < hd->n_slots ? a->begin + FG_CPU_CHUNK : hd->n_slots;
             a->G = G;
             a->d = d;
-            a->q = q;
+            a->q = q_cached;
+            a->qi = qi;
+            a->qd = qd;
+            a->qc = qc;
             a->qb = qb;
             a->scale = scale;
             a->m = state + (size_t)item * G * (d + 2);

@@ -139,7 +139,12 @@ typedef struct fg_attend_chunk {
     void *const *pages, *const *meta; /* row and meta pages */
     int32_t begin, end;
     int32_t G, d;
-    const float *q;    /* [G][d] already scaled by 1/sqrt(d) */
+    const float *q;    /* [G][d] already scaled by 1/sqrt(d); rounded first for a quantized K (fg_query_q8_row) */
+    /* a quantized K, d % 32 == 0, AVX2: the rounded query in integers (decode_step_cpu.c's
+       query_q8_ints), or NULL */
+    const int8_t *qi;   /* [G][d] */
+    const float *qd;    /* [G][d / 32][8] each block's scale times 1/sqrt(d) */
+    const int32_t *qc;  /* [G][d / 32][8] q4_0's offsets */
     const uint16_t *qb; /* [G][d] the unscaled query rounded to bf16 (the bf16-dot kernel's), or NULL */
     float scale;        /* 1/sqrt(d), applied to the bf16 dots */
     float *m, *l;      /* [G] partial max and sum */

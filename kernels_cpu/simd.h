@@ -122,6 +122,48 @@ FG_SIMD_AVX2_TARGET static inline __m256 fg_q8_lanes256(const unsigned char *p, 
     const __m128i b = _mm_loadl_epi64((const __m128i *)(const void *)(blk + 2 + (c & ((1 << qs) - 1))));
     return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)), _mm256_set1_ps(scale));
 }
+/* The integer dots of a quantized block of 32 values with the query's 8-bit
+ * ones (decode_step_cpu.c's query_q8_ints). q4_0's 32 nibbles as bytes,
+ * value i in byte i: */
+FG_SIMD_AVX2_TARGET static inline __m256i fg_q4_bytes256(const unsigned char *v) {
+    const __m128i x = _mm_loadu_si128((const __m128i *)(const void *)v);
+    const __m256i both = _mm256_inserti128_si256(_mm256_castsi128_si256(x), _mm_srli_epi16(x, 4), 1);
+    return _mm256_and_si256(both, _mm256_set1_epi8(0x0f));
+}
+/* Lane l: u_4l q_4l + ... + u_4l+3 q_4l+3 for unsigned bytes u and signed q
+ * (|u|, |q| <= 127: no pair of products saturates vpmaddubsw's int16). */
+FG_SIMD_AVX2_TARGET static inline __m256i fg_dot_u8s8_256(__m256i u, __m256i q) {
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, q), _mm256_set1_epi16(1));
+}
+/* n (1, 2 or 4) vectors of 8 values of a quantized block of 32 from value
+ * o (o % 8n == 0; v: the block's bytes after its scale), widened to fp32
+ * without the scale (the caller folds it into the factor it multiplies
+ * them by). q4_0: the values' 16 nibbles of a half-block as bytes less 8,
+ * widened 8 at a time. */
+FG_SIMD_AVX2_TARGET static inline __attribute__((always_inline)) void fg_q4_raw256(const unsigned char *v, int32_t o,
+                                                                                 int n, __m256 *out) {
+    const __m128i m15 = _mm_set1_epi8(0x0f), k8 = _mm_set1_epi8(8);
+    if (n == 1) {
+        __m128i b = _mm_loadl_epi64((const __m128i *)(const void *)(v + (o & 15)));
+        if (o >= 16)
+            b = _mm_srli_epi16(b, 4);
+        out[0] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_sub_epi8(_mm_and_si128(b, m15), k8)));
+        return;
+    }
+    const __m128i x = _mm_loadu_si128((const __m128i *)(const void *)v);
+    for (int g = 0; g < n / 2; g++) {
+        const __m128i u = o + 16 * g >= 16 ? _mm_srli_epi16(x, 4) : x;
+        const __m128i b = _mm_sub_epi8(_mm_and_si128(u, m15), k8);
+        out[2 * g] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
+        out[2 * g + 1] = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_unpackhi_epi64(b, b)));
+    }
+}
+FG_SIMD_AVX2_TARGET static inline __attribute__((always_inline)) void fg_q8_raw256(const unsigned char *v, int32_t o,
+                                                                                 int n, __m256 *out) {
+    for (int u = 0; u < n; u++)
+        out[u] = _mm256_cvtepi32_ps(
+            _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(v + o + 8 * u))));
+}
 FG_SIMD_AVX2_TARGET static inline __m256 fg_q4_lanes256(const unsigned char *p, int32_t c, int32_t qs, float scale) {
     const int32_t half = 1 << (qs - 1), o = c & ((1 << qs) - 1);
     const unsigned char *blk = p + (size_t)(c >> qs) * ((1u << (qs - 1)) + 2);

@@ -184,9 +184,11 @@ __global__ static void FG_BLOCK_BOUNDS attend_chunks(fg_gpu_layout L, int32_t G,
      * and the grouped kernels waited on shared memory: docs/backends.md). In
      * registers it would cost the four-head kernel its second block a
      * multiprocessor. */
+    const bool q8_query = fg_dtype_quantized((fg_dtype)dtype); /* rounded as every backend rounds it */
     for (int32_t i = threadIdx.x; i < GB * d; i += T) {
         const int32_t g = i / d, c = i % d;
-        qs[(g * EPL + c % EPL) * lanes + c / EPL] = h.q[(size_t)g0 * d + i] * scale;
+        const float *qg = h.q + (size_t)(g0 + g) * d;
+        qs[(g * EPL + c % EPL) * lanes + c / EPL] = (q8_query ? fg_query_q8_value(qg, d, c) : qg[c]) * scale;
     }
 
     float m[GBM], l[GBM], acc[GBM][EPL];

@@ -112,13 +112,19 @@ static void attend_head(const fg_page_layout *L, const fg_shape *shape, const fg
         for (int32_t s = 0; s < n; s++)
             *fg_slot_score(L, meta, s) = 0.0f;
     *new_score = 0.0f;
+    float qr[1024]; /* head_dim <= 1024 (fg_context_create) */
     for (int32_t h = 0; h < G; h++) {
         const float *q = hd->q + (size_t)h * d;
+        const float *qk = q; /* what the cached K rows are dotted with */
+        if (fg_dtype_quantized(L->k_dtype)) {
+            fg_query_q8_row(qr, q, d);
+            qk = qr;
+        }
         float *o = hd->out + (size_t)h * d;
         const float s_new = dot_f32(q, hd->k, d) * scale;
         float m = s_new;
         for (int32_t s = 0; s < n; s++) {
-            float x = dot_row(q, fg_slot_k(L, pages, meta, s), L->k_dtype, d) * scale;
+            float x = dot_row(qk, fg_slot_k(L, pages, meta, s), L->k_dtype, d) * scale;
             if (x > m)
                 m = x;
         }
@@ -127,7 +133,7 @@ static void attend_head(const fg_page_layout *L, const fg_shape *shape, const fg
         for (int32_t c = 0; c < d; c++)
             o[c] = p_new * hd->v[c];
         for (int32_t s = 0; s < n; s++) {
-            float p = expf(dot_row(q, fg_slot_k(L, pages, meta, s), L->k_dtype, d) * scale - m);
+            float p = expf(dot_row(qk, fg_slot_k(L, pages, meta, s), L->k_dtype, d) * scale - m);
             sum += p;
             const void *vr = fg_slot_v(L, pages, meta, s);
             for (int32_t c = 0; c < d; c++)
@@ -138,7 +144,7 @@ static void attend_head(const fg_page_layout *L, const fg_shape *shape, const fg
         if (track) {
             const float inv = 1.0f / (sum * (float)G);
             for (int32_t s = 0; s < n; s++) {
-                float p = expf(dot_row(q, fg_slot_k(L, pages, meta, s), L->k_dtype, d) * scale - m);
+                float p = expf(dot_row(qk, fg_slot_k(L, pages, meta, s), L->k_dtype, d) * scale - m);
                 *fg_slot_score(L, meta, s) += p * inv;
             }
             *new_score += p_new * inv;

@@ -217,6 +217,11 @@ static int g_shared_rows;
  * they get the same classes and profile (so the same kept rows) and their
  * own K, V and Q. 0: every head alone. */
 static int32_t g_share;
+/* check_decode with a query value of 3e7 in the first block of head 1's
+ * queries: a block whose q8_0 scale overflows fp16, so a quantized K dots
+ * it unrounded (fg_query_q8_row) and the cpu backend leaves the integer
+ * dots for that head's step. */
+static int g_big_query;
 /* V's dtype apart from K's (dt) in the cases below, or -1: V as K */
 static int g_v_dtype = -1;
 
@@ -271,6 +276,8 @@ static void check_decode(backend_pair *bp, int32_t d, int32_t G, fg_dtype dt, in
         fill(Q[i], (size_t)cap * G * d, ties ? 0.0f : 1.5f);
         for (size_t c = 0; g_bf16_queries && c < (size_t)cap * G * d; c++)
             Q[i][c] = fg_bf16_to_f32(fg_f32_to_bf16(Q[i][c]));
+        for (int32_t t = 0; g_big_query && i == 1 && t < cap; t++)
+            Q[i][(size_t)t * G * d + 5] = t % 2 ? 3e7f : -3e7f;
         /* a prefill's state: a random profile through the real policy code */
         for (int32_t j = 0; j < h->t && lead == i; j++) { /* a group's heads: its first's profile */
             col[j] = ties ? (float)rng_int(0, 2) : (float)(rng_uniform() * 3.0);
@@ -763,10 +770,43 @@ static void case_decode_layer(backend_pair *bp) {
     g_share = 0;
 }
 
+/* The query a quantized K is dotted with (fg_query_q8_row): each block
+ * exactly what fg_quantize_q8_0 stores, read back; a block with a NaN, an
+ * inf or a scale past fp16 left bit for bit; fg_query_q8_value (the
+ * devices') the same values one by one. */
+static void check_query_rounding(void) {
+    const int32_t dims[] = {128, 48, 24}; /* blocks of 32, 16 and 8 */
+    for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) {
+        const int32_t d = dims[di], qb = fg_qblock(d);
+        float x[128], r[128];
+        fill(x, (size_t)d, 2.0f);
+        x[qb] = NAN;                            /* block 1: stays */
+        x[2 * qb + 1] = d == 24 ? 1e7f : INFINITY; /* block 2: stays (d = 24: a scale past fp16) */
+        fg_query_q8_row(r, x, d);
+        int same_bytes = 1, kept = 1, one_by_one = 1;
+        for (int32_t b = 0; b < d / qb; b++) {
+            unsigned char blk[34];
+            fg_quantize_q8_0(blk, x + b * qb, qb);
+            for (int32_t j = b * qb; j < (b + 1) * qb; j++) {
+                if (b == 1 || b == 2)
+                    kept &= memcmp(&r[j], &x[j], sizeof(float)) == 0;
+                else
+                    same_bytes &= r[j] == (float)fg_qvalue(blk, FG_DTYPE_Q8_0, qb, j - b * qb) * fg_get_f16(blk);
+                const float v = fg_query_q8_value(x, d, j);
+                one_by_one &= memcmp(&v, &r[j], sizeof(float)) == 0;
+            }
+        }
+        EXPECT(same_bytes, "d=%d: the rounded query is not q8_0's values", (int)d);
+        EXPECT(kept, "d=%d: a block that cannot round was changed", (int)d);
+        EXPECT(one_by_one, "d=%d: fg_query_q8_value differs from fg_query_q8_row", (int)d);
+    }
+}
+
 /* decode on q8_0 / q4_0 rows: blocks of 32, 16 and 8 values, every ISA's
  * widths (d = 8 and 24: no 16-lane kernel), groups above 8 (widened into
  * scratch), long heads */
 static void case_decode_quantized(backend_pair *bp) {
+    check_query_rounding();
     for (int dt = FG_DTYPE_Q8_0; dt <= FG_DTYPE_Q4_0; dt++) {
         check_decode(bp, 128, 4, (fg_dtype)dt, 16, 4, (const int32_t[]){600, 33, 4099, 260},
                      (const uint32_t[]){S | P | F | L, FG_KEEP_FULL, F | L, F}, 8, 0);
@@ -778,6 +818,10 @@ static void case_decode_quantized(backend_pair *bp) {
         check_decode(bp, 24, 8, (fg_dtype)dt, 5, 2, (const int32_t[]){120, 41}, (const uint32_t[]){F | L, N | L}, 12, 0);
         check_decode(bp, 64, 12, (fg_dtype)dt, 16, 2, (const int32_t[]){700, 40}, (const uint32_t[]){F | L, S | P}, 6,
                      0);
+        g_big_query = 1;
+        check_decode(bp, 64, 2, (fg_dtype)dt, 16, 3, (const int32_t[]){300, 200, 100},
+                     (const uint32_t[]){F | L, F, S | P | F | L}, 12, 0);
+        g_big_query = 0;
     }
 }
 

@@ -137,7 +137,7 @@ FG_HD static inline void fg_quantize_q8_0(unsigned char *dst, const float *x, in
 }
 
 /* The query that cached rows of a quantized K are dotted with
- * (docs/design.md §2.5): each block of fg_qblock(d) values rounded to q8_0
+ * (docs/design.md §3.1): each block of fg_qblock(d) values rounded to q8_0
  * as fg_quantize_q8_0 rounds it (ggml's vec_dot_type of q8_0 and q4_0 rows,
  * what llama.cpp's CPU attention dots them with), so a backend may dot the
  * two in integers. A block with a value that is not finite, or whose fp16

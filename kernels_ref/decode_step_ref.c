@@ -1,7 +1,8 @@
 /* One decoding step of one head (docs/design.md §2.5, steps 1-4), as plain
  * loops over the slots:
  *   1. every query head of the group attends over the kept slots plus the
- *      new token's own key/value;
+ *      new token's own key/value (quantized K rows: with the query rounded
+ *      to q8_0, fg_query_q8_row);
  *   2. heads that track scores add the pooled attention to each slot's
  *      score (FG_SCORE_LAST: the score becomes it); a group of heads that
  *      rank together (FG_ALLOC_LAYER) then takes the mean of its scores;

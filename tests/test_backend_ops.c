@@ -378,8 +378,10 @@ static void check_decode(backend_pair *bp, int32_t d, int32_t G, fg_dtype dt, in
     /* q8_0 / q4_0 rows: every backend stores the same bytes (compact
      * compares them) and reads a value back as q * scale, which fp32 holds
      * exactly (an 8-bit integer times an fp16 scale has at most 19
-     * significant bits): the same values as f32 rows, so only the order of
-     * the sums differs, the f32 limit. Each backend quantizes the rows it
+     * significant bits): the same values as f32 rows, dotted with the same
+     * rounded query (fg_query_q8_row, the cpu backend's integer dots
+     * included: their sums are exact), so only the order of the sums
+     * differs, the f32 limit. Each backend quantizes the rows it
      * inserts with the same arithmetic (fg_quantize_q8_0 / _q4_0, IEEE
      * division and roundf on every device), so the kept sets stay exact. */
     const double limit = dt == FG_DTYPE_F32 || fg_dtype_quantized(dt) || g_bf16_queries ? 1e-8 : 5e-4;

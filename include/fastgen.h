@@ -381,7 +381,10 @@ FG_API fg_status fg_policy_rows(const fg_policy *policy, int32_t t, int32_t *win
  * apart (llama.cpp's -ctk and -ctv: q8_0 keys and f16 values, say; ref and
  * cpu). fg_kv_row_bytes() gives a row's size. Profiling at prefill sees the prompt's unquantized K/V; what is read
  * back from the cache later (the adaptive mode's decisions, re-profiling on
- * append) is the quantized rows' values. */
+ * append) is the quantized rows' values. Decoding dots cached Q8_0 / Q4_0 K
+ * rows with the query rounded to Q8_0 blocks of the same size (as ggml dots
+ * them; a block holding a NaN or an inf, or whose scale would overflow
+ * fp16, is used as given), on every backend alike. */
 typedef enum fg_dtype {
     FG_DTYPE_F32 = 0,
     FG_DTYPE_F16 = 1,

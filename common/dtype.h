@@ -174,6 +174,8 @@ FG_HD static inline float fg_query_q8_value(const float *x, int32_t d, int32_t j
 }
 FG_HD static inline void fg_query_q8_row(float *dst, const float *x, int32_t d) {
     const int32_t qb = fg_qblock(d);
+    for (int32_t j = 0; !qb && j < d; j++) /* no block size (d % 8 != 0: no quantized cache takes it): as given */
+        dst[j] = x[j];
     for (int32_t b = 0; qb && b < d / qb; b++) {
         float inv, scale;
         const int rounds = fg_query_q8_block(x + b * qb, qb, &inv, &scale);

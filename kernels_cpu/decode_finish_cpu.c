@@ -125,11 +125,13 @@ static float dot_cached(const float *q, const void *row, fg_dtype dtype, int32_t
  * code. One pass over the slots serves up to PLAIN_HEADS query heads with an
  * online softmax (each head's running max m and sum l; the output so far is
  * rescaled by e^(m_old - m) when the max grows), so each K and V row is read
- * once per pass. The new token's own key starts each head's state. A head
+ * once per pass. The new token's own key (dotted with the query as given)
+ * starts each head's state. A head
  * that tracks scores then reads K once more to turn each slot's scores into
  * its pooled attention, added as the vector path adds it (score = keep *
  * score + sum_h p_h / (l_h G)). */
-float fg_cpu_decode_attend_plain(const fg_page_layout *L, const fg_shape *shape, const fg_decode_head *hd) {
+float fg_cpu_decode_attend_plain(const fg_page_layout *L, const fg_shape *shape, const fg_decode_head *hd,
+                                 const float *q_cached) {
     const int32_t G = shape->n_q_heads / shape->n_kv_heads, d = shape->head_dim, n = hd->n_slots;
     const float scale = 1.0f / sqrtf((float)d);
     const int track = fg_tracks_scores(hd->components);
@@ -139,16 +141,7 @@ float fg_cpu_decode_attend_plain(const fg_page_layout *L, const fg_shape *shape,
 
     for (int32_t h0 = 0; h0 < G; h0 += PLAIN_HEADS) {
         const int32_t hn = G - h0 < PLAIN_HEADS ? G - h0 : PLAIN_HEADS;
-        const float *q = hd->q + (size_t)h0 * d;
-        /* what the cached K rows are dotted with: the query, rounded to q8_0 when they are quantized
-           (fg_query_q8_row); head_dim <= 1024 (fg_context_create) */
-        float qr[PLAIN_HEADS * 1024];
-        const float *qk = q;
-        if (fg_dtype_quantized(L->k_dtype)) {
-            for (int32_t h = 0; h < hn; h++)
-                fg_query_q8_row(qr + (size_t)h * d, q + (size_t)h * d, d);
-            qk = qr;
-        }
+        const float *q = hd->q + (size_t)h0 * d, *qk = q_cached + (size_t)h0 * d;
         float *out = hd->out + (size_t)h0 * d;
         float m[PLAIN_HEADS], l[PLAIN_HEADS], self[PLAIN_HEADS];
         for (int32_t h = 0; h < hn; h++) {
@@ -160,7 +153,7 @@ float fg_cpu_decode_attend_plain(const fg_page_layout *L, const fg_shape *shape,
         for (int32_t s = 0; s < n; s++) {
             const void *kr = fg_slot_k(L, pages, meta, s), *vr = fg_slot_v(L, pages, meta, s);
             for (int32_t h = 0; h < hn; h++) {
-                const float x = dot_cached(qk + (size_t)h * d, kr, L->k_dtype, d) * scale;
+                const float x = dot_cached(qk + (size_t)h * d, kr, L->k_dtype, d);
                 float *o = out + (size_t)h * d;
                 if (x > m[h]) { /* a new max: what came before shrinks by e^(m_old - x) */
                     const float shrink = expf(m[h] - x);
@@ -188,17 +181,13 @@ float fg_cpu_decode_attend_plain(const fg_page_layout *L, const fg_shape *shape,
             const void *kr = fg_slot_k(L, pages, meta, s);
             float gained = 0.0f;
             for (int32_t h = 0; h < hn; h++)
-                gained += expf(dot_cached(qk + (size_t)h * d, kr, L->k_dtype, d) * scale - m[h]) * l[h];
+                gained += expf(dot_cached(qk + (size_t)h * d, kr, L->k_dtype, d) - m[h]) * l[h];
             float *score = fg_slot_score(L, meta, s);
             /* FG_SCORE_LAST: this step's attention alone (as ref, a NaN score does not carry over) */
             *score = h0 > 0 || keep != 0.0f ? *score + gained : gained;
         }
     }
     return new_score;
-}
-
-fg_status fg_cpu_decode_step_plain(const fg_page_layout *L, const fg_shape *shape, const fg_decode_head *hd) {
-    return fg_cpu_decode_finish_head(L, hd, fg_cpu_decode_attend_plain(L, shape, hd), NULL);
 }
 
 int fg_cpu_decode_share(const fg_page_layout *L, const fg_decode_head *hds, int32_t n_heads) {

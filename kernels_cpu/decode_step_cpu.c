@@ -146,10 +146,11 @@ static size_t up64(size_t x) { return (x + 63) / 64 * 64; }
 /* The G query heads at q (d values each, d % 32 == 0) for the integer dots
  * with quantized K rows: each block's 32 values as fg_query_q8_row rounds
  * them, in qi; per block, 8 lanes of its fp16 scale times `scale` in qd,
- * and in qc lane l's 8 (q_4l + ... + q_4l+3), the offset a q4_0 row's
- * nibbles carry (sum_i q_i (u_i - 8) = sum_i q_i u_i - 8 sum_i q_i, lane by
- * lane as vpmaddubsw and vpmaddwd add them). 0 when a block does not round
- * (fg_query_q8_block): the step then dots the rounded floats. */
+ * and in qc (NULL for q8_0 rows) lane l's 8 (q_4l + ... + q_4l+3), the
+ * offset a q4_0 row's nibbles carry (sum_i q_i (u_i - 8) = sum_i q_i u_i -
+ * 8 sum_i q_i, lane by lane as vpmaddubsw and vpmaddwd add them). 0 when a
+ * block does not round (fg_query_q8_block): the step then dots the whole
+ * KV head's rounded floats. */
 static int query_q8_ints(const float *q, int32_t G, int32_t d, float scale, int8_t *qi, float *qd, int32_t *qc) {
     for (int32_t b = 0; b < G * d / 32; b++) {
         const float *x = q + (size_t)b * 32;
@@ -161,7 +162,8 @@ static int query_q8_ints(const float *q, int32_t G, int32_t d, float scale, int8
         for (int32_t l = 0; l < 8; l++) {
             const int8_t *m = qi + (size_t)b * 32 + 4 * l;
             qd[(size_t)b * 8 + l] = qscale * scale;
-            qc[(size_t)b * 8 + l] = 8 * (m[0] + m[1] + m[2] + m[3]);
+            if (qc)
+                qc[(size_t)b * 8 + l] = 8 * (m[0] + m[1] + m[2] + m[3]);
         }
     }
     return 1;
@@ -185,7 +187,8 @@ typedef struct decode_job {
     const int32_t *track; /* the items of the heads that track scores, head by head */
     fg_attend_chunk_fn *attend;
     score_scan_fn *score_scan;
-    const float *qs;
+    const float *qs;     /* [n_heads][G][d] the queries, scaled by 1/sqrt(d) */
+    const float *qks;    /* the same, rounded first for a quantized K (fg_query_q8_row): what cached rows meet */
     unsigned char *bufs; /* the threads' scratch rows */
     size_t per_thread;
     int32_t G, d;
@@ -232,7 +235,7 @@ static void merge_head(decode_job *j, int32_t i) {
     head_plan *hp = &j->plan[i];
     const int32_t G = j->G, d = j->d;
     if (!hp->fast) {
-        head_scored(j, i, fg_cpu_decode_attend_plain(layout, j->shape, hd), NULL);
+        head_scored(j, i, fg_cpu_decode_attend_plain(layout, j->shape, hd, j->qks + (size_t)i * G * d), NULL);
     } else {
         const float *q = j->qs + (size_t)i * G * d;
         float M[FG_MAX_GROUP], Linv[FG_MAX_GROUP], new_score = 0.0f;
@@ -413,7 +416,7 @@ fg_status fg_cpu_decode_step(fg_backend *be, const fg_page_layout *layout, const
             qi = (int8_t *)(void *)(ws + off_qi) + (size_t)i * G * d;
             qd = (float *)(void *)(ws + off_qd) + at;
             qc = (int32_t *)(void *)(ws + off_qc) + at;
-            if (!query_q8_ints(hd->q, G, d, scale, qi, qd, qc))
+            if (!query_q8_ints(hd->q, G, d, scale, qi, qd, layout->k_dtype == FG_DTYPE_Q4_0 ? qc : NULL))
                 qi = NULL; /* a block that does not round: the float dots of q_cached */
         }
         uint16_t *qb = qbs ? qbs + (size_t)i * G * d : NULL;
@@ -473,7 +476,7 @@ fg_status fg_cpu_decode_step(fg_backend *be, const fg_page_layout *layout, const
             track_items[n_track++] = plan[i].first_item + c;
     }
     decode_job job = {layout, shape, heads, plan, items, order, track_items, attend,
-                      isa_score_scan(isa), qs,
+                      isa_score_scan(isa), qs, qk ? (const float *)(void *)(ws + off_qk) : qs,
                       ws + off_buf, per_thread, G, d, -1, -1};
     fg_threadpool *pool = par ? be->threads : NULL;
     fg_threadpool_run(pool, n_items + n_lone, decode_task, (void *)&job);

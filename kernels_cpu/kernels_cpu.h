@@ -33,13 +33,14 @@ void fg_cpu_freq_scan_merge(fg_freq_scan *into, const fg_freq_scan *from);
  * their score update (a head that tracks scores only). */
 fg_status fg_cpu_decode_finish_head(const fg_page_layout *layout, const fg_decode_head *head, float new_score,
                                     const fg_freq_scan *scanned);
-/* The whole step of one head in scalar code: the shapes the vector kernels
+/* Steps 1-2 of one head in scalar code, for the shapes the vector kernels
  * do not take (a head dimension that is not a multiple of 8, groups of
  * more than FG_MAX_GROUP query heads, quantized rows with more than
- * FG_QSCALES blocks). */
-fg_status fg_cpu_decode_step_plain(const fg_page_layout *layout, const fg_shape *shape, const fg_decode_head *head);
-/* Its steps 1-2: returns the new token's pooled self-attention. */
-float fg_cpu_decode_attend_plain(const fg_page_layout *layout, const fg_shape *shape, const fg_decode_head *head);
+ * FG_QSCALES blocks): returns the new token's pooled self-attention.
+ * q_cached: [G][d] what the cached K rows are dotted with, the query scaled
+ * by 1/sqrt(d) (rounded first for a quantized K, fg_query_q8_row). */
+float fg_cpu_decode_attend_plain(const fg_page_layout *layout, const fg_shape *shape, const fg_decode_head *head,
+                                 const float *q_cached);
 /* A group of heads that rank together (FG_ALLOC_LAYER), after their steps
  * 1-2: every slot's score becomes the group's mean (summed in head order).
  * Returns 0, or the first head that does not hold the first one's positions. */

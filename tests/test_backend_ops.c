@@ -805,8 +805,8 @@ static void check_query_rounding(void) {
 }
 
 /* decode on q8_0 / q4_0 rows: blocks of 32, 16 and 8 values, every ISA's
- * widths (d = 8 and 24: no 16-lane kernel), groups above 8 (widened into
- * scratch), long heads */
+ * widths (d = 8 and 24: no 16-lane kernel), groups of 8 and above 8
+ * (widened into scratch), long heads, a query block that cannot round */
 static void case_decode_quantized(backend_pair *bp) {
     check_query_rounding();
     for (int dt = FG_DTYPE_Q8_0; dt <= FG_DTYPE_Q4_0; dt++) {
@@ -820,6 +820,9 @@ static void case_decode_quantized(backend_pair *bp) {
         check_decode(bp, 24, 8, (fg_dtype)dt, 5, 2, (const int32_t[]){120, 41}, (const uint32_t[]){F | L, N | L}, 12, 0);
         check_decode(bp, 64, 12, (fg_dtype)dt, 16, 2, (const int32_t[]){700, 40}, (const uint32_t[]){F | L, S | P}, 6,
                      0);
+        /* the integer dots' groups of 8: V widened 8 values at a time */
+        check_decode(bp, 128, 8, (fg_dtype)dt, 16, 2, (const int32_t[]){300, 90},
+                     (const uint32_t[]){F | L, S | P | F | L}, 10, 0);
         g_big_query = 1;
         check_decode(bp, 64, 2, (fg_dtype)dt, 16, 3, (const int32_t[]){300, 200, 100},
                      (const uint32_t[]){F | L, F, S | P | F | L}, 12, 0);

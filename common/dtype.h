@@ -123,17 +123,27 @@ FG_HD static inline float fg_get_f16(const unsigned char *p) {
  * max|x| / 127, each value rounded to nearest (halves away from zero). A NaN
  * stores 0 and does not enter the scale; an inf, or a magnitude past fp16's
  * range times 127, makes the fp16 scale inf and the block reads back as
- * inf / NaN, as in ggml (no int8 conversion is ever undefined here). */
-FG_HD static inline void fg_quantize_q8_0(unsigned char *dst, const float *x, int32_t qb) {
+ * inf / NaN, as in ggml (no int8 conversion is ever undefined here).
+ * fg_q8_0_scale: the block's scale before its fp16 rounding, and in *inv
+ * the factor fg_q8_0_int rounds each value with (the cache's rows and the
+ * query of a quantized K round through these two). */
+FG_HD static inline float fg_q8_0_scale(const float *x, int32_t qb, float *inv) {
     float amax = 0.0f;
     for (int32_t j = 0; j < qb; j++)
         amax = fabsf(x[j]) > amax ? fabsf(x[j]) : amax;
-    const float scale = amax / 127.0f, inv = scale != 0.0f ? 1.0f / scale : 0.0f;
-    fg_put_f16(dst, fg_f32_to_f16(scale));
-    for (int32_t j = 0; j < qb; j++) {
-        const float q = roundf(x[j] * inv);
-        ((int8_t *)(dst + 2))[j] = (int8_t)(q >= -127.0f && q <= 127.0f ? q : 0.0f);
-    }
+    const float scale = amax / 127.0f;
+    *inv = scale != 0.0f ? 1.0f / scale : 0.0f;
+    return scale;
+}
+FG_HD static inline int fg_q8_0_int(float x, float inv) {
+    const float q = roundf(x * inv);
+    return (int)(q >= -127.0f && q <= 127.0f ? q : 0.0f);
+}
+FG_HD static inline void fg_quantize_q8_0(unsigned char *dst, const float *x, int32_t qb) {
+    float inv;
+    fg_put_f16(dst, fg_f32_to_f16(fg_q8_0_scale(x, qb, &inv)));
+    for (int32_t j = 0; j < qb; j++)
+        ((int8_t *)(dst + 2))[j] = (int8_t)fg_q8_0_int(x[j], inv);
 }
 
 /* The query that cached rows of a quantized K are dotted with
@@ -144,34 +154,16 @@ FG_HD static inline void fg_quantize_q8_0(unsigned char *dst, const float *x, in
  * scale overflows, is left as it is.
  *
  * fg_query_q8_block: 1 when the qb values at x round, with *inv the factor
- * that rounds a value (fg_query_q8_int) and *scale the block's fp16 scale
- * as a float; 0 when the block stays as it is. */
+ * fg_q8_0_int rounds a value with and *scale the block's fp16 scale as a
+ * float; 0 when the block stays as it is. */
 FG_HD static inline int fg_query_q8_block(const float *x, int32_t qb, float *inv, float *scale) {
-    float amax = 0.0f;
-    for (int32_t j = 0; j < qb; j++) {
-        const float a = fabsf(x[j]);
-        if (!(a <= 3.402823466e38f)) /* inf or NaN */
+    for (int32_t j = 0; j < qb; j++)
+        if (!(fabsf(x[j]) <= 3.402823466e38f)) /* inf or NaN */
             return 0;
-        amax = a > amax ? a : amax;
-    }
-    const float s = amax / 127.0f;
-    *inv = s != 0.0f ? 1.0f / s : 0.0f;
-    *scale = fg_f16_to_f32(fg_f32_to_f16(s));
+    *scale = fg_f16_to_f32(fg_f32_to_f16(fg_q8_0_scale(x, qb, inv)));
     return *scale <= 65504.0f;
 }
-FG_HD static inline int fg_query_q8_int(float x, float inv) {
-    const float q = roundf(x * inv); /* |q| <= 127 for the finite values of a block that rounds */
-    return (int)(q >= -127.0f && q <= 127.0f ? q : 0.0f);
-}
-/* Value j of the query row x of d values, rounded as above (a device reads
- * its elements one by one; the host rounds whole rows with the next one). */
-FG_HD static inline float fg_query_q8_value(const float *x, int32_t d, int32_t j) {
-    const int32_t qb = fg_qblock(d);
-    float inv, scale;
-    if (!qb || !fg_query_q8_block(x + (j / qb) * qb, qb, &inv, &scale))
-        return x[j];
-    return (float)fg_query_q8_int(x[j], inv) * scale;
-}
+/* A query row x of d values rounded as above into dst, block by block. */
 FG_HD static inline void fg_query_q8_row(float *dst, const float *x, int32_t d) {
     const int32_t qb = fg_qblock(d);
     for (int32_t j = 0; !qb && j < d; j++) /* no block size (d % 8 != 0: no quantized cache takes it): as given */
@@ -180,7 +172,7 @@ FG_HD static inline void fg_query_q8_row(float *dst, const float *x, int32_t d) 
         float inv, scale;
         const int rounds = fg_query_q8_block(x + b * qb, qb, &inv, &scale);
         for (int32_t j = b * qb; j < (b + 1) * qb; j++)
-            dst[j] = rounds ? (float)fg_query_q8_int(x[j], inv) * scale : x[j];
+            dst[j] = rounds ? (float)fg_q8_0_int(x[j], inv) * scale : x[j];
     }
 }
 

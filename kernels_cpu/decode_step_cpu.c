@@ -158,7 +158,7 @@ static int query_q8_ints(const float *q, int32_t G, int32_t d, float scale, int8
         if (!fg_query_q8_block(x, 32, &inv, &qscale))
             return 0;
         for (int32_t i = 0; i < 32; i++)
-            qi[(size_t)b * 32 + i] = (int8_t)fg_query_q8_int(x[i], inv);
+            qi[(size_t)b * 32 + i] = (int8_t)fg_q8_0_int(x[i], inv);
         for (int32_t l = 0; l < 8; l++) {
             const int8_t *m = qi + (size_t)b * 32 + 4 * l;
             qd[(size_t)b * 8 + l] = qscale * scale;
@@ -188,7 +188,8 @@ typedef struct decode_job {
     fg_attend_chunk_fn *attend;
     score_scan_fn *score_scan;
     const float *qs;     /* [n_heads][G][d] the queries, scaled by 1/sqrt(d) */
-    const float *qks;    /* the same, rounded first for a quantized K (fg_query_q8_row): what cached rows meet */
+    const float *qks;    /* the same, rounded first for a quantized K (fg_query_q8_row): what cached rows meet
+                            in the plain path (the integer dots, which skip it, need fast_ok) */
     unsigned char *bufs; /* the threads' scratch rows */
     size_t per_thread;
     int32_t G, d;
@@ -362,7 +363,7 @@ fg_status fg_cpu_decode_step(fg_backend *be, const fg_page_layout *layout, const
     fg_attend_chunk_fn *attend = isa_kernel(isa, layout, d, G, &widen_k, &widen_v);
     /* a quantized K: the rounded query (fg_query_q8_row) scaled, and for the integer dots its
        8-bit values, each block's scale (times 1/sqrt(d)) and q4_0's offsets, 8 lanes each */
-    const int qk = fg_dtype_quantized(layout->k_dtype), qdots = int_dots(isa, layout, d, G);
+    const int qk = fg_dtype_quantized(layout->k_dtype), qdots = fast_ok && int_dots(isa, layout, d, G);
     const size_t nq = (size_t)n_heads * G * d, nqb = (size_t)n_heads * G * (size_t)(d / 32) * 8;
     const size_t off_qk = off_q + up64(nq * sizeof(float));
     const size_t off_qi = off_qk + (qk ? up64(nq * sizeof(float)) : 0);
@@ -400,14 +401,6 @@ fg_status fg_cpu_decode_step(fg_backend *be, const fg_page_layout *layout, const
         float *q = qs + (size_t)i * G * d;
         for (int32_t c = 0; c < G * d; c++)
             q[c] = hd->q[c] * scale;
-        float *q_cached = q; /* what the cached K rows are dotted with */
-        if (qk) {
-            q_cached = (float *)(void *)(ws + off_qk) + (size_t)i * G * d;
-            for (int32_t h = 0; h < G; h++)
-                fg_query_q8_row(q_cached + (size_t)h * d, hd->q + (size_t)h * d, d);
-            for (int32_t c = 0; c < G * d; c++)
-                q_cached[c] *= scale;
-        }
         int8_t *qi = NULL;
         float *qd = NULL;
         int32_t *qc = NULL;
@@ -418,6 +411,14 @@ fg_status fg_cpu_decode_step(fg_backend *be, const fg_page_layout *layout, const
             qc = (int32_t *)(void *)(ws + off_qc) + at;
             if (!query_q8_ints(hd->q, G, d, scale, qi, qd, layout->k_dtype == FG_DTYPE_Q4_0 ? qc : NULL))
                 qi = NULL; /* a block that does not round: the float dots of q_cached */
+        }
+        float *q_cached = q; /* what the cached K rows are dotted with, where the integer dots do not take them */
+        if (qk && !qi) {
+            q_cached = (float *)(void *)(ws + off_qk) + (size_t)i * G * d;
+            for (int32_t h = 0; h < G; h++)
+                fg_query_q8_row(q_cached + (size_t)h * d, hd->q + (size_t)h * d, d);
+            for (int32_t c = 0; c < G * d; c++)
+                q_cached[c] *= scale;
         }
         uint16_t *qb = qbs ? qbs + (size_t)i * G * d : NULL;
         for (int32_t c = 0; qb && c < G * d; c++)
@@ -432,7 +433,7 @@ fg_status fg_cpu_decode_step(fg_backend *be, const fg_page_layout *layout, const
             a->end = a->begin + FG_CPU_CHUNK < hd->n_slots ? a->begin + FG_CPU_CHUNK : hd->n_slots;
             a->G = G;
             a->d = d;
-            a->q = q_cached;
+            a->q = qi ? NULL : q_cached; /* the integer dots read qi instead */
             a->qi = qi;
             a->qd = qd;
             a->qc = qc;

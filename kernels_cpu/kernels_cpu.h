@@ -140,7 +140,8 @@ typedef struct fg_attend_chunk {
     void *const *pages, *const *meta; /* row and meta pages */
     int32_t begin, end;
     int32_t G, d;
-    const float *q;    /* [G][d] already scaled by 1/sqrt(d); rounded first for a quantized K (fg_query_q8_row) */
+    const float *q;    /* [G][d] already scaled by 1/sqrt(d); rounded first for a quantized K (fg_query_q8_row);
+                          NULL when qi is set */
     /* a quantized K, d % 32 == 0, AVX2: the rounded query in integers (decode_step_cpu.c's
        query_q8_ints), or NULL */
     const int8_t *qi;   /* [G][d] */

@@ -184,11 +184,23 @@ __global__ static void FG_BLOCK_BOUNDS attend_chunks(fg_gpu_layout L, int32_t G,
      * and the grouped kernels waited on shared memory: docs/backends.md). In
      * registers it would cost the four-head kernel its second block a
      * multiprocessor. */
-    const bool q8_query = fg_dtype_quantized((fg_dtype)dtype); /* rounded as every backend rounds it */
-    for (int32_t i = threadIdx.x; i < GB * d; i += T) {
-        const int32_t g = i / d, c = i % d;
-        const float *qg = h.q + (size_t)(g0 + g) * d;
-        qs[(g * EPL + c % EPL) * lanes + c / EPL] = (q8_query ? fg_query_q8_value(qg, d, c) : qg[c]) * scale;
+    if (fg_dtype_quantized((fg_dtype)dtype)) { /* rounded to q8_0 as every backend rounds it: a thread a block */
+        const int32_t qb = fg_qblock(d);
+        for (int32_t b = threadIdx.x; b < GB * d / qb; b += T) {
+            const float *x = h.q + (size_t)g0 * d + (size_t)b * qb;
+            float inv, qscale;
+            const bool rounds = fg_query_q8_block(x, qb, &inv, &qscale);
+            for (int32_t e = 0; e < qb; e++) {
+                const int32_t i = b * qb + e, g = i / d, c = i % d;
+                const float xr = rounds ? (float)fg_q8_0_int(x[e], inv) * qscale : x[e];
+                qs[(g * EPL + c % EPL) * lanes + c / EPL] = xr * scale;
+            }
+        }
+    } else {
+        for (int32_t i = threadIdx.x; i < GB * d; i += T) {
+            const int32_t g = i / d, c = i % d;
+            qs[(g * EPL + c % EPL) * lanes + c / EPL] = h.q[(size_t)g0 * d + i] * scale;
+        }
     }
 
     float m[GBM], l[GBM], acc[GBM][EPL];

@@ -115,7 +115,11 @@ typedef struct fg_cpu_state {
 #define FG_CPU_CHUNK 512 /* slots per decode work item */
 #define FG_CPU_BLOCK 16  /* rows a decode work item scores at once: one rescale, one V pass */
 #define FG_QSCALES 32    /* quantized rows: the most blocks a row may have for the vector kernels */
-#define FG_CPU_PAR_ROWS 8192 /* kept rows x query heads per KV head below which a decode step runs serially */
+/* a decode step whose KV heads hold fewer kept rows in all than this, times
+ * the query heads per KV head, runs serially: a few microseconds of work,
+ * less than handing half to the pool saves (8192 before 2026-12-05 kept
+ * SmolLM2's compressed steps at 1k on one thread) */
+#define FG_CPU_PAR_ROWS 2048
 #define FG_MAX_GROUP 64  /* query heads per KV head on the SIMD path */
 /* compactions that write at least this many K/V bytes bypass the caches
  * (non-temporal stores); smaller ones leave their pages cached for decode */

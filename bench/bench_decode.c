@@ -409,6 +409,11 @@ int main(int argc, char **argv) {
                 }
     fg_backend_close(&be);
     free(stream);
+    if (!dev) { /* the prefetch hint, measured by the first steps */
+        char cpu[256];
+        fg_cpu_describe(cpu, sizeof cpu);
+        printf("# cpu after the run: %s\n", cpu);
+    }
     for (size_t mi = 0; mi < N_MODELS; mi++)
         if (g_n[mi])
             printf("decode G=%d (%s): median bw_fraction of the full-cache 16-bit cases at >= 4k = %.3f\n",

@@ -1,15 +1,19 @@
-/* Per-CPU tuning of the cpu backend (fg_cpu_tuning in kernels_cpu.h).
+/* The cpu backend's tuning (fg_cpu_tuning in kernels_cpu.h): the decode
+ * kernel's prefetch hint, measured on this machine rather than looked up by
+ * CPU model.
  *
- * The prefetch hint of the decode kernel, measured by bench_decode --quick
- * (fraction of the read bandwidth, back to back, 2 threads):
- *   AMD EPYC family 26 model 2 (Zen 5): nta and t0 alike on the summary
- *     (0.748 / 0.777 against 0.766 / 0.785) and at G = 1, 4, 8; nta ahead
- *     on the SmolLM2 shape (G = 3, d = 64: 0.739 / 0.745 against 0.695 /
- *     0.702), so nta;
- *   Intel Xeon family 6 model 207 (Emerald Rapids), as a user measured it:
- *     nta halved the speed (summary 0.43 against 0.80 with t0).
- * Any other CPU takes t0, the hint that never starves the loads. */
+ * The hint changes no result, only the speed, and which is faster depends
+ * on the cache hierarchy (bench_decode --quick, fraction of the read
+ * bandwidth, 2 threads): on AMD family 26 (Zen 5) nta and t0 tied on the
+ * summary and nta led on the SmolLM2 shape (0.739 against 0.695); on an
+ * Intel Emerald Rapids nta halved the speed (0.43 against 0.80). So the
+ * first decode steps of each process that move at least FG_PF_PROBE_BYTES
+ * alternate the two (FG_PF_PROBE_STEPS each, decode_step_cpu.c), and the
+ * faster per byte is kept for the rest of the process: nta only when it is
+ * at least 3 % faster, t0 (which never starves the loads) otherwise and
+ * until then. FASTGEN_PF_LOCALITY=nta|t0 fixes it. */
 #define FG_EXPERIMENTAL /* FG_ADAPTIVE_*, fg_cpu_describe (fastgen.h) */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,20 +24,12 @@
 #include <cpuid.h>
 #endif
 
-typedef struct tuning_row {
-    const char *vendor;
-    int family; /* -1: any */
-    fg_pf_locality pf;
-    const char *source;
-} tuning_row;
-
-static const tuning_row k_rows[] = {
-    {"AuthenticAMD", 26, FG_PF_NTA, "table: AMD family 26 (Zen 5), measured"},
-    {"GenuineIntel", 6, FG_PF_T0, "table: Intel family 6, measured on Emerald Rapids"},
-};
+/* The process's measured hint: 0 until a backend has measured it, else 1 + the fg_pf_locality. */
+static _Atomic int g_measured;
+static const char k_measured[] = "measured by this process's first large decode steps";
 
 fg_cpu_tuning fg_cpu_tuning_detect(void) {
-    fg_cpu_tuning t = {FG_PF_T0, "unknown CPU", "default: no table row for this CPU"};
+    fg_cpu_tuning t = {FG_PF_T0, "unknown CPU", "until the first large decode steps measure it against nta", 0};
     char vendor[13] = "";
     int family = -1, model = -1;
 #if defined(__x86_64__) || defined(__i386__)
@@ -53,21 +49,54 @@ fg_cpu_tuning fg_cpu_tuning_detect(void) {
     }
     snprintf(t.cpu, sizeof t.cpu, "%s family %d model %d", vendor[0] ? vendor : "x86", family, model);
 #endif
-    for (size_t i = 0; i < sizeof k_rows / sizeof k_rows[0]; i++)
-        if (!strcmp(vendor, k_rows[i].vendor) && (k_rows[i].family < 0 || k_rows[i].family == family)) {
-            t.pf_locality = k_rows[i].pf;
-            t.source = k_rows[i].source;
-            break;
-        }
+    const int measured = atomic_load(&g_measured);
+    if (measured) {
+        t.pf_locality = (fg_pf_locality)(measured - 1);
+        t.source = k_measured;
+        t.fixed = 1;
+    }
     const char *env = getenv("FASTGEN_PF_LOCALITY");
     if (env && (!strcmp(env, "nta") || !strcmp(env, "0"))) {
         t.pf_locality = FG_PF_NTA;
         t.source = "FASTGEN_PF_LOCALITY";
+        t.fixed = 1;
     } else if (env && (!strcmp(env, "t0") || !strcmp(env, "3"))) {
         t.pf_locality = FG_PF_T0;
         t.source = "FASTGEN_PF_LOCALITY";
+        t.fixed = 1;
     }
     return t;
+}
+
+fg_pf_locality fg_cpu_pf_probe_step(fg_cpu_tuning *t, fg_pf_probe *p) {
+    if (t->fixed)
+        return t->pf_locality;
+    const int measured = atomic_load(&g_measured);
+    if (measured) { /* another backend of this process finished first */
+        t->pf_locality = (fg_pf_locality)(measured - 1);
+        t->source = k_measured;
+        t->fixed = 1;
+        return t->pf_locality;
+    }
+    return p->steps[0] <= p->steps[1] ? FG_PF_NTA : FG_PF_T0;
+}
+
+fg_pf_locality fg_cpu_pf_choose(const fg_pf_probe *p) { /* seconds per byte, nta against t0 */
+    return p->seconds[0] * p->bytes[1] < 0.97 * p->seconds[1] * p->bytes[0] ? FG_PF_NTA : FG_PF_T0;
+}
+
+void fg_cpu_pf_probe_record(fg_cpu_tuning *t, fg_pf_probe *p, fg_pf_locality pf, double seconds, double bytes) {
+    const int i = pf == FG_PF_NTA ? 0 : 1;
+    p->steps[i]++;
+    p->seconds[i] += seconds;
+    p->bytes[i] += bytes;
+    if (p->steps[0] < FG_PF_PROBE_STEPS || p->steps[1] < FG_PF_PROBE_STEPS)
+        return;
+    int expected = 0;
+    atomic_compare_exchange_strong(&g_measured, &expected, 1 + fg_cpu_pf_choose(p));
+    t->pf_locality = (fg_pf_locality)(atomic_load(&g_measured) - 1); /* the first backend's choice, if another won */
+    t->source = k_measured;
+    t->fixed = 1;
 }
 
 fg_status fg_cpu_describe(char *buf, size_t size) {

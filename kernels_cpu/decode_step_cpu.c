@@ -26,6 +26,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "kernels_cpu/attend_chunk.h"
 #include "kernels_cpu/score_scan.h"
@@ -323,6 +324,12 @@ static void score_task(void *arg, int32_t task, int32_t thread) {
     head_scored(j, a->head, hp->new_score, &scan);
 }
 
+static double seconds_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 fg_status fg_cpu_decode_step(fg_backend *be, const fg_page_layout *layout, const fg_shape *shape, int32_t n_heads,
                              const fg_decode_head *heads) {
     fg_cpu_state *st = be->impl;
@@ -353,6 +360,10 @@ fg_status fg_cpu_decode_step(fg_backend *be, const fg_page_layout *layout, const
     /* a small step runs on the calling thread: waking the pool would cost
      * more than it saves */
     const int par = threads > 1 && step_rows * (size_t)G >= FG_CPU_PAR_ROWS;
+    /* the prefetch hint: until it is chosen, a large step times one of the two (cpu_tuning.c) */
+    const double kv_bytes = (double)step_rows * (double)(layout->k_row_bytes + layout->v_row_bytes);
+    const int probe = fast_ok && !st->tuning.fixed && kv_bytes >= (double)FG_PF_PROBE_BYTES;
+    const fg_pf_locality pf = probe ? fg_cpu_pf_probe_step(&st->tuning, &st->probe) : st->tuning.pf_locality;
     const size_t off_plan = 0;
     const size_t off_item = off_plan + up64((size_t)n_heads * sizeof(head_plan));
     const size_t off_order = off_item + up64((size_t)n_items * sizeof(fg_attend_chunk));
@@ -444,7 +455,7 @@ fg_status fg_cpu_decode_step(fg_backend *be, const fg_page_layout *layout, const
             a->acc = a->l + G;
             a->raw = hp->raw != SIZE_MAX ? raw + hp->raw + a->begin : NULL;
             a->raw_stride = (size_t)hd->n_slots;
-            a->pf_t0 = st->tuning.pf_locality == FG_PF_T0;
+            a->pf_t0 = pf == FG_PF_T0;
             a->widen_k = widen_k;
             a->widen_v = widen_v;
         }
@@ -480,7 +491,10 @@ fg_status fg_cpu_decode_step(fg_backend *be, const fg_page_layout *layout, const
                       isa_score_scan(isa), qs, qk ? (const float *)(void *)(ws + off_qk) : qs,
                       ws + off_buf, per_thread, G, d, -1, -1};
     fg_threadpool *pool = par ? be->threads : NULL;
+    const double t0 = probe ? seconds_now() : 0.0;
     fg_threadpool_run(pool, n_items + n_lone, decode_task, (void *)&job);
+    if (probe)
+        fg_cpu_pf_probe_record(&st->tuning, &st->probe, pf, seconds_now() - t0, kv_bytes);
     if (n_track > 0) {
         for (int32_t i = 0; i < n_heads; i++) /* the second job counts the items again */
             atomic_store(&plan[i].left, plan[i].raw != SIZE_MAX ? plan[i].n_items : 0);

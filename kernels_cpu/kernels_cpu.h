@@ -59,16 +59,31 @@ static inline void fg_prefetch_meta(const fg_page_layout *L, void *const *meta, 
         __builtin_prefetch(page + off, 1, 3);
 }
 
-/* The decode kernel's constants that measured differently across CPUs,
- * picked per CPU when the backend opens (kernels_cpu/cpu_tuning.c): a small
- * table by vendor and family, FASTGEN_PF_LOCALITY=nta|t0 to override. */
+/* The decode kernel's prefetch hint, chosen at run time (cpu_tuning.c):
+ * until this process has measured it, a backend's decode steps that move at
+ * least FG_PF_PROBE_BYTES of K and V alternate nta and t0, FG_PF_PROBE_STEPS
+ * each, and the faster per byte is kept (published for the whole process);
+ * FASTGEN_PF_LOCALITY=nta|t0 fixes it. */
 typedef enum fg_pf_locality { FG_PF_NTA = 0, FG_PF_T0 = 3 } fg_pf_locality;
 typedef struct fg_cpu_tuning {
     fg_pf_locality pf_locality; /* the hint of the decode kernel's software prefetches */
     char cpu[48];               /* "AuthenticAMD family 26 model 2" */
-    const char *source;         /* why: the table row, or the environment */
+    const char *source;         /* why: measured, not yet, or the environment */
+    int fixed;                  /* measured or set: no more probing */
 } fg_cpu_tuning;
+typedef struct fg_pf_probe {
+    int32_t steps[2]; /* steps timed with nta, with t0 */
+    double seconds[2], bytes[2];
+} fg_pf_probe;
+#define FG_PF_PROBE_BYTES ((size_t)256 << 10)
+#define FG_PF_PROBE_STEPS 24
 fg_cpu_tuning fg_cpu_tuning_detect(void);
+/* The hint for a decode step that is to be timed (the probe's next one, or
+ * the choice once made), and that step's time and K/V bytes. */
+fg_pf_locality fg_cpu_pf_probe_step(fg_cpu_tuning *t, fg_pf_probe *p);
+void fg_cpu_pf_probe_record(fg_cpu_tuning *t, fg_pf_probe *p, fg_pf_locality pf, double seconds, double bytes);
+/* The probe's verdict: nta when its seconds per byte are at least 3 % below t0's, else t0. */
+fg_pf_locality fg_cpu_pf_choose(const fg_pf_probe *p);
 
 /* The adaptive mode's per-level sums of one observed row for the G heads
  * of a group (level_sums.inc), one per ISA, over keys sorted by level
@@ -108,6 +123,7 @@ int fg_cpu_threads(const fg_backend *be);
 typedef struct fg_cpu_state {
     fg_cpu_isa isa;
     fg_cpu_tuning tuning;
+    fg_pf_probe probe; /* the prefetch hint's measurement, until tuning.fixed */
     void *ws;        /* decode workspace, grown on demand, 64-byte aligned */
     size_t ws_bytes;
 } fg_cpu_state;

@@ -22,6 +22,7 @@
 
 #include "backends/backend.h"
 #include "common/dtype.h"
+#include "kernels_cpu/kernels_cpu.h"
 #include "fastgen.h"
 #include "tests/support/checks.h"
 #include "tests/support/harness.h"
@@ -385,6 +386,51 @@ static void check_cpu_tuning(void) {
     EXPECT(fg_cpu_describe(tiny, sizeof tiny) == FG_OK && strlen(tiny) == sizeof tiny - 1, "cut to the buffer");
 }
 
+/* The prefetch hint measured at run time: the probe alternates the hints,
+ * keeps t0 unless nta is clearly faster, publishes its choice for the
+ * process (a second backend adopts it; fg_cpu_describe reports it), and a
+ * fixed hint is not probed. Synthetic timings: the decode steps that feed
+ * it on a real machine have nothing to assert. */
+static void check_prefetch_probe(void) {
+    unsetenv("FASTGEN_PF_LOCALITY");
+    fg_cpu_tuning set = fg_cpu_tuning_detect();
+    set.fixed = 1;
+    set.pf_locality = FG_PF_T0;
+    fg_pf_probe none = {{0, 0}, {0.0, 0.0}, {0.0, 0.0}};
+    EXPECT(fg_cpu_pf_probe_step(&set, &none) == FG_PF_T0 && none.steps[0] == 0, "a fixed hint is not probed");
+    const fg_pf_probe nta_ahead = {{24, 24}, {0.90, 1.0}, {1.0, 1.0}}, close = {{24, 24}, {0.98, 1.0}, {1.0, 1.0}};
+    const fg_pf_probe t0_ahead = {{24, 24}, {2.0, 1.0}, {1.0, 1.0}}, more_bytes = {{24, 24}, {1.0, 1.0}, {1.2, 1.0}};
+    EXPECT(fg_cpu_pf_choose(&nta_ahead) == FG_PF_NTA && fg_cpu_pf_choose(&more_bytes) == FG_PF_NTA,
+           "nta 10 %% faster per byte is taken");
+    EXPECT(fg_cpu_pf_choose(&close) == FG_PF_T0 && fg_cpu_pf_choose(&t0_ahead) == FG_PF_T0,
+           "t0 unless nta leads by 3 %%");
+    fg_cpu_tuning t = fg_cpu_tuning_detect(), u = fg_cpu_tuning_detect();
+    fg_pf_probe p = {{0, 0}, {0.0, 0.0}, {0.0, 0.0}}, q = p;
+    EXPECT(!t.fixed && t.pf_locality == FG_PF_T0, "t0 until measured (%s)", t.source);
+    int alternated = 1;
+    for (int s = 0; s < 2 * FG_PF_PROBE_STEPS - 1; s++) { /* t0 1 % slower per byte than nta: not enough */
+        const fg_pf_locality pf = fg_cpu_pf_probe_step(&t, &p);
+        alternated &= pf == (s % 2 ? FG_PF_T0 : FG_PF_NTA);
+        fg_cpu_pf_probe_record(&t, &p, pf, pf == FG_PF_NTA ? 1.00e-3 : 1.01e-3, 1e6);
+    }
+    EXPECT(alternated && !t.fixed, "the probe alternates nta and t0, %d steps each", FG_PF_PROBE_STEPS);
+    fg_cpu_pf_probe_record(&t, &p, fg_cpu_pf_probe_step(&t, &p), 1.01e-3, 1e6);
+    EXPECT(t.fixed && t.pf_locality == FG_PF_T0 && strstr(t.source, "measured"), "a 1 %% lead keeps t0: %s",
+           t.source);
+    for (int s = 0; s < 2 * FG_PF_PROBE_STEPS; s++) { /* this one would take nta: the process has chosen */
+        const fg_pf_locality pf = fg_cpu_pf_probe_step(&u, &q);
+        if (!u.fixed)
+            fg_cpu_pf_probe_record(&u, &q, pf, pf == FG_PF_NTA ? 0.5e-3 : 1e-3, 1e6);
+    }
+    EXPECT(u.fixed && u.pf_locality == FG_PF_T0, "a second backend takes the process's choice");
+    char buf[256];
+    EXPECT(fg_cpu_describe(buf, sizeof buf) == FG_OK && strstr(buf, "prefetch t0 (measured"), "%s", buf);
+    setenv("FASTGEN_PF_LOCALITY", "nta", 1);
+    EXPECT(fg_cpu_describe(buf, sizeof buf) == FG_OK && strstr(buf, "prefetch nta (FASTGEN_PF_LOCALITY)"),
+           "the environment still overrides: %s", buf);
+    unsetenv("FASTGEN_PF_LOCALITY");
+}
+
 /* A GPU backend reads K and V in one dtype: a context that sets them apart
  * is refused at creation, with what to do instead. */
 static void check_kv_apart_refused(const char *backend) {
@@ -599,6 +645,7 @@ int main(int argc, char **argv) {
     test_seed("test_backend");
     check_wrong_use();
     check_cpu_tuning();
+    check_prefetch_probe();
     check_act_dtype("ref");
     const char *all[] = {"cpu", "cuda", "hip"};
     const char **names = argc > 1 ? (const char **)argv + 1 : all;

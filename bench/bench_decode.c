@@ -16,7 +16,10 @@
  * stationary: nothing is inserted or evicted). Bytes = kept rows x 2 x the
  * row's bytes (scales included for q8_0 / q4_0). The ceiling is a streaming read of >= 4x the LLC timed in the
  * same interleaved loop, so the fraction of bandwidth compares runs made
- * moments apart (this machine's bandwidth drifts between runs). Last line:
+ * moments apart (this machine's bandwidth drifts between runs). On the cpu
+ * backend the prefetch hint is measured during the first group's steps,
+ * which therefore mix the two (FASTGEN_PF_LOCALITY=nta|t0 fixes it); the
+ * hint taken is printed after the run. Last line:
  *   decode summary: bw_fraction=F efficiency=E
  * over the FastGen-mix cases at >= 4k context (medians), after one line per
  * group size G: the median fraction of its full-cache 16-bit cases at >= 4k,
@@ -409,7 +412,7 @@ int main(int argc, char **argv) {
                 }
     fg_backend_close(&be);
     free(stream);
-    if (!dev) { /* the prefetch hint, measured by the first steps */
+    if (!dev) { /* the prefetch hint, measured during the first group's steps (which mix the two hints) */
         char cpu[256];
         fg_cpu_describe(cpu, sizeof cpu);
         printf("# cpu after the run: %s\n", cpu);

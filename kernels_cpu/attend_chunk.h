@@ -22,7 +22,7 @@
 #define FN(name) CAT3(fg_cpu_##name, DTN, ISAN)
 
 /* Blocks a decode item ahead of the one it reads that it prefetches (a
- * compile-time tunable). The locality hint is the CPU's (cpu_tuning.c). */
+ * compile-time tunable). The locality hint is measured at run time (cpu_tuning.c). */
 #ifndef FG_PF_BLOCKS
 #define FG_PF_BLOCKS 1
 #endif

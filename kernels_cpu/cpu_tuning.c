@@ -6,12 +6,14 @@
  * on the cache hierarchy (bench_decode --quick, fraction of the read
  * bandwidth, 2 threads): on AMD family 26 (Zen 5) nta and t0 tied on the
  * summary and nta led on the SmolLM2 shape (0.739 against 0.695); on an
- * Intel Emerald Rapids nta halved the speed (0.43 against 0.80). So the
- * first decode steps of each process that move at least FG_PF_PROBE_BYTES
- * alternate the two (FG_PF_PROBE_STEPS each, decode_step_cpu.c), and the
- * faster per byte is kept for the rest of the process: nta only when it is
- * at least 3 % faster, t0 (which never starves the loads) otherwise and
- * until then. FASTGEN_PF_LOCALITY=nta|t0 fixes it. */
+ * Intel Emerald Rapids, as a user measured it, nta halved the speed (0.43
+ * against 0.80). So each backend times its first large decode steps with
+ * both (kernels_cpu.h: which steps, how many, in what order), compares the
+ * median seconds per byte (a step that lost its core to another process
+ * moves a median little), keeps nta only when it is at least 3 % faster
+ * and t0, which never starves the loads, otherwise and until then, and
+ * publishes the choice for the process: later backends, and those still
+ * probing, take it. FASTGEN_PF_LOCALITY=nta|t0 fixes it. */
 #define FG_EXPERIMENTAL /* FG_ADAPTIVE_*, fg_cpu_describe (fastgen.h) */
 #include <stdatomic.h>
 #include <stdio.h>
@@ -78,18 +80,39 @@ fg_pf_locality fg_cpu_pf_probe_step(fg_cpu_tuning *t, fg_pf_probe *p) {
         t->fixed = 1;
         return t->pf_locality;
     }
-    return p->steps[0] <= p->steps[1] ? FG_PF_NTA : FG_PF_T0;
+    if (p->skipped < FG_PF_PROBE_SKIP)
+        return t->pf_locality;
+    const int32_t k = p->steps[0] + p->steps[1]; /* nta, t0, t0, nta, nta, t0, ...: 24 each after 48 */
+    return ((k + 1) / 2) % 2 == 0 ? FG_PF_NTA : FG_PF_T0;
 }
 
-fg_pf_locality fg_cpu_pf_choose(const fg_pf_probe *p) { /* seconds per byte, nta against t0 */
-    return p->seconds[0] * p->bytes[1] < 0.97 * p->seconds[1] * p->bytes[0] ? FG_PF_NTA : FG_PF_T0;
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+fg_pf_locality fg_cpu_pf_choose(fg_pf_probe *p) {
+    double med[2];
+    for (int i = 0; i < 2; i++) {
+        const int32_t n = p->steps[i] < FG_PF_PROBE_STEPS ? p->steps[i] : FG_PF_PROBE_STEPS;
+        if (n == 0)
+            return FG_PF_T0;
+        qsort(p->per_byte[i], (size_t)n, sizeof p->per_byte[i][0], cmp_double);
+        med[i] = n % 2 ? p->per_byte[i][n / 2] : 0.5 * (p->per_byte[i][n / 2 - 1] + p->per_byte[i][n / 2]);
+    }
+    return med[0] <= 0.97 * med[1] ? FG_PF_NTA : FG_PF_T0;
 }
 
 void fg_cpu_pf_probe_record(fg_cpu_tuning *t, fg_pf_probe *p, fg_pf_locality pf, double seconds, double bytes) {
+    if (t->fixed)
+        return;
+    if (p->skipped < FG_PF_PROBE_SKIP) {
+        p->skipped++;
+        return;
+    }
     const int i = pf == FG_PF_NTA ? 0 : 1;
-    p->steps[i]++;
-    p->seconds[i] += seconds;
-    p->bytes[i] += bytes;
+    if (p->steps[i] < FG_PF_PROBE_STEPS && bytes > 0.0)
+        p->per_byte[i][p->steps[i]++] = seconds / bytes;
     if (p->steps[0] < FG_PF_PROBE_STEPS || p->steps[1] < FG_PF_PROBE_STEPS)
         return;
     int expected = 0;
@@ -98,6 +121,8 @@ void fg_cpu_pf_probe_record(fg_cpu_tuning *t, fg_pf_probe *p, fg_pf_locality pf,
     t->source = k_measured;
     t->fixed = 1;
 }
+
+void fg_cpu_pf_forget(void) { atomic_store(&g_measured, 0); }
 
 fg_status fg_cpu_describe(char *buf, size_t size) {
     if (!buf || size == 0)

@@ -362,8 +362,9 @@ fg_status fg_cpu_decode_step(fg_backend *be, const fg_page_layout *layout, const
     const int par = threads > 1 && step_rows * (size_t)G >= FG_CPU_PAR_ROWS;
     /* the prefetch hint: until it is chosen, a large step times one of the two (cpu_tuning.c) */
     const double kv_bytes = (double)step_rows * (double)(layout->k_row_bytes + layout->v_row_bytes);
-    const int probe = fast_ok && !st->tuning.fixed && kv_bytes >= (double)FG_PF_PROBE_BYTES;
-    const fg_pf_locality pf = probe ? fg_cpu_pf_probe_step(&st->tuning, &st->probe) : st->tuning.pf_locality;
+    const int large = fast_ok && !st->tuning.fixed && kv_bytes >= (double)FG_PF_PROBE_BYTES;
+    const fg_pf_locality pf = large ? fg_cpu_pf_probe_step(&st->tuning, &st->probe) : st->tuning.pf_locality;
+    const int probe = large && !st->tuning.fixed; /* not if the step just took the process's choice */
     const size_t off_plan = 0;
     const size_t off_item = off_plan + up64((size_t)n_heads * sizeof(head_plan));
     const size_t off_order = off_item + up64((size_t)n_items * sizeof(fg_attend_chunk));

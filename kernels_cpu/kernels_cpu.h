@@ -59,11 +59,14 @@ static inline void fg_prefetch_meta(const fg_page_layout *L, void *const *meta, 
         __builtin_prefetch(page + off, 1, 3);
 }
 
-/* The decode kernel's prefetch hint, chosen at run time (cpu_tuning.c):
- * until this process has measured it, a backend's decode steps that move at
- * least FG_PF_PROBE_BYTES of K and V alternate nta and t0, FG_PF_PROBE_STEPS
- * each, and the faster per byte is kept (published for the whole process);
- * FASTGEN_PF_LOCALITY=nta|t0 fixes it. */
+/* The decode kernel's prefetch hint, chosen at run time (cpu_tuning.c).
+ * Until this process has chosen, each backend times its decode steps (one
+ * per layer) that read at least FG_PF_PROBE_BYTES of K and V on the vector
+ * path: the first FG_PF_PROBE_SKIP untimed (the cache is still warm from
+ * the prefill), then FG_PF_PROBE_STEPS with each hint in the order nta, t0,
+ * t0, nta, ... (so a layer does not always get the same one). The hint
+ * whose median time per byte is lower by at least 3 % is kept, else t0, and
+ * is published for the whole process; FASTGEN_PF_LOCALITY=nta|t0 fixes it. */
 typedef enum fg_pf_locality { FG_PF_NTA = 0, FG_PF_T0 = 3 } fg_pf_locality;
 typedef struct fg_cpu_tuning {
     fg_pf_locality pf_locality; /* the hint of the decode kernel's software prefetches */
@@ -71,19 +74,24 @@ typedef struct fg_cpu_tuning {
     const char *source;         /* why: measured, not yet, or the environment */
     int fixed;                  /* measured or set: no more probing */
 } fg_cpu_tuning;
-typedef struct fg_pf_probe {
-    int32_t steps[2]; /* steps timed with nta, with t0 */
-    double seconds[2], bytes[2];
-} fg_pf_probe;
 #define FG_PF_PROBE_BYTES ((size_t)256 << 10)
+#define FG_PF_PROBE_SKIP 32
 #define FG_PF_PROBE_STEPS 24
+typedef struct fg_pf_probe {
+    int32_t skipped;  /* large steps not timed yet */
+    int32_t steps[2]; /* steps timed with nta, with t0 */
+    double per_byte[2][FG_PF_PROBE_STEPS]; /* their seconds per byte */
+} fg_pf_probe;
 fg_cpu_tuning fg_cpu_tuning_detect(void);
-/* The hint for a decode step that is to be timed (the probe's next one, or
- * the choice once made), and that step's time and K/V bytes. */
+/* The hint for a large decode step while t is not fixed: the probe's next
+ * (or the process's choice, which t then takes); then that step's time. */
 fg_pf_locality fg_cpu_pf_probe_step(fg_cpu_tuning *t, fg_pf_probe *p);
 void fg_cpu_pf_probe_record(fg_cpu_tuning *t, fg_pf_probe *p, fg_pf_locality pf, double seconds, double bytes);
-/* The probe's verdict: nta when its seconds per byte are at least 3 % below t0's, else t0. */
-fg_pf_locality fg_cpu_pf_choose(const fg_pf_probe *p);
+/* The probe's verdict: nta when its median seconds per byte are at most
+ * 0.97 x t0's, else t0. Sorts p's times. */
+fg_pf_locality fg_cpu_pf_choose(fg_pf_probe *p);
+/* Tests only: forget the process's choice, as if nothing had measured it. */
+void fg_cpu_pf_forget(void);
 
 /* The adaptive mode's per-level sums of one observed row for the G heads
  * of a group (level_sums.inc), one per ISA, over keys sorted by level
@@ -131,10 +139,10 @@ typedef struct fg_cpu_state {
 #define FG_CPU_CHUNK 512 /* slots per decode work item */
 #define FG_CPU_BLOCK 16  /* rows a decode work item scores at once: one rescale, one V pass */
 #define FG_QSCALES 32    /* quantized rows: the most blocks a row may have for the vector kernels */
-/* a decode step whose KV heads hold fewer kept rows in all than this, times
- * the query heads per KV head, runs serially: a few microseconds of work,
- * less than handing half to the pool saves (8192 before 2026-12-05 kept
- * SmolLM2's compressed steps at 1k on one thread) */
+/* kept rows of all the step's KV heads x query heads per KV head below which
+ * a decode step runs on the calling thread, where waking the pool would cost
+ * more than it saves (8192 before 2026-12-05 kept SmolLM2's compressed steps
+ * at 1k on one thread) */
 #define FG_CPU_PAR_ROWS 2048
 #define FG_MAX_GROUP 64  /* query heads per KV head on the SIMD path */
 /* compactions that write at least this many K/V bytes bypass the caches

@@ -369,7 +369,7 @@ static void check_wrong_use(void) {
 }
 
 /* fg_cpu_describe: the CPU, its ISA and the prefetch hint with its reason;
- * FASTGEN_PF_LOCALITY overrides the table both ways. */
+ * FASTGEN_PF_LOCALITY overrides it both ways. */
 static void check_cpu_tuning(void) {
     char buf[256];
     EXPECT(fg_cpu_describe(NULL, 0) == FG_ERR_INVALID_ARGUMENT, "no buffer");
@@ -386,49 +386,98 @@ static void check_cpu_tuning(void) {
     EXPECT(fg_cpu_describe(tiny, sizeof tiny) == FG_OK && strlen(tiny) == sizeof tiny - 1, "cut to the buffer");
 }
 
-/* The prefetch hint measured at run time: the probe alternates the hints,
- * keeps t0 unless nta is clearly faster, publishes its choice for the
- * process (a second backend adopts it; fg_cpu_describe reports it), and a
- * fixed hint is not probed. Synthetic timings: the decode steps that feed
- * it on a real machine have nothing to assert. */
+/* A probe whose nta steps took `nta` seconds per byte and t0's `t0`, but
+ * for two steps of the faster hint 50x slower (steps that lost their core:
+ * a sum or a mean would turn the verdict round). */
+static fg_pf_probe probe_of(double nta, double t0) {
+    fg_pf_probe p = {.skipped = FG_PF_PROBE_SKIP, .steps = {FG_PF_PROBE_STEPS, FG_PF_PROBE_STEPS}};
+    const int slow = nta < t0 ? 0 : 1;
+    for (int s = 0; s < FG_PF_PROBE_STEPS; s++) {
+        p.per_byte[0][s] = nta * (slow == 0 && (s == 3 || s == 17) ? 50.0 : 1.0);
+        p.per_byte[1][s] = t0 * (slow == 1 && (s == 3 || s == 17) ? 50.0 : 1.0);
+    }
+    return p;
+}
+
+/* The prefetch hint measured at run time (cpu_tuning.c): real decode steps
+ * feed the probe until the process has a measured hint; the verdict on
+ * medians; the warm-up steps left out, the two hints alternated, and the
+ * choice published to a second backend and to fg_cpu_describe; a fixed
+ * hint never probed. Synthetic timings where a verdict is asserted: a real
+ * machine's has nothing to assert. */
 static void check_prefetch_probe(void) {
     unsetenv("FASTGEN_PF_LOCALITY");
+    char buf[256];
+    fg_cpu_pf_forget();
+    { /* real steps: one layer, 8 KV heads of 96 rows x d = 128 in f16 = 384 KiB a step */
+        enum { HQ = 8, HKV = 8, D = 128, N = 96, STEPS = FG_PF_PROBE_SKIP + 2 * FG_PF_PROBE_STEPS + 4 };
+        fg_context_params p = test_context_params("cpu", 1, HQ, HKV, D);
+        p.kv_dtype = FG_DTYPE_F16;
+        p.max_seq_len = N + STEPS;
+        fg_context *ctx = NULL;
+        fg_token_classes *tc = NULL;
+        int32_t tokens[N], seq = -1, tok = 5;
+        static float q[N * HQ * D], k[N * HKV * D], v[N * HKV * D], o[N * HQ * D];
+        for (int32_t i = 0; i < N; i++)
+            tokens[i] = 3 + i % 50;
+        for (size_t i = 0; i < sizeof q / sizeof q[0]; i++)
+            q[i] = k[i] = v[i] = (float)((i * 7919) % 1000) / 1000.0f - 0.5f;
+        EXPECT(fg_token_classes_create(64, NULL, &tc) == FG_OK, "classes");
+        p.classes = tc;
+        EXPECT(fg_context_create(&p, &ctx) == FG_OK, "the probe's context: %s", fg_last_error(NULL));
+        EXPECT_OK(ctx, fg_seq_create(ctx, NULL, tokens, N, &seq));
+        EXPECT_OK(ctx, fg_prefill(ctx, seq, 0, q, k, v, o));
+        EXPECT(fg_cpu_describe(buf, sizeof buf) == FG_OK && strstr(buf, "until the first"), "not measured yet: %s",
+               buf);
+        for (int s = 0; s < STEPS; s++)
+            EXPECT_OK(ctx, fg_decode(ctx, 0, 1, &seq, &tok, q, k, v, o));
+        EXPECT(fg_cpu_describe(buf, sizeof buf) == FG_OK && strstr(buf, "(measured"),
+               "%d decode steps of 384 KiB measured the hint: %s", (int)STEPS, buf);
+        printf("cpu after %d decode steps: %s\n", (int)STEPS, buf);
+        fg_context_destroy(&ctx);
+        fg_token_classes_destroy(&tc);
+    }
+
+    fg_pf_probe nta_ahead = probe_of(0.90, 1.0), close = probe_of(0.98, 1.0), t0_ahead = probe_of(2.0, 1.0);
+    EXPECT(fg_cpu_pf_choose(&nta_ahead) == FG_PF_NTA, "nta 10 %% faster per byte is taken, two slow steps aside");
+    EXPECT(fg_cpu_pf_choose(&close) == FG_PF_T0 && fg_cpu_pf_choose(&t0_ahead) == FG_PF_T0,
+           "t0 unless nta leads by 3 %%");
+
+    fg_cpu_pf_forget();
     fg_cpu_tuning set = fg_cpu_tuning_detect();
     set.fixed = 1;
     set.pf_locality = FG_PF_T0;
-    fg_pf_probe none = {{0, 0}, {0.0, 0.0}, {0.0, 0.0}};
-    EXPECT(fg_cpu_pf_probe_step(&set, &none) == FG_PF_T0 && none.steps[0] == 0, "a fixed hint is not probed");
-    const fg_pf_probe nta_ahead = {{24, 24}, {0.90, 1.0}, {1.0, 1.0}}, close = {{24, 24}, {0.98, 1.0}, {1.0, 1.0}};
-    const fg_pf_probe t0_ahead = {{24, 24}, {2.0, 1.0}, {1.0, 1.0}}, more_bytes = {{24, 24}, {1.0, 1.0}, {1.2, 1.0}};
-    EXPECT(fg_cpu_pf_choose(&nta_ahead) == FG_PF_NTA && fg_cpu_pf_choose(&more_bytes) == FG_PF_NTA,
-           "nta 10 %% faster per byte is taken");
-    EXPECT(fg_cpu_pf_choose(&close) == FG_PF_T0 && fg_cpu_pf_choose(&t0_ahead) == FG_PF_T0,
-           "t0 unless nta leads by 3 %%");
+    fg_pf_probe none = {0};
+    fg_cpu_pf_probe_record(&set, &none, FG_PF_NTA, 1.0, 1.0);
+    EXPECT(fg_cpu_pf_probe_step(&set, &none) == FG_PF_T0 && none.skipped == 0 && none.steps[0] == 0,
+           "a fixed hint is not probed");
     fg_cpu_tuning t = fg_cpu_tuning_detect(), u = fg_cpu_tuning_detect();
-    fg_pf_probe p = {{0, 0}, {0.0, 0.0}, {0.0, 0.0}}, q = p;
+    fg_pf_probe pt = {0}, pu = {0};
     EXPECT(!t.fixed && t.pf_locality == FG_PF_T0, "t0 until measured (%s)", t.source);
-    int alternated = 1;
-    for (int s = 0; s < 2 * FG_PF_PROBE_STEPS - 1; s++) { /* t0 1 % slower per byte than nta: not enough */
-        const fg_pf_locality pf = fg_cpu_pf_probe_step(&t, &p);
-        alternated &= pf == (s % 2 ? FG_PF_T0 : FG_PF_NTA);
-        fg_cpu_pf_probe_record(&t, &p, pf, pf == FG_PF_NTA ? 1.00e-3 : 1.01e-3, 1e6);
+    int warm = 1;
+    for (int s = 0; s < FG_PF_PROBE_SKIP; s++) { /* the warm-up: t0, untimed */
+        const fg_pf_locality pf = fg_cpu_pf_probe_step(&t, &pt);
+        warm &= pf == FG_PF_T0;
+        fg_cpu_pf_probe_record(&t, &pt, pf, 1.0, 1.0);
     }
-    EXPECT(alternated && !t.fixed, "the probe alternates nta and t0, %d steps each", FG_PF_PROBE_STEPS);
-    fg_cpu_pf_probe_record(&t, &p, fg_cpu_pf_probe_step(&t, &p), 1.01e-3, 1e6);
-    EXPECT(t.fixed && t.pf_locality == FG_PF_T0 && strstr(t.source, "measured"), "a 1 %% lead keeps t0: %s",
-           t.source);
-    for (int s = 0; s < 2 * FG_PF_PROBE_STEPS; s++) { /* this one would take nta: the process has chosen */
-        const fg_pf_locality pf = fg_cpu_pf_probe_step(&u, &q);
-        if (!u.fixed)
-            fg_cpu_pf_probe_record(&u, &q, pf, pf == FG_PF_NTA ? 0.5e-3 : 1e-3, 1e6);
+    EXPECT(warm && pt.steps[0] == 0 && pt.steps[1] == 0, "the first %d steps are not timed", FG_PF_PROBE_SKIP);
+    int order = 1;
+    static const fg_pf_locality abba[4] = {FG_PF_NTA, FG_PF_T0, FG_PF_T0, FG_PF_NTA};
+    for (int s = 0; s < 2 * FG_PF_PROBE_STEPS; s++) { /* nta 10 % faster: published */
+        const fg_pf_locality pf = fg_cpu_pf_probe_step(&t, &pt);
+        order &= pf == abba[s % 4];
+        EXPECT(!t.fixed, "not chosen before the last step (%d)", s);
+        fg_cpu_pf_probe_record(&t, &pt, pf, pf == FG_PF_NTA ? 0.9e-3 : 1e-3, 1e6);
     }
-    EXPECT(u.fixed && u.pf_locality == FG_PF_T0, "a second backend takes the process's choice");
-    char buf[256];
-    EXPECT(fg_cpu_describe(buf, sizeof buf) == FG_OK && strstr(buf, "prefetch t0 (measured"), "%s", buf);
-    setenv("FASTGEN_PF_LOCALITY", "nta", 1);
-    EXPECT(fg_cpu_describe(buf, sizeof buf) == FG_OK && strstr(buf, "prefetch nta (FASTGEN_PF_LOCALITY)"),
+    EXPECT(order, "the hints alternate nta, t0, t0, nta");
+    EXPECT(t.fixed && t.pf_locality == FG_PF_NTA && strstr(t.source, "measured"), "nta measured ahead: %s", t.source);
+    EXPECT(fg_cpu_pf_probe_step(&u, &pu) == FG_PF_NTA && u.fixed, "a second backend takes the process's choice at once");
+    EXPECT(fg_cpu_describe(buf, sizeof buf) == FG_OK && strstr(buf, "prefetch nta (measured"), "%s", buf);
+    setenv("FASTGEN_PF_LOCALITY", "t0", 1);
+    EXPECT(fg_cpu_describe(buf, sizeof buf) == FG_OK && strstr(buf, "prefetch t0 (FASTGEN_PF_LOCALITY)"),
            "the environment still overrides: %s", buf);
     unsetenv("FASTGEN_PF_LOCALITY");
+    fg_cpu_pf_forget(); /* the rest of this test measures it again */
 }
 
 /* A GPU backend reads K and V in one dtype: a context that sets them apart

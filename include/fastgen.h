@@ -529,11 +529,10 @@ FG_API const char *fg_context_backend(const fg_context *ctx);
 /* Diagnostics: what the cpu backend found on this CPU and picked for it:
  * vendor, family and model, the ISA, the decode kernel's prefetch hint and
  * why (measured by the process's first large decode steps: each layer's
- * step that reads >= 256 KiB of K and V; t0 until then;
- * the environment variables
- * FASTGEN_PF_LOCALITY=nta|t0 and FG_CPU_ISA=generic|avx2|avx512 override,
- * for benchmarks). The text and the variables may change between minor
- * versions. */
+ * step that reads >= 256 KiB of K and V; t0 until then; the environment
+ * variables FASTGEN_PF_LOCALITY=nta|t0 and FG_CPU_ISA=generic|avx2|avx512
+ * override, for benchmarks). The text and the variables may change between
+ * minor versions. */
 FG_API fg_status fg_cpu_describe(char *buf, size_t size);
 #endif
 

@@ -28,9 +28,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "core/internal.h"
 
 struct fg_threadpool {
@@ -88,12 +88,6 @@ static inline void cpu_relax(void) {
 #endif
 }
 
-static int64_t now_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 /* Spins until cond holds or p->spin_ns have passed (the clock read every 64 pauses). */
 #define SPIN_UNTIL(p, cond)                                                                                            \
     do {                                                                                                               \
@@ -101,7 +95,7 @@ static int64_t now_ns(void) {
         for (uint32_t spin_i_ = 1; !(cond); spin_i_++) {                                                               \
             cpu_relax();                                                                                               \
             if ((spin_i_ & 63) == 0) {                                                                                 \
-                const int64_t t_ = now_ns();                                                                           \
+                const int64_t t_ = fg_now_ns();                                                                        \
                 if (spin_end_ < 0)                                                                                     \
                     spin_end_ = t_ + (p)->spin_ns;                                                                     \
                 else if (t_ >= spin_end_)                                                                              \

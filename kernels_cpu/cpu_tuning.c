@@ -28,7 +28,13 @@
 
 /* The process's measured hint: 0 until a backend has measured it, else 1 + the fg_pf_locality. */
 static _Atomic int g_measured;
-static const char k_measured[] = "measured by this process's first large decode steps";
+
+/* t takes the process's measured hint (g_measured's value, not 0). */
+static void take_measured(fg_cpu_tuning *t, int measured) {
+    t->pf_locality = (fg_pf_locality)(measured - 1);
+    t->source = "measured by this process's first large decode steps";
+    t->fixed = 1;
+}
 
 fg_cpu_tuning fg_cpu_tuning_detect(void) {
     fg_cpu_tuning t = {FG_PF_T0, "unknown CPU", "until the first large decode steps measure it against nta", 0};
@@ -52,11 +58,8 @@ fg_cpu_tuning fg_cpu_tuning_detect(void) {
     snprintf(t.cpu, sizeof t.cpu, "%s family %d model %d", vendor[0] ? vendor : "x86", family, model);
 #endif
     const int measured = atomic_load(&g_measured);
-    if (measured) {
-        t.pf_locality = (fg_pf_locality)(measured - 1);
-        t.source = k_measured;
-        t.fixed = 1;
-    }
+    if (measured)
+        take_measured(&t, measured);
     const char *env = getenv("FASTGEN_PF_LOCALITY");
     if (env && (!strcmp(env, "nta") || !strcmp(env, "0"))) {
         t.pf_locality = FG_PF_NTA;
@@ -75,9 +78,7 @@ fg_pf_locality fg_cpu_pf_probe_step(fg_cpu_tuning *t, fg_pf_probe *p) {
         return t->pf_locality;
     const int measured = atomic_load(&g_measured);
     if (measured) { /* another backend of this process finished first */
-        t->pf_locality = (fg_pf_locality)(measured - 1);
-        t->source = k_measured;
-        t->fixed = 1;
+        take_measured(t, measured);
         return t->pf_locality;
     }
     if (p->skipped < FG_PF_PROBE_SKIP)
@@ -117,9 +118,7 @@ void fg_cpu_pf_probe_record(fg_cpu_tuning *t, fg_pf_probe *p, fg_pf_locality pf,
         return;
     int expected = 0;
     atomic_compare_exchange_strong(&g_measured, &expected, 1 + fg_cpu_pf_choose(p));
-    t->pf_locality = (fg_pf_locality)(atomic_load(&g_measured) - 1); /* the first backend's choice, if another won */
-    t->source = k_measured;
-    t->fixed = 1;
+    take_measured(t, atomic_load(&g_measured)); /* the first backend's choice, if another won */
 }
 
 void fg_cpu_pf_forget(void) { atomic_store(&g_measured, 0); }

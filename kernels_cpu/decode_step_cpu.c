@@ -26,11 +26,11 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "kernels_cpu/attend_chunk.h"
 #include "kernels_cpu/score_scan.h"
 #include "kernels_cpu/kernels_cpu.h"
+#include "common/clock.h"
 #include "common/rules.h"
 #include "common/slots.h"
 
@@ -324,12 +324,6 @@ static void score_task(void *arg, int32_t task, int32_t thread) {
     head_scored(j, a->head, hp->new_score, &scan);
 }
 
-static double seconds_now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 fg_status fg_cpu_decode_step(fg_backend *be, const fg_page_layout *layout, const fg_shape *shape, int32_t n_heads,
                              const fg_decode_head *heads) {
     fg_cpu_state *st = be->impl;
@@ -492,10 +486,10 @@ fg_status fg_cpu_decode_step(fg_backend *be, const fg_page_layout *layout, const
                       isa_score_scan(isa), qs, qk ? (const float *)(void *)(ws + off_qk) : qs,
                       ws + off_buf, per_thread, G, d, -1, -1};
     fg_threadpool *pool = par ? be->threads : NULL;
-    const double t0 = probe ? seconds_now() : 0.0;
+    const int64_t t0 = probe ? fg_now_ns() : 0;
     fg_threadpool_run(pool, n_items + n_lone, decode_task, (void *)&job);
     if (probe)
-        fg_cpu_pf_probe_record(&st->tuning, &st->probe, pf, seconds_now() - t0, kv_bytes);
+        fg_cpu_pf_probe_record(&st->tuning, &st->probe, pf, 1e-9 * (double)(fg_now_ns() - t0), kv_bytes);
     if (n_track > 0) {
         for (int32_t i = 0; i < n_heads; i++) /* the second job counts the items again */
             atomic_store(&plan[i].left, plan[i].raw != SIZE_MAX ? plan[i].n_items : 0);

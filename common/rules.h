@@ -7,6 +7,7 @@
 #ifndef FG_RULES_H
 #define FG_RULES_H
 
+#include <math.h> /* INFINITY */
 #include <stdint.h>
 
 #include "common/dtype.h" /* FG_HD */
@@ -19,9 +20,13 @@ FG_HD static inline int fg_tracks_scores(uint32_t components) {
 }
 
 /* Ranking of a frequent candidate at length t: its accumulated score, or
- * (FG_SCORE_MEAN) that score over its age. */
+ * (FG_SCORE_MEAN) that score over its age; a NaN (the attention of a NaN
+ * query or an infinite key) ranks as -inf, below every number: such rows go
+ * first, the older first, on every backend alike (a comparison with NaN
+ * would make the order of a walk over the candidates decide). */
 FG_HD static inline float fg_rank_score(int32_t mode, float score, int32_t pos, int32_t t) {
-    return mode == FG_SCORE_MEAN ? score / (float)(t - pos) : score;
+    const float r = mode == FG_SCORE_MEAN ? score / (float)(t - pos) : score;
+    return r != r ? -INFINITY : r;
 }
 
 /* True when candidate a ranks below b: lower rank, ties to the older. The

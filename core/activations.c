@@ -129,10 +129,17 @@ size_t fg_act_rows(const fg_context *ctx, int32_t seq, int64_t rows, int64_t lim
     return rows > 0 && rows <= limit ? (size_t)rows : 0;
 }
 
-fg_status fg_act_in(fg_context *ctx, size_t rows, const void *q, const void *k, const void *v, void *out,
-                    fg_act_call *c) {
+fg_status fg_act_in(fg_context *ctx, const char *fn, size_t rows, const void *q, const void *k, const void *v,
+                    void *out, fg_act_call *c) {
     *c = (fg_act_call){q, k, v, out, NULL, 0};
     const fg_dtype at = (fg_dtype)ctx->params.act_dtype;
+    const size_t align = at == FG_DTYPE_F32 ? 4 : 2;
+    const void *arr[4] = {q, k, v, out};
+    static const char *const names[4] = {"q", "k", "v", "out"};
+    for (int i = 0; i < 4; i++)
+        FG_CHECK((uintptr_t)arr[i] % align == 0, ctx, FG_ERR_INVALID_ARGUMENT,
+                 "%s: %s at %p is not aligned to its %s elements (%zu bytes)", fn, names[i], arr[i],
+                 fg_dtype_name(at), align);
     if (at == FG_DTYPE_F32 || !q || !k || !v || !out || rows == 0)
         return FG_OK; /* nothing to convert, or a call the checks after this refuse */
     const size_t nq = rows * (size_t)ctx->params.n_q_heads * (size_t)ctx->params.head_dim;

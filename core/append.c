@@ -305,7 +305,8 @@ fg_status fg_seq_append(fg_context *ctx, int32_t seq, int32_t layer, const int32
                         const void *q, const void *k, const void *v, void *out) {
     FG_CLAIM(ctx, "fg_seq_append");
     fg_act_call c;
-    fg_status st = fg_act_in(ctx, fg_act_rows(ctx, seq, n, ctx->params.max_seq_len), q, k, v, out, &c);
+    fg_status st = fg_act_in(ctx, "fg_seq_append", fg_act_rows(ctx, seq, n, ctx->params.max_seq_len), q, k, v, out,
+                             &c);
     if (st == FG_OK)
         st = fg_act_out(ctx, &c, seq_append(ctx, seq, layer, tokens, n, c.q, c.k, c.v, c.out));
     return fg_release(ctx, st);

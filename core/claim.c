@@ -8,6 +8,10 @@
 /* Only its address matters: a thread's own marker. */
 static _Thread_local char t_marker;
 
+int fg_claimed_here(const fg_context *ctx) {
+    return atomic_load_explicit(&((fg_context *)ctx)->owner, memory_order_relaxed) == (const void *)&t_marker;
+}
+
 fg_status fg_claim(const fg_context *cctx, const char *fn) {
     if (!cctx)
         return fg_error(NULL, FG_ERR_INVALID_ARGUMENT, "%s: context must not be NULL", fn);
@@ -19,6 +23,11 @@ fg_status fg_claim(const fg_context *cctx, const char *fn) {
                         fn);
     const void *me = &t_marker, *none = NULL;
     if (atomic_load_explicit(&ctx->owner, memory_order_relaxed) == me) {
+        if (ctx->in_log) /* the call in progress is in the middle of its work: nothing may run on it */
+            return fg_error(NULL, FG_ERR_BAD_STATE,
+                            "%s: called from the context's log callback, in the middle of a call on this context "
+                            "(a callback may read fg_last_error, not call into its context): this call did nothing",
+                            fn);
         ctx->depth++;
         return FG_OK;
     }

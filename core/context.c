@@ -169,6 +169,11 @@ void fg_context_destroy(fg_context **pctx) {
     if (!pctx || !*pctx)
         return;
     fg_context *ctx = *pctx;
+    if (fg_claimed_here(ctx)) { /* from its log callback: the call in progress still runs on it */
+        fg_error(NULL, FG_ERR_BAD_STATE, "fg_context_destroy: called from inside a call on this context (its log "
+                                         "callback): the context was not destroyed");
+        return;
+    }
     if (ctx->seqs)
         for (int32_t i = 0; i < ctx->params.max_seqs; i++)
             if (ctx->seqs[i].in_use)

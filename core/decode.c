@@ -237,7 +237,8 @@ fg_status fg_decode(fg_context *ctx, int32_t layer, int32_t n_seqs, const int32_
                     const void *q, const void *k, const void *v, void *out) {
     FG_CLAIM(ctx, "fg_decode");
     fg_act_call c;
-    fg_status st = fg_act_in(ctx, fg_act_rows(ctx, -1, n_seqs, ctx->params.max_seqs), q, k, v, out, &c);
+    fg_status st = fg_act_in(ctx, "fg_decode", fg_act_rows(ctx, -1, n_seqs, ctx->params.max_seqs), q, k, v, out,
+                             &c);
     if (st == FG_OK)
         st = fg_act_out(ctx, &c, fg_decode_f32(ctx, layer, n_seqs, seqs, tokens, c.q, c.k, c.v, c.out));
     return fg_release(ctx, st);

@@ -361,6 +361,7 @@ struct fg_context {
     /* the thread inside a call (fg_claim): the address of its own marker, NULL when none */
     _Atomic(const void *) owner;
     int32_t depth; /* the owner's calls in progress (a call may make another) */
+    int32_t in_log; /* > 0 while the log callback runs (core/status.c): fg_claim refuses calls from it */
 };
 
 /* RoPE (core/rope.c; the context's rope_freq, rope_dims > 0): turn[rope_dims]
@@ -379,6 +380,8 @@ void fg_rope_turn(const fg_context *ctx, const float *turn, float *x, int32_t n_
  * back and returns st. */
 fg_status fg_claim(const fg_context *ctx, const char *fn);
 fg_status fg_release(const fg_context *ctx, fg_status st);
+/* 1 when the calling thread is inside a call on ctx (e.g. in its log callback). */
+int fg_claimed_here(const fg_context *ctx);
 /* 1 when fg_threadpool_run(p, ...) from this thread would be refused (a job
  * of p waits on this thread through another pool's; core/threads.c). Since
  * fg_claim refuses such a call at its entry, no run on ctx->threads inside a
@@ -507,8 +510,10 @@ typedef struct fg_act_call {
 size_t fg_act_rows(const fg_context *ctx, int32_t seq, int64_t rows, int64_t limit);
 /* The prompt rows of a live sequence, else 0. */
 int32_t fg_act_prompt(const fg_context *ctx, int32_t seq);
-fg_status fg_act_in(fg_context *ctx, size_t rows, const void *q, const void *k, const void *v, void *out,
-                    fg_act_call *c);
+/* Also refuses (FG_ERR_INVALID_ARGUMENT, naming fn) an array that is not
+ * aligned to its element (4 bytes in f32, 2 in f16 / bf16). */
+fg_status fg_act_in(fg_context *ctx, const char *fn, size_t rows, const void *q, const void *k, const void *v,
+                    void *out, fg_act_call *c);
 fg_status fg_act_out(fg_context *ctx, const fg_act_call *c, fg_status st);
 /* Gives the conversion buffers back (fg_trim, fg_context_destroy). */
 void fg_act_release(fg_context *ctx);

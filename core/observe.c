@@ -42,7 +42,8 @@ fg_status fg_seq_observe(fg_context *ctx, int32_t seq, int32_t layer, const void
                          int32_t n, void *out) {
     FG_CLAIM(ctx, "fg_seq_observe");
     fg_act_call c;
-    fg_status st = fg_act_in(ctx, fg_act_rows(ctx, seq, n, ctx->params.max_seq_len), q, k, v, out, &c);
+    fg_status st = fg_act_in(ctx, "fg_seq_observe", fg_act_rows(ctx, seq, n, ctx->params.max_seq_len), q, k, v, out,
+                             &c);
     if (st == FG_OK)
         st = fg_act_out(ctx, &c, seq_observe(ctx, seq, layer, c.q, c.k, c.v, n, c.out));
     return fg_release(ctx, st);

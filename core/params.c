@@ -16,7 +16,15 @@ static const fg_policy k_paper_shortlist[] = {
 
 /* ---------------------------------------------------------------- structs across header versions */
 
+/* No version of a public struct will reach this many bytes (each is a few hundred): a size past it is a
+ * caller's mistake (SIZE_MAX, a negative number cast), refused before any byte is read or written. */
+#define FG_STRUCT_MAX_BYTES 4096
+
 fg_status fg_struct_read(void *dst, size_t dst_size, const void *src, size_t size, size_t oldest, const char *what) {
+    if (size > FG_STRUCT_MAX_BYTES)
+        return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
+                        "%s of %zu bytes: no version of it has more than %d (call through fastgen.h's inline "
+                        "functions, which pass sizeof)", what, size, FG_STRUCT_MAX_BYTES);
     if (size < oldest)
         return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
                         "%s of %zu bytes: this library reads %zu to %zu (call through fastgen.h's inline functions, "
@@ -33,6 +41,10 @@ fg_status fg_struct_read(void *dst, size_t dst_size, const void *src, size_t siz
 }
 
 fg_status fg_struct_write(void *dst, size_t size, const void *src, size_t src_size, size_t oldest, const char *what) {
+    if (size > FG_STRUCT_MAX_BYTES)
+        return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
+                        "%s of %zu bytes: no version of it has more than %d (call through fastgen.h's inline "
+                        "functions, which pass sizeof); nothing was written", what, size, FG_STRUCT_MAX_BYTES);
     if (size < oldest)
         return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
                         "%s of %zu bytes: this library writes %zu to %zu (call through fastgen.h's inline functions, "

@@ -282,7 +282,7 @@ fg_status fg_prefill(fg_context *ctx, int32_t seq, int32_t layer, const void *q,
     FG_CLAIM(ctx, "fg_prefill");
     const int64_t n = fg_act_prompt(ctx, seq);
     fg_act_call c;
-    fg_status st = fg_act_in(ctx, fg_act_rows(ctx, seq, n, n), q, k, v, out, &c);
+    fg_status st = fg_act_in(ctx, "fg_prefill", fg_act_rows(ctx, seq, n, n), q, k, v, out, &c);
     if (st == FG_OK)
         st = fg_act_out(ctx, &c, prefill(ctx, seq, layer, c.q, c.k, c.v, c.out));
     return fg_release(ctx, st);
@@ -367,7 +367,7 @@ fg_status fg_prefill_chunk(fg_context *ctx, int32_t seq, int32_t layer, int32_t 
     FG_CLAIM(ctx, "fg_prefill_chunk");
     const int64_t rest = begin >= 0 ? (int64_t)fg_act_prompt(ctx, seq) - begin : 0;
     fg_act_call c;
-    fg_status st = fg_act_in(ctx, fg_act_rows(ctx, seq, n, rest), q, k, v, out, &c);
+    fg_status st = fg_act_in(ctx, "fg_prefill_chunk", fg_act_rows(ctx, seq, n, rest), q, k, v, out, &c);
     if (st == FG_OK)
         st = fg_act_out(ctx, &c, prefill_chunk(ctx, seq, layer, begin, n, c.q, c.k, c.v, c.out));
     return fg_release(ctx, st);

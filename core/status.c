@@ -29,14 +29,26 @@ const char *fg_build_backends(void) { return FG_BUILD_BACKENDS; }
 
 const char *fg_last_error(const fg_context *ctx) { return ctx ? ctx->error : t_error; }
 
+/* The context's log callback, run in the middle of a call: a call on ctx from it is refused (fg_claim),
+ * and what it leaves in this thread's message (a refused call's) is put back. */
+static void log_to(fg_context *ctx, fg_log_level level, const char *msg) {
+    if (!ctx->params.log_fn)
+        return;
+    char saved[sizeof t_error];
+    memcpy(saved, t_error, sizeof saved);
+    ctx->in_log++;
+    ctx->params.log_fn(ctx->params.log_user, level, msg);
+    ctx->in_log--;
+    memcpy(t_error, saved, sizeof t_error);
+}
+
 static fg_status record(fg_context *ctx, fg_status status, const char *fmt, va_list ap) {
     char msg[sizeof t_error]; /* the arguments may point into t_error itself */
     vsnprintf(msg, sizeof msg, fmt, ap);
     memcpy(t_error, msg, sizeof msg);
     if (ctx) {
         memcpy(ctx->error, msg, sizeof ctx->error);
-        if (ctx->params.log_fn)
-            ctx->params.log_fn(ctx->params.log_user, FG_LOG_ERROR, msg);
+        log_to(ctx, FG_LOG_ERROR, msg);
     }
     return status;
 }
@@ -58,7 +70,7 @@ void fg_error_restore(fg_context *ctx, const fg_error_saved *saved, const char *
     if (ctx->params.log_fn) {
         char msg[sizeof t_error + 128];
         snprintf(msg, sizeof msg, "%s failed (the call goes on): %s", what, ctx->error);
-        ctx->params.log_fn(ctx->params.log_user, FG_LOG_WARN, msg);
+        log_to(ctx, FG_LOG_WARN, msg);
     }
     memcpy(ctx->error, saved->ctx, sizeof ctx->error);
     memcpy(t_error, saved->thread, sizeof t_error);

@@ -55,6 +55,8 @@ struct fg_threadpool {
     _Atomic int32_t sleepers;
     _Atomic int32_t caller_waiting;
     _Atomic int32_t stop;
+    int lent;                  /* fg_threadpool_create_lent: the workers are the engine's threads */
+    _Atomic uint64_t released; /* lent: the last ticket fg_threadpool_release gave back */
     const struct nest *job_up; /* the jobs this job's caller is inside (workers chain their nodes to it; a
                                   pointer copied, never followed, by a worker that finds no task left) */
 };
@@ -132,9 +134,14 @@ static void take_tasks(fg_threadpool *p, int32_t thread) {
     }
 }
 
-static int job_after(const fg_threadpool *p, uint32_t seen) {
+/* Done serving: the pool stops, or a lent thread's ticket was given back. */
+static int leave(const fg_threadpool *p, uint64_t ticket) {
+    return atomic_load(&p->stop) || (ticket && atomic_load(&p->released) >= ticket);
+}
+
+static int job_after(const fg_threadpool *p, uint32_t seen, uint64_t ticket) {
     const uint32_t g = atomic_load(&p->gen);
-    return (g != seen && !(g & 1u)) || atomic_load(&p->stop);
+    return (g != seen && !(g & 1u)) || leave(p, ticket);
 }
 
 typedef struct worker {
@@ -143,33 +150,39 @@ typedef struct worker {
     int32_t id;
 } worker;
 
-static void *worker_main(void *varg) {
-    const worker *w = varg;
-    fg_threadpool *p = w->pool;
-    uint32_t seen = 0;
+/* Runs the pool's jobs as thread `id` until leave(): a worker's whole life,
+ * or a lent thread's turn (ticket > 0). seen: the last job it ran. */
+static void serve(fg_threadpool *p, int32_t id, uint32_t seen, uint64_t ticket) {
     for (;;) {
-        SPIN_UNTIL(p, job_after(p, seen));
-        if (!job_after(p, seen)) {
+        SPIN_UNTIL(p, job_after(p, seen, ticket));
+        if (!job_after(p, seen, ticket)) {
             pthread_mutex_lock(&p->mu);
             atomic_fetch_add(&p->sleepers, 1);
-            while (!job_after(p, seen))
+            while (!job_after(p, seen, ticket))
                 pthread_cond_wait(&p->wake, &p->mu);
             atomic_fetch_sub(&p->sleepers, 1);
             pthread_mutex_unlock(&p->mu);
         }
-        if (atomic_load(&p->stop))
-            return NULL;
+        if (leave(p, ticket))
+            return;
         const uint32_t g = atomic_load(&p->gen);
         atomic_fetch_add(&p->active, 1);
         if (atomic_load(&p->gen) == g && !(g & 1u)) { /* the job did not change under us */
-            const nest here = {p, w->id, p->job_up};
+            const nest *outer = tls_nest;
+            const nest here = {p, id, p->job_up};
             tls_nest = &here;
-            take_tasks(p, w->id);
-            tls_nest = NULL;
+            take_tasks(p, id);
+            tls_nest = outer;
             seen = g;
         }
         atomic_fetch_sub(&p->active, 1);
     }
+}
+
+static void *worker_main(void *varg) {
+    const worker *w = varg;
+    serve(w->pool, w->id, 0, 0);
+    return NULL;
 }
 
 int32_t fg_default_threads(void) {
@@ -231,10 +244,47 @@ fg_status fg_threadpool_create(int32_t n_threads, fg_threadpool **out) {
     return FG_OK;
 }
 
+fg_status fg_threadpool_create_lent(int32_t n_threads, fg_threadpool **out) {
+    if (n_threads < 1 || n_threads > FG_MAX_THREADS) {
+        if (out)
+            *out = NULL;
+        return fg_error(NULL, FG_ERR_INVALID_ARGUMENT, "fg_threadpool_create_lent: n_threads must be in 1..%d, got %d",
+                        FG_MAX_THREADS, (int)n_threads);
+    }
+    fg_status st = fg_threadpool_create(n_threads, out);
+    if (st == FG_OK) {
+        (*out)->lent = 1;
+        (*out)->n_started = n_threads - 1; /* every worker's range exists; the caller takes an absent one's */
+    }
+    return st;
+}
+
+fg_status fg_threadpool_lend(fg_threadpool *p, int32_t thread, uint64_t ticket) {
+    if (!p || !p->lent || thread < 1 || thread >= p->n_threads || ticket == 0)
+        return fg_error(NULL, FG_ERR_INVALID_ARGUMENT, "fg_threadpool_lend: a pool from fg_threadpool_create_lent, "
+                        "a thread in 1..size-1 (got %d) and a ticket > 0", (int)thread);
+    const uint32_t g = atomic_load(&p->gen);
+    serve(p, thread, g & 1u ? g - 1u : g, ticket); /* a job already out is left to the others */
+    return FG_OK;
+}
+
+fg_status fg_threadpool_release(fg_threadpool *p, uint64_t ticket) {
+    if (!p || !p->lent || ticket == 0)
+        return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
+                        "fg_threadpool_release: a pool from fg_threadpool_create_lent and a ticket > 0");
+    atomic_store(&p->released, ticket);
+    pthread_mutex_lock(&p->mu);
+    pthread_cond_broadcast(&p->wake);
+    pthread_mutex_unlock(&p->mu);
+    return FG_OK;
+}
+
 void fg_threadpool_destroy(fg_threadpool **pool) {
     if (!pool || !*pool)
         return;
     fg_threadpool *p = *pool;
+    if (p->lent)
+        p->n_started = 0; /* no thread of its own to join */
     pthread_mutex_lock(&p->mu);
     atomic_store(&p->stop, 1);
     pthread_cond_broadcast(&p->wake);
@@ -291,7 +341,7 @@ fg_status fg_threadpool_run(fg_threadpool *p, int32_t n_tasks, fg_task_fn fn, vo
     /* workers start at the first job that wants them (a context that never
      * runs a parallel job costs no threads); one that cannot start leaves
      * its tasks to the others */
-    for (; p->n_started + 1 < p->n_threads; p->n_started++) {
+    for (; !p->lent && p->n_started + 1 < p->n_threads; p->n_started++) {
         worker *w = &p->workers[p->n_started];
         w->pool = p;
         w->id = p->n_started + 1;

@@ -17,7 +17,8 @@
  * the destroy calls of handles (fg_context_destroy, fg_token_classes_destroy,
  * fg_threadpool_destroy) take the address of the handle, accept NULL and
  * clear it; fg_seq_destroy takes a sequence's id.
- * Activations (Q, K, V, outputs) are fp32 arrays, on the host by default or
+ * Activations (Q, K, V, outputs) are fp32 arrays (or act_dtype's), aligned
+ * to their elements (an unaligned one is refused), on the host by default or
  * in the device's memory with FG_IO_DEVICE; keys are passed after RoPE. A
  * failed call leaves every cache as it was before the call.
  *
@@ -41,7 +42,10 @@
  * does not know is zero, and refused with a message otherwise: so a field
  * added later has 0 as its default, and the struct's sizeof grows with it.
  * Bindings (ctypes, cffi) call the exported _sized functions with their
- * struct's size. A call that fails writes nothing to its output struct. fg_policy is fixed as it is (new per-entry settings would join
+ * struct's size. A call that fails writes nothing to its output struct. A
+ * size past 4096 bytes, which no version of these structs will reach, is
+ * refused (FG_ERR_INVALID_ARGUMENT; the _default calls, which return
+ * nothing, then write nothing). fg_policy is fixed as it is (new per-entry settings would join
  * fg_compression_params). Research switches and diagnostics that may change
  * between minor versions are declared only when FG_EXPERIMENTAL is defined
  * before this header is included.
@@ -95,6 +99,11 @@ FG_API const char *fg_build_backends(void);
 /* ---------------------------------------------------------------- logging */
 
 typedef enum fg_log_level { FG_LOG_ERROR = 0, FG_LOG_WARN = 1, FG_LOG_INFO = 2, FG_LOG_DEBUG = 3 } fg_log_level;
+/* Called on the thread of the call that logs, in the middle of that call
+ * (an error it returns, a step that failed and that the call goes on
+ * without). It may read fg_last_error and use other contexts; a call on its
+ * own context from it is refused (FG_ERR_BAD_STATE, nothing done), and
+ * fg_context_destroy of that context from it does nothing. */
 typedef void (*fg_log_fn)(void *user, fg_log_level level, const char *message);
 
 /* ---------------------------------------------------------------- token classes
@@ -344,6 +353,23 @@ FG_API fg_status fg_compression_params_preset_sized(const char *name, fg_compres
 static inline fg_status fg_compression_params_preset(const char *name, fg_compression_params *params) {
     return fg_compression_params_preset_sized(name, params, sizeof *params);
 }
+/* A compression written as one string, as `fastgen eval --methods` and
+ * llama.cpp's --kv-compress take it: NAME[:KNOB][:KEY=VALUE]..., NAME a
+ * preset; KNOB in (0, 1] the budget of fastgen-budget and fastgen-adaptive,
+ * or the kept ratio of a one-entry preset (split evenly between a window and
+ * a frequent part where it has both); options window, defer, floor, pool,
+ * sink, horizon, tol (the fields observation_window, defer_until,
+ * alloc_floor, score_pool, n_sink, predict_horizon, tolerance), flags
+ * (adaptive_flags, experimental: per-layer, mass, end, tail, rowmax, rownorm joined by
+ * '+'), families (the shortlist entries kept, as their digits: "02"),
+ * observe (tail, reconstruct, predicted) and alloc (shortlist, layer).
+ * Examples: "fastgen-adaptive:0.25:observe=predicted", "h2o:0.5", "full".
+ * The result is validated; on FG_ERR_INVALID_ARGUMENT the message names
+ * the part refused and params is untouched. */
+FG_API fg_status fg_compression_params_parse_sized(const char *spec, fg_compression_params *params, size_t size);
+static inline fg_status fg_compression_params_parse(const char *spec, fg_compression_params *params) {
+    return fg_compression_params_parse_sized(spec, params, sizeof *params);
+}
 /* The presets' names, i = 0, 1, ... (the three FastGen modes first); NULL
  * past the last: what a tool lists or loops over. */
 FG_API const char *fg_compression_preset_name(int32_t i);
@@ -431,6 +457,17 @@ FG_API int32_t fg_default_threads(void);
 /* n_threads: 0 = fg_default_threads(); 1 = no worker threads. */
 FG_API fg_status fg_threadpool_create(int32_t n_threads, fg_threadpool **out);
 FG_API void fg_threadpool_destroy(fg_threadpool **pool);
+/* A pool whose workers are an engine's threads, lent while the engine runs
+ * fastgen from one of them (llama.cpp's graph threads, in its custom op):
+ * it starts no thread. Thread t in 1..n_threads-1 calls
+ * fg_threadpool_lend(pool, t, ticket) and serves the pool's jobs until
+ * the caller's fg_threadpool_release(pool, ticket) (at once if that came
+ * first); tickets grow, one per turn (each thread counts the turns the
+ * same way). A job runs whether the lent threads came or not: the caller
+ * takes the tasks of an absent one. */
+FG_API fg_status fg_threadpool_create_lent(int32_t n_threads, fg_threadpool **out);
+FG_API fg_status fg_threadpool_lend(fg_threadpool *pool, int32_t thread, uint64_t ticket);
+FG_API fg_status fg_threadpool_release(fg_threadpool *pool, uint64_t ticket);
 /* Threads of a pool, the caller included (1 for NULL). */
 FG_API int32_t fg_threadpool_size(const fg_threadpool *pool);
 /* Runs the job and returns when every task has finished (NULL pool:
@@ -464,7 +501,7 @@ typedef struct fg_context_params {
     fg_threadpool *threadpool;  /* optional: the pool the context's CPU work runs on (it must outlive the
                                    context); NULL = the context starts its own of n_threads */
     const fg_token_classes *classes; /* required; the context keeps its own copy */
-    fg_log_fn log_fn;           /* optional */
+    fg_log_fn log_fn;           /* optional; see fg_log_fn for what it may call */
     void *log_user;
     fg_io io;                   /* FG_IO_HOST (default) or FG_IO_DEVICE (cuda, hip) */
     void *stream;               /* cuda / hip: the engine's cudaStream_t / hipStream_t that all the context's

@@ -59,8 +59,8 @@ FG_SIMD_AVX2_TARGET static float exp_sub_sum_avx2(float *x, int32_t n, float sub
     int32_t i = 0;
     for (; i + 8 <= n; i += 8) {
         __m256 y = fg_exp256(_mm256_sub_ps(_mm256_loadu_ps(x + i), vs));
-        /* -inf inputs (masked keys) give exactly 0 */
-        y = _mm256_and_ps(y, _mm256_cmp_ps(_mm256_loadu_ps(x + i), _mm256_set1_ps(-INFINITY), _CMP_NEQ_OQ));
+        /* -inf inputs (masked keys) give exactly 0; a NaN stays NaN (unordered: not equal) */
+        y = _mm256_and_ps(y, _mm256_cmp_ps(_mm256_loadu_ps(x + i), _mm256_set1_ps(-INFINITY), _CMP_NEQ_UQ));
         _mm256_storeu_ps(x + i, y);
         acc = _mm256_add_ps(acc, y);
     }

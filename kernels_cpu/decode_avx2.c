@@ -24,7 +24,8 @@ __attribute__((target("avx2,fma"))) void fg_cpu_score_scan_avx2(const scan_args 
             for (int32_t h = 0; h < g->G; h++)
                 gained = _mm256_add_ps(gained, _mm256_mul_ps(_mm256_loadu_ps(r.raw + (size_t)h * g->stride + x),
                                                              _mm256_set1_ps(g->f[h])));
-            const __m256 sc = _mm256_add_ps(_mm256_mul_ps(keep, _mm256_loadu_ps(r.score + x)), gained);
+            const __m256 sc = g->keep != 0.0f ? _mm256_add_ps(_mm256_mul_ps(keep, _mm256_loadu_ps(r.score + x)), gained)
+                                              : _mm256_add_ps(_mm256_setzero_ps(), gained);
             _mm256_storeu_ps(r.score + x, sc);
             __m256i fl = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(const void *)(r.flags + x)));
             const __m256i p = _mm256_loadu_si256((const __m256i *)(const void *)(r.pos + x));
@@ -37,7 +38,9 @@ __attribute__((target("avx2,fma"))) void fg_cpu_score_scan_avx2(const scan_args 
             if (!fbits)
                 continue;
             scan->n_freq += __builtin_popcount((unsigned)fbits);
-            const __m256 rank = g->mean ? _mm256_div_ps(sc, _mm256_cvtepi32_ps(_mm256_sub_epi32(t, p))) : sc;
+            __m256 rank = g->mean ? _mm256_div_ps(sc, _mm256_cvtepi32_ps(_mm256_sub_epi32(t, p))) : sc;
+            rank = _mm256_blendv_ps(rank, _mm256_set1_ps(-INFINITY),
+                                    _mm256_cmp_ps(rank, rank, _CMP_UNORD_Q)); /* fg_rank_score: NaN ranks as -inf */
             const __m256i lower = _mm256_or_si256(
                 _mm256_castps_si256(_mm256_cmp_ps(rank, best_rank, _CMP_LT_OQ)),
                 _mm256_and_si256(_mm256_castps_si256(_mm256_cmp_ps(rank, best_rank, _CMP_EQ_OQ)),

@@ -27,7 +27,9 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void fg_cpu_score_scan_avx5
                 gained = _mm512_add_ps(gained,
                                        _mm512_mul_ps(_mm512_maskz_loadu_ps(m, r.raw + (size_t)h * g->stride + x),
                                                      _mm512_set1_ps(g->f[h])));
-            const __m512 sc = _mm512_add_ps(_mm512_mul_ps(keep, _mm512_maskz_loadu_ps(m, r.score + x)), gained);
+            const __m512 sc = g->keep != 0.0f
+                                  ? _mm512_add_ps(_mm512_mul_ps(keep, _mm512_maskz_loadu_ps(m, r.score + x)), gained)
+                                  : _mm512_add_ps(_mm512_setzero_ps(), gained);
             _mm512_mask_storeu_ps(r.score + x, m, sc);
             __m512i fl = _mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(m, r.flags + x));
             const __m512i p = _mm512_maskz_loadu_epi32(m, r.pos + x);
@@ -40,7 +42,9 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void fg_cpu_score_scan_avx5
             if (!is_freq)
                 continue;
             scan->n_freq += __builtin_popcount((unsigned)is_freq);
-            const __m512 rank = g->mean ? _mm512_div_ps(sc, _mm512_cvtepi32_ps(_mm512_sub_epi32(t, p))) : sc;
+            __m512 rank = g->mean ? _mm512_div_ps(sc, _mm512_cvtepi32_ps(_mm512_sub_epi32(t, p))) : sc;
+            rank = _mm512_mask_mov_ps(rank, _mm512_cmp_ps_mask(rank, rank, _CMP_UNORD_Q),
+                                      _mm512_set1_ps(-INFINITY)); /* fg_rank_score: NaN ranks as -inf */
             const __mmask16 empty = _mm512_cmplt_epi32_mask(best_slot, _mm512_setzero_si512()); /* as ref: a lane's
                                                                      first candidate is taken whatever its rank (NaN too) */
             const __mmask16 take =

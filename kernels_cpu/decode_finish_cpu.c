@@ -128,8 +128,8 @@ static float dot_cached(const float *q, const void *row, fg_dtype dtype, int32_t
  * once per pass. The new token's own key (dotted with the query as given)
  * starts each head's state. A head
  * that tracks scores then reads K once more to turn each slot's scores into
- * its pooled attention, added as the vector path adds it (score = keep *
- * score + sum_h p_h / (l_h G)). */
+ * its pooled attention, one head's share at a time as ref adds it (score
+ * = keep * score, then += p_h / (l_h G) for each h). */
 float fg_cpu_decode_attend_plain(const fg_page_layout *L, const fg_shape *shape, const fg_decode_head *hd,
                                  const float *q_cached) {
     const int32_t G = shape->n_q_heads / shape->n_kv_heads, d = shape->head_dim, n = hd->n_slots;
@@ -179,12 +179,15 @@ float fg_cpu_decode_attend_plain(const fg_page_layout *L, const fg_shape *shape,
             continue;
         for (int32_t s = 0; s < n; s++) {
             const void *kr = fg_slot_k(L, pages, meta, s);
-            float gained = 0.0f;
-            for (int32_t h = 0; h < hn; h++)
-                gained += expf(dot_cached(qk + (size_t)h * d, kr, L->k_dtype, d) - m[h]) * l[h];
             float *score = fg_slot_score(L, meta, s);
-            /* FG_SCORE_LAST: this step's attention alone (as ref, a NaN score does not carry over) */
-            *score = h0 > 0 || keep != 0.0f ? *score + gained : gained;
+            /* FG_SCORE_LAST: this step's attention alone (as ref, a NaN score does not carry over); each
+               head's share is added to the score in turn, as ref adds it and as new_score sums it, so a
+               slot that met the query as the new token did keeps its tie with it for any G (a pass's sum
+               added at once would round apart from new_score past PLAIN_HEADS heads) */
+            float sc = h0 > 0 || keep != 0.0f ? *score : 0.0f;
+            for (int32_t h = 0; h < hn; h++)
+                sc += expf(dot_cached(qk + (size_t)h * d, kr, L->k_dtype, d) - m[h]) * l[h];
+            *score = sc;
         }
     }
     return new_score;

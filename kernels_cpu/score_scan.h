@@ -14,8 +14,8 @@
 
 /* Step 3 of the header for the slots of one work item, fused: each slot's
  * score grows by its pooled attention (score = keep * score + sum_h raw[h]
- * f[h], the same operations in the same order in every variant, so every ISA
- * gives the same bits), a window row that fell out of the window becomes a
+ * f[h], the old score left out when keep is 0, the same operations in the
+ * same order in every variant, so every ISA gives the same bits), a window row that fell out of the window becomes a
  * frequent candidate, and the candidates are counted and the lowest-ranked
  * (rank, then position) found. The vector variants keep a lowest-ranked
  * candidate per lane over the whole item and offer them to the scan at the
@@ -77,7 +77,8 @@ static inline void score_scan_one(const scan_args *g, const scan_run *r, int32_t
         const float part = r->raw[(size_t)h * g->stride + x] * g->f[h];
         gained += part;
     }
-    const float kept = g->keep * r->score[x];
+    const float kept = g->keep != 0.0f ? g->keep * r->score[x] : 0.0f; /* FG_SCORE_LAST: the old score goes,
+                                                                           a NaN or an inf too */
     const float sc = kept + gained;
     r->score[x] = sc;
     if (r->flags[x] == FG_SLOT_LOCAL && r->pos[x] < g->window_start)
@@ -85,7 +86,7 @@ static inline void score_scan_one(const scan_args *g, const scan_run *r, int32_t
     if (r->flags[x] != FG_SLOT_FREQUENT)
         return;
     scan->n_freq++;
-    scan_offer(scan, s0 + x, g->mean ? sc / (float)(g->t - r->pos[x]) : sc, r->pos[x]);
+    scan_offer(scan, s0 + x, fg_rank_score(g->mean ? FG_SCORE_MEAN : FG_SCORE_SUM, sc, r->pos[x], g->t), r->pos[x]);
 }
 
 #endif /* FG_SCORE_SCAN_H */

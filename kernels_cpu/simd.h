@@ -51,9 +51,12 @@ __attribute__((target("f16c"))) static inline float fg_f16c_scale(const unsigned
 }
 
 /* e^x for x <= 0, 8 lanes: Cephes expf's reduction by ln 2 and degree-6
- * polynomial (~1 ulp). The decode and the prompt kernels' exp. */
+ * polynomial (~1 ulp). The decode and the prompt kernels' exp. A NaN stays
+ * NaN, as expf's does: max_ps returns its second operand when either is
+ * NaN, so x goes second (then the rounding, the polynomial and the product
+ * carry it: the integer conversion of NaN gives an exponent of 2^0). */
 FG_SIMD_AVX2_TARGET static inline __m256 fg_exp256(__m256 x) {
-    x = _mm256_max_ps(x, _mm256_set1_ps(-87.33654f));
+    x = _mm256_max_ps(_mm256_set1_ps(-87.33654f), x);
     __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     x = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
@@ -184,9 +187,9 @@ FG_SIMD_AVX2_TARGET static inline __m256 fg_q4_lanes256(const unsigned char *p, 
     return _mm256_mul_ps(_mm256_cvtepi32_ps(q), _mm256_set1_ps(scale));
 }
 
-/* e^x for x <= 0, 16 lanes (as fg_exp256). */
+/* e^x for x <= 0, 16 lanes (as fg_exp256: NaN stays NaN). */
 FG_SIMD_AVX512_TARGET static inline __m512 fg_exp512(__m512 x) {
-    x = _mm512_max_ps(x, _mm512_set1_ps(-87.33654f));
+    x = _mm512_max_ps(_mm512_set1_ps(-87.33654f), x);
     __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     x = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);

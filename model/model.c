@@ -123,9 +123,15 @@ fg_status fgm_llama_from_gguf(fgm_gguf *g, fgm_llama_model *m, char *err, size_t
     snprintf(key, sizeof key, "%s.attention.layer_norm_rms_epsilon", arch);
     if ((st = fgm_gguf_get_float(g, key, 1e-5, &eps, err, n)))
         return st;
-    if (!(theta > 0.0 && theta < 1e12 && eps > 0.0 && eps < 1.0))
-        return fgm_failf(err, n, FG_ERR_FORMAT, "GGUF: rope.freq_base %g or rms epsilon %g out of range", theta, eps);
-    c.rope_theta = (float)theta;
+    /* the library's range for fg_context_params.rope_theta (core/context.c), on the float it will get */
+    const float theta_f = (float)theta;
+    if (!(theta_f > 1.0f && theta_f < 1e12f))
+        return fgm_failf(err, n, FG_ERR_FORMAT,
+                         "GGUF: %s.rope.freq_base is %g; fastgen's RoPE takes a base in (1, 1e12)", arch, theta);
+    if (!(eps > 0.0 && eps < 1.0))
+        return fgm_failf(err, n, FG_ERR_FORMAT, "GGUF: %s.attention.layer_norm_rms_epsilon is %g, not in (0, 1)",
+                         arch, eps);
+    c.rope_theta = theta_f;
     c.rms_eps = (float)eps;
     const fgm_gguf_tensor *emb = fgm_gguf_tensor_find(g, "token_embd.weight");
     if (!emb)

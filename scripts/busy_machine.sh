@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 build=${1:-build}
 fastgen=$build/tools/fastgen
 bench=$build/bench/bench_decode
-model=$(bash scripts/get-models.sh --offline | awk '$1 == "smollm2" { print $2 }')
+model=$(bash scripts/get-models.sh --offline smollm2 | awk '$1 == "smollm2" { print $2 }')
 [ -n "$model" ] || { echo "SmolLM2 is not in the cache: bash scripts/get-models.sh" >&2; exit 1; }
 
 seconds() { local t0 t1; t0=$(date +%s%N); "$@" >/dev/null 2>&1; t1=$(date +%s%N); echo $(( (t1 - t0) / 1000000 )); }

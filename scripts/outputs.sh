@@ -11,7 +11,7 @@ set -euo pipefail
 bin=$1 out=$2
 root=$(cd "$(dirname "$0")/.." && pwd)
 shared=${FASTGEN_MODELS:-$root/../shared/models}
-smollm2=$(bash "$root/scripts/get-models.sh" | awk '$1 == "smollm2" { print $2 }')
+smollm2=$(bash "$root/scripts/get-models.sh" smollm2 | awk '$1 == "smollm2" { print $2 }')
 mkdir -p "$out"
 mask() {
   sed -E 's/[0-9.]+ tokens\/s/X tokens\/s/g; s/[0-9.]+ s\b/X s/g; s/in [0-9.]+ (s|ms)/in X \1/g;

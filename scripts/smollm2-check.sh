@@ -30,7 +30,7 @@ if [ $numerics = 1 ] && { [ $llama = 0 ] || [ $bench = 1 ]; }; then
   echo "smollm2-check.sh: --numerics runs alone: not with --no-llama or --bench" >&2
   exit 2
 fi
-model=$(bash scripts/get-models.sh | awk '$1 == "smollm2" { print $2 }')
+model=$(bash scripts/get-models.sh smollm2 | awk '$1 == "smollm2" { print $2 }')
 cache=${FASTGEN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/fastgen}
 venv=$cache/venv
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"

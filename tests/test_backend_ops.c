@@ -32,6 +32,24 @@ static void fill(float *x, size_t n, float scale) {
         x[i] = scale * rng_gauss();
 }
 
+/* The NMSE of a against ref over the elements finite in both; *same_mask
+ * &= whether they are non-finite at the same places (NaN where ref has NaN,
+ * an infinity of the same sign where ref has one); *finite counts the
+ * elements finite in both. */
+static double nmse_finite(const float *a, const float *ref, size_t n, int *same_mask, size_t *finite) {
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        if (isfinite(a[i]) && isfinite(ref[i])) {
+            num += ((double)a[i] - ref[i]) * ((double)a[i] - ref[i]);
+            den += (double)ref[i] * ref[i];
+            ++*finite;
+        } else if (isnan(ref[i]) ? !isnan(a[i]) : a[i] != ref[i]) {
+            *same_mask = 0;
+        }
+    }
+    return den > 0.0 ? num / den : num;
+}
+
 typedef struct backend_pair {
     const char *name;
     fg_backend ref, one, two; /* two: 2 threads */
@@ -39,7 +57,13 @@ typedef struct backend_pair {
 
 /* ------------------------------------------------------------------ prefill + profile */
 
-static void check_prompt(backend_pair *bp, int32_t d, int32_t G, int32_t Hkv, int32_t n, int32_t row_begin) {
+/* poison: a key of KV head 0 at row n / 3 with +inf and -inf lanes (NaN or
+ * infinite scores for every later row of its heads) and a NaN in the last
+ * query head's row n / 2: every output, statistic and column sum must be
+ * non-finite exactly where ref's is (the vector exponential once made such
+ * scores weights near 0), and finite elsewhere as close as ever. */
+static void check_prompt(backend_pair *bp, int32_t d, int32_t G, int32_t Hkv, int32_t n, int32_t row_begin,
+                         int poison) {
     const fg_shape sh = {G * Hkv, Hkv, d};
     const int32_t Hq = G * Hkv;
     const size_t nq = (size_t)n * Hq * d, nk = (size_t)n * Hkv * d;
@@ -47,6 +71,11 @@ static void check_prompt(backend_pair *bp, int32_t d, int32_t G, int32_t Hkv, in
     fill(q, nq, 1.0f);
     fill(k, nk, 1.0f);
     fill(v, nk, 1.0f);
+    if (poison) {
+        k[(size_t)(n / 3) * Hkv * d] = INFINITY;
+        k[(size_t)(n / 3) * Hkv * d + 1] = -INFINITY;
+        q[((size_t)(n / 2) * Hq + Hq - 1) * d + 2] = NAN;
+    }
     fg_profile_request req = {.n = n, .row_begin = row_begin, .n_windows = 2, .window = {1 + n / 3, 5}};
     fg_backend *bes[3] = {&bp->ref, &bp->one, &bp->two};
     float *out[3], *mx[3], *sm[3], *col[3], *cl[3];
@@ -59,9 +88,21 @@ static void check_prompt(backend_pair *bp, int32_t d, int32_t G, int32_t Hkv, in
         EXPECT(bes[b]->ops->prefill_attention(bes[b], &sh, n, 0, q, k, v, out[b], mx[b], sm[b]) == FG_OK, "prefill");
         EXPECT(bes[b]->ops->profile_stats(bes[b], &sh, &req, q, k, mx[b], sm[b], col[b], cl[b]) == FG_OK, "profile");
     }
-    const double e_out = nmse(out[1], out[0], nq), e_sum = nmse(sm[1], sm[0], (size_t)Hq * n);
-    const double e_col = nmse(col[1], col[0], (size_t)Hkv * n), e_cl = nmse(cl[1], cl[0], 2 * (size_t)Hkv * n);
-    EXPECT(e_out <= 1e-8 && e_sum <= 1e-8 && nmse(mx[1], mx[0], (size_t)Hq * n) <= 1e-8,
+    int same_mask = 1;
+    size_t finite = 0;
+#define CMP(a, r, n) (poison ? nmse_finite((a), (r), (n), &same_mask, &finite) : nmse((a), (r), (n)))
+    const double e_out = CMP(out[1], out[0], nq), e_sum = CMP(sm[1], sm[0], (size_t)Hq * n);
+    const double e_col = CMP(col[1], col[0], (size_t)Hkv * n), e_cl = CMP(cl[1], cl[0], 2 * (size_t)Hkv * n);
+    const double e_mx = CMP(mx[1], mx[0], (size_t)Hq * n);
+#undef CMP
+    EXPECT(same_mask, "%s prompt ops d=%d G=%d n=%d: not finite where ref's are finite, or the reverse", bp->name,
+           (int)d, (int)G, (int)n);
+    size_t n_nan = 0;
+    for (size_t i = 0; poison && i < nq; i++)
+        n_nan += isnan(out[0][i]) != 0;
+    if (poison) /* the poison reached outputs, and left others finite */
+        EXPECT(n_nan > 0 && n_nan < nq, "%s prompt ops poisoned: %zu of %zu ref outputs NaN", bp->name, n_nan, nq);
+    EXPECT(e_out <= 1e-8 && e_sum <= 1e-8 && e_mx <= 1e-8,
            "%s prefill d=%d G=%d n=%d: NMSE out %.3g sum %.3g", bp->name, (int)d, (int)G, (int)n, e_out, e_sum);
     EXPECT(e_col <= 1e-8 && e_cl <= 1e-8, "%s profile d=%d G=%d n=%d: NMSE col %.3g col_local %.3g", bp->name, (int)d,
            (int)G, (int)n, e_col, e_cl);
@@ -70,12 +111,12 @@ static void check_prompt(backend_pair *bp, int32_t d, int32_t G, int32_t Hkv, in
         guards &= guard_ok(out[b], nq) && guard_ok(mx[b], (size_t)Hq * n) && guard_ok(sm[b], (size_t)Hq * n) &&
                   guard_ok(col[b], (size_t)Hkv * n) && guard_ok(cl[b], 2 * (size_t)Hkv * n);
     EXPECT(guards, "%s prompt ops wrote past an output", bp->name);
-    EXPECT(memcmp(out[1], out[2], nq * sizeof(float)) == 0 &&
+    EXPECT(memcmp(out[1], out[2], nq * sizeof(float)) == 0 && /* NaN bits too: the same operations */
                memcmp(col[1], col[2], (size_t)Hkv * n * sizeof(float)) == 0 &&
                memcmp(cl[1], cl[2], 2 * (size_t)Hkv * n * sizeof(float)) == 0,
            "%s prompt ops: 1 and 2 threads differ", bp->name);
-    printf("  %-4s prefill+profile d=%-3d G=%d Hkv=%d n=%-5d  NMSE out %.1e col %.1e col_local %.1e\n", bp->name,
-           (int)d, (int)G, (int)Hkv, (int)n, e_out, e_col, e_cl);
+    printf("  %-4s prefill+profile d=%-3d G=%d Hkv=%d n=%-5d%s NMSE out %.1e col %.1e col_local %.1e\n", bp->name,
+           (int)d, (int)G, (int)Hkv, (int)n, poison ? " poisoned" : "", e_out, e_col, e_cl);
     for (int b = 0; b < 3; b++) {
         free(out[b]);
         free(mx[b]);
@@ -224,6 +265,33 @@ static int32_t g_share;
 static int g_big_query;
 /* V's dtype apart from K's (dt) in the cases below, or -1: V as K */
 static int g_v_dtype = -1;
+/* check_decode with non-finite inputs (poison_head): NaN or infinite scores
+ * that every backend must turn into non-finite outputs exactly where ref
+ * does (the vector exponential once clamped NaN to a weight near 0), and
+ * non-finite ranks that every backend evicts by one rule (a NaN rank as
+ * -inf: evicted first, the older first among equals). */
+static int g_poison;
+
+/* Head i's poison (g_poison), by i % 4: a prompt key with +inf and -inf
+ * lanes (NaN or infinite scores for every query); a NaN in the query of
+ * step 1; a -inf lane in the key decoded at step 2; a prompt key of +-1e38
+ * where the cache cannot hold it (its q8_0 / q4_0 scale and its fp16 value
+ * overflow; in f32 or bf16 whether its dot overflows depends on the order
+ * of the sums, which backends do not share: such a key is left out). */
+static void poison_head(int32_t i, int32_t len, int32_t G, int32_t d, fg_dtype dt, float *K, float *Q) {
+    switch (i % 4) {
+    case 0:
+        K[(size_t)(len / 2) * d] = INFINITY;
+        K[(size_t)(len / 2) * d + 1] = -INFINITY;
+        break;
+    case 1: Q[(size_t)(len + 1) * G * d] = NAN; break;
+    case 2: K[(size_t)(len + 2) * d] = -INFINITY; break;
+    default:
+        for (int32_t c = 0; c < d && dt != FG_DTYPE_F32 && dt != FG_DTYPE_BF16; c++)
+            K[(size_t)(len / 3) * d + c] = c % 2 ? -1e38f : 1e38f;
+    }
+}
+
 
 static fg_page_layout layout_of(int32_t page_tokens, int32_t d, fg_dtype dt) {
     return fg_page_layout_make(page_tokens, d, dt, g_v_dtype < 0 ? dt : (fg_dtype)g_v_dtype);
@@ -278,6 +346,8 @@ static void check_decode(backend_pair *bp, int32_t d, int32_t G, fg_dtype dt, in
             Q[i][c] = fg_bf16_to_f32(fg_f32_to_bf16(Q[i][c]));
         for (int32_t t = 0; g_big_query && i == 1 && t < cap; t++)
             Q[i][(size_t)t * G * d + 5] = t % 2 ? 3e7f : -3e7f;
+        if (g_poison)
+            poison_head(i, lengths[i], G, d, dt, K[i], Q[i]);
         /* a prefill's state: a random profile through the real policy code */
         for (int32_t j = 0; j < h->t && lead == i; j++) { /* a group's heads: its first's profile */
             col[j] = ties ? (float)rng_int(0, 2) : (float)(rng_uniform() * 3.0);
@@ -309,7 +379,8 @@ static void check_decode(backend_pair *bp, int32_t d, int32_t G, fg_dtype dt, in
         out[b] = guarded((size_t)n_heads * G * d);
     }
     double worst = 0.0;
-    int same_sets = 1, same_threads = 1, guards = 1, same_group = 1;
+    int same_sets = 1, same_threads = 1, guards = 1, same_group = 1, same_mask = 1;
+    size_t finite = 0, outputs = 0;
     int32_t *lead_pos = malloc((size_t)cap * sizeof *lead_pos);
     for (int32_t step = 0; step < steps; step++) {
         fg_step_plan plans[64];
@@ -341,7 +412,9 @@ static void check_decode(backend_pair *bp, int32_t d, int32_t G, fg_dtype dt, in
         for (int b = 0; b < 3; b++)
             EXPECT(bes[b]->ops->decode_step(bes[b], &L, &sh, n_heads, dh[b]) == FG_OK, "%s decode_step: %s",
                    b ? bp->name : "ref", fg_last_error(NULL));
-        const double e = nmse(out[1], out[0], (size_t)n_heads * G * d);
+        const size_t n_out = (size_t)n_heads * G * d;
+        const double e = g_poison ? nmse_finite(out[1], out[0], n_out, &same_mask, &finite) : nmse(out[1], out[0], n_out);
+        outputs += n_out;
         worst = e > worst ? e : worst;
         same_threads &= memcmp(out[1], out[2], (size_t)n_heads * G * d * sizeof(float)) == 0;
         guards &= guard_ok(out[1], (size_t)n_heads * G * d) && guard_ok(out[2], (size_t)n_heads * G * d);
@@ -390,6 +463,11 @@ static void check_decode(backend_pair *bp, int32_t d, int32_t G, fg_dtype dt, in
              g_v_dtype < 0 ? "" : fg_dtype_name((fg_dtype)g_v_dtype));
     EXPECT(worst <= limit, "%s decode d=%d G=%d %s: NMSE %.3g", bp->name, (int)d, (int)G, dn, worst);
     EXPECT(same_sets, "%s decode d=%d G=%d %s: kept sets differ from ref", bp->name, (int)d, (int)G, dn);
+    EXPECT(same_mask, "%s decode d=%d G=%d %s: outputs not finite where ref's are finite, or the reverse", bp->name,
+           (int)d, (int)G, dn);
+    if (g_poison) /* the poison reached some outputs, and left others finite */
+        EXPECT(finite > 0 && finite < outputs, "%s decode d=%d G=%d %s poisoned: %zu of %zu outputs finite",
+               bp->name, (int)d, (int)G, dn, finite, outputs);
     EXPECT(same_threads, "%s decode: 1 and 2 threads differ", bp->name);
     EXPECT(same_group, "%s decode: heads that rank together keep different rows", bp->name);
     free(lead_pos);
@@ -617,7 +695,11 @@ static void case_prompt(backend_pair *bp) {
         {200, 1, 1, 70, 33}, {320, 2, 1, 40, 5}, /* GPU: the last tiled shape, and the untiled kernels */
     };
     for (size_t c = 0; c < sizeof prompt / sizeof prompt[0]; c++)
-        check_prompt(bp, prompt[c][0], prompt[c][1], prompt[c][2], prompt[c][3], prompt[c][4]);
+        check_prompt(bp, prompt[c][0], prompt[c][1], prompt[c][2], prompt[c][3], prompt[c][4], 0);
+    /* NaN and infinite scores (a query with a NaN, a key with infinities) */
+    check_prompt(bp, 64, 4, 2, 300, 0, 1);
+    check_prompt(bp, 128, 3, 1, 130, 40, 1);
+    check_prompt(bp, 7, 2, 3, 37, 0, 1);
 }
 
 /* compact: every dtype, byte for byte */
@@ -737,6 +819,22 @@ static void case_decode_bf16_queries(backend_pair *bp) {
     check_decode(bp, 64, 8, FG_DTYPE_BF16, 16, 3, (const int32_t[]){400, 700, 5},
                  (const uint32_t[]){F, FG_KEEP_FULL, S | P | F | L}, 12, 0);
     g_bf16_queries = 0;
+}
+
+/* decode: NaN and infinite scores (poison_head) on every score mode, alone
+ * and ranked together (TOVA's layer ranking), every cache dtype */
+static void case_decode_nonfinite(backend_pair *bp) {
+    g_poison = 1;
+    for (int dt = 0; dt <= FG_DTYPE_Q4_0; dt++)
+        check_decode(bp, 64, 3, (fg_dtype)dt, 16, 8, (const int32_t[]){90, 40, 70, 300, 33, 60, 120, 50},
+                     (const uint32_t[]){F | L, F, F | L, S | P | F | L, F, F | L, FG_KEEP_FULL, F}, 8, 0);
+    check_decode(bp, 128, 8, FG_DTYPE_F32, 16, 4, (const int32_t[]){700, 260, 1100, 90},
+                 (const uint32_t[]){F | L, F, S | P | F | L, F}, 6, 0);
+    g_share = 3; /* sum, mean, last per group: the third is TOVA's */
+    check_decode(bp, 64, 4, FG_DTYPE_F32, 16, 9, (const int32_t[]){80, 80, 80, 50, 50, 50, 200, 200, 200},
+                 (const uint32_t[]){F, F, F, F | L, F | L, F | L, F, F, F}, 8, 0);
+    g_share = 0;
+    g_poison = 0;
 }
 
 /* decode: kept sets identical for 500 steps */
@@ -909,6 +1007,7 @@ static const op_case k_cases[] = {
     {"decode-groups-of-3", case_decode_groups_of_3},
     {"decode-bf16-queries", case_decode_bf16_queries},
     {"decode-long", case_decode_long},
+    {"decode-nonfinite", case_decode_nonfinite},
     {"decode-snapshots", case_decode_snapshots},
     {"decode-layer", case_decode_layer},
     {"compact-quantized", case_compact_quantized},

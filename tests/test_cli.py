@@ -443,7 +443,7 @@ check(bj.get("read_bandwidth_gbs", 0) > 0 and bj.get("weights_read_bytes", 0) > 
       "bench: each tg row's limit, from the bandwidth over the weights and the KV rows it holds: %r" % tg[:2])
 r = run("bench", *model_args(), "-p", "16", "-n", "4", "-d", "8", "-r", "1")
 check(r.returncode == 0 and "| full |" in r.stdout and "vs full" in r.stdout, "bench's table: %r" % r.stdout[:300])
-for bad in (["--methods", "h2o"], ["--methods", "full,h2o:0.5"], ["-p", "0", "-n", "0"], ["-d", "1,2,x"], ["-d", "0"],
+for bad in (["--methods", "h2o"], ["--methods", "full,h2o:0.5:bogus=1"], ["-p", "0", "-n", "0"], ["-d", "1,2,x"], ["-d", "0"],
             ["--n-predict", "-1"]):
     r = run("bench", *model_args(), *bad)
     check(r.returncode == 2, "bench %s is refused: %r" % (bad, r.stderr))

@@ -452,6 +452,48 @@ static void test_struct_growth(const synth *syn, const int32_t *tokens) {
         EXPECT_STATUS(old, FG_ERR_INVALID_ARGUMENT, fg_context_set_compression(old, NULL));
         EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_context_set_compression(NULL, &bad));
         EXPECT_OK(old, fg_seq_create(old, NULL, tokens, N, &s_old));
+        prefill_all(old, syn, tokens, s_old);
+    }
+
+    /* hostile sizes (SIZE_MAX, a negative int cast, past any version): refused before a byte is read or
+     * written; the _default calls, which return nothing, write nothing */
+    const size_t hostile[] = {SIZE_MAX, (size_t)-8, 4097, (size_t)1 << 20};
+    for (size_t h = 0; h < sizeof hostile / sizeof hostile[0]; h++) {
+        const size_t size = hostile[h];
+        fg_context *made = NULL;
+        EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_context_create_sized(&want, size, &made));
+        EXPECT(made == NULL && strstr(fg_last_error(NULL), "no version"), "size %zu: %s", size, fg_last_error(NULL));
+        memset(cc.b, mark, sizeof cc.b);
+        memset(cp.b, mark, sizeof cp.b);
+        fg_compression_params_default_sized(&cc.c, size);
+        fg_context_params_default_sized(&cp.p, size);
+        EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_compression_params_preset_sized("h2o", &cc.c, size));
+        EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_compression_params_validate_sized(&cc.c, size));
+        untouched = 1;
+        for (size_t i = 0; i < sizeof cc.b; i++)
+            untouched &= cc.b[i] == mark;
+        for (size_t i = 0; i < sizeof cp.b; i++)
+            untouched &= cp.b[i] == mark;
+        EXPECT(untouched, "size %zu: a default or a preset wrote its struct", size);
+        if (!old)
+            continue;
+        union {
+            fg_memory_stats m;
+            fg_head_info hi;
+            unsigned char b[sizeof(fg_head_info) + sizeof(fg_memory_stats) + GUARD];
+        } outs;
+        memset(outs.b, mark, sizeof outs.b);
+        int32_t s_new = -1;
+        fg_compression_params h2o;
+        fg_compression_params_preset("h2o", &h2o);
+        EXPECT_STATUS(old, FG_ERR_INVALID_ARGUMENT, fg_memory_sized(old, s_old, &outs.m, size));
+        EXPECT_STATUS(old, FG_ERR_INVALID_ARGUMENT, fg_head_inspect_sized(old, s_old, 0, 0, &outs.hi, size));
+        EXPECT_STATUS(old, FG_ERR_INVALID_ARGUMENT, fg_seq_create_sized(old, &h2o, size, tokens, N, &s_new));
+        EXPECT_STATUS(old, FG_ERR_INVALID_ARGUMENT, fg_context_set_compression_sized(old, &h2o, size));
+        untouched = s_new == -1;
+        for (size_t i = 0; i < sizeof outs.b; i++)
+            untouched &= outs.b[i] == mark;
+        EXPECT(untouched, "size %zu: an output struct was written, or a sequence made", size);
     }
     fg_context_destroy(&old);
 }
@@ -520,6 +562,23 @@ static void test_calls(twin *t) {
     EXPECT_STATUS(c, FG_ERR_INVALID_ARGUMENT, fg_decode(c, 0, 1, &t->seq_bad, &bad_tok, dq, dk, dv, dout));
     step_both(t, "bad decode");
 
+    /* arrays at addresses that are not a multiple of a float's size: refused, nothing read */
+    static union {
+        float f[2 * HQ * D + 1];
+        char b[sizeof(float) * (2 * HQ * D + 1)];
+    } odd;
+    float *const q_odd = (float *)(void *)(odd.b + 1), *const v_odd = (float *)(void *)(odd.b + 2);
+    EXPECT_STATUS(c, FG_ERR_INVALID_ARGUMENT, fg_decode(c, 0, 1, &t->seq_bad, &tok, q_odd, dk, dv, dout));
+    EXPECT(strstr(fg_last_error(c), "q at") && strstr(fg_last_error(c), "aligned"), "misaligned q: %s",
+           fg_last_error(c));
+    EXPECT_STATUS(c, FG_ERR_INVALID_ARGUMENT, fg_decode(c, 0, 1, &t->seq_bad, &tok, dq, dk, v_odd, dout));
+    EXPECT_STATUS(c, FG_ERR_INVALID_ARGUMENT, fg_decode(c, 0, 1, &t->seq_bad, &tok, dq, dk, dv, q_odd));
+    EXPECT(strstr(fg_last_error(c), "out at") != NULL, "misaligned out: %s", fg_last_error(c));
+    EXPECT_STATUS(c, FG_ERR_INVALID_ARGUMENT, fg_seq_append(c, t->seq_bad, 0, &tok, 1, dq, q_odd, dv, dout));
+    EXPECT(strstr(fg_last_error(c), "fg_seq_append: k at") != NULL, "misaligned k: %s", fg_last_error(c));
+    EXPECT_STATUS(c, FG_ERR_INVALID_ARGUMENT, fg_prefill(c, s2, 0, q_odd, k, v, out));
+    step_both(t, "misaligned arrays");
+
     /* every layer must see the same token at a position */
     float q1[HQ * D], k1[HKV * D], v1[HKV * D];
     const int32_t other = (tok + 1) % SYNTH_VOCAB;
@@ -559,9 +618,41 @@ static void test_calls(twin *t) {
     (void)out;
 }
 
+/* A log callback that calls back into its own context, in the middle of the
+ * call that logs: destroying the sequence being decoded, trimming the pool,
+ * reading memory, destroying the context. Every such call is refused
+ * (FG_ERR_BAD_STATE, nothing done), and the call that logged still reports
+ * its own error. */
+typedef struct reentry {
+    fg_context *ctx;
+    int32_t seq;
+    int calls, refused, other;
+    char last[600];
+} reentry;
+
+static void reentering_log(void *user, fg_log_level level, const char *message) {
+    (void)level;
+    reentry *r = user;
+    snprintf(r->last, sizeof r->last, "%s", message);
+    if (!r->ctx)
+        return;
+    r->calls++;
+    fg_memory_stats m;
+    const fg_status st[3] = {fg_seq_destroy(r->ctx, r->seq), fg_trim(r->ctx), fg_memory(r->ctx, -1, &m)};
+    for (int i = 0; i < 3; i++) {
+        r->refused += st[i] == FG_ERR_BAD_STATE;
+        r->other += st[i] != FG_ERR_BAD_STATE;
+    }
+    EXPECT(strstr(fg_last_error(NULL), "log callback") != NULL, "a refused call from the callback: %s",
+           fg_last_error(NULL));
+    fg_context *copy = r->ctx;
+    fg_context_destroy(&copy);
+    r->other += copy == NULL; /* not destroyed: the handle stays */
+}
+
 /* A pool at its cap: the failing prefill or decode reports out of memory and
  * changes nothing; once pages are freed, decoding goes on exactly as in an
- * uncapped twin. */
+ * uncapped twin. Its log callback calls back into the context (reentering_log). */
 static void test_pool_cap(synth *syn, const int32_t *tokens) {
     fg_context_params p = base_params(syn);
     p.pool_chunk_pages = 1; /* the pool grows page by page */
@@ -586,8 +677,13 @@ static void test_pool_cap(synth *syn, const int32_t *tokens) {
 
     /* the same again under a cap of exactly what that took */
     p.max_pool_bytes = m0.pool_bytes;
+    reentry re = {0};
+    p.log_fn = reentering_log;
+    p.log_user = &re;
     EXPECT_OK(NULL, fg_context_create(&p, &a));
     EXPECT_OK(a, fg_seq_create(a, &full, tokens, N, &sa));
+    re.ctx = a;
+    re.seq = sa;
     EXPECT_OK(a, fg_seq_create(a, &tiny, tokens, N, &filler));
     prefill_all(a, syn, tokens, sa);
     float q[N * HQ * D], k[N * HKV * D], v[N * HKV * D], out[N * HQ * D];
@@ -625,8 +721,52 @@ static void test_pool_cap(synth *syn, const int32_t *tokens) {
         }
     }
     EXPECT(refused == 1, "the cap refused one decode (%d)", refused);
+    EXPECT(re.calls >= 2 && re.refused == 3 * re.calls && re.other == 0,
+           "the log callback ran %d times; of its calls into the context %d were refused, %d were not", re.calls,
+           re.refused, re.other);
+    re.ctx = NULL;
     fg_context_destroy(&a);
     fg_context_destroy(&b);
+}
+
+/* fg_compression_params_parse: the knob goes where the preset takes it,
+ * options set their fields, and every bad part is refused by name with the
+ * output untouched. */
+static void test_spec(void) {
+    fg_compression_params p, want;
+    EXPECT_OK(NULL, fg_compression_params_parse("fastgen-adaptive:0.25:observe=predicted:floor=0.5", &p));
+    EXPECT(p.allocation == FG_ALLOC_ADAPTIVE && p.budget == 0.25f && p.observe == FG_OBSERVE_PREDICTED &&
+               p.alloc_floor == 0.5f, "adaptive spec: budget %g observe %d floor %g", (double)p.budget,
+           (int)p.observe, (double)p.alloc_floor);
+    EXPECT_OK(NULL, fg_compression_params_parse("h2o:0.5", &p)); /* frequent + local: half each */
+    EXPECT(p.n_policies == 1 && p.shortlist[0].ratio_local == 0.25f && p.shortlist[0].ratio_frequent == 0.25f,
+           "h2o:0.5 split %g %g", (double)p.shortlist[0].ratio_local, (double)p.shortlist[0].ratio_frequent);
+    EXPECT_OK(NULL, fg_compression_params_parse("snapkv:0.3:window=16:pool=5", &p));
+    EXPECT(p.shortlist[0].ratio_local == 0.3f && p.shortlist[0].ratio_frequent == 0.3f &&
+               p.observation_window == 16 && p.score_pool == 5, "snapkv spec");
+    EXPECT_OK(NULL, fg_compression_params_parse("full", &p));
+    EXPECT_OK(NULL, fg_compression_params_preset("full", &want));
+    EXPECT(!memcmp(&p, &want, sizeof p), "\"full\" is the preset");
+    EXPECT_OK(NULL, fg_compression_params_parse("streamingllm:0.5:sink=8", &p));
+    EXPECT(p.n_sink == 8 && p.shortlist[0].ratio_local == 0.5f, "streamingllm spec");
+    static const char *const bad[] = {
+        "", "nosuch", "nosuch:0.5", "h2o:0", "h2o:1.5", "h2o:nan", "h2o:0.5x", "full:0.5", "fastgen:0.5",
+        "h2o:0.5:bogus=1", "h2o:0.5:window", "h2o:0.5:window=-1", "h2o:pool=3", "fastgen-adaptive:observe=x",
+        "fastgen-adaptive:families=9", "fastgen-adaptive:flags=per-layer+nope", "fastgen-adaptive:tol=1",
+        "h2o:0.5:0.5", "h2o:alloc=adaptive", "h2o: 0.5", "h2o:0.5:window= 8",
+        "fastgen-adaptive:0.5:window=1:window=1:window=1:window=1:window=1:window=1:window=1:window=1:window=1:"
+        "window=1:window=1:window=1:window=1:window=1:window=1:window=1:window=1:window=1:window=1:window=1:"
+        "window=1:window=1:window=1:window=1:window=1:window=1:window=1:window=1:window=1:window=1:window=1"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        memset(&p, 0x5a, sizeof p);
+        memset(&want, 0x5a, sizeof want);
+        EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_compression_params_parse(bad[i], &p));
+        EXPECT(fg_last_error(NULL)[0] != '\0', "\"%s\": a message", bad[i]);
+        EXPECT(!memcmp(&p, &want, sizeof p), "\"%s\": the output untouched", bad[i]);
+    }
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_compression_params_parse(NULL, &p));
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_compression_params_parse("full", NULL));
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_compression_params_parse_sized("full", &p, SIZE_MAX));
 }
 
 int main(void) {
@@ -660,5 +800,6 @@ int main(void) {
 
     test_pool_cap(&syn, t.tokens);
     synth_destroy(&syn);
+    test_spec();
     return test_finish();
 }

@@ -17,6 +17,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "tests/support/harness.h"
 #include "common/dtype.h"
@@ -238,6 +239,51 @@ static void test_crafted(void) {
 }
 
 /* ------------------------------------------------------------------ the files and their models */
+
+/* A RoPE base the library cannot run (0.5, 1, 1e-30, 1e13, NaN) patched into a real file: refused where
+ * the file is read, naming the value, not loaded to fail at the first context. */
+static void test_rope_base(void) {
+    size_t size;
+    char *file = slurp("stories260K-f32.gguf", &size);
+    if (!file)
+        return;
+    static const char key[] = "llama.rope.freq_base";
+    char *at = NULL;
+    for (size_t i = 0; i + sizeof key < size && !at; i++)
+        if (!memcmp(file + i, key, sizeof key - 1))
+            at = file + i + sizeof key - 1;
+    uint32_t type = 0;
+    if (at)
+        memcpy(&type, at, 4);
+    EXPECT(at && type == FGM_GGUF_FLOAT32, "stories260K-f32.gguf: %s as a float32 key", key);
+    const float bad[] = {0.5f, 1.0f, 1e-30f, 1e13f, NAN}, good = 10000.0f;
+    char path[] = "/tmp/test_gguf_rope_XXXXXX";
+    const int fd = mkstemp(path);
+    EXPECT(fd >= 0, "mkstemp");
+    for (size_t c = 0; at && fd >= 0 && c <= sizeof bad / sizeof bad[0]; c++) {
+        const float base = c < sizeof bad / sizeof bad[0] ? bad[c] : good;
+        memcpy(at + 4, &base, 4);
+        FILE *f = fopen(path, "wb");
+        EXPECT(f && fwrite(file, 1, size, f) == size && fclose(f) == 0, "writing %s", path);
+        fgm_llama_model m;
+        char err[400] = "";
+        const fg_status st = fgm_model_load(path, &m, err, sizeof err);
+        char value[32];
+        snprintf(value, sizeof value, "%g", (double)base);
+        if (base == good)
+            EXPECT(st == FG_OK, "rope.freq_base %g: %s", (double)base, err);
+        else
+            EXPECT(st == FG_ERR_FORMAT && strstr(err, "rope.freq_base") && strstr(err, value),
+                   "rope.freq_base %g: %s, \"%s\"", (double)base, fg_status_string(st), err);
+        if (st == FG_OK)
+            fgm_llama_free(&m);
+    }
+    if (fd >= 0) {
+        close(fd);
+        unlink(path);
+    }
+    free(file);
+}
 
 /* Greedy ids after a prompt: n tokens. */
 static fg_status greedy_as(const fgm_llama_model *m, const fgm_tokenizer *t, const int32_t *prompt, int32_t n_prompt,
@@ -887,6 +933,7 @@ int main(int argc, char **argv) {
     test_raw_classes(argc > 3 ? argv[3] : NULL);
     test_quants();
     test_crafted();
+    test_rope_base();
     test_tokenizer();
     test_bpe();
     test_files();

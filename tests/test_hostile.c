@@ -16,7 +16,9 @@
  *   (one context driven from two threads at once: test_threads, which CI
  *   runs under ThreadSanitizer too;)
  *   - forks: after any destroy the sequences together hold no more than
- *     they would apart.
+ *     they would apart;
+ *   - tova, h2o, fastgen and the adaptive mode on ref and cpu after a -inf
+ *     key or a NaN query: the same kept rows at every step (NaN ranks).
  * Backends: argv[1..], or ref and cpu.
  */
 #include <signal.h>
@@ -426,6 +428,70 @@ static void fork_walk(void) {
     alarm(0);
 }
 
+/* ---------------------------------------------------------------- 4. ranks of non-finite attention */
+
+/* `method` on ref and cpu over the same poisoned sequence: a key of -inf
+ * lanes in the prompt and in a decoded token (kind 0), or a NaN in a decode
+ * step's query (kind 1):
+ * NaN scores, which every backend ranks by one rule (a NaN rank as -inf,
+ * the older first: common/rules.h), so both keep the same rows at every step. */
+static void nonfinite_ranks(const char *method, int kind) {
+    char name[96];
+    snprintf(name, sizeof name, "%s: ref and cpu keep the same rows after %s", method,
+             kind ? "a NaN query" : "a -inf key");
+    start_case(name, 60);
+    const int32_t n = 40, steps = 12;
+    world *w = malloc(sizeof *w);
+    *w = g_w;
+    for (int32_t l = 0; l < L; l++) {
+        if (kind)
+            w->q[l][n + 2][1][0] = NAN;
+        else /* in the prompt and in a decoded token (which attends itself) */
+            for (int32_t x = 0; x < D; x += 2)
+                w->k[l][9][0][x] = w->k[l][n + 1][0][x] = -INFINITY;
+    }
+    const char *saved = g_backend;
+    fg_context *ctx[2];
+    int32_t seq[2];
+    float out[L * HQ * D];
+    for (int b = 0; b < 2; b++) {
+        g_backend = b ? "cpu" : "ref";
+        ctx[b] = make_context(FG_DTYPE_F32, 1, MAXT);
+        fg_compression_params cp;
+        EXPECT_OK(NULL, fg_compression_params_preset(method, &cp));
+        EXPECT_OK(ctx[b], fg_seq_create(ctx[b], &cp, w->tokens, n, &seq[b]));
+        prefill_all(ctx[b], seq[b], w, n);
+    }
+    g_backend = saved;
+    int same = 1, nan_out = 0;
+    for (int32_t p = n; p < n + steps; p++)
+        for (int b = 0; b < 2; b++) {
+            EXPECT_OK(ctx[b], decode_at(ctx[b], seq[b], w, p, out));
+            for (size_t i = 0; i < sizeof out / sizeof out[0]; i++)
+                nan_out |= isnan(out[i]);
+            if (b == 0)
+                continue;
+            for (int32_t l = 0; l < L; l++)
+                for (int32_t g = 0; g < HKV; g++) {
+                    int32_t pa[MAXT], pb[MAXT], na = 0, nb = 0;
+                    EXPECT_OK(ctx[0], fg_head_positions(ctx[0], seq[0], l, g, pa, MAXT, &na));
+                    EXPECT_OK(ctx[1], fg_head_positions(ctx[1], seq[1], l, g, pb, MAXT, &nb));
+                    if (na != nb || memcmp(pa, pb, (size_t)na * sizeof *pa)) {
+                        if (same)
+                            printf("  %s: position %d, layer %d, head %d: ref keeps %d rows, cpu %d (or others)\n",
+                                   name, (int)p, (int)l, (int)g, (int)na, (int)nb);
+                        same = 0;
+                    }
+                }
+        }
+    EXPECT(same, "%s: the kept rows differ", name);
+    EXPECT(nan_out, "%s: no output was NaN (the poison did not reach the attention)", name);
+    for (int b = 0; b < 2; b++)
+        fg_context_destroy(&ctx[b]);
+    free(w);
+    alarm(0);
+}
+
 /* ---------------------------------------------------------------- driver */
 
 static void run(const char *backend) {
@@ -457,6 +523,12 @@ int main(int argc, char **argv) {
     fg_token_classes_set(g_classes, 5, FG_TOKEN_PUNCT);
     fg_token_classes_set(g_classes, 6, FG_TOKEN_SPECIAL);
     pools();
+    if (fg_backend_probe("cpu") == FG_OK) {
+        const char *methods[] = {"tova", "h2o", "fastgen", "fastgen-adaptive"};
+        for (size_t m = 0; m < sizeof methods / sizeof methods[0]; m++)
+            for (int kind = 0; kind < 2; kind++)
+                nonfinite_ranks(methods[m], kind);
+    }
     const int rc = test_each_backend(argc, argv, run);
     fg_token_classes_destroy(&g_classes);
     return rc;

@@ -13,6 +13,8 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "fastgen.h"
 #include "tests/support/harness.h"
@@ -369,10 +371,87 @@ static void shared_context(const char *backend) {
     synth_destroy(&syn);
 }
 
+/* A lent pool (llama.cpp's graph threads): in each turn the lent threads
+ * arrive early, late or not at all; every job runs every task once, the lent
+ * threads take part when they come, and each returns at its turn's release. */
+typedef struct lent_arg {
+    fg_threadpool *pool;
+    int32_t thread;
+    int turns;
+} lent_arg;
+
+typedef struct lent_job {
+    fg_threadpool *pool;
+    _Atomic int hits[POOL_TASKS];
+    _Atomic int by_lent;
+} lent_job;
+
+static void lent_task(void *arg, int32_t task, int32_t thread) {
+    lent_job *j = arg;
+    atomic_fetch_add(&j->hits[task], 1);
+    if (thread > 0)
+        atomic_fetch_add(&j->by_lent, 1);
+    else if (task == 0) /* the caller held up: a lent thread that came takes tasks, however busy the machine */
+        nanosleep(&(struct timespec){0, 1000000}, NULL);
+}
+
+static void *lent_main(void *varg) {
+    lent_arg *a = varg;
+    for (int t = 1; t <= a->turns; t++) {
+        if ((t + a->thread) % 5 == 0)
+            continue; /* this turn it does not come */
+        if ((t + a->thread) % 3 == 0)
+            nanosleep(&(struct timespec){0, 200000}, NULL); /* it comes late */
+        fg_threadpool_lend(a->pool, a->thread, (uint64_t)t);
+    }
+    return NULL;
+}
+
+static void test_lent_pool(void) {
+    enum { LENT = 3, TURNS = 60 };
+    fg_threadpool *pool = NULL;
+    EXPECT(fg_threadpool_create_lent(0, &pool) == FG_ERR_INVALID_ARGUMENT && !pool, "a lent pool of 0 refused");
+    EXPECT(fg_threadpool_create_lent(LENT, &pool) == FG_OK && fg_threadpool_size(pool) == LENT, "lent pool");
+    EXPECT(fg_threadpool_lend(pool, 0, 1) == FG_ERR_INVALID_ARGUMENT, "thread 0 is the caller's");
+    EXPECT(fg_threadpool_lend(pool, LENT, 1) == FG_ERR_INVALID_ARGUMENT, "thread past the pool refused");
+    EXPECT(fg_threadpool_lend(pool, 1, 0) == FG_ERR_INVALID_ARGUMENT, "ticket 0 refused");
+    fg_threadpool *own = NULL;
+    EXPECT(fg_threadpool_create(2, &own) == FG_OK, "pool");
+    EXPECT(fg_threadpool_lend(own, 1, 1) == FG_ERR_INVALID_ARGUMENT, "lending to a pool of its own threads");
+    fg_threadpool_destroy(&own);
+    pthread_t th[LENT];
+    lent_arg args[LENT];
+    for (int i = 1; i < LENT; i++) {
+        args[i] = (lent_arg){.pool = pool, .thread = i, .turns = TURNS};
+        EXPECT(pthread_create(&th[i], NULL, lent_main, &args[i]) == 0, "pthread_create");
+    }
+    static lent_job lj;
+    int all_once = 1, lent_worked = 0;
+    for (int t = 1; t <= TURNS; t++) {
+        for (int k = 0; k < 3; k++) { /* a turn runs several jobs, as a fastgen call does */
+            for (int i = 0; i < POOL_TASKS; i++)
+                atomic_store(&lj.hits[i], 0);
+            atomic_store(&lj.by_lent, 0);
+            lj.pool = pool;
+            EXPECT(fg_threadpool_run(pool, POOL_TASKS, lent_task, &lj) == FG_OK, "lent pool job");
+            for (int i = 0; i < POOL_TASKS; i++)
+                all_once &= atomic_load(&lj.hits[i]) == 1;
+            lent_worked |= atomic_load(&lj.by_lent) > 0;
+        }
+        EXPECT(fg_threadpool_release(pool, (uint64_t)t) == FG_OK, "release");
+    }
+    for (int i = 1; i < LENT; i++)
+        pthread_join(th[i], NULL); /* each returned at its last turn's release: no hang */
+    EXPECT(all_once, "every task of every job ran once on the lent pool");
+    EXPECT(lent_worked, "the lent threads took tasks");
+    fg_threadpool_destroy(&pool);
+}
+
 int main(int argc, char **argv) {
     test_seed("test_threads");
     test_pool("0");
     test_pool("100");
+    test_lent_pool();
     const char *dflt[] = {"ref", "cpu"};
     const char **names = argc > 1 ? (const char **)argv + 1 : dflt;
     const int n_names = argc > 1 ? argc - 1 : 2;

@@ -31,7 +31,7 @@ static const char *k_bench_help_tail =
     "  -d, --n-depth LIST      prompt tokens before each tg test, each at least 1 (a sequence starts\n"
     "                          with a prefill), comma-separated (default 1024)\n"
     "  -r, --repetitions N     runs of each test (default 3)\n"
-    "  --methods LIST          compression, comma-separated presets, each :B for a budget\n"
+    "  --methods LIST          compressions, comma-separated, each PRESET[:RATIO][:KEY=VALUE]...\n"
     "                          (default full,fastgen-adaptive:0.5,fastgen-adaptive:0.25)\n"
     "  --json                  one JSON object: a row per method and test\n";
 
@@ -79,23 +79,10 @@ typedef struct method {
     fg_compression_params cp;
 } method;
 
-/* "preset" or "preset:budget" into m; 0 when it is neither. */
+/* A compression as fg_compression_params_parse takes it ("h2o:0.5") into m; 0 when it is none. */
 static int parse_method(const char *text, method *m) {
-    const char *colon = strchr(text, ':');
-    const size_t len = colon ? (size_t)(colon - text) : strlen(text);
-    if (len == 0 || len >= sizeof m->name)
+    if (strlen(text) >= sizeof m->name || fg_compression_params_parse(text, &m->cp) != FG_OK)
         return 0;
-    char preset[64];
-    memcpy(preset, text, len);
-    preset[len] = '\0';
-    if (fg_compression_params_preset(preset, &m->cp) != FG_OK)
-        return 0;
-    if (colon) {
-        float b = 0.0f;
-        if (!cli_parse_float(colon + 1, 0.0f, 1.0f, &b) || b == 0.0f || m->cp.budget <= 0.0f)
-            return 0; /* a budget is for the presets that take one */
-        m->cp.budget = b;
-    }
     snprintf(m->name, sizeof m->name, "%s", text);
     return 1;
 }
@@ -199,8 +186,9 @@ int cmd_bench(int argc, char **argv) {
     snprintf(mbuf, sizeof mbuf, "%s", x.methods);
     for (char *tok = strtok(mbuf, ","); tok; tok = strtok(NULL, ",")) {
         if (n_methods == MAX_METHODS || !parse_method(tok, &methods[n_methods]))
-            return cli_usage("bench", "--methods takes up to %d presets, each with :B for a budget preset's budget "
-                                      "(\"%s\")", MAX_METHODS, tok);
+            return cli_usage("bench", "--methods takes up to %d compressions, each PRESET[:RATIO][:KEY=VALUE]... "
+                                      "(\"%s\": %s)", MAX_METHODS, tok,
+                             n_methods == MAX_METHODS ? "one too many" : fg_last_error(NULL));
         n_methods++;
     }
     if (strcmp(methods[0].name, "full"))

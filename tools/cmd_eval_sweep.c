@@ -98,130 +98,27 @@ static float row_budget(const sweep *w, int32_t di, int32_t b) {
 /* Methods whose budget is a parameter of their own: they run at the point's budget. */
 static int takes_budget(const char *m) { return !strncmp(m, "fastgen-budget", 14) || !strncmp(m, "fastgen-adaptive", 16); }
 
-/* Options after a method's name, each after a colon ("fastgen-adaptive:window=64:defer=64"):
- * window (observation_window), defer (defer_until), floor (alloc_floor),
- * pool (score_pool, for a snapshot part), sink (n_sink), families (the shortlist entries to keep,
- * as their digits: "02", H2O and full of fastgen-adaptive), flags (adaptive_flags: per-layer, mass, end,
- * tail, rowmax, rownorm, joined by +), tol (tolerance), observe (tail; reconstruct: FG_OBSERVE_EXPLICIT
- * fed by a reconstruction pass; predicted: FG_OBSERVE_PREDICTED), horizon (predict_horizon), alloc (shortlist or layer: FG_ALLOC_LAYER, for a one-entry preset).
- * Returns 0 on a bad option. */
-static int method_options(const char *opts, fg_compression_params *cp) {
-    char buf[256];
-    if (strlen(opts) >= sizeof buf) /* no option is cut short */
-        return 0;
-    snprintf(buf, sizeof buf, "%s", opts);
-    for (char *kv = strtok(buf, ":"); kv; kv = strtok(NULL, ":")) {
-        char *eq = strchr(kv, '=');
-        if (!eq)
-            return 0;
-        *eq = '\0';
-        const char *key = kv, *val = eq + 1;
-        int ok = 1; /* every number whole and in its range (the library checks what the ranges leave) */
-        if (!strcmp(key, "window"))
-            ok = cli_parse_int(val, 0, INT32_MAX, &cp->observation_window);
-        else if (!strcmp(key, "defer"))
-            ok = cli_parse_int(val, 0, INT32_MAX, &cp->defer_until);
-        else if (!strcmp(key, "floor"))
-            ok = cli_parse_float(val, 0.0f, 1.0f, &cp->alloc_floor);
-        else if (!strcmp(key, "pool"))
-            ok = cli_parse_int(val, 0, INT32_MAX, &cp->score_pool);
-        else if (!strcmp(key, "sink"))
-            ok = cli_parse_int(val, 0, INT32_MAX, &cp->n_sink);
-        else if (!strcmp(key, "families")) {
-            const fg_compression_params all = *cp;
-            cp->n_policies = 0;
-            for (const char *c = val; *c; c++) {
-                if (*c < '0' || *c - '0' >= all.n_policies || cp->n_policies == FG_MAX_SHORTLIST)
-                    return 0;
-                cp->shortlist[cp->n_policies++] = all.shortlist[*c - '0'];
-            }
-            ok = cp->n_policies > 0;
-        } else if (!strcmp(key, "tol")) { /* tolerance: a quality target, the budget then a cap */
-            ok = cli_parse_float(val, 0.0f, 1.0f, &cp->tolerance) && cp->tolerance < 1.0f;
-        } else if (!strcmp(key, "observe")) { /* tail (the default), reconstruct (FG_OBSERVE_EXPLICIT), predicted */
-            if (!strcmp(val, "tail"))
-                cp->observe = FG_OBSERVE_TAIL;
-            else if (!strcmp(val, "reconstruct"))
-                cp->observe = FG_OBSERVE_EXPLICIT;
-            else if (!strcmp(val, "predicted"))
-                cp->observe = FG_OBSERVE_PREDICTED;
-            else
-                return 0;
-        } else if (!strcmp(key, "horizon")) { /* observe=predicted: the tokens its rows spread over */
-            ok = cli_parse_int(val, 1, 1 << 24, &cp->predict_horizon);
-        } else if (!strcmp(key, "alloc")) { /* a one-entry preset's heads: each alone, or the layer's as one */
-            if (cp->allocation != FG_ALLOC_SHORTLIST && cp->allocation != FG_ALLOC_LAYER)
-                return 0;
-            if (!strcmp(val, "shortlist"))
-                cp->allocation = FG_ALLOC_SHORTLIST;
-            else if (!strcmp(val, "layer"))
-                cp->allocation = FG_ALLOC_LAYER;
-            else
-                return 0;
-        } else if (!strcmp(key, "flags")) {
-            cp->adaptive_flags = 0;
-            char fb[64];
-            if (strlen(val) >= sizeof fb)
-                return 0;
-            snprintf(fb, sizeof fb, "%s", val);
-            for (char *f = fb, *next; f && *f; f = next) {
-                next = strchr(f, '+');
-                if (next)
-                    *next++ = '\0';
-                if (!strcmp(f, "per-layer"))
-                    cp->adaptive_flags |= FG_ADAPTIVE_PER_LAYER;
-                else if (!strcmp(f, "mass"))
-                    cp->adaptive_flags |= FG_ADAPTIVE_MASS;
-                else if (!strcmp(f, "end"))
-                    cp->adaptive_flags |= FG_ADAPTIVE_ANCHOR_END;
-                else if (!strcmp(f, "tail"))
-                    cp->adaptive_flags |= FG_ADAPTIVE_TAIL_RANKS;
-                else if (!strcmp(f, "rowmax"))
-                    cp->adaptive_flags |= FG_ADAPTIVE_ROW_MAX;
-                else if (!strcmp(f, "rownorm"))
-                    cp->adaptive_flags |= FG_ADAPTIVE_ROW_NORM;
-                else
-                    return 0;
-            }
-        } else {
-            return 0;
-        }
-        if (!ok)
-            return 0;
-    }
-    /* pool ranks only a snapshot part's keys: refused where there is none */
-    int snapshot = 0;
-    for (int32_t e = 0; e < cp->n_policies; e++)
-        snapshot |= (cp->shortlist[e].components & FG_KEEP_SNAPSHOT) != 0;
-    if (strstr(opts, "pool=") && !snapshot)
-        return 0;
-    return fg_compression_params_validate(cp) == FG_OK;
-}
-
-/* The parameters of `method` (a preset, options after a colon) with knob r:
- * the budget, or the ratio of a one-entry preset (split evenly between a
- * window and a frequent part when it has both; a snapshot part takes r of
- * the prompt beside a window of r, which is the even split while r <= 0.5
- * of a long prompt and reaches the full cache when the prompt is short). */
+/* The parameters of `method` (a preset, options after a colon, as
+ * fg_compression_params_parse takes them: "fastgen-adaptive:window=64")
+ * with knob r: the budget, or the ratio of a one-entry preset (see
+ * fg_compression_params_parse; a snapshot part takes r of the prompt beside
+ * a window of r, which is the even split while r <= 0.5 of a long prompt
+ * and reaches the full cache when the prompt is short). */
 static int method_params(const char *method, double r, fg_compression_params *cp) {
-    char name[64];
+    char name[64], spec[512];
     const char *colon = strchr(method, ':');
     snprintf(name, sizeof name, "%.*s", colon ? (int)(colon - method) : (int)strlen(method), method);
     if (fg_compression_params_preset(name, cp) != FG_OK)
         return 0;
-    if (takes_budget(name))
-        cp->budget = (float)r;
-    else if (cp->n_policies != 1)
+    const int knob = takes_budget(name) || (cp->n_policies == 1 && !(cp->shortlist[0].components & FG_KEEP_FULL));
+    if (!knob && cp->n_policies != 1)
         return 0;
-    fg_policy *e = &cp->shortlist[0];
-    const uint32_t c = e->components;
-    if (!takes_budget(name) && !(c & FG_KEEP_FULL)) {
-        const int local = (c & FG_KEEP_LOCAL) != 0, other = (c & (FG_KEEP_FREQUENT | FG_KEEP_SNAPSHOT)) != 0;
-        const int split = local && (c & FG_KEEP_FREQUENT);
-        e->ratio_local = local ? (float)(split ? r / 2 : r) : 0.0f;
-        e->ratio_frequent = other ? (float)(split ? r / 2 : r) : 0.0f;
-    }
-    return colon ? method_options(colon + 1, cp) : fg_compression_params_validate(cp) == FG_OK;
+    const float rf = r > 1e-9 ? (float)r : 1e-9f; /* the library takes a ratio in (0, 1] */
+    if (knob)
+        snprintf(spec, sizeof spec, "%s:%.9g%s%s", name, (double)rf, colon ? ":" : "", colon ? colon + 1 : "");
+    else
+        snprintf(spec, sizeof spec, "%s", method);
+    return strlen(method) < 400 && fg_compression_params_parse(spec, cp) == FG_OK;
 }
 
 /* Rows a one-entry preset keeps per KV head at length t >= n (the prompt's

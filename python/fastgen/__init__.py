@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import operator
 import os
 import shutil
 import subprocess
@@ -369,6 +370,21 @@ class Profile:
     memory: dict[str, int]
 
 
+def _checked(name: str, value: Any, lo: float, hi: float, cli: str, *, real: bool = False,
+             above: bool = False) -> Any:
+    """value as an int (a float when real) in [lo, hi] ((lo, hi] when above), as the CLI's option `cli`
+    takes it; else the CLI's refusal, in its words ("bad value for ..."), as a ValueError."""
+    try:
+        v = float(value) if real else operator.index(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name}: expected {'a number' if real else 'an integer'}, got {value!r}") from None
+    if not ((v > lo if above else v >= lo) and v <= hi):  # NaN fails both
+        span = f"{'(' if above else '['}{lo:g}, {hi:g}]"
+        raise ValueError(f"bad value for {name}: {value!r} ({'a number' if real else 'an integer'} in {span}, "
+                         f"as {cli} takes it)")
+    return v
+
+
 class Model(_fastgen._Model):
     """A Llama-architecture model (GGUF, or llama2.c with its tokenizer) whose attention runs on fastgen.
 
@@ -383,6 +399,10 @@ class Model(_fastgen._Model):
     def __init__(self, path: str | os.PathLike | None = None, *, tokenizer: str | os.PathLike | None = None,
                  backend: str | None = None, kv_dtype: str = "f16", v_dtype: str | None = None, max_seqs: int = 4,
                  threads: int = 0, f32_activations: bool = False, ctx_size: int = 0, prefill_chunk: int = 0) -> None:
+        max_seqs = _checked("max_seqs", max_seqs, 1, 1 << 16, "the runner")
+        threads = _checked("threads", threads, 0, 1024, "-t (0: every core)")
+        ctx_size = _checked("ctx_size", ctx_size, 0, 1 << 24, "-c (0: the model's context)")
+        prefill_chunk = _checked("prefill_chunk", prefill_chunk, 0, 1 << 20, "--prefill-chunk (0: the whole prompt)")
         path = os.fspath(path) if path is not None else find_model()
         super().__init__(path, tokenizer, backend=backend, kv_dtype=kv_dtype, v_dtype=v_dtype, max_seqs=max_seqs,
                          threads=threads, f32_activations=f32_activations, ctx_size=ctx_size,
@@ -415,6 +435,11 @@ class Model(_fastgen._Model):
         timings and the KV memory held at the end come with the text. observe="explicit" (fastgen-adaptive):
         a reconstruction pass (the prompt read again after an instruction to repeat it) judges the
         compression, as ``fastgen generate --observe reconstruct`` does."""
+        max_tokens = _checked("max_tokens", max_tokens, 0, 1 << 20, "-n")
+        temperature = _checked("temperature", temperature, 0, 100, "--temp (0: greedy)", real=True)
+        top_p = _checked("top_p", top_p, 0, 1, "--top-p", real=True, above=True)
+        top_k = _checked("top_k", top_k, 0, 1 << 30, "--top-k (0: all)")
+        seed = _checked("seed", seed, 0, 2147483647, "--seed")
         if budget is not None:
             overrides["budget"] = budget
         comp = compression(method, **overrides)

@@ -992,7 +992,10 @@ static int context_ready(ContextObject *self) {
 /* The message: this thread's last failure (fg_last_error(NULL)), which is this call's even when another
  * thread's call on the same context has written the context's own since. */
 static PyObject *context_fail(ContextObject *self, fg_status st, const char *what) {
-    (void)self;
+    if (!self->ctx) { /* close() ran while the call read its arguments (an __index__ or a buffer of Python code) */
+        PyErr_Format(PyExc_ValueError, "%s: the context is closed", what);
+        return NULL;
+    }
     return raise_status(st, what, fg_last_error(NULL));
 }
 
@@ -1024,12 +1027,26 @@ static int context_init(ContextObject *self, PyObject *args, PyObject *kw) {
     int rope_dims = 0;
     int max_seqs = p.max_seqs, max_seq_len = p.max_seq_len, page_tokens = p.page_tokens,
         pool_chunk = p.pool_chunk_pages, threads = p.n_threads;
-    unsigned long long max_pool = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "iiiiO!|$OOOiiiiKiOOOdiOO:Context", kwlist, &n_layers, &hq, &hkv, &d,
+    PyObject *max_pool_o = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "iiiiO!|$OOOiiiiOiOOOdiOO:Context", kwlist, &n_layers, &hq, &hkv, &d,
                                      &ClassesType, &classes, &backend, &kv_dtype, &v_dtype, &max_seqs, &max_seq_len,
-                                     &page_tokens, &pool_chunk, &max_pool, &threads, &io, &stream, &act_dtype,
+                                     &page_tokens, &pool_chunk, &max_pool_o, &threads, &io, &stream, &act_dtype,
                                      &rope_theta, &rope_dims, &rope_style, &rope_factors))
         return -1;
+    unsigned long long max_pool = 0; /* checked, not wrapped as "K" would: -1 is no cap of 2^64 - 1 bytes */
+    if (max_pool_o) {
+        PyObject *ix = PyNumber_Index(max_pool_o);
+        if (!ix)
+            return -1;
+        max_pool = PyLong_AsUnsignedLongLong(ix);
+        Py_DECREF(ix);
+        if (PyErr_Occurred() || max_pool > (unsigned long long)SIZE_MAX) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_ValueError, "max_pool_bytes: expected bytes in [0, %zu] (0: no cap), got %R",
+                         (size_t)SIZE_MAX, max_pool_o);
+            return -1;
+        }
+    }
     if (self->ctx || self->prompt_len) {
         PyErr_SetString(PyExc_ValueError, "Context: already initialised (make a new one)");
         return -1;
@@ -1480,20 +1497,28 @@ static PyObject *context_positions(ContextObject *self, PyObject *args) {
     CONTEXT_CALL(self, st, fg_head_inspect(self->ctx, seq, layer, kv_head, &info));
     if (st)
         return context_fail(self, st, "fg_head_positions");
-    const int32_t n = info.kept;
-    PyObject *shape = Py_BuildValue("(i)", (int)n);
-    PyObject *out = shape ? new_array(NULL, shape, "int32") : NULL;
-    Py_XDECREF(shape);
-    if (!out)
-        return NULL;
-    arg_array a;
-    if (array_get(out, "positions", 'i', 1, ON_HOST, NULL, &a) < 0) {
-        Py_DECREF(out);
-        return NULL;
+    int32_t n = info.kept, got = 0;
+    PyObject *out = NULL;
+    for (;;) { /* another thread's decode may add rows between the size and the fill: size again */
+        PyObject *shape = Py_BuildValue("(i)", (int)n);
+        out = shape ? new_array(NULL, shape, "int32") : NULL;
+        Py_XDECREF(shape);
+        if (!out)
+            return NULL;
+        arg_array a;
+        if (array_get(out, "positions", 'i', 1, ON_HOST, NULL, &a) < 0) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        CONTEXT_CALL(self, st, fg_head_positions(self->ctx, seq, layer, kv_head, n ? a.data : &got, n ? n : 1, &got));
+        array_release(&a);
+        if (st == FG_ERR_CAPACITY && got > n) {
+            Py_DECREF(out);
+            n = got;
+            continue;
+        }
+        break;
     }
-    int32_t got = 0;
-    CONTEXT_CALL(self, st, fg_head_positions(self->ctx, seq, layer, kv_head, n ? a.data : &got, n ? n : 1, &got));
-    array_release(&a);
     if (st) {
         Py_DECREF(out);
         return context_fail(self, st, "fg_head_positions");
@@ -1738,6 +1763,13 @@ static int model_init(ModelObject *self, PyObject *args, PyObject *kw) {
         PyErr_SetString(PyExc_ValueError, "Model: already initialised (make a new one)");
         return -1;
     }
+    if (max_seqs < 1 || threads < 0 || threads > FG_MAX_THREADS || ctx_size < 0 || chunk < 0) { /* fastgen.Model
+                                                                                   names each in the CLI's words */
+        Py_DECREF(path_o);
+        PyErr_Format(PyExc_ValueError, "Model: max_seqs %d must be >= 1, threads %d in [0, %d], ctx_size %d and "
+                     "prefill_chunk %d >= 0", max_seqs, threads, FG_MAX_THREADS, ctx_size, chunk);
+        return -1;
+    }
     PyObject *tok_bytes = NULL;
     if (tok_o != Py_None && !PyUnicode_FSConverter(tok_o, &tok_bytes)) {
         Py_DECREF(path_o);
@@ -1819,11 +1851,11 @@ static PyObject *model_close(ModelObject *self, PyObject *unused) {
     Py_RETURN_NONE;
 }
 
-static PyObject *model_tokenize(ModelObject *self, PyObject *args, PyObject *kw) {
+static PyObject *model_tokenize_claimed(ModelObject *self, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"text", "bos", "special", NULL};
     const char *text;
     int bos = 1, special = 1;
-    if (!model_ready(self) || !PyArg_ParseTupleAndKeywords(args, kw, "s|pp:tokenize", kwlist, &text, &bos, &special))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|pp:tokenize", kwlist, &text, &bos, &special))
         return NULL;
     const int32_t cap = (int32_t)strlen(text) + 2;
     int32_t *ids = PyMem_Malloc((size_t)cap * sizeof *ids), n = 0;
@@ -1840,11 +1872,11 @@ static PyObject *model_tokenize(ModelObject *self, PyObject *args, PyObject *kw)
     return list;
 }
 
-static PyObject *model_detokenize(ModelObject *self, PyObject *args, PyObject *kw) {
+static PyObject *model_detokenize_claimed(ModelObject *self, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"ids", "after", NULL};
     PyObject *arg;
     int after = -1;
-    if (!model_ready(self) || !PyArg_ParseTupleAndKeywords(args, kw, "O|$i:detokenize", kwlist, &arg, &after))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|$i:detokenize", kwlist, &arg, &after))
         return NULL;
     if (after >= self->tok.vocab_size) {
         PyErr_Format(PyExc_ValueError, "after: %d is not a token id (vocabulary of %d)", after,
@@ -1895,12 +1927,12 @@ static PyObject *memory_dict(const fg_memory_stats *m) {
 }
 
 /* _generate(ids, compression, max_tokens, temperature, top_p, top_k, seed, ignore_eos) -> dict */
-static PyObject *model_generate(ModelObject *self, PyObject *args) {
+static PyObject *model_generate_claimed(ModelObject *self, PyObject *args) {
     PyObject *ids_o, *comp, *recon_o = Py_None;
     int max_tokens, top_k, ignore_eos;
     float temperature, top_p;
     unsigned long long seed;
-    if (!model_ready(self) || !PyArg_ParseTuple(args, "OOiffiKp|O:_generate", &ids_o, &comp, &max_tokens, &temperature,
+    if (!PyArg_ParseTuple(args, "OOiffiKp|O:_generate", &ids_o, &comp, &max_tokens, &temperature,
                                                 &top_p, &top_k, &seed, &ignore_eos, &recon_o))
         return NULL;
     fg_compression_params cp;
@@ -2001,9 +2033,9 @@ static PyObject *model_generate(ModelObject *self, PyObject *args) {
 }
 
 /* _profile(ids, compression) -> dict: every head's choice after the prompt. */
-static PyObject *model_profile(ModelObject *self, PyObject *args) {
+static PyObject *model_profile_claimed(ModelObject *self, PyObject *args) {
     PyObject *ids_o, *comp;
-    if (!model_ready(self) || !PyArg_ParseTuple(args, "OO:_profile", &ids_o, &comp))
+    if (!PyArg_ParseTuple(args, "OO:_profile", &ids_o, &comp))
         return NULL;
     fg_compression_params cp;
     if (dict_to_compression(comp, &cp) < 0)
@@ -2058,6 +2090,45 @@ static PyObject *model_profile(ModelObject *self, PyObject *args) {
     }
     Py_XDECREF(heads);
     fgm_runner_release(self->runner, seq);
+    return r;
+}
+
+/* The calls that read Python arguments take the model (busy) before reading them: reading may run Python
+ * code (an __index__, a buffer) that releases the GIL, and another thread's call must then find the model
+ * busy, not run beside this one on the same runner. */
+static PyObject *model_tokenize(ModelObject *self, PyObject *args, PyObject *kw) {
+    if (!model_ready(self))
+        return NULL;
+    self->busy++;
+    PyObject *r = model_tokenize_claimed(self, args, kw);
+    self->busy--;
+    return r;
+}
+
+static PyObject *model_detokenize(ModelObject *self, PyObject *args, PyObject *kw) {
+    if (!model_ready(self))
+        return NULL;
+    self->busy++;
+    PyObject *r = model_detokenize_claimed(self, args, kw);
+    self->busy--;
+    return r;
+}
+
+static PyObject *model_generate(ModelObject *self, PyObject *args) {
+    if (!model_ready(self))
+        return NULL;
+    self->busy++;
+    PyObject *r = model_generate_claimed(self, args);
+    self->busy--;
+    return r;
+}
+
+static PyObject *model_profile(ModelObject *self, PyObject *args) {
+    if (!model_ready(self))
+        return NULL;
+    self->busy++;
+    PyObject *r = model_profile_claimed(self, args);
+    self->busy--;
     return r;
 }
 

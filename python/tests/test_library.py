@@ -374,3 +374,69 @@ def test_threads_share_nothing_but_the_gil():
         t.join()
     assert not errors
     np.testing.assert_array_equal(results[0], results[1])
+
+
+def test_context_refuses_a_pool_cap_it_cannot_hold():
+    """max_pool_bytes is checked, not wrapped: -1 would be no cap at all, 2**64 + 5 a cap of 5 bytes."""
+    for bad in (-1, 2 ** 64 + 5, 2 ** 70):
+        with pytest.raises(ValueError, match="max_pool_bytes"):
+            fastgen.Context(L, HQ, HKV, D, vocab_size=10, max_pool_bytes=bad)
+
+
+def test_closed_while_reading_arguments():
+    """close() run by an argument's __index__ in the middle of a call: the call says the context is closed."""
+    ctx = fastgen.Context(L, HQ, HKV, D, vocab_size=100, backend="ref", kv_dtype="f32", max_seqs=1,
+                          max_seq_len=64, method="full")
+    rng = np.random.default_rng(3)
+    seq = ctx.create([1] * 8)
+
+    class Closer:
+        def __index__(self):
+            ctx.close()
+            return seq
+
+    with pytest.raises(ValueError, match="the context is closed"):
+        ctx.prefill(Closer(), 0, rows(rng, 8, HQ), rows(rng, 8, HKV), rows(rng, 8, HKV))
+    with pytest.raises(ValueError, match="the context is closed"):
+        ctx.prefill(seq, 0, rows(rng, 8, HQ), rows(rng, 8, HKV), rows(rng, 8, HKV))
+
+
+def test_positions_while_another_thread_decodes():
+    """positions() sizes its array and then fills it: rows added by a decode in between are read, not refused
+    (a call that finds the other thread inside one is refused as the library says, and tried again)."""
+    ctx = fastgen.Context(L, HQ, HKV, D, vocab_size=100, backend="cpu", kv_dtype="f32", max_seqs=1,
+                          max_seq_len=4096, method="full")
+    rng = np.random.default_rng(5)
+    seq = ctx.create([1] * 16)
+    for layer in range(L):
+        ctx.prefill(seq, layer, rows(rng, 16, HQ), rows(rng, 16, HKV), rows(rng, 16, HKV))
+    q, k, v = rows(rng, 1, HQ), rows(rng, 1, HKV), rows(rng, 1, HKV)
+    done, errors = threading.Event(), []
+
+    def again(call):
+        while True:
+            try:
+                return call()
+            except ValueError as exc:
+                if "another thread is inside a call" not in str(exc):
+                    raise
+
+    def decode():
+        try:
+            for _ in range(4000):
+                for layer in range(L):
+                    again(lambda: ctx.decode(layer, [seq], [1], q, k, v))
+        except Exception as exc:  # noqa: BLE001 (reported below)
+            errors.append(exc)
+        done.set()
+
+    t = threading.Thread(target=decode)
+    t.start()
+    reads = 0
+    while not done.is_set():
+        pos = again(lambda: ctx.positions(seq, 0, 0))
+        assert np.all(np.diff(pos) > 0) and pos[0] == 0
+        reads += 1
+    t.join()
+    assert not errors and reads > 100
+    ctx.close()

@@ -127,3 +127,62 @@ def test_model_errors(model):
     m.close()
     with pytest.raises(ValueError, match="the model is closed"):
         m.generate("hi")
+
+
+@pytest.mark.parametrize("kw", [dict(temperature=float("nan")), dict(temperature=-1.0), dict(top_p=0.0),
+                                dict(top_p=float("nan")), dict(top_p=5.0), dict(top_k=-1), dict(max_tokens=-1),
+                                dict(seed=2 ** 64 + 1), dict(seed=-1)])
+def test_generate_refuses_what_the_cli_refuses(model, kw):
+    """The CLI refuses each of these values; the package does too, naming the option, not running greedy or
+    wrapping a seed."""
+    args = dict(max_tokens=2)
+    args.update(kw)
+    (name,) = kw
+    with pytest.raises(ValueError, match=f"bad value for {name}"):
+        model.generate("hi", **args)
+
+
+@pytest.mark.parametrize("kw", [dict(ctx_size=-100), dict(max_seqs=0), dict(max_seqs=-3), dict(prefill_chunk=-5),
+                                dict(threads=-1)])
+def test_model_refuses_what_the_cli_refuses(model_path, kw):
+    (name,) = kw
+    with pytest.raises(ValueError, match=f"bad value for {name}"):
+        fastgen.Model(model_path, **kw)
+
+
+def test_generate_busy_while_reading_its_arguments(model):
+    """A second generate() while the first reads its ids (an __index__ that releases the GIL) is refused; the
+    first gives the serial run's ids, and the model serves alone after it (every sequence given back)."""
+    import threading
+    import time
+
+    ids = model.tokenize(STORY)[:40]
+    want = model.generate(ids, max_tokens=8).ids
+    reading = threading.Event()
+
+    class SlowId:
+        def __init__(self, v):
+            self.v = v
+
+        def __index__(self):
+            reading.set()
+            time.sleep(0.002)  # the GIL goes to the other thread
+            return self.v
+
+    got, errors = {}, []
+
+    def first():
+        got["ids"] = model.generate([SlowId(i) for i in ids], max_tokens=8).ids
+
+    t = threading.Thread(target=first)
+    t.start()
+    reading.wait()
+    try:
+        model.generate(ids, max_tokens=8)
+    except RuntimeError as exc:
+        errors.append(str(exc))
+    t.join()
+    assert errors and "another thread" in errors[0]
+    assert got["ids"] == want
+    for _ in range(5):  # more calls than max_seqs: none left behind
+        assert model.generate(ids, max_tokens=8).ids == want

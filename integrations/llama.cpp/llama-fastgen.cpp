@@ -535,17 +535,19 @@ bool fastgen_memory::apply(const llama_ubatch & u, const std::map<llama_seq_id, 
         p.rows.push_back((int32_t) i);
         p.tokens.push_back(u.token[i]);
     }
-    for (auto & [s, i] : at) {
-        part & p = plan[i];
-        seq_state & st = seqs[s];
-        if (p.kind == part::PREFILL && p.begin + (int32_t) p.rows.size() > (int32_t) st.prompt.size()) {
+    for (auto & [s, i] : at) { // checked before any sequence advances
+        const part & p = plan[i];
+        if (p.kind == part::PREFILL && p.begin + (int32_t) p.rows.size() > (int32_t) seqs[s].prompt.size()) {
             LLAMA_LOG_ERROR("fastgen: sequence %d: a micro-batch runs past its prompt\n", s);
             return false;
         }
+    }
+    for (auto & [s, i] : at) {
+        part & p = plan[i];
         if (p.kind == part::DECODE && p.rows.size() > 1) {
             p.kind = part::APPEND;
         }
-        st.n_done += (int32_t) p.rows.size();
+        seqs[s].n_done += (int32_t) p.rows.size();
     }
     dec_rows.clear();
     dec_seqs.clear();
@@ -696,6 +698,10 @@ bool fastgen_memory::seq_rm(llama_seq_id seq_id, llama_pos p0, llama_pos p1) {
         if (p0 == 0) {
             destroy(s);
         }
+    }
+    if (swa) { // what fastgen held is gone or never was: the window cache drops the same positions (a rolled
+               // back micro-batch's cells among them)
+        swa->seq_rm(seq_id, p0, p1);
     }
     return true;
 }

@@ -253,8 +253,8 @@ typedef fg_backend_proc fg_get_proc_fn(const char *name);
 
 /* A backend's table, by role: what it is, its memory, its kernels (one per
  * typedef above), its queue, its lifetime. Each backend's table lives with
- * its kernels (kernels_ref/backend_ref.c, kernels_cpu/backend_cpu.c,
- * kernels_cuda/backend_gpu.cu); NULL marks an optional entry it lacks. */
+ * its kernels (kernels_ref/backend.c, kernels_cpu/backend.c,
+ * kernels_cuda/backend.cu); NULL marks an optional entry it lacks. */
 typedef struct fg_backend_ops {
     const char *name;
     int kv_apart; /* its kernels read K and V stored in two dtypes (layout k_dtype != v_dtype) */

@@ -1,7 +1,7 @@
 /*
  * A monotonic clock in nanoseconds, for the host code that times itself: the
  * thread pool's spin (core/threads.c) and the cpu backend's prefetch probe
- * (kernels_cpu/decode_step_cpu.c).
+ * (kernels_cpu/decode_step.c).
  */
 #ifndef FG_CLOCK_H
 #define FG_CLOCK_H

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "common/rules.h"
 #include "core/internal.h"
 
 /* Rank of key j at the end of the prompt before pooling: cumulative
@@ -259,7 +260,7 @@ fg_step_plan fg_plan_step(const fg_policy *policy, int32_t t, const uint8_t *cls
         for (int32_t q = old_start < 0 ? 0 : old_start; q < pl.window_start; q++) {
             if (fg_is_pinned(c, cls[q]))
                 continue;
-            if (c & FG_KEEP_FREQUENT)
+            if (fg_window_exit_flag(c) == FG_SLOT_FREQUENT) /* the rule the backends apply (common/rules.h) */
                 pl.n_freq++;
             else
                 pl.n_slots--;

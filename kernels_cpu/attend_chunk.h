@@ -4,7 +4,7 @@
  * translation unit of its own (decode_generic.c, decode_avx2.c,
  * decode_avx512.c), so the variants compile apart and in parallel; the
  * ISA's vector macros (VLOAD, VFMA, ...) are defined in its file before it
- * includes attend_chunk_dtypes.inc. decode_step_cpu.c picks one at run time.
+ * includes attend_chunk_dtypes.inc. kernels_cpu/decode_step.c picks one at run time.
  */
 #ifndef FG_ATTEND_CHUNK_H
 #define FG_ATTEND_CHUNK_H

@@ -63,6 +63,6 @@ __attribute__((target("avx2,fma"))) void fg_cpu_score_scan_avx2(const scan_args 
     _mm256_storeu_si256((__m256i *)(void *)bs, best_slot);
     for (int i = 0; i < 8; i++)
         if (bs[i] >= 0)
-            scan_offer(scan, bs[i], br[i], bp[i]);
+            fg_freq_scan_offer(scan, bs[i], br[i], bp[i]);
 }
 #endif

@@ -63,7 +63,7 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void fg_cpu_score_scan_avx5
     _mm512_storeu_si512(bs, best_slot);
     for (int i = 0; i < 16; i++)
         if (bs[i] >= 0)
-            scan_offer(scan, bs[i], br[i], bp[i]);
+            fg_freq_scan_offer(scan, bs[i], br[i], bp[i]);
 }
 
 /* AVX-512 BF16 (Zen 4/5, Cooper Lake, Sapphire Rapids and later): bf16 rows

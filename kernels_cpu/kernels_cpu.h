@@ -1,38 +1,19 @@
 /*
  * The optimised CPU kernels (the context's thread pool + SIMD). The reference kernels in
- * kernels_ref/ are their oracle; the `cpu` backend (backend_cpu.c)
+ * kernels_ref/ are their oracle; the `cpu` backend (kernels_cpu/backend.c)
  * puts them in its table.
  */
 #ifndef FG_KERNELS_CPU_H
 #define FG_KERNELS_CPU_H
 
 #include "backends/backend.h"
+#include "backends/decode_policy.h" /* steps 3-4, fg_freq_scan, fg_prefetch_meta */
 
 /* The ISA levels (AVX512_BF16: AVX-512 plus vdpbf16ps, which dots bf16
  * cache rows with the query rounded to bf16, twice the multiply-adds of an
  * f32 FMA) and the one probe every op asks. */
 #include "common/cpu_features.h"
 
-/* Steps 4a-b of docs/design.md §2.5 for a head that tracks scores, over slots [begin, end):
- * window rows that left the window become frequent candidates, and the
- * candidates are counted and the lowest-ranked found. Scans of consecutive
- * ranges merge into the scan of their union. */
-typedef struct fg_freq_scan {
-    int32_t n_freq; /* candidates */
-    int32_t worst;  /* the lowest-ranked candidate's slot, -1 when none */
-    int32_t worst_pos;
-    float worst_rank;
-} fg_freq_scan;
-#define FG_FREQ_SCAN_EMPTY ((fg_freq_scan){0, -1, 0, 0.0f})
-void fg_cpu_freq_scan(const fg_page_layout *layout, const fg_decode_head *head, int32_t begin, int32_t end,
-                      fg_freq_scan *scan);
-void fg_cpu_freq_scan_merge(fg_freq_scan *into, const fg_freq_scan *from);
-/* Steps 3-4 of §2.5 (insert, window, frequent budget) once attention and the
- * score update are done; new_score: the new token's pooled self-attention.
- * `scanned`, or NULL: the scan of the head's slots [0, n_slots), made after
- * their score update (a head that tracks scores only). */
-fg_status fg_cpu_decode_finish_head(const fg_page_layout *layout, const fg_decode_head *head, float new_score,
-                                    const fg_freq_scan *scanned);
 /* Steps 1-2 of one head in scalar code, for the shapes the vector kernels
  * do not take (a head dimension that is not a multiple of 8, groups of
  * more than FG_MAX_GROUP query heads, quantized rows with more than
@@ -41,23 +22,6 @@ fg_status fg_cpu_decode_finish_head(const fg_page_layout *layout, const fg_decod
  * by 1/sqrt(d) (rounded first for a quantized K, fg_query_q8_row). */
 float fg_cpu_decode_attend_plain(const fg_page_layout *layout, const fg_shape *shape, const fg_decode_head *head,
                                  const float *q_cached);
-/* A group of heads that rank together (FG_ALLOC_LAYER), after their steps
- * 1-2: every slot's score becomes the group's mean (summed in head order).
- * Returns 0, or the first head that does not hold the first one's positions. */
-int fg_cpu_decode_share(const fg_page_layout *layout, const fg_decode_head *heads, int32_t n_heads);
-
-/* Asks for the metadata (positions, scores, rows, flags) of meta page
- * `index` of a head, unless it starts at or past slot `end`. The walks
- * over a head's metadata touch a few lines every page, too far apart for
- * the hardware prefetcher, so they ask FG_META_AHEAD pages ahead. */
-#define FG_META_AHEAD 4
-static inline void fg_prefetch_meta(const fg_page_layout *L, void *const *meta, int32_t end, int32_t index) {
-    if ((int64_t)index * L->page_tokens >= end)
-        return;
-    const unsigned char *page = (const unsigned char *)meta[index];
-    for (size_t off = 0; off < L->meta_bytes; off += 64)
-        __builtin_prefetch(page + off, 1, 3);
-}
 
 /* The decode kernel's prefetch hint, chosen at run time (cpu_tuning.c).
  * Until this process has chosen, each backend times its decode steps (one
@@ -170,7 +134,7 @@ typedef struct fg_attend_chunk {
     int32_t G, d;
     const float *q;    /* [G][d] already scaled by 1/sqrt(d); rounded first for a quantized K (fg_query_q8_row);
                           NULL when qi is set */
-    /* a quantized K, d % 32 == 0, AVX2: the rounded query in integers (decode_step_cpu.c's
+    /* a quantized K, d % 32 == 0, AVX2: the rounded query in integers (kernels_cpu/decode_step.c's
        query_q8_ints), or NULL */
     const int8_t *qi;   /* [G][d] */
     const float *qd;    /* [G][d / 32][8] each block's scale times 1/sqrt(d) */

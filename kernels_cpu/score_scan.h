@@ -1,5 +1,5 @@
 /*
- * Step 3 of the cpu decode step (decode_step_cpu.c) for the slots of one
+ * Step 3 of the cpu decode step (kernels_cpu/decode_step.c) for the slots of one
  * work item, fused: each slot's score grows by its pooled attention, a window
  * row that fell out of the window becomes a frequent candidate, and the
  * candidates are counted and the lowest-ranked found. What the variants
@@ -61,14 +61,6 @@ static inline scan_run page_run(const scan_args *g, int32_t s0) {
     return r;
 }
 
-static inline void scan_offer(fg_freq_scan *scan, int32_t slot, float rank, int32_t pos) {
-    if (scan->worst < 0 || fg_ranks_below(rank, pos, scan->worst_rank, scan->worst_pos)) {
-        scan->worst = slot;
-        scan->worst_rank = rank;
-        scan->worst_pos = pos;
-    }
-}
-
 /* Slot s0 + x of a run (the generic variant, and the others' tails). */
 static inline void score_scan_one(const scan_args *g, const scan_run *r, int32_t s0, int32_t x, fg_freq_scan *scan) {
     float gained = 0.0f; /* one operation a statement, so that clang's default contraction (within an
@@ -81,12 +73,13 @@ static inline void score_scan_one(const scan_args *g, const scan_run *r, int32_t
                                                                            a NaN or an inf too */
     const float sc = kept + gained;
     r->score[x] = sc;
-    if (r->flags[x] == FG_SLOT_LOCAL && r->pos[x] < g->window_start)
+    if (fg_leaves_window(r->flags[x], r->pos[x], g->window_start))
         r->flags[x] = FG_SLOT_FREQUENT;
     if (r->flags[x] != FG_SLOT_FREQUENT)
         return;
     scan->n_freq++;
-    scan_offer(scan, s0 + x, fg_rank_score(g->mean ? FG_SCORE_MEAN : FG_SCORE_SUM, sc, r->pos[x], g->t), r->pos[x]);
+    const float rank = fg_rank_score(g->mean ? FG_SCORE_MEAN : FG_SCORE_SUM, sc, r->pos[x], g->t);
+    fg_freq_scan_offer(scan, s0 + x, rank, r->pos[x]);
 }
 
 #endif /* FG_SCORE_SCAN_H */

@@ -126,7 +126,7 @@ FG_SIMD_AVX2_TARGET static inline __m256 fg_q8_lanes256(const unsigned char *p, 
     return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)), _mm256_set1_ps(scale));
 }
 /* The integer dots of a quantized block of 32 values with the query's 8-bit
- * ones (decode_step_cpu.c's query_q8_ints). q4_0's 32 nibbles as bytes,
+ * ones (kernels_cpu/decode_step.c's query_q8_ints). q4_0's 32 nibbles as bytes,
  * value i in byte i: */
 FG_SIMD_AVX2_TARGET static inline __m256i fg_q4_bytes256(const unsigned char *v) {
     const __m128i x = _mm_loadu_si128((const __m128i *)(const void *)v);

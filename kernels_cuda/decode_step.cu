@@ -498,7 +498,7 @@ __global__ static void FG_BLOCK_BOUNDS update_rows(fg_gpu_layout L, int32_t G, c
             *score = (h.score_mode == FG_SCORE_LAST ? 0.0f : *score) + gained; /* LAST: this step's only */
         }
         uint8_t flag = page[L.flags_offset + j];
-        if (flip && flag == FG_SLOT_LOCAL && pos < h.window_start) {
+        if (flip && fg_leaves_window(flag, pos, h.window_start)) {
             flag = FG_SLOT_FREQUENT;
             page[L.flags_offset + j] = flag;
         }
@@ -619,8 +619,8 @@ __global__ static void FG_BLOCK_BOUNDS finish_heads(fg_gpu_layout L, int32_t G, 
             int32_t mine = INT32_MAX;
             for (int32_t s = threadIdx.x; s < n; s += blockDim.x) {
                 const unsigned char *page = (const unsigned char *)meta[s / P];
-                if (page[L.flags_offset + s % P] == FG_SLOT_LOCAL &&
-                    ((const int32_t *)(page + L.pos_offset))[s % P] < h.window_start)
+                if (fg_leaves_window(page[L.flags_offset + s % P], ((const int32_t *)(page + L.pos_offset))[s % P],
+                                     h.window_start))
                     mine = fg_imin(mine, s);
             }
             const int32_t hole = block_min_int(mine, ired);

@@ -1,6 +1,6 @@
 /*
  * Shared by the GPU ops: the runtime (CUDA, or HIP through
- * kernels_hip/hip_compat.h when FG_HIP is defined), error handling, the
+ * kernels_cuda/hip_compat.h when FG_HIP is defined), error handling, the
  * backend state with its device scratch arena, and block-wide reductions
  * that work for any warp / wavefront size.
  */
@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #ifdef FG_HIP
-#include "kernels_hip/hip_compat.h"
+#include "kernels_cuda/hip_compat.h"
 #define FG_GPU(name) fg_hip_##name
 #define FG_GPU_NAME "hip"
 #else

@@ -29,7 +29,7 @@ void fg_ref_compact_head(const fg_page_layout *layout, const fg_shape *shape, co
                          const fg_compact_head *head);
 /* Returns FG_ERR_INTERNAL when the slot count disagrees with the host mirror. */
 fg_status fg_ref_decode_step_head(const fg_page_layout *layout, const fg_shape *shape, const fg_decode_head *head);
-/* The adaptive mode's parts (adaptive_ref.c), the cpu backend's too where
+/* The adaptive mode's parts (kernels_ref/adaptive.c), the cpu backend's too where
  * they are not its work: K and V of slots 0..t-1 as float [t][d]; the
  * column sums of keys [j0, j1) (backend.h's order) that then zero their
  * negligible keys (the cpu's per key tile); the

@@ -14,9 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "model/bpe.h"
 #include "model/gguf.h"
-#include "model/llama2c.h"
-#include "model/tokenizer.h"
+#include "model/io.h"
 
 /* ------------------------------------------------------------------ Unicode */
 
@@ -28,7 +28,35 @@ typedef struct fgm_uc_range {
 } fgm_uc_range;
 
 #include "model/unicode_classes.h"
-#include "model/io.h"
+
+/* Bytes in the well-formed UTF-8 sequence at p (1 to 4), 0 if none starts
+ * there: overlong forms, surrogates, code points past U+10FFFF and cut
+ * sequences are not well formed (Unicode's table 3-7). */
+int fgm_utf8_length(const char *s) {
+    const unsigned char *p = (const unsigned char *)s;
+    if (p[0] < 0x80)
+        return 1;
+    int n;
+    unsigned char lo = 0x80, hi = 0xbf; /* the second byte's range */
+    if (p[0] >= 0xc2 && p[0] <= 0xdf)
+        n = 2;
+    else if (p[0] >= 0xe0 && p[0] <= 0xef) {
+        n = 3;
+        lo = p[0] == 0xe0 ? 0xa0 : 0x80;
+        hi = p[0] == 0xed ? 0x9f : 0xbf;
+    } else if (p[0] >= 0xf0 && p[0] <= 0xf4) {
+        n = 4;
+        lo = p[0] == 0xf0 ? 0x90 : 0x80;
+        hi = p[0] == 0xf4 ? 0x8f : 0xbf;
+    } else
+        return 0;
+    if (p[1] < lo || p[1] > hi)
+        return 0;
+    for (int i = 2; i < n; i++)
+        if ((p[i] & 0xc0) != 0x80)
+            return 0;
+    return n;
+}
 
 static fgm_uc_class uc_class(uint32_t c) {
     size_t lo = 0, hi = sizeof k_uc_ranges / sizeof k_uc_ranges[0];

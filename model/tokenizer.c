@@ -174,35 +174,6 @@ static int32_t lookup(const fgm_tokenizer *t, const char *s) {
 
 int32_t fgm_tokenizer_piece_id(const fgm_tokenizer *t, const char *piece) { return lookup(t, piece); }
 
-/* Bytes in the well-formed UTF-8 sequence at p (1 to 4), 0 if none starts
- * there: overlong forms, surrogates, code points past U+10FFFF and cut
- * sequences are not well formed (Unicode's table 3-7). */
-int fgm_utf8_length(const char *s) {
-    const unsigned char *p = (const unsigned char *)s;
-    if (p[0] < 0x80)
-        return 1;
-    int n;
-    unsigned char lo = 0x80, hi = 0xbf; /* the second byte's range */
-    if (p[0] >= 0xc2 && p[0] <= 0xdf)
-        n = 2;
-    else if (p[0] >= 0xe0 && p[0] <= 0xef) {
-        n = 3;
-        lo = p[0] == 0xe0 ? 0xa0 : 0x80;
-        hi = p[0] == 0xed ? 0x9f : 0xbf;
-    } else if (p[0] >= 0xf0 && p[0] <= 0xf4) {
-        n = 4;
-        lo = p[0] == 0xf0 ? 0x90 : 0x80;
-        hi = p[0] == 0xf4 ? 0x8f : 0xbf;
-    } else
-        return 0;
-    if (p[1] < lo || p[1] > hi)
-        return 0;
-    for (int i = 2; i < n; i++)
-        if ((p[i] & 0xc0) != 0x80)
-            return 0;
-    return n;
-}
-
 /* A candidate merge of symbol l with its right neighbour r into piece id
  * (score score), as it was when queued: stale once either symbol changed. */
 typedef struct {

@@ -124,7 +124,7 @@ static score_scan_fn *isa_score_scan(fg_cpu_isa isa) {
 typedef struct head_plan {
     int32_t first_item, n_items; /* work items of the head */
     size_t raw;                  /* offset of its raw scores, or SIZE_MAX */
-    int fast;                    /* 0: the plain step handles the head (decode_finish_cpu.c) */
+    int fast;                    /* 0: the plain step handles the head (kernels_cpu/decode_plain.c) */
     float new_score;             /* the new token's pooled self-attention */
     _Atomic int32_t left;        /* its items not yet attended */
     _Atomic int32_t group_left;  /* the first of a group (FG_ALLOC_LAYER): its heads not yet scored */
@@ -205,7 +205,7 @@ typedef struct decode_job {
 static void head_scored(decode_job *j, int32_t i, float new_score, const fg_freq_scan *scan) {
     const fg_decode_head *hd = &j->heads[i];
     if (hd->share_n <= 1) {
-        if (fg_cpu_decode_finish_head(j->layout, hd, new_score, scan) != FG_OK)
+        if (fg_decode_finish_head(j->layout, hd, new_score, scan) != FG_OK)
             atomic_store(&j->bad, i);
         return;
     }
@@ -217,13 +217,13 @@ static void head_scored(decode_job *j, int32_t i, float new_score, const fg_freq
     for (int32_t m = 0; m < n; m++)
         shared += j->plan[first + m].new_score;
     shared /= (float)n;
-    const int apart = fg_cpu_decode_share(j->layout, j->heads + first, n);
+    const int apart = fg_decode_share_scores(j->layout, j->heads + first, n);
     if (apart) {
         atomic_store(&j->apart, first + apart);
         return;
     }
     for (int32_t m = 0; m < n; m++) /* the scans saw each head's own scores: scanned again */
-        if (fg_cpu_decode_finish_head(j->layout, &j->heads[first + m], shared, NULL) != FG_OK)
+        if (fg_decode_finish_head(j->layout, &j->heads[first + m], shared, NULL) != FG_OK)
             atomic_store(&j->bad, first + m);
 }
 
@@ -320,7 +320,7 @@ static void score_task(void *arg, int32_t task, int32_t thread) {
         return;
     fg_freq_scan scan = FG_FREQ_SCAN_EMPTY;
     for (int32_t c = 0; c < hp->n_items; c++)
-        fg_cpu_freq_scan_merge(&scan, &j->items[hp->first_item + c].scan);
+        fg_freq_scan_merge(&scan, &j->items[hp->first_item + c].scan);
     head_scored(j, a->head, hp->new_score, &scan);
 }
 

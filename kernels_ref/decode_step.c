@@ -9,11 +9,11 @@
  *   3. the new token is cached with the flag the host chose (or not at all);
  *   4. window rows that fell out of the window become frequent candidates or
  *      are dropped, then the lowest-ranked candidates go until k(t) remain.
- * A removed slot is refilled by moving the last slot's metadata into the hole
- * (common/slots.h: fg_slot_remove). */
+ * Steps 1-2 are ref's own plain loops; steps 3-4 and the group's mean are
+ * the one policy step every host backend shares (backends/decode_policy.c). */
 #include <math.h>
 
-#include "common/rules.h"
+#include "backends/decode_policy.h"
 #include "common/slots.h"
 #include "kernels_ref/kernels_ref.h"
 
@@ -29,73 +29,6 @@ static float dot_f32(const float *a, const float *b, int32_t d) {
     for (int32_t c = 0; c < d; c++)
         s += a[c] * b[c];
     return s;
-}
-
-/* 4a-b over slots [0, n): window rows that left the window become frequent
- * candidates; returns the lowest-ranked candidate's slot (-1 when none) and
- * their count in *n_freq. */
-static int32_t freq_scan(const fg_page_layout *L, const fg_decode_head *hd, int32_t n, int32_t *n_freq) {
-    const int32_t t = hd->pos + 1;
-    int32_t worst = -1, worst_pos = 0;
-    float worst_rank = 0.0f;
-    *n_freq = 0;
-    for (int32_t s = 0; s < n; s++) {
-        uint8_t *flags = fg_slot_flags(L, hd->meta, s);
-        const int32_t pos = *fg_slot_pos(L, hd->meta, s);
-        if (*flags == FG_SLOT_LOCAL && pos < hd->window_start)
-            *flags = FG_SLOT_FREQUENT;
-        if (*flags != FG_SLOT_FREQUENT)
-            continue;
-        ++*n_freq;
-        const float rank = fg_rank_score(hd->score_mode, *fg_slot_score(L, hd->meta, s), pos, t);
-        if (worst < 0 || fg_ranks_below(rank, pos, worst_rank, worst_pos)) {
-            worst = s;
-            worst_rank = rank;
-            worst_pos = pos;
-        }
-    }
-    return worst;
-}
-
-/* Steps 3-4, after attention and the score update: `new_score` is the
- * pooled attention the new token gave itself. */
-static fg_status finish_head(const fg_page_layout *L, const fg_decode_head *hd, float new_score) {
-    const int track = fg_tracks_scores(hd->components);
-    void *const *pages = hd->pages, *const *meta = hd->meta;
-    int32_t n = hd->n_slots;
-
-    if (hd->row_base >= 0)
-        fg_rows_reset(L, meta, hd->row_base);
-    /* 3. insert the new token */
-    if (hd->insert_flag) {
-        fg_slot_write(L, pages, meta, n, hd->k, hd->v, hd->pos, hd->insert_flag, track ? new_score : 0.0f);
-        n++;
-    }
-
-    if (!track) { /* 4a. rows leaving the window: frequent candidates, or dropped */
-        if (hd->components & FG_KEEP_LOCAL)
-            for (int32_t s = 0; s < n; s++) {
-                if (*fg_slot_flags(L, meta, s) != FG_SLOT_LOCAL || *fg_slot_pos(L, meta, s) >= hd->window_start)
-                    continue;
-                if (hd->components & FG_KEEP_FREQUENT) {
-                    *fg_slot_flags(L, meta, s) = FG_SLOT_FREQUENT;
-                } else {
-                    n = fg_slot_remove(L, pages, meta, s, n, hd->priv_from); /* the last slot moves into s */
-                    s--;
-                }
-            }
-        return n == hd->n_slots_after ? FG_OK : FG_ERR_INTERNAL;
-    }
-
-    /* 4a-b, then 4c: candidates down to the budget, lowest rank first */
-    int32_t n_freq, worst = freq_scan(L, hd, n, &n_freq);
-    while (n_freq > hd->freq_budget) {
-        if (worst < 0)
-            return FG_ERR_INTERNAL; /* a scan that counted candidates must name one */
-        n = fg_slot_remove(L, pages, meta, worst, n, hd->priv_from);
-        worst = freq_scan(L, hd, n, &n_freq);
-    }
-    return n == hd->n_slots_after ? FG_OK : FG_ERR_INTERNAL;
 }
 
 /* Steps 1-2 of one head: its output, and its slots' scores (FG_SCORE_LAST:
@@ -156,7 +89,7 @@ static void attend_head(const fg_page_layout *L, const fg_shape *shape, const fg
 fg_status fg_ref_decode_step_head(const fg_page_layout *L, const fg_shape *shape, const fg_decode_head *hd) {
     float new_score;
     attend_head(L, shape, hd, &new_score);
-    return finish_head(L, hd, new_score);
+    return fg_decode_finish_head(L, hd, new_score, NULL);
 }
 
 /* A group of heads that rank by their mean score (FG_ALLOC_LAYER): steps
@@ -171,23 +104,13 @@ static int group_step(const fg_page_layout *L, const fg_shape *shape, const fg_d
         new_score += own;
     }
     new_score /= (float)n_heads;
-    const int32_t n = hds[0].n_slots; /* every head's (fg_decode_groups_check) */
-    if (fg_tracks_scores(hds[0].components))
-        for (int32_t s = 0; s < n; s++) {
-            const int32_t pos = *fg_slot_pos(L, hds[0].meta, s);
-            float sum = 0.0f;
-            for (int32_t i = 0; i < n_heads; i++) {
-                if (*fg_slot_pos(L, hds[i].meta, s) != pos) {
-                    *failed = i;
-                    return 1;
-                }
-                sum += *fg_slot_score(L, hds[i].meta, s);
-            }
-            for (int32_t i = 0; i < n_heads; i++)
-                *fg_slot_score(L, hds[i].meta, s) = sum / (float)n_heads;
-        }
+    const int32_t apart = fg_decode_share_scores(L, hds, n_heads);
+    if (apart) {
+        *failed = apart;
+        return 1;
+    }
     for (int32_t i = 0; i < n_heads; i++)
-        if (finish_head(L, &hds[i], new_score) != FG_OK) {
+        if (fg_decode_finish_head(L, &hds[i], new_score, NULL) != FG_OK) {
             *failed = i;
             return 2;
         }

@@ -895,6 +895,50 @@ fg_status fg_adaptive_compress(fg_context *ctx, fg_seq *s) {
     return FG_OK;
 }
 
+fg_status fg_adaptive_step_begin(fg_context *ctx, int32_t layer, int32_t n_seqs, const int32_t *seqs,
+                                 fg_adaptive_plan ***out) {
+    fg_adaptive_plan **plans = NULL;
+    fg_status st = FG_OK;
+    *out = NULL;
+    for (int32_t i = 0; i < n_seqs; i++) {
+        fg_seq *s = &ctx->seqs[seqs[i]];
+        if (!s->ad || s->ad->compress_at == s->n_prompt || s->length[layer] != s->ad->compress_at)
+            continue;
+        int ready = 1;
+        for (int32_t l = 0; l < ctx->params.n_layers; l++)
+            ready &= s->length[l] == s->ad->compress_at;
+        if (!ready)
+            continue;
+        if (!plans && !(plans = calloc((size_t)n_seqs, sizeof *plans)))
+            return fg_error(ctx, FG_ERR_OUT_OF_MEMORY, "out of host memory for a decode batch of %d", (int)n_seqs);
+        if ((st = fg_adaptive_prepare(ctx, s, &plans[i])) != FG_OK)
+            break;
+    }
+    if (st) {
+        for (int32_t i = 0; i < n_seqs; i++)
+            fg_adaptive_abort(ctx, &plans[i]);
+        free(plans);
+        return st;
+    }
+    for (int32_t i = 0; plans && i < n_seqs; i++)
+        if (plans[i])
+            fg_adaptive_trade(&ctx->seqs[seqs[i]], plans[i]);
+    *out = plans;
+    return FG_OK;
+}
+
+void fg_adaptive_step_end(fg_context *ctx, int32_t n_seqs, const int32_t *seqs, fg_adaptive_plan **plans,
+                          fg_status st) {
+    if (!plans)
+        return;
+    for (int32_t i = 0; i < n_seqs; i++) {
+        if (plans[i] && st)
+            fg_adaptive_trade(&ctx->seqs[seqs[i]], plans[i]); /* back: the full caches again */
+        fg_adaptive_abort(ctx, &plans[i]);
+    }
+    free(plans);
+}
+
 int fg_adaptive_due(const fg_context *ctx, const fg_seq *s) {
     if (!s->ad || s->length[0] < s->ad->compress_at)
         return 0;

@@ -1,9 +1,17 @@
 /* Decode: one step of a batch of sequences at one layer (docs/design.md
- * §2.5), host bookkeeping mirrored, then the backend's decode_step op. */
-#include <math.h>
-#include <stdio.h>
+ * §2.5). A call reads in one direction, phase by phase:
+ *   check    every sequence and its new token, each token classified;
+ *            nothing changes until all pass
+ *   plan     the adaptive sequences that are due compressed first
+ *            (adaptive.c), then each head's step mirrored on the host and
+ *            given its pages (head.c: fg_head_plan_step)
+ *   execute  the backend's decode_step op, then the rows that adaptive
+ *            sequences still observe
+ *   commit   each head's counts (head.c: fg_head_commit_step), the token,
+ *            the length; then the heads tidied
+ * A failure in plan or execute puts everything back: the pages reserved,
+ * the copies made for the step, the compressions. */
 #include <stdlib.h>
-#include <string.h>
 
 #include "common/rules.h"
 #include "core/internal.h"
@@ -29,25 +37,12 @@ static fg_status reserve_scratch(fg_context *ctx, int32_t n_heads, int32_t n_seq
     return FG_OK;
 }
 
-fg_status fg_decode_f32(fg_context *ctx, int32_t layer, int32_t n_seqs, const int32_t *seqs, const int32_t *tokens,
-                    const float *q, const float *k, const float *v, float *out) {
-    FG_CHECK(ctx, NULL, FG_ERR_INVALID_ARGUMENT, "fg_decode: context must not be NULL");
-    FG_CHECK(seqs && tokens && q && k && v && out, ctx, FG_ERR_INVALID_ARGUMENT,
-             "fg_decode: seqs, tokens, q, k, v and out must not be NULL");
-    FG_CHECK(layer >= 0 && layer < ctx->params.n_layers, ctx, FG_ERR_INVALID_ARGUMENT, "layer %d outside [0, %d)",
-             (int)layer, (int)ctx->params.n_layers);
-    FG_CHECK(n_seqs > 0 && n_seqs <= ctx->params.max_seqs, ctx, FG_ERR_INVALID_ARGUMENT,
-             "n_seqs must be in 1..%d (max_seqs), got %d", (int)ctx->params.max_seqs, (int)n_seqs);
-    const int32_t Hq = ctx->params.n_q_heads, Hkv = ctx->params.n_kv_heads, d = ctx->params.head_dim;
-    const int32_t G = Hq / Hkv, P = ctx->layout.page_tokens;
-    fg_status st = reserve_scratch(ctx, n_seqs * Hkv, n_seqs);
-    if (st)
-        return st;
-
-    /* 1. validate every sequence and classify its new token (nothing changes yet) */
+/* check: the batch, each sequence at this layer, each token, whose class
+ * goes to ctx->new_cls[i]. */
+static fg_status check(fg_context *ctx, int32_t layer, int32_t n_seqs, const int32_t *seqs, const int32_t *tokens) {
     for (int32_t i = 0; i < n_seqs; i++) {
         fg_seq *s = NULL;
-        st = fg_get_seq(ctx, seqs[i], &s);
+        fg_status st = fg_get_seq(ctx, seqs[i], &s);
         if (st)
             return st;
         for (int32_t j = 0; j < i; j++)
@@ -73,64 +68,28 @@ fg_status fg_decode_f32(fg_context *ctx, int32_t layer, int32_t n_seqs, const in
             ctx->new_cls[i] = fg_token_classes_next(ctx->classes, s->tokens, p, tokens[i], s->cp.n_sink);
         }
     }
+    return FG_OK;
+}
 
-    /* 1b. adaptive sequences that reach defer_until: compressed before this step (all or nothing) */
-    fg_adaptive_plan **plans = NULL;
+/* plan: every head's step mirrored and its pages reserved, its arguments
+ * to the op in ctx->dheads (head i * Hkv + g: KV head g of seqs[i]). On
+ * failure nothing is left reserved or copied. */
+static fg_status plan(fg_context *ctx, int32_t layer, int32_t n_seqs, const int32_t *seqs, const float *q,
+                      const float *k, const float *v, float *out) {
+    const int32_t Hq = ctx->params.n_q_heads, Hkv = ctx->params.n_kv_heads, d = ctx->params.head_dim;
+    const int32_t G = Hq / Hkv;
     for (int32_t i = 0; i < n_seqs; i++) {
-        fg_seq *s = &ctx->seqs[seqs[i]];
-        if (!s->ad || s->ad->compress_at == s->n_prompt || s->length[layer] != s->ad->compress_at)
-            continue;
-        int ready = 1;
-        for (int32_t l = 0; l < ctx->params.n_layers; l++)
-            ready &= s->length[l] == s->ad->compress_at;
-        if (!ready)
-            continue;
-        if (!plans && !(plans = calloc((size_t)n_seqs, sizeof *plans)))
-            return fg_error(ctx, FG_ERR_OUT_OF_MEMORY, "out of host memory for a decode batch of %d", (int)n_seqs);
-        if ((st = fg_adaptive_prepare(ctx, s, &plans[i])) != FG_OK)
-            break;
-    }
-    if (st) {
-        for (int32_t i = 0; i < n_seqs; i++)
-            fg_adaptive_abort(ctx, &plans[i]);
-        free(plans);
-        return st;
-    }
-    for (int32_t i = 0; plans && i < n_seqs; i++)
-        if (plans[i])
-            fg_adaptive_trade(&ctx->seqs[seqs[i]], plans[i]);
-
-    /* 2. plan every head on the host and give it the pages of its peak */
-    for (int32_t i = 0; i < n_seqs && st == FG_OK; i++) {
         fg_seq *s = &ctx->seqs[seqs[i]];
         const int32_t p = s->length[layer];
         for (int32_t g = 0; g < Hkv; g++) {
-            int32_t hi = i * Hkv + g;
+            const int32_t hi = i * Hkv + g;
             fg_head *h = &s->heads[(size_t)layer * Hkv + g];
-            fg_step_plan pl = fg_plan_step(&h->pol, p + 1, s->cls, ctx->new_cls[i], h->n_slots, h->n_freq);
-            ctx->plans[hi] = pl;
-            /* meta pages shared with a fork are copied before the step writes them:
-               every page where scores, the window or evictions may change a slot,
-               else the one the new slot goes to and page 0 (the rows' counters).
-               Row pages are never copied: the step writes rows at or above
-               priv_from, which no other owner uses (common/slots.h,
-               fg_head_share). A new row may be a fresh one: at most
-               rows_bound + 1 of them. */
-            const int rewrites = (h->components & (FG_KEEP_FREQUENT | FG_KEEP_LOCAL)) && !(h->components & FG_KEEP_FULL);
-            const int writes = rewrites || pl.insert_flag || h->row_base >= 0;
-            int32_t before = h->n_pages;
-            st = fg_head_unshare(ctx, h, 0, writes ? 1 : 0);
-            if (st == FG_OK && writes)
-                st = fg_head_unshare(ctx, h, rewrites ? 1 : h->n_slots / P, h->n_pages);
-            const int32_t ins = pl.insert_flag ? 1 : 0;
-            const int32_t rows = h->rows_bound + ins > h->n_slots + ins ? h->rows_bound + ins : h->n_slots + ins;
-            if (st == FG_OK)
-                st = fg_head_reserve(ctx, h, fg_pages_for(ctx, rows));
-            ctx->added_pages[hi] = h->n_pages - before;
+            fg_step_plan *pl = &ctx->plans[hi];
+            const fg_status st = fg_head_plan_step(ctx, h, p, s->cls, ctx->new_cls[i], pl, &ctx->added_pages[hi]);
             if (st) {
                 fg_unreserve(ctx, layer, seqs, hi + 1);
                 fg_pages_reshare(ctx);
-                break;
+                return st;
             }
             ctx->dheads[hi] = (fg_decode_head){
                 .pages = h->pages,
@@ -139,13 +98,13 @@ fg_status fg_decode_f32(fg_context *ctx, int32_t layer, int32_t n_seqs, const in
                 .priv_from = h->priv_from,
                 .row_base = h->n_pages > 0 ? h->row_base : -1,
                 .n_slots = h->n_slots,
-                .n_slots_after = pl.n_slots,
+                .n_slots_after = pl->n_slots,
                 .components = h->components,
                 .score_mode = s->cp.score_mode,
                 .pos = p,
-                .insert_flag = pl.insert_flag,
-                .window_start = pl.window_start,
-                .freq_budget = pl.freq_budget,
+                .insert_flag = pl->insert_flag,
+                .window_start = pl->window_start,
+                .freq_budget = pl->freq_budget,
                 .q = q + ((size_t)i * Hq + (size_t)g * G) * d,
                 .k = k + ((size_t)i * Hkv + g) * d,
                 .v = v + ((size_t)i * Hkv + g) * d,
@@ -156,58 +115,41 @@ fg_status fg_decode_f32(fg_context *ctx, int32_t layer, int32_t n_seqs, const in
             };
         }
     }
+    return FG_OK;
+}
 
-    /* 3. the step itself, and the rows adaptive sequences still observe */
-    if (st == FG_OK) {
-        st = ctx->be.ops->decode_step(&ctx->be, &ctx->layout, &ctx->shape, n_seqs * Hkv, ctx->dheads);
-        for (int32_t i = 0; i < n_seqs && st == FG_OK; i++) {
-            fg_seq *s = &ctx->seqs[seqs[i]];
-            const int32_t p = s->length[layer];
-            if (s->ad)
-                st = fg_observe_rows(ctx, s, layer, p, p, p + 1, q + (size_t)i * Hq * d);
-        }
-        if (st) {
-            /* The step's pages go back. Backends fail before they touch a cache
-             * (workspace, staging); a device that fails in the middle of its
-             * kernels reports FG_ERR_BACKEND, and that batch's caches are undefined. */
-            fg_unreserve(ctx, layer, seqs, n_seqs * Hkv);
-            fg_pages_reshare(ctx);
-        }
+/* execute: the op over every planned head, then the rows the adaptive
+ * sequences observe. On failure the step's pages go back. Backends fail
+ * before they touch a cache (workspace, staging); a device that fails in
+ * the middle of its kernels reports FG_ERR_BACKEND, and that batch's caches
+ * are undefined. */
+static fg_status execute(fg_context *ctx, int32_t layer, int32_t n_seqs, const int32_t *seqs, const float *q) {
+    const int32_t Hq = ctx->params.n_q_heads, Hkv = ctx->params.n_kv_heads, d = ctx->params.head_dim;
+    fg_status st = ctx->be.ops->decode_step(&ctx->be, &ctx->layout, &ctx->shape, n_seqs * Hkv, ctx->dheads);
+    for (int32_t i = 0; i < n_seqs && st == FG_OK; i++) {
+        fg_seq *s = &ctx->seqs[seqs[i]];
+        const int32_t p = s->length[layer];
+        if (s->ad)
+            st = fg_observe_rows(ctx, s, layer, p, p, p + 1, q + (size_t)i * Hq * d);
     }
-    if (plans) { /* the compressions stay with the step, or go with it */
-        for (int32_t i = 0; i < n_seqs; i++) {
-            if (plans[i] && st)
-                fg_adaptive_trade(&ctx->seqs[seqs[i]], plans[i]); /* back: the full caches again */
-            fg_adaptive_abort(ctx, &plans[i]);
-        }
-        free(plans);
+    if (st) {
+        fg_unreserve(ctx, layer, seqs, n_seqs * Hkv);
+        fg_pages_reshare(ctx);
     }
-    if (st)
-        return st;
+    return st;
+}
+
+/* commit: the counts the plan mirrored, the token, the length; then each
+ * head tidied (fg_head_tidy), and a head that shares nothing gives back the
+ * pages past its kept rows. */
+static void commit(fg_context *ctx, int32_t layer, int32_t n_seqs, const int32_t *seqs, const int32_t *tokens) {
+    const int32_t Hkv = ctx->params.n_kv_heads, P = ctx->layout.page_tokens;
     ctx->n_cow = 0; /* the copies stay */
-
-    /* 4. commit: counts, pages beyond the new count back to the pool, history */
     for (int32_t i = 0; i < n_seqs; i++) {
         fg_seq *s = &ctx->seqs[seqs[i]];
         const int32_t p = s->length[layer];
-        for (int32_t g = 0; g < Hkv; g++) {
-            fg_head *h = &s->heads[(size_t)layer * Hkv + g];
-            const fg_step_plan *pl = &ctx->plans[i * Hkv + g];
-            const int32_t ins = pl->insert_flag ? 1 : 0, fresh_max = h->priv_from + h->n_slots + ins;
-            if (h->n_pages > 0)
-                h->row_base = -1; /* the step reset the counters */
-            /* a fresh row is taken only when no row the head may write is free
-               (rows [priv_from, hw) are kept or free: fg_head_share starts hw
-               at priv_from): then hw <= priv_from + the slots before the step */
-            if (ins && h->rows_bound < fresh_max)
-                h->rows_bound++;
-            /* an eviction below priv_from leaves its row dead, and the last
-               slot's row where it was */
-            if (h->priv_from > 0 && pl->n_slots < h->n_slots + ins)
-                h->in_order = 0;
-            h->n_slots = pl->n_slots;
-            h->n_freq = pl->n_freq;
-        }
+        for (int32_t g = 0; g < Hkv; g++)
+            fg_head_commit_step(&s->heads[(size_t)layer * Hkv + g], &ctx->plans[i * Hkv + g]);
         if (p == s->n_tokens) {
             s->tokens[p] = tokens[i];
             s->cls[p] = ctx->new_cls[i];
@@ -215,10 +157,6 @@ fg_status fg_decode_f32(fg_context *ctx, int32_t layer, int32_t n_seqs, const in
         }
         s->length[layer] = p + 1;
     }
-    /* 5. heads sharing pages that no longer pay for themselves, or sharing
-       none any more, get slot s in row s again (fg_head_tidy); a head that
-       shares nothing keeps slot s in row s: pages past the kept rows go, and
-       the free rows with them (the counters restart) */
     for (int32_t i = 0; i < n_seqs; i++)
         for (int32_t g = 0; g < Hkv; g++)
             fg_head_tidy(ctx, &ctx->seqs[seqs[i]], (size_t)layer * Hkv + g);
@@ -230,6 +168,34 @@ fg_status fg_decode_f32(fg_context *ctx, int32_t layer, int32_t n_seqs, const in
                 h->rows_bound = h->row_base = h->n_slots;
             }
         }
+}
+
+fg_status fg_decode_f32(fg_context *ctx, int32_t layer, int32_t n_seqs, const int32_t *seqs, const int32_t *tokens,
+                        const float *q, const float *k, const float *v, float *out) {
+    FG_CHECK(ctx, NULL, FG_ERR_INVALID_ARGUMENT, "fg_decode: context must not be NULL");
+    FG_CHECK(seqs && tokens && q && k && v && out, ctx, FG_ERR_INVALID_ARGUMENT,
+             "fg_decode: seqs, tokens, q, k, v and out must not be NULL");
+    FG_CHECK(layer >= 0 && layer < ctx->params.n_layers, ctx, FG_ERR_INVALID_ARGUMENT, "layer %d outside [0, %d)",
+             (int)layer, (int)ctx->params.n_layers);
+    FG_CHECK(n_seqs > 0 && n_seqs <= ctx->params.max_seqs, ctx, FG_ERR_INVALID_ARGUMENT,
+             "n_seqs must be in 1..%d (max_seqs), got %d", (int)ctx->params.max_seqs, (int)n_seqs);
+    fg_status st = reserve_scratch(ctx, n_seqs * ctx->params.n_kv_heads, n_seqs);
+    if (st == FG_OK)
+        st = check(ctx, layer, n_seqs, seqs, tokens);
+    if (st)
+        return st;
+
+    fg_adaptive_plan **compressed = NULL;
+    st = fg_adaptive_step_begin(ctx, layer, n_seqs, seqs, &compressed);
+    if (st)
+        return st;
+    st = plan(ctx, layer, n_seqs, seqs, q, k, v, out);
+    if (st == FG_OK)
+        st = execute(ctx, layer, n_seqs, seqs, q);
+    fg_adaptive_step_end(ctx, n_seqs, seqs, compressed, st);
+    if (st)
+        return st;
+    commit(ctx, layer, n_seqs, seqs, tokens);
     return FG_OK;
 }
 

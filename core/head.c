@@ -313,3 +313,44 @@ fg_status fg_head_read_rows(fg_backend *be, const fg_page_layout *L, const fg_he
     free(copy);
     return st;
 }
+
+fg_status fg_head_plan_step(fg_context *ctx, fg_head *h, int32_t p, const uint8_t *cls, uint8_t cls_new,
+                            fg_step_plan *pl, int32_t *added_pages) {
+    const int32_t P = ctx->layout.page_tokens;
+    *pl = fg_plan_step(&h->pol, p + 1, cls, cls_new, h->n_slots, h->n_freq);
+    /* meta pages shared with a fork are copied before the step writes them:
+       every page where scores, the window or evictions may change a slot,
+       else the one the new slot goes to and page 0 (the rows' counters).
+       Row pages are never copied: the step writes rows at or above
+       priv_from, which no other owner uses (common/slots.h, fg_head_share).
+       A new row may be a fresh one: at most rows_bound + 1 of them. */
+    const int rewrites = (h->components & (FG_KEEP_FREQUENT | FG_KEEP_LOCAL)) && !(h->components & FG_KEEP_FULL);
+    const int writes = rewrites || pl->insert_flag || h->row_base >= 0;
+    const int32_t before = h->n_pages;
+    fg_status st = fg_head_unshare(ctx, h, 0, writes ? 1 : 0);
+    if (st == FG_OK && writes)
+        st = fg_head_unshare(ctx, h, rewrites ? 1 : h->n_slots / P, h->n_pages);
+    const int32_t ins = pl->insert_flag ? 1 : 0;
+    const int32_t rows = h->rows_bound + ins > h->n_slots + ins ? h->rows_bound + ins : h->n_slots + ins;
+    if (st == FG_OK)
+        st = fg_head_reserve(ctx, h, fg_pages_for(ctx, rows));
+    *added_pages = h->n_pages - before;
+    return st;
+}
+
+void fg_head_commit_step(fg_head *h, const fg_step_plan *pl) {
+    const int32_t ins = pl->insert_flag ? 1 : 0, fresh_max = h->priv_from + h->n_slots + ins;
+    if (h->n_pages > 0)
+        h->row_base = -1; /* the step reset the counters */
+    /* a fresh row is taken only when no row the head may write is free
+       (rows [priv_from, hw) are kept or free: fg_head_share starts hw at
+       priv_from): then hw <= priv_from + the slots before the step */
+    if (ins && h->rows_bound < fresh_max)
+        h->rows_bound++;
+    /* an eviction below priv_from leaves its row dead, and the last slot's
+       row where it was */
+    if (h->priv_from > 0 && pl->n_slots < h->n_slots + ins)
+        h->in_order = 0;
+    h->n_slots = pl->n_slots;
+    h->n_freq = pl->n_freq;
+}

@@ -313,6 +313,15 @@ typedef struct fg_adaptive_plan fg_adaptive_plan;
 fg_status fg_adaptive_prepare(fg_context *ctx, fg_seq *s, fg_adaptive_plan **plan);
 void fg_adaptive_trade(fg_seq *s, fg_adaptive_plan *plan);
 void fg_adaptive_abort(fg_context *ctx, fg_adaptive_plan **plan);
+/* Before a decode step at `layer`: the adaptive sequences of the batch
+ * that every layer has brought to defer_until are compressed (all or
+ * none); *plans holds what a failed step undoes (NULL when none were due).
+ * After the step, end keeps the compressions (st == FG_OK) or undoes them,
+ * and frees *plans. */
+fg_status fg_adaptive_step_begin(fg_context *ctx, int32_t layer, int32_t n_seqs, const int32_t *seqs,
+                                 fg_adaptive_plan ***plans);
+void fg_adaptive_step_end(fg_context *ctx, int32_t n_seqs, const int32_t *seqs, fg_adaptive_plan **plans,
+                          fg_status st);
 /* prepare, trade and abort: the sequence compressed now, or as it was on failure. */
 fg_status fg_adaptive_compress(fg_context *ctx, fg_seq *s);
 /* Whether a sequence still observed is due for its compression after a
@@ -456,6 +465,15 @@ void fg_pages_reshare(fg_context *ctx);
  * score (each may be NULL). */
 fg_status fg_head_read_rows(fg_backend *be, const fg_page_layout *layout, const fg_head *h, int32_t n_slots,
                             float *k, float *v, int32_t *pos, uint8_t *flags, float *score);
+/* A decode step of head h at position p (t = p + 1), on the host: its
+ * plan (fg_plan_step) in *pl, its shared meta pages copied where the step
+ * writes them (recorded in ctx->cow), and the pages of its peak reserved;
+ * *added_pages: how many, also on failure (fg_unreserve gives them back). */
+fg_status fg_head_plan_step(fg_context *ctx, fg_head *h, int32_t p, const uint8_t *cls, uint8_t cls_new,
+                            fg_step_plan *pl, int32_t *added_pages);
+/* After the op ran the planned step: the head's counts as the plan
+ * mirrored them, and what its rows' bookkeeping learnt. */
+void fg_head_commit_step(fg_head *h, const fg_step_plan *pl);
 /* Gives back the pages a decode step reserved for its first n_heads heads
  * (head i * Hkv + g of the batch is KV head g of sequence seqs[i]). */
 void fg_unreserve(fg_context *ctx, int32_t layer, const int32_t *seqs, int32_t n_heads);

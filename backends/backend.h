@@ -254,7 +254,15 @@ typedef fg_backend_proc fg_get_proc_fn(const char *name);
 /* A backend's table, by role: what it is, its memory, its kernels (one per
  * typedef above), its queue, its lifetime. Each backend's table lives with
  * its kernels (kernels_ref/backend.c, kernels_cpu/backend.c,
- * kernels_cuda/backend.cu); NULL marks an optional entry it lacks. */
+ * kernels_cuda/backend.cu). What a NULL slot means (fg_backend_open checks
+ * the table, docs/backends.md has the recipe for a new op):
+ *   buffer_alloc, buffer_free, prefill_attention, profile_stats, compact,
+ *     decode_step: required; a table without one is refused
+ *   read_slots: a backend whose memory is host memory (no buffer_read) gets
+ *     the plain copy (fg_backend_read_slots); one with its own must fill it
+ *   adaptive_observe, adaptive_errors: both or neither; without them the
+ *     adaptive mode is refused on that backend (fg_backend_supports)
+ *   the copies: memcpy; the queue's slots: the features they name refused. */
 typedef struct fg_backend_ops {
     const char *name;
     int kv_apart; /* its kernels read K and V stored in two dtypes (layout k_dtype != v_dtype) */
@@ -310,7 +318,23 @@ fg_backend_init_fn fg_backend_hip_init;
 fg_error_fn fg_error_to_stderr;
 
 /* Registry (backends/registry.c). */
+/* Opens a backend by name and checks its table (fg_backend_table_check). */
 fg_status fg_backend_open(const char *name, fg_threadpool *threads, fg_backend *be);
+/* NULL when a table holds every slot it must, else what it lacks. */
+const char *fg_backend_table_check(const fg_backend_ops *ops);
+
+/* What a backend can do beyond the required kernels, as its table says. */
+typedef enum fg_backend_feature {
+    FG_FEATURE_ADAPTIVE,  /* adaptive_observe and adaptive_errors: the adaptive mode (FG_ALLOC_ADAPTIVE) */
+    FG_FEATURE_KV_APART,  /* K and V cached in two dtypes */
+    FG_FEATURE_DEVICE_IO, /* memory and a queue of its own: activations at device addresses (FG_IO_DEVICE) */
+    FG_FEATURE_STREAMS,   /* the engine's stream (set_stream) */
+    FG_FEATURE_CONVERT,   /* device activations in f16 / bf16 (convert) */
+} fg_backend_feature;
+int fg_backend_supports(const fg_backend *be, fg_backend_feature feature);
+/* read_slots, or the plain copy where the backend's memory is host memory. */
+fg_status fg_backend_read_slots(fg_backend *be, const fg_page_layout *layout, void *const *meta, int32_t n_slots,
+                                int32_t *pos, uint8_t *flags, float *score);
 void fg_backend_close(fg_backend *be);
 /* The extra `name` of a backend (see fg_get_proc_fn), NULL when none. */
 fg_backend_proc fg_backend_get_proc(const fg_backend *be, const char *name);

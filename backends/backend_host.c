@@ -1,10 +1,12 @@
 /* Memory of the backends whose memory is host memory (ref, cpu): 64-byte
- * aligned blocks, page pools' chunks on transparent huge pages. */
+ * aligned blocks, page pools' chunks on transparent huge pages; and the
+ * plain read of slot metadata from it. */
 #define _DEFAULT_SOURCE /* madvise */
 #include <stdlib.h>
 #include <sys/mman.h>
 
 #include "backends/backend_host.h"
+#include "common/slots.h"
 
 fg_status fg_host_buffer_alloc(fg_backend *be, size_t bytes, void **out) {
     /* 64-byte aligned so that rows can be loaded with aligned vectors. From
@@ -29,4 +31,17 @@ fg_status fg_host_buffer_alloc(fg_backend *be, size_t bytes, void **out) {
 void fg_host_buffer_free(fg_backend *be, void *ptr) {
     (void)be;
     free(ptr);
+}
+
+fg_status fg_host_read_slots(fg_backend *be, const fg_page_layout *layout, void *const *meta, int32_t n_slots,
+                             int32_t *pos, uint8_t *flags, float *score) {
+    (void)be;
+    for (int32_t s = 0; s < n_slots; s++) {
+        pos[s] = *fg_slot_pos(layout, meta, s);
+        if (flags)
+            flags[s] = *fg_slot_flags(layout, meta, s);
+        if (score)
+            score[s] = *fg_slot_score(layout, meta, s);
+    }
+    return FG_OK;
 }

@@ -1,4 +1,5 @@
-/* Buffer functions shared by the backends whose memory is host memory. */
+/* What the backends whose memory is host memory share: buffers, and the
+ * plain read of a head's slot metadata. */
 #ifndef FG_BACKEND_HOST_H
 #define FG_BACKEND_HOST_H
 
@@ -6,5 +7,6 @@
 
 fg_buffer_alloc_fn fg_host_buffer_alloc;
 fg_buffer_free_fn fg_host_buffer_free;
+fg_read_slots_fn fg_host_read_slots;
 
 #endif

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "backends/backend.h"
+#include "backends/backend_host.h"
 
 typedef struct fg_backend_entry {
     const char *name;
@@ -19,15 +20,64 @@ static const fg_backend_entry k_backends[] = {
     {"hip", fg_backend_hip_init},
 };
 
+const char *fg_backend_table_check(const fg_backend_ops *o) {
+    if (!o->buffer_alloc || !o->buffer_free)
+        return "buffer_alloc and buffer_free";
+    if (!o->prefill_attention)
+        return "prefill_attention";
+    if (!o->profile_stats)
+        return "profile_stats";
+    if (!o->compact)
+        return "compact";
+    if (!o->decode_step)
+        return "decode_step";
+    if (!o->read_slots && o->buffer_read)
+        return "read_slots (a backend with memory of its own has no host fallback)";
+    if (!o->adaptive_observe != !o->adaptive_errors)
+        return "adaptive_observe and adaptive_errors (both or neither)";
+    return NULL;
+}
+
 fg_status fg_backend_open(const char *name, fg_threadpool *threads, fg_backend *be) {
     be->threads = threads;
     be->impl = NULL;
     be->ops = NULL;
-    for (size_t i = 0; i < sizeof k_backends / sizeof k_backends[0]; i++)
-        if (strcmp(name, k_backends[i].name) == 0)
-            return k_backends[i].init(be);
+    for (size_t i = 0; i < sizeof k_backends / sizeof k_backends[0]; i++) {
+        if (strcmp(name, k_backends[i].name) != 0)
+            continue;
+        const fg_status st = k_backends[i].init(be);
+        const char *missing = st == FG_OK ? fg_backend_table_check(be->ops) : NULL;
+        if (!missing)
+            return st;
+        fg_backend_close(be);
+        return be->err(be->err_sink, FG_ERR_INTERNAL, "backend \"%s\": its table has no %s", name, missing);
+    }
     return be->err(be->err_sink, FG_ERR_INVALID_ARGUMENT, "unknown backend \"%s\" (known: ref, cpu, cuda, hip)",
                    name);
+}
+
+int fg_backend_supports(const fg_backend *be, fg_backend_feature feature) {
+    const fg_backend_ops *o = be->ops;
+    switch (feature) {
+    case FG_FEATURE_ADAPTIVE:
+        return o->adaptive_observe && o->adaptive_errors;
+    case FG_FEATURE_KV_APART:
+        return o->kv_apart;
+    case FG_FEATURE_DEVICE_IO:
+        return o->synchronize != NULL;
+    case FG_FEATURE_STREAMS:
+        return o->set_stream != NULL;
+    case FG_FEATURE_CONVERT:
+        return o->convert != NULL;
+    }
+    return 0;
+}
+
+fg_status fg_backend_read_slots(fg_backend *be, const fg_page_layout *layout, void *const *meta, int32_t n_slots,
+                                int32_t *pos, uint8_t *flags, float *score) {
+    if (be->ops->read_slots)
+        return be->ops->read_slots(be, layout, meta, n_slots, pos, flags, score);
+    return fg_host_read_slots(be, layout, meta, n_slots, pos, flags, score); /* host memory (fg_backend_open) */
 }
 
 void fg_backend_close(fg_backend *be) {

@@ -68,7 +68,7 @@ int fg_alloc_all(const fg_alloc_item *items, size_t n) {
 static fg_status act_convert(fg_context *ctx, void *dst, fg_dtype dst_dtype, const void *src, fg_dtype src_dtype,
                              size_t n) {
     if (ctx->be.device_io) {
-        FG_CHECK(ctx->be.ops->convert, ctx, FG_ERR_UNAVAILABLE,
+        FG_CHECK(fg_backend_supports(&ctx->be, FG_FEATURE_CONVERT), ctx, FG_ERR_UNAVAILABLE,
                  "backend \"%s\" cannot convert device activations (act_dtype %s)", ctx->backend_name,
                  fg_dtype_name((fg_dtype)ctx->params.act_dtype));
         return ctx->be.ops->convert(&ctx->be, dst, dst_dtype, src, src_dtype, n);

@@ -75,6 +75,11 @@ fg_status fg_adaptive_create(fg_context *ctx, const fg_compression_params *cp, i
     const int32_t L = ctx->params.n_layers, Hq = ctx->params.n_q_heads, Hkv = ctx->params.n_kv_heads;
     const int32_t d = ctx->params.head_dim, W = cp->observation_window;
     *out = NULL;
+    if (!fg_backend_supports(&ctx->be, FG_FEATURE_ADAPTIVE))
+        return fg_error(ctx, FG_ERR_UNAVAILABLE,
+                        "FG_ALLOC_ADAPTIVE: backend \"%s\" has no adaptive_observe / adaptive_errors; open the "
+                        "context on one that has (ref, cpu, cuda, hip) or choose another allocation",
+                        ctx->backend_name);
     if (cp->observe != FG_OBSERVE_EXPLICIT && cp->defer_until - n_prompt > W)
         return fg_error(ctx, FG_ERR_INVALID_ARGUMENT,
                         "FG_ALLOC_ADAPTIVE: defer_until %d is %d decode steps after this prompt of %d tokens, more "
@@ -642,7 +647,7 @@ static fg_status unit_curves_all(fg_context *ctx, const fg_seq *s, compress_scra
         for (int32_t g = 0; g < Hkv; g++) {
             const int32_t unit = l * Hkv + g;
             const fg_head *h = &s->heads[unit];
-            fg_status st = ctx->be.ops->read_slots(&ctx->be, &ctx->layout, h->meta, t, u->slot_pos, NULL, NULL);
+            fg_status st = fg_backend_read_slots(&ctx->be, &ctx->layout, h->meta, t, u->slot_pos, NULL, NULL);
             if (st)
                 return st;
             for (int32_t j = 0; j < t; j++) /* a full head holds every position once, in order */

@@ -115,20 +115,20 @@ fg_status fg_context_create_sized(const fg_context_params *caller, size_t size, 
         st = fg_error(ctx, st, "%s", fg_last_error(NULL));
     if (st == FG_OK)
         st = fg_backend_open(backend, ctx->threads, &ctx->be);
-    if (st == FG_OK && ctx->layout.k_dtype != ctx->layout.v_dtype && !ctx->be.ops->kv_apart)
+    if (st == FG_OK && ctx->layout.k_dtype != ctx->layout.v_dtype && !fg_backend_supports(&ctx->be, FG_FEATURE_KV_APART))
         st = fg_error(ctx, FG_ERR_UNAVAILABLE,
                       "K in %s and V in %s: the %s backend's kernels read K and V in one dtype (ref and cpu take "
                       "two); set v_dtype to -1 or to kv_dtype",
                       fg_dtype_name(ctx->layout.k_dtype), fg_dtype_name(ctx->layout.v_dtype), backend);
     if (st == FG_OK && params->io == FG_IO_DEVICE) {
-        if (!ctx->be.ops->synchronize)
+        if (!fg_backend_supports(&ctx->be, FG_FEATURE_DEVICE_IO))
             st = fg_error(ctx, FG_ERR_INVALID_ARGUMENT,
                           "io = FG_IO_DEVICE needs a backend with device memory (cuda, hip); \"%s\" takes host arrays",
                           backend);
         ctx->be.device_io = 1;
     }
     if (st == FG_OK && params->stream) {
-        if (!ctx->be.ops->set_stream)
+        if (!fg_backend_supports(&ctx->be, FG_FEATURE_STREAMS))
             st = fg_error(ctx, FG_ERR_INVALID_ARGUMENT, "a stream was given, but backend \"%s\" has no streams",
                           backend);
         else
@@ -199,7 +199,7 @@ const char *fg_context_backend(const fg_context *ctx) { return ctx ? ctx->backen
 
 static fg_status context_set_stream(fg_context *ctx, void *stream) {
     FG_CHECK(ctx, NULL, FG_ERR_INVALID_ARGUMENT, "fg_context_set_stream: context must not be NULL");
-    FG_CHECK(ctx->be.ops->set_stream, ctx, FG_ERR_INVALID_ARGUMENT, "backend \"%s\" has no streams",
+    FG_CHECK(fg_backend_supports(&ctx->be, FG_FEATURE_STREAMS), ctx, FG_ERR_INVALID_ARGUMENT, "backend \"%s\" has no streams",
              ctx->backend_name);
     return ctx->be.ops->set_stream(&ctx->be, stream);
 }

@@ -59,7 +59,7 @@ static fg_status head_positions(fg_context *ctx, int32_t seq, int32_t layer, int
     FG_CHECK(positions || h->n_slots == 0, ctx, FG_ERR_INVALID_ARGUMENT, "fg_head_positions: positions is NULL");
     FG_CHECK(capacity >= h->n_slots, ctx, FG_ERR_CAPACITY, "fg_head_positions: capacity %d < %d kept rows",
              (int)capacity, (int)h->n_slots);
-    st = ctx->be.ops->read_slots(&ctx->be, &ctx->layout, h->meta, h->n_slots, positions, NULL, NULL);
+    st = fg_backend_read_slots(&ctx->be, &ctx->layout, h->meta, h->n_slots, positions, NULL, NULL);
     if (st)
         return st;
     qsort(positions, (size_t)h->n_slots, sizeof *positions, cmp_i32);

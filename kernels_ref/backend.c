@@ -12,7 +12,7 @@ static const fg_backend_ops k_ref_ops = {
     .profile_stats = fg_ref_profile_stats,
     .compact = fg_ref_compact,
     .decode_step = fg_ref_decode_step,
-    .read_slots = fg_ref_read_slots,
+    .read_slots = fg_host_read_slots,
     .adaptive_observe = fg_ref_adaptive_observe,
     .adaptive_errors = fg_ref_adaptive_errors,
 };

@@ -13,7 +13,6 @@ fg_prefill_attention_fn fg_ref_prefill_attention;
 fg_profile_stats_fn fg_ref_profile_stats;
 fg_compact_fn fg_ref_compact;
 fg_decode_step_fn fg_ref_decode_step;
-fg_read_slots_fn fg_ref_read_slots;
 fg_adaptive_observe_fn fg_ref_adaptive_observe;
 fg_adaptive_errors_fn fg_ref_adaptive_errors;
 

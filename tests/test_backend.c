@@ -507,6 +507,79 @@ static void check_kv_apart_refused(const char *backend) {
     printf("  %-4s K and V in two dtypes: refused at context creation\n", backend);
 }
 
+/* A backend's table as fg_backend_open checks it: each required slot
+ * missing is named; read_slots left out of a host-memory table falls back
+ * to the plain copy (the same positions as ref's own), and is refused
+ * where the backend has memory of its own; the adaptive pair goes
+ * together, and without it the feature is off. */
+static fg_status no_read(fg_backend *be, void *dst, const void *src, size_t bytes) {
+    (void)be, (void)dst, (void)src, (void)bytes;
+    return FG_OK;
+}
+
+static void check_backend_table(void) {
+    fg_backend ref = {.err = fg_error_to_stderr};
+    EXPECT_OK(NULL, fg_backend_open("ref", NULL, &ref));
+    const fg_backend_ops *good = ref.ops;
+    EXPECT(fg_backend_table_check(good) == NULL, "ref's table is whole: %s", fg_backend_table_check(good));
+    EXPECT(fg_backend_supports(&ref, FG_FEATURE_ADAPTIVE) && fg_backend_supports(&ref, FG_FEATURE_KV_APART) &&
+               !fg_backend_supports(&ref, FG_FEATURE_DEVICE_IO) && !fg_backend_supports(&ref, FG_FEATURE_STREAMS),
+           "ref's features: adaptive, K and V apart; no device memory, no streams");
+    struct {
+        const char *slot;
+        fg_backend_ops ops;
+    } cut[6];
+    for (int i = 0; i < 6; i++)
+        cut[i].ops = *good;
+    cut[0].slot = "buffer_alloc", cut[0].ops.buffer_free = NULL;
+    cut[1].slot = "prefill_attention", cut[1].ops.prefill_attention = NULL;
+    cut[2].slot = "profile_stats", cut[2].ops.profile_stats = NULL;
+    cut[3].slot = "compact", cut[3].ops.compact = NULL;
+    cut[4].slot = "decode_step", cut[4].ops.decode_step = NULL;
+    cut[5].slot = "adaptive_observe and adaptive_errors", cut[5].ops.adaptive_errors = NULL;
+    for (int i = 0; i < 6; i++) {
+        const char *why = fg_backend_table_check(&cut[i].ops);
+        EXPECT(why && strstr(why, cut[i].slot), "a table without %s refused: %s", cut[i].slot, why ? why : "passed");
+    }
+    fg_backend_ops lean = *good; /* host memory, no read_slots, no adaptive pair: sound */
+    lean.read_slots = NULL;
+    lean.adaptive_observe = NULL;
+    lean.adaptive_errors = NULL;
+    EXPECT(fg_backend_table_check(&lean) == NULL, "a host table without read_slots and the adaptive pair passes");
+    fg_backend b = ref;
+    b.ops = &lean;
+    EXPECT(!fg_backend_supports(&b, FG_FEATURE_ADAPTIVE), "no adaptive pair: the adaptive mode off");
+    fg_backend_ops device = lean;
+    device.buffer_read = no_read;
+    const char *why = fg_backend_table_check(&device);
+    EXPECT(why && strstr(why, "read_slots"), "memory of its own without read_slots refused: %s", why ? why : "passed");
+
+    /* the fallback reads what the backend's own read_slots reads */
+    fg_page_layout L;
+    memset(&L, 0, sizeof L);
+    L.page_tokens = 4;
+    L.pos_offset = 0;
+    L.score_offset = 4 * sizeof(int32_t);
+    L.row_offset = L.score_offset + 4 * sizeof(float);
+    L.flags_offset = L.row_offset + 4 * sizeof(int32_t);
+    unsigned char page[2][64];
+    memset(page, 0, sizeof page);
+    void *meta[2] = {page[0], page[1]};
+    for (int32_t s = 0; s < 7; s++) {
+        ((int32_t *)(void *)page[s / 4])[s % 4] = 100 + 3 * s;
+        page[s / 4][L.flags_offset + s % 4] = (uint8_t)(1 + s % 3);
+    }
+    int32_t pos_a[7], pos_b[7];
+    uint8_t fl_a[7], fl_b[7];
+    EXPECT_OK(NULL, fg_backend_read_slots(&ref, &L, meta, 7, pos_a, fl_a, NULL));
+    EXPECT_OK(NULL, fg_backend_read_slots(&b, &L, meta, 7, pos_b, fl_b, NULL));
+    EXPECT(memcmp(pos_a, pos_b, sizeof pos_a) == 0 && memcmp(fl_a, fl_b, sizeof fl_a) == 0 && pos_b[6] == 118 &&
+               fl_b[5] == 3,
+           "read_slots' fallback reads the positions and flags the table's own reads");
+    fg_backend_close(&ref);
+    printf("  backend tables: 6 required slots checked, read_slots' host fallback, the adaptive pair together\n");
+}
+
 /* act_dtype f16 / bf16: q, k, v and out cross the API in 16 bits. A context
  * given 16-bit inputs returns, bit for bit, the fp32 context's outputs on the
  * same values rounded to 16 bits (the kernels see the same fp32 inputs), and
@@ -693,6 +766,7 @@ static void check_act_dtype(const char *backend) {
 int main(int argc, char **argv) {
     test_seed("test_backend");
     check_wrong_use();
+    check_backend_table();
     check_cpu_tuning();
     check_prefetch_probe();
     check_act_dtype("ref");

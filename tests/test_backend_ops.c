@@ -238,7 +238,7 @@ static int cmp_i32(const void *a, const void *b) {
 
 /* Kept positions, sorted (slot order may differ between backends). */
 static void kept_positions(fg_backend *be, const fg_page_layout *L, const head_cache *c, int32_t n, int32_t *pos) {
-    be->ops->read_slots(be, L, c->meta, n, pos, NULL, NULL);
+    fg_backend_read_slots(be, L, c->meta, n, pos, NULL, NULL);
     qsort(pos, (size_t)n, sizeof *pos, cmp_i32);
 }
 

@@ -3,11 +3,9 @@
  * CPU model.
  *
  * The hint changes no result, only the speed, and which is faster depends
- * on the cache hierarchy (bench_decode --quick, fraction of the read
- * bandwidth, 2 threads): on AMD family 26 (Zen 5) nta and t0 tied on the
- * summary and nta led on the SmolLM2 shape (0.739 against 0.695); on an
- * Intel Emerald Rapids, as a user measured it, nta halved the speed (0.43
- * against 0.80). So each backend times its first large decode steps with
+ * on the cache hierarchy: a tie on one CPU, half the speed on another
+ * (docs/results.md, "Decode prefetch hint"). So each backend times its
+ * first large decode steps with
  * both (kernels_cpu.h: which steps, how many, in what order), compares the
  * median seconds per byte (a step that lost its core to another process
  * moves a median little), keeps nta only when it is at least 3 % faster

@@ -105,8 +105,7 @@ typedef struct fg_cpu_state {
 #define FG_QSCALES 32    /* quantized rows: the most blocks a row may have for the vector kernels */
 /* kept rows of all the step's KV heads x query heads per KV head below which
  * a decode step runs on the calling thread, where waking the pool would cost
- * more than it saves (8192 before 2026-12-05 kept SmolLM2's compressed steps
- * at 1k on one thread) */
+ * more than it saves (docs/results.md: the pool's threshold) */
 #define FG_CPU_PAR_ROWS 2048
 #define FG_MAX_GROUP 64  /* query heads per KV head on the SIMD path */
 /* compactions that write at least this many K/V bytes bypass the caches

@@ -490,37 +490,6 @@ static double f32_value(float x) {
     return strtod(buf, NULL);
 }
 
-static PyObject *policy_to_dict(const fg_policy *p) {
-    char name[96];
-    fg_policy_name(p->components, name, sizeof name);
-    return Py_BuildValue("{s:s,s:d,s:d,s:i,s:i}", "components", name, "ratio_local", f32_value(p->ratio_local),
-                         "ratio_frequent", f32_value(p->ratio_frequent), "local_tokens", (int)p->local_tokens,
-                         "frequent_tokens", (int)p->frequent_tokens);
-}
-
-static PyObject *compression_to_dict(const fg_compression_params *cp) {
-    PyObject *list = PyList_New(cp->n_policies);
-    if (!list)
-        return NULL;
-    for (int32_t i = 0; i < cp->n_policies; i++) {
-        PyObject *p = policy_to_dict(&cp->shortlist[i]);
-        if (!p) {
-            Py_DECREF(list);
-            return NULL;
-        }
-        PyList_SET_ITEM(list, i, p);
-    }
-    return Py_BuildValue("{s:N,s:d,s:i,s:s,s:i,s:d,s:i,s:s,s:i,s:s,s:d,s:I,s:i,s:s,s:d,s:i}", "shortlist", list, "threshold",
-                         f32_value(cp->threshold), "n_sink", (int)cp->n_sink, "score_mode",
-                         k_score_modes[cp->score_mode], "observation_window", (int)cp->observation_window, "budget",
-                         f32_value(cp->budget), "budget_tokens", (int)cp->budget_tokens, "append_mode",
-                         k_append_modes[cp->append_mode], "score_pool", (int)cp->score_pool, "allocation",
-                         k_allocations[cp->allocation], "alloc_floor", f32_value(cp->alloc_floor), "adaptive_flags",
-                         (unsigned)cp->adaptive_flags, "defer_until", (int)cp->defer_until, "observe",
-                         k_observe_modes[cp->observe], "tolerance", f32_value(cp->tolerance), "predict_horizon",
-                         (int)cp->predict_horizon);
-}
-
 static int get_f32(PyObject *obj, const char *name, float *out) {
     double x = PyFloat_AsDouble(obj);
     if (x == -1.0 && PyErr_Occurred()) {
@@ -549,6 +518,145 @@ static int get_enum(PyObject *obj, const char *name, const char *const *names, i
     return -1;
 }
 
+/* The fields of fg_policy and fg_compression_params that cross into
+ * Python, described once: the dicts in both directions (the keys of
+ * fastgen.Compression and fastgen.Policy) are made from these tables, in
+ * this order; scripts/struct_fields.py checks them against fastgen.h. A
+ * policy's components (a name such as "special+punct+local") and the
+ * shortlist (a list of policy dicts) are the two fields with a shape of
+ * their own. */
+typedef enum { FIELD_F32, FIELD_I32, FIELD_U32, FIELD_ENUM } field_kind;
+typedef struct field {
+    const char *name;
+    field_kind kind;
+    size_t offset;
+    const char *const *names; /* FIELD_ENUM: its values' names, in the enum's order */
+} field;
+#define FIELD(type, member, kind, names) {#member, kind, offsetof(type, member), names}
+#define N_FIELDS(table) (sizeof table / sizeof table[0])
+_Static_assert(sizeof(fg_score_mode) == sizeof(int32_t) && sizeof(fg_append_mode) == sizeof(int32_t) &&
+                   sizeof(fg_allocation) == sizeof(int32_t) && sizeof(fg_observe_mode) == sizeof(int32_t),
+               "FIELD_ENUM reads an enum as an int32_t");
+
+static const field k_policy_fields[] = {
+    FIELD(fg_policy, ratio_local, FIELD_F32, NULL),
+    FIELD(fg_policy, ratio_frequent, FIELD_F32, NULL),
+    FIELD(fg_policy, local_tokens, FIELD_I32, NULL),
+    FIELD(fg_policy, frequent_tokens, FIELD_I32, NULL),
+};
+
+static const field k_compression_fields[] = {
+    FIELD(fg_compression_params, threshold, FIELD_F32, NULL),
+    FIELD(fg_compression_params, n_sink, FIELD_I32, NULL),
+    FIELD(fg_compression_params, score_mode, FIELD_ENUM, k_score_modes),
+    FIELD(fg_compression_params, observation_window, FIELD_I32, NULL),
+    FIELD(fg_compression_params, budget, FIELD_F32, NULL),
+    FIELD(fg_compression_params, budget_tokens, FIELD_I32, NULL),
+    FIELD(fg_compression_params, append_mode, FIELD_ENUM, k_append_modes),
+    FIELD(fg_compression_params, score_pool, FIELD_I32, NULL),
+    FIELD(fg_compression_params, allocation, FIELD_ENUM, k_allocations),
+    FIELD(fg_compression_params, alloc_floor, FIELD_F32, NULL),
+    FIELD(fg_compression_params, adaptive_flags, FIELD_U32, NULL),
+    FIELD(fg_compression_params, defer_until, FIELD_I32, NULL),
+    FIELD(fg_compression_params, observe, FIELD_ENUM, k_observe_modes),
+    FIELD(fg_compression_params, tolerance, FIELD_F32, NULL),
+    FIELD(fg_compression_params, predict_horizon, FIELD_I32, NULL),
+};
+
+static PyObject *field_get(const void *s, const field *f) {
+    const unsigned char *at = (const unsigned char *)s + f->offset;
+    int32_t i;
+    switch (f->kind) {
+    case FIELD_F32: {
+        float x;
+        memcpy(&x, at, sizeof x);
+        return PyFloat_FromDouble(f32_value(x));
+    }
+    case FIELD_U32: {
+        uint32_t u;
+        memcpy(&u, at, sizeof u);
+        return PyLong_FromUnsignedLong(u);
+    }
+    case FIELD_I32:
+        memcpy(&i, at, sizeof i);
+        return PyLong_FromLong(i);
+    case FIELD_ENUM:
+        memcpy(&i, at, sizeof i);
+        return PyUnicode_FromString(f->names[i]);
+    }
+    return NULL;
+}
+
+static int field_set(void *s, const field *f, PyObject *value) {
+    unsigned char *at = (unsigned char *)s + f->offset;
+    float x;
+    int32_t i;
+    int rc;
+    switch (f->kind) {
+    case FIELD_F32:
+        if ((rc = get_f32(value, f->name, &x)) == 0)
+            memcpy(at, &x, sizeof x);
+        return rc;
+    case FIELD_I32:
+    case FIELD_U32: /* as an int32 the flags keep their bits */
+        if ((rc = get_i32(value, f->name, &i)) == 0)
+            memcpy(at, &i, sizeof i);
+        return rc;
+    case FIELD_ENUM:
+        if ((rc = get_enum(value, f->name, f->names, &i)) == 0)
+            memcpy(at, &i, sizeof i);
+        return rc;
+    }
+    return -1;
+}
+
+/* Each field of the table into d; -1 with the error set. */
+static int fields_to_dict(PyObject *d, const void *s, const field *fs, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        PyObject *v = field_get(s, &fs[i]);
+        if (!v || PyDict_SetItemString(d, fs[i].name, v) < 0) {
+            Py_XDECREF(v);
+            return -1;
+        }
+        Py_DECREF(v);
+    }
+    return 0;
+}
+
+static const field *field_find(const field *fs, size_t n, const char *name) {
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(fs[i].name, name))
+            return &fs[i];
+    return NULL;
+}
+
+static PyObject *policy_to_dict(const fg_policy *p) {
+    char name[96];
+    fg_policy_name(p->components, name, sizeof name);
+    PyObject *d = Py_BuildValue("{s:s}", "components", name);
+    if (d && fields_to_dict(d, p, k_policy_fields, N_FIELDS(k_policy_fields)) < 0)
+        Py_CLEAR(d);
+    return d;
+}
+
+static PyObject *compression_to_dict(const fg_compression_params *cp) {
+    PyObject *list = PyList_New(cp->n_policies);
+    if (!list)
+        return NULL;
+    for (int32_t i = 0; i < cp->n_policies; i++) {
+        PyObject *p = policy_to_dict(&cp->shortlist[i]);
+        if (!p) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, i, p);
+    }
+    PyObject *d = Py_BuildValue("{s:N}", "shortlist", list);
+    if (d && fields_to_dict(d, cp, k_compression_fields, N_FIELDS(k_compression_fields)) < 0)
+        Py_CLEAR(d);
+    return d;
+}
+
 static int dict_to_policy(PyObject *d, int i, fg_policy *p) {
     if (!PyDict_Check(d)) {
         PyErr_Format(PyExc_TypeError, "shortlist[%d]: expected a dict", i);
@@ -560,11 +668,15 @@ static int dict_to_policy(PyObject *d, int i, fg_policy *p) {
         const char *k = PyUnicode_AsUTF8(key);
         if (!k)
             return -1;
-        int rc;
-        if (!strcmp(k, "components")) {
+        const field *f = field_find(k_policy_fields, N_FIELDS(k_policy_fields), k);
+        if (f) {
+            if (field_set(p, f, value) < 0)
+                return -1;
+        } else if (!strcmp(k, "components")) {
             if (PyLong_Check(value)) {
                 p->components = (uint32_t)PyLong_AsUnsignedLong(value);
-                rc = PyErr_Occurred() ? -1 : 0;
+                if (PyErr_Occurred())
+                    return -1;
             } else {
                 const char *s = PyUnicode_Check(value) ? PyUnicode_AsUTF8(value) : NULL;
                 if (!s || fg_policy_parse(s, &p->components) != FG_OK) {
@@ -573,23 +685,12 @@ static int dict_to_policy(PyObject *d, int i, fg_policy *p) {
                                  "+: special, punct, frequent, local, full, snapshot)", i, value);
                     return -1;
                 }
-                rc = 0;
             }
-        } else if (!strcmp(k, "ratio_local"))
-            rc = get_f32(value, "ratio_local", &p->ratio_local);
-        else if (!strcmp(k, "ratio_frequent"))
-            rc = get_f32(value, "ratio_frequent", &p->ratio_frequent);
-        else if (!strcmp(k, "local_tokens"))
-            rc = get_i32(value, "local_tokens", &p->local_tokens);
-        else if (!strcmp(k, "frequent_tokens"))
-            rc = get_i32(value, "frequent_tokens", &p->frequent_tokens);
-        else {
+        } else {
             PyErr_Format(PyExc_ValueError, "shortlist[%d]: unknown field '%s' (components, ratio_local, "
                          "ratio_frequent, local_tokens, frequent_tokens)", i, k);
             return -1;
         }
-        if (rc < 0)
-            return -1;
     }
     return 0;
 }
@@ -608,62 +709,31 @@ static int dict_to_compression(PyObject *d, fg_compression_params *cp) {
         const char *k = PyUnicode_AsUTF8(key);
         if (!k)
             return -1;
-        int32_t e = 0;
-        int rc = 0;
-        if (!strcmp(k, "shortlist")) {
-            PyObject *seq = PySequence_Fast(value, "shortlist: expected a list of policies");
-            if (!seq)
+        const field *f = field_find(k_compression_fields, N_FIELDS(k_compression_fields), k);
+        if (f) {
+            if (field_set(cp, f, value) < 0)
                 return -1;
-            const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
-            if (n < 1 || n > FG_MAX_SHORTLIST) {
-                Py_DECREF(seq);
-                PyErr_Format(PyExc_ValueError, "shortlist: 1 to %d policies, got %zd", FG_MAX_SHORTLIST, n);
-                return -1;
-            }
-            memset(cp->shortlist, 0, sizeof cp->shortlist);
-            for (Py_ssize_t i = 0; i < n && rc == 0; i++)
-                rc = dict_to_policy(PySequence_Fast_GET_ITEM(seq, i), (int)i, &cp->shortlist[i]);
-            cp->n_policies = (int32_t)n;
-            Py_DECREF(seq);
-        } else if (!strcmp(k, "threshold"))
-            rc = get_f32(value, k, &cp->threshold);
-        else if (!strcmp(k, "n_sink"))
-            rc = get_i32(value, k, &cp->n_sink);
-        else if (!strcmp(k, "score_mode")) {
-            rc = get_enum(value, k, k_score_modes, &e);
-            cp->score_mode = (fg_score_mode)e;
-        } else if (!strcmp(k, "observation_window"))
-            rc = get_i32(value, k, &cp->observation_window);
-        else if (!strcmp(k, "budget"))
-            rc = get_f32(value, k, &cp->budget);
-        else if (!strcmp(k, "budget_tokens"))
-            rc = get_i32(value, k, &cp->budget_tokens);
-        else if (!strcmp(k, "append_mode")) {
-            rc = get_enum(value, k, k_append_modes, &e);
-            cp->append_mode = (fg_append_mode)e;
-        } else if (!strcmp(k, "score_pool"))
-            rc = get_i32(value, k, &cp->score_pool);
-        else if (!strcmp(k, "allocation")) {
-            rc = get_enum(value, k, k_allocations, &e);
-            cp->allocation = (fg_allocation)e;
-        } else if (!strcmp(k, "alloc_floor"))
-            rc = get_f32(value, k, &cp->alloc_floor);
-        else if (!strcmp(k, "adaptive_flags")) {
-            rc = get_i32(value, k, &e);
-            cp->adaptive_flags = (uint32_t)e;
-        } else if (!strcmp(k, "defer_until")) {
-            rc = get_i32(value, k, &cp->defer_until);
-        } else if (!strcmp(k, "tolerance")) {
-            rc = get_f32(value, k, &cp->tolerance);
-        } else if (!strcmp(k, "predict_horizon")) {
-            rc = get_i32(value, k, &cp->predict_horizon);
-        } else if (!strcmp(k, "observe")) {
-            rc = get_enum(value, k, k_observe_modes, &e);
-            cp->observe = (fg_observe_mode)e;
-        } else {
+            continue;
+        }
+        if (strcmp(k, "shortlist") != 0) {
             PyErr_Format(PyExc_ValueError, "compression: unknown field '%s'", k);
             return -1;
         }
+        PyObject *seq = PySequence_Fast(value, "shortlist: expected a list of policies");
+        if (!seq)
+            return -1;
+        const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+        if (n < 1 || n > FG_MAX_SHORTLIST) {
+            Py_DECREF(seq);
+            PyErr_Format(PyExc_ValueError, "shortlist: 1 to %d policies, got %zd", FG_MAX_SHORTLIST, n);
+            return -1;
+        }
+        memset(cp->shortlist, 0, sizeof cp->shortlist);
+        int rc = 0;
+        for (Py_ssize_t i = 0; i < n && rc == 0; i++)
+            rc = dict_to_policy(PySequence_Fast_GET_ITEM(seq, i), (int)i, &cp->shortlist[i]);
+        cp->n_policies = (int32_t)n;
+        Py_DECREF(seq);
         if (rc < 0)
             return -1;
     }

@@ -4,6 +4,7 @@
 #
 #   bash scripts/llama-cpp.sh            # fetch, check, patch, build
 #   bash scripts/llama-cpp.sh --print    # the folder of the binaries, nothing built
+#   bash scripts/llama-cpp.sh --fetch    # the sdist into the cache only (CI fetches it ahead)
 #
 # llama.cpp comes from PyPI, pinned: the sdist of llama-cpp-python 0.3.36
 # carries it under vendor/llama.cpp (commit 0c1e57098bba, whose own build
@@ -38,6 +39,31 @@ if [ "${1:-}" = --print ]; then
   exit 0
 fi
 
+checked() { [ -f "$1" ] && echo "$2  $1" | sha256sum --check --status; }
+fetch() {
+  mkdir -p "$cache"
+  if ! checked "$cache/$sdist" "$sdist_sha256"; then
+    tmp=$(mktemp -d)
+    trap 'rm -rf "$tmp"' EXIT
+    if ! python3 -m pip --version >/dev/null 2>&1 && [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-pip >/dev/null
+    fi
+    echo "llama-cpp.sh: downloading the sdist of $sdist_pin from PyPI (about 77 MB)" >&2
+    python3 -m pip download --quiet --no-deps --no-binary :all: --disable-pip-version-check "$sdist_pin" -d "$tmp" >&2
+    mv "$tmp/$sdist" "$cache/$sdist.part"
+    if ! checked "$cache/$sdist.part" "$sdist_sha256"; then
+      rm -f "$cache/$sdist.part"
+      echo "llama-cpp.sh: $sdist does not have the expected sha256 $sdist_sha256" >&2
+      exit 1
+    fi
+    mv "$cache/$sdist.part" "$cache/$sdist"
+  fi
+}
+if [ "${1:-}" = --fetch ]; then
+  fetch
+  exit 0
+fi
+
 [ -f "$build/libfastgen.so" ] && [ -f "$build/include/fastgen_version.h" ] || {
   echo "llama-cpp.sh: no libfastgen in $build: build fastgen first (README: meson setup build && ninja -C build)" >&2
   exit 1
@@ -47,24 +73,7 @@ if ! command -v cmake >/dev/null && [ "$(id -u)" -eq 0 ] && command -v apt-get >
 fi
 command -v cmake >/dev/null || { echo "llama-cpp.sh: cmake is needed" >&2; exit 1; }
 
-checked() { [ -f "$1" ] && echo "$2  $1" | sha256sum --check --status; }
-mkdir -p "$cache"
-if ! checked "$cache/$sdist" "$sdist_sha256"; then
-  tmp=$(mktemp -d)
-  trap 'rm -rf "$tmp"' EXIT
-  if ! python3 -m pip --version >/dev/null 2>&1 && [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-pip >/dev/null
-  fi
-  echo "llama-cpp.sh: downloading the sdist of $sdist_pin from PyPI (about 77 MB)" >&2
-  python3 -m pip download --quiet --no-deps --no-binary :all: --disable-pip-version-check "$sdist_pin" -d "$tmp" >&2
-  mv "$tmp/$sdist" "$cache/$sdist.part"
-  if ! checked "$cache/$sdist.part" "$sdist_sha256"; then
-    rm -f "$cache/$sdist.part"
-    echo "llama-cpp.sh: $sdist does not have the expected sha256 $sdist_sha256" >&2
-    exit 1
-  fi
-  mv "$cache/$sdist.part" "$cache/$sdist"
-fi
+fetch
 
 # the source, patched once: a stamp names the patch it carries, and a changed patch starts again from the sdist
 stamp=$(sha256sum "$patch" | cut -c1-16)

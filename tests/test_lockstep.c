@@ -1,7 +1,7 @@
 /*
  * Decode lockstep: a deliberately simple simulator of docs/design.md §2.5 — sets of
  * positions, double-precision scores, no pages — runs beside the library for
- * >= 300 steps per policy. Two sequences with different policies and prompt
+ * 300 steps per policy (--steps N: fewer). Two sequences with different policies and prompt
  * lengths share every batched decode call; a third forks from the first a
  * third of the way in (pages shared, copy-on-write) and decodes tokens of its
  * own; every 29 steps the second takes a chunk of 2 to 8 tokens by
@@ -21,7 +21,7 @@
 #include "tests/support/harness.h"
 #include "tests/support/sim.h"
 
-#define STEPS 300
+static int32_t g_steps = 300; /* --steps N: fewer where each step is slow (emulated GPU kernels) */
 
 static const char *g_backend = "ref";
 
@@ -46,7 +46,7 @@ static void add_error(const float *out, const double *ref, size_t n, double *num
 /* Sequences A and B (policies cpa, cpb) decode together; at FORK_AT, C forks
  * from A (its pages shared) and goes on with tokens of its own; every so
  * often B takes a chunk of tokens by fg_seq_append instead of a decode. */
-#define FORK_AT (STEPS / 3)
+#define FORK_AT (g_steps / 3)
 static void run_trio(const run_cfg *rc, const fg_compression_params *cpa, const fg_compression_params *cpb,
                      const char *name) {
     enum { A, B, C, N_SEQ };
@@ -91,7 +91,7 @@ static void run_trio(const run_cfg *rc, const fg_compression_params *cpa, const 
     int bad_bytes = 0, shared_steps = 0;
     size_t saved_bytes = 0;
     double worst_nmse = 0.0;
-    for (int32_t step = 0; step < STEPS; step++) {
+    for (int32_t step = 0; step < g_steps; step++) {
         if (step == FORK_AT) { /* C continues from A: A's rows and state so far, its own rows after */
             sim_seq *a = &seqs[A], *c = &seqs[C];
             const int32_t t = len[A];
@@ -108,7 +108,7 @@ static void run_trio(const run_cfg *rc, const fg_compression_params *cpa, const 
         }
         /* B appends a chunk instead of decoding, now and then */
         const int32_t m = step % 29 == 13 ? rng_int(2, CHUNK) : 0;
-        const int append = m > 0 && len[B] + m <= MAXT - (STEPS - step); /* room left for the decodes */
+        const int append = m > 0 && len[B] + m <= MAXT - (g_steps - step); /* room left for the decodes */
         if (append) {
             sim_seq *s = &seqs[B];
             for (int32_t i = 0; i < m; i++)
@@ -233,6 +233,14 @@ static fg_compression_params adaptive(float budget) {
 int main(int argc, char **argv) {
     test_seed("test_lockstep");
     const char *dflt[] = {"ref", "cpu"};
+    if (argc > 2 && !strcmp(argv[1], "--steps")) {
+        g_steps = atoi(argv[2]);
+        EXPECT(g_steps >= 30 && g_steps <= 300, "--steps takes 30 to 300, got %s", argv[2]);
+        if (g_steps < 30 || g_steps > 300)
+            return test_finish();
+        argc -= 2;
+        argv += 2;
+    }
     const char **names = argc > 1 ? (const char **)argv + 1 : dflt;
     const int n_backends = argc > 1 ? argc - 1 : 2;
     const uint32_t S = FG_KEEP_SPECIAL, P = FG_KEEP_PUNCT, F = FG_KEEP_FREQUENT, L = FG_KEEP_LOCAL;
@@ -281,7 +289,7 @@ int main(int argc, char **argv) {
             }
         }
         printf("%s: %d runs of %d steps (2 sequences, a third forked, chunks appended); %d fp32 eviction near-ties "
-               "adopted\n", g_backend, run, STEPS, g_ties);
+               "adopted\n", g_backend, run, (int)g_steps, g_ties);
         ran++;
     }
     if (ran == 0 && !test_backend_required())

@@ -944,6 +944,28 @@ void fg_adaptive_step_end(fg_context *ctx, int32_t n_seqs, const int32_t *seqs, 
     free(plans);
 }
 
+fg_status fg_adaptive_layer_prefilled(fg_context *ctx, fg_seq *s, int32_t layer, int32_t n, const float *q) {
+    if (!s->ad)
+        return FG_OK;
+    fg_status st = FG_OK;
+    if (q) { /* the prompt's last rows are the observed ones (a chunked prefill observed them chunk by chunk) */
+        fg_adaptive_forget(s->ad, layer);
+        st = fg_observe_rows(ctx, s, layer, 0, n - (n < s->ad->window ? n : s->ad->window), n, q);
+    }
+    if (st == FG_OK && s->ad->compress_at == n && fg_all_prefilled(ctx, s))
+        st = fg_adaptive_compress(ctx, s);
+    return st;
+}
+
+fg_status fg_adaptive_chunk_prefilled(fg_context *ctx, fg_seq *s, int32_t layer, int32_t begin, int32_t n,
+                                      int32_t N, const float *q) {
+    if (!s->ad)
+        return FG_OK;
+    if (begin == 0)
+        fg_adaptive_forget(s->ad, layer);
+    return fg_observe_rows(ctx, s, layer, begin, N - (N < s->ad->window ? N : s->ad->window), begin + n, q);
+}
+
 int fg_adaptive_due(const fg_context *ctx, const fg_seq *s) {
     if (!s->ad || s->length[0] < s->ad->compress_at)
         return 0;

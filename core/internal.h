@@ -324,6 +324,15 @@ void fg_adaptive_step_end(fg_context *ctx, int32_t n_seqs, const int32_t *seqs, 
                           fg_status st);
 /* prepare, trade and abort: the sequence compressed now, or as it was on failure. */
 fg_status fg_adaptive_compress(fg_context *ctx, fg_seq *s);
+/* A layer of s prefilled (n rows): an adaptive sequence observes the
+ * prompt's last rows (q: the layer's queries; NULL when a chunked prefill
+ * observed them already) and, its last layer in, compresses when its
+ * defer_until is the prompt's end. FG_OK at once for any other sequence. */
+fg_status fg_adaptive_layer_prefilled(fg_context *ctx, fg_seq *s, int32_t layer, int32_t n, const float *q);
+/* A chunk [begin, begin + n) of a prompt of N rows staged at a layer: an
+ * adaptive sequence observes the chunk's rows among the prompt's last. */
+fg_status fg_adaptive_chunk_prefilled(fg_context *ctx, fg_seq *s, int32_t layer, int32_t begin, int32_t n,
+                                      int32_t N, const float *q);
 /* Whether a sequence still observed is due for its compression after a
  * layer sweep: every layer at one length, at or past compress_at (an append
  * can carry it past without a decode step at compress_at). */
@@ -478,10 +487,16 @@ void fg_head_commit_step(fg_head *h, const fg_step_plan *pl);
  * (head i * Hkv + g of the batch is KV head g of sequence seqs[i]). */
 void fg_unreserve(fg_context *ctx, int32_t layer, const int32_t *seqs, int32_t n_heads);
 
-/* ---- prefill (core/prefill.c) */
+/* ---- prefill */
 
-/* Whether every layer of a sequence has been prefilled. */
-int fg_all_prefilled(const fg_context *ctx, const fg_seq *s);
+/* Whether every layer of a sequence has been prefilled (here: adaptive.c,
+ * below prefill.c, asks it too). */
+static inline int fg_all_prefilled(const fg_context *ctx, const fg_seq *s) {
+    for (int32_t l = 0; l < ctx->params.n_layers; l++)
+        if (!s->length[l])
+            return 0;
+    return 1;
+}
 
 /* ---- scratch and activation memory (core/activations.c) */
 

@@ -85,13 +85,6 @@ static void allocate_budget(const fg_compression_params *cp, const fg_profile_vi
 }
 
 /* Whether every layer of a sequence has been prefilled. */
-int fg_all_prefilled(const fg_context *ctx, const fg_seq *s) {
-    for (int32_t l = 0; l < ctx->params.n_layers; l++)
-        if (!s->length[l])
-            return 0;
-    return 1;
-}
-
 /* FG_ALLOC_LAYER: x[Hkv][n] becomes, in every head, the mean of its heads
  * (summed in head order). */
 static void layer_mean(float *x, int32_t Hkv, int32_t n) {
@@ -233,12 +226,7 @@ static fg_status prefill_layer(fg_context *ctx, fg_seq *s, int32_t layer, const 
         fg_head_compacted(&heads[g]);
     }
     s->length[layer] = n;
-    if (s->ad && !stats) { /* a chunked prefill observed its rows chunk by chunk */
-        fg_adaptive_forget(s->ad, layer);
-        st = fg_observe_rows(ctx, s, layer, 0, n - (n < s->ad->window ? n : s->ad->window), n, q);
-    }
-    if (st == FG_OK && s->ad && s->ad->compress_at == n && fg_all_prefilled(ctx, s))
-        st = fg_adaptive_compress(ctx, s);
+    st = fg_adaptive_layer_prefilled(ctx, s, layer, n, stats ? NULL : q);
     if (st) { /* the layer as it was: not prefilled */
         for (int32_t g = 0; g < Hkv; g++)
             fg_head_shrink(ctx, &heads[g], 0);
@@ -326,11 +314,8 @@ static fg_status prefill_chunk(fg_context *ctx, int32_t seq, int32_t layer, int3
         (st = fg_io_alloc(ctx, (size_t)Hq * n * sizeof(float), &sm)) == FG_OK)
         st = ctx->be.ops->prefill_attention(&ctx->be, &ctx->shape, begin + n, begin, q, stage->k, stage->v, out, mx,
                                             sm);
-    if (st == FG_OK && s->ad) { /* the prompt's last rows are the adaptive mode's observed ones */
-        if (begin == 0)
-            fg_adaptive_forget(s->ad, layer);
-        st = fg_observe_rows(ctx, s, layer, begin, N - (N < s->ad->window ? N : s->ad->window), begin + n, q);
-    }
+    if (st == FG_OK)
+        st = fg_adaptive_chunk_prefilled(ctx, s, layer, begin, n, N, q);
     if (st == FG_OK) /* [Hq][n] into [Hq][N] at column begin */
         st = fg_io_copy_rows(ctx, stage->row_max + begin, (size_t)N, mx, (size_t)n, (size_t)n, (size_t)Hq);
     if (st == FG_OK)

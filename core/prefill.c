@@ -84,7 +84,6 @@ static void allocate_budget(const fg_compression_params *cp, const fg_profile_vi
         heads[g].policy_index = w->choice[g];
 }
 
-/* Whether every layer of a sequence has been prefilled. */
 /* FG_ALLOC_LAYER: x[Hkv][n] becomes, in every head, the mean of its heads
  * (summed in head order). */
 static void layer_mean(float *x, int32_t Hkv, int32_t n) {

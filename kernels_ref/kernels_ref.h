@@ -1,8 +1,9 @@
 /*
  * The scalar reference kernels: plain loops, fp32 accumulation, written to
  * be obviously right. The `ref` backend runs them serially; every other
- * backend is tested against them, so they share no code with the cpu
- * kernels beyond the page layout and the rules of common/.
+ * backend is tested against them. Attention and profiling share no code
+ * with the cpu kernels; §2.5's steps 3-4 are the policy step both call
+ * (backends/decode_policy.c), checked against tests/support/sim.h.
  */
 #ifndef FG_KERNELS_REF_H
 #define FG_KERNELS_REF_H

@@ -19,7 +19,7 @@ def slots(root):
     return names
 
 
-# the kernel slots of fg_backend_ops: each has a file per backend
+# the kernel slots of fg_backend_ops: each has a row in the table of where its code is
 KERNELS = ("prefill_attention", "profile_stats", "compact", "decode_step", "read_slots", "adaptive_observe",
            "adaptive_errors")
 

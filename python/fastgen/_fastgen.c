@@ -582,7 +582,10 @@ static PyObject *field_get(const void *s, const field *f) {
         return PyLong_FromLong(i);
     case FIELD_ENUM:
         memcpy(&i, at, sizeof i);
-        return PyUnicode_FromString(f->names[i]);
+        for (int32_t j = 0; j <= i; j++)
+            if (!f->names[j]) /* a value past the names: as its number */
+                return PyLong_FromLong(i);
+        return i >= 0 ? PyUnicode_FromString(f->names[i]) : PyLong_FromLong(i);
     }
     return NULL;
 }
@@ -598,7 +601,7 @@ static int field_set(void *s, const field *f, PyObject *value) {
             memcpy(at, &x, sizeof x);
         return rc;
     case FIELD_I32:
-    case FIELD_U32: /* as an int32 the flags keep their bits */
+    case FIELD_U32: /* taken as an int32: flags 0 to 2^31 - 1, every bit fastgen.h defines */
         if ((rc = get_i32(value, f->name, &i)) == 0)
             memcpy(at, &i, sizeof i);
         return rc;

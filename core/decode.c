@@ -51,7 +51,7 @@ static fg_status check(fg_context *ctx, int32_t layer, int32_t n_seqs, const int
         const int32_t p = s->length[layer];
         FG_CHECK(p > 0, ctx, FG_ERR_BAD_STATE, "sequence %d: decode before prefill at layer %d", (int)seqs[i],
                  (int)layer);
-        FG_CHECK(!s->ad || fg_all_prefilled(ctx, s), ctx, FG_ERR_BAD_STATE,
+        FG_CHECK(!fg_alloc_mode_of(&s->cp)->whole_prompt_first || fg_all_prefilled(ctx, s), ctx, FG_ERR_BAD_STATE,
                  "sequence %d: an adaptive sequence shares its budget over every layer, so every layer is prefilled "
                  "before its first decode step", (int)seqs[i]);
         FG_CHECK(p < ctx->params.max_seq_len, ctx, FG_ERR_CAPACITY,
@@ -111,7 +111,7 @@ static fg_status plan(fg_context *ctx, int32_t layer, int32_t n_seqs, const int3
                 .out = out + ((size_t)i * Hq + (size_t)g * G) * d,
                 .share_first = i * Hkv,
                 /* heads that rank together: only where there are scores to share */
-                .share_n = s->cp.allocation == FG_ALLOC_LAYER && fg_tracks_scores(h->components) ? Hkv : 0,
+                .share_n = fg_alloc_mode_of(&s->cp)->layer_ranks && fg_tracks_scores(h->components) ? Hkv : 0,
             };
         }
     }
@@ -129,8 +129,9 @@ static fg_status execute(fg_context *ctx, int32_t layer, int32_t n_seqs, const i
     for (int32_t i = 0; i < n_seqs && st == FG_OK; i++) {
         fg_seq *s = &ctx->seqs[seqs[i]];
         const int32_t p = s->length[layer];
-        if (s->ad)
-            st = fg_observe_rows(ctx, s, layer, p, p, p + 1, q + (size_t)i * Hq * d);
+        const fg_alloc_mode *mode = fg_alloc_mode_of(&s->cp);
+        if (mode->step_observe)
+            st = mode->step_observe(ctx, s, layer, p, q + (size_t)i * Hq * d);
     }
     if (st) {
         fg_unreserve(ctx, layer, seqs, n_seqs * Hkv);

@@ -487,6 +487,44 @@ void fg_head_commit_step(fg_head *h, const fg_step_plan *pl);
  * (head i * Hkv + g of the batch is KV head g of sequence seqs[i]). */
 void fg_unreserve(fg_context *ctx, int32_t layer, const int32_t *seqs, int32_t n_heads);
 
+/* ---- allocation modes (core/alloc.c): one entry per fg_allocation */
+
+/* A layer's policy choice at the end of its prompt: every head's profile
+ * and the threshold's choice (heads[g].policy_index, recovery) are made;
+ * the mode sets heads[g].pol (and may change policy_index). */
+typedef struct fg_layer_choice {
+    const fg_compression_params *cp;
+    fg_seq *s;
+    int32_t layer, Hkv, n;
+    const fg_profile_view *views; /* [Hkv] */
+    fg_head *heads;               /* [Hkv] */
+    const float *col;             /* [Hkv][n] the layer's pooled attention */
+    /* scratch: [Hkv][n_policies] recoveries and costs, [Hkv] choices, [n] ranks; shares_rows: [Hkv][n] candidates
+       and [Hkv] policies */
+    double *rec;
+    int32_t *cost, *choice;
+    fg_rank_entry *rank, *shares;
+    fg_policy *pols;
+} fg_layer_choice;
+
+typedef struct fg_alloc_mode {
+    const char *name;
+    int layer_ranks;       /* every head ranks by its layer's mean attention */
+    int shares_rows;       /* the choice needs fg_layer_choice's shares and pols */
+    int whole_prompt_first; /* no decode step before every layer is prefilled */
+    /* whether a profile ranks by the prompt's last observation_window rows only (when set) */
+    int (*tail_ranks)(const fg_compression_params *cp);
+    void (*choose)(const fg_layer_choice *c);
+    /* beyond the prompt, NULL where the mode does nothing: a layer prefilled (q: its queries, NULL when a
+       chunked prefill gave them chunk by chunk), a chunk of a prompt staged, a decode step's query */
+    fg_status (*layer_prefilled)(fg_context *ctx, fg_seq *s, int32_t layer, int32_t n, const float *q);
+    fg_status (*chunk_prefilled)(fg_context *ctx, fg_seq *s, int32_t layer, int32_t begin, int32_t n, int32_t N,
+                                 const float *q);
+    fg_status (*step_observe)(fg_context *ctx, fg_seq *s, int32_t layer, int32_t p, const float *q);
+} fg_alloc_mode;
+
+const fg_alloc_mode *fg_alloc_mode_of(const fg_compression_params *cp);
+
 /* ---- prefill */
 
 /* Whether every layer of a sequence has been prefilled (here: adaptive.c,

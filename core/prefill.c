@@ -53,39 +53,9 @@ static void prefill_scratch_free(fg_context *ctx, prefill_scratch *w) {
     free(w->pols);
 }
 
-/* Budget mode: the layer's heads share budget x the full cache's rows (or
- * budget_tokens rows per head). An entry costs the rows it keeps as the
- * sequence grows, at length n: its pinned tokens, plus its window and
- * frequent ratios of the others (not the rounding of a short prompt, so the
- * kept share holds while decoding). */
-static void allocate_budget(const fg_compression_params *cp, const fg_profile_view *views, fg_head *heads,
-                            int32_t Hkv, int32_t n, prefill_scratch *w) {
-    const int32_t E = cp->n_policies;
-    for (int32_t e = 0; e < E; e++) {
-        const fg_policy *pol = &cp->shortlist[e];
-        const uint32_t c = fg_effective_components(pol->components);
-        int32_t pinned = 0;
-        for (int32_t j = 0; j < n; j++)
-            pinned += fg_is_pinned(c, views[0].cls[j]);
-        const double grow = ((c & FG_KEEP_LOCAL) ? pol->ratio_local : 0.0) + ((c & FG_KEEP_FREQUENT) ? pol->ratio_frequent : 0.0);
-        const int32_t rows = (c & FG_KEEP_FULL) ? n : pinned + (int32_t)ceil(fmin(grow, 1.0) * (n - pinned));
-        for (int32_t g = 0; g < Hkv; g++) {
-            w->rec[g * E + e] = heads[g].recovery[e];
-            w->cost[g * E + e] = rows;
-        }
-    }
-    int64_t rows = INT64_MAX;
-    if (cp->budget > 0.0f)
-        rows = (int64_t)ceil((double)cp->budget * Hkv * n);
-    if (cp->budget_tokens > 0 && (int64_t)cp->budget_tokens * Hkv < rows)
-        rows = (int64_t)cp->budget_tokens * Hkv;
-    fg_policy_allocate(w->rec, w->cost, Hkv, E, rows, w->choice);
-    for (int32_t g = 0; g < Hkv; g++)
-        heads[g].policy_index = w->choice[g];
-}
-
-/* FG_ALLOC_LAYER: x[Hkv][n] becomes, in every head, the mean of its heads
- * (summed in head order). */
+/* A mode whose heads rank by their layer's mean (FG_ALLOC_LAYER):
+ * x[Hkv][n] becomes, in every head, the mean of its heads (summed in head
+ * order). */
 static void layer_mean(float *x, int32_t Hkv, int32_t n) {
     for (int32_t j = 0; j < n; j++) {
         float sum = 0.0f;
@@ -106,9 +76,8 @@ static fg_status prefill_layer(fg_context *ctx, fg_seq *s, int32_t layer, const 
 
     /* distinct local windows w(n) of the shortlist */
     fg_profile_request req = {.n = n, .row_begin = 0, .n_windows = 0};
-    /* adaptive: ranks by every row, unless told the tail's */
-    if (cp->observation_window > 0 && cp->observation_window < n &&
-        (!s->ad || (cp->adaptive_flags & FG_ADAPTIVE_TAIL_RANKS)))
+    const fg_alloc_mode *mode = fg_alloc_mode_of(cp);
+    if (cp->observation_window > 0 && cp->observation_window < n && mode->tail_ranks(cp))
         req.row_begin = n - cp->observation_window;
     int32_t window_of[FG_MAX_SHORTLIST];
     fg_shortlist_windows(cp, n, &req, window_of);
@@ -124,7 +93,7 @@ static fg_status prefill_layer(fg_context *ctx, fg_seq *s, int32_t layer, const 
             return sa;
     }
     const int host_stats = !stats && !ctx->be.device_io;
-    const int pool = cp->score_pool > 1, share = cp->allocation == FG_ALLOC_ADAKV;
+    const int pool = cp->score_pool > 1, share = mode->shares_rows;
     const size_t np = (size_t)Hkv * cp->n_policies;
     const fg_alloc_item items[] = {
         {(void **)&w->row_max, host_stats ? nq * sizeof(float) : 0},
@@ -155,7 +124,7 @@ static fg_status prefill_layer(fg_context *ctx, fg_seq *s, int32_t layer, const 
         st = ops->profile_stats(&ctx->be, &ctx->shape, &req, q, k, row_max, row_sum, w->col, w->col_local);
     if (st)
         return st;
-    if (cp->allocation == FG_ALLOC_LAYER) { /* every head ranks by the layer's mean */
+    if (mode->layer_ranks) { /* every head ranks by the layer's mean */
         layer_mean(w->col, Hkv, n);
         for (int32_t x = 0; x < req.n_windows; x++)
             layer_mean(w->col_local + (size_t)x * nk, Hkv, n);
@@ -176,20 +145,9 @@ static fg_status prefill_layer(fg_context *ctx, fg_seq *s, int32_t layer, const 
         views[g] = pv;
         heads[g].policy_index = fg_policy_choose(cp, &pv, 0, heads[g].recovery, w->rank);
     }
-    if ((cp->budget > 0.0f || cp->budget_tokens > 0) && !s->ad)
-        allocate_budget(cp, views, heads, Hkv, n, w);
-    if (s->ad) { /* adaptive: full until the whole sequence is observed; the profile is kept for then */
-        for (int32_t g = 0; g < Hkv; g++)
-            heads[g].policy_index = cp->n_policies - 1;
-        memcpy(s->ad->layers[layer].col, w->col, nk * sizeof(float));
-    }
-    for (int32_t g = 0; g < Hkv; g++)
-        heads[g].pol = cp->shortlist[heads[g].policy_index];
-    if (cp->allocation == FG_ALLOC_ADAKV) {
-        fg_policy_share_rows(cp, views, Hkv, w->rank, w->shares, w->choice, w->pols);
-        for (int32_t g = 0; g < Hkv; g++)
-            heads[g].pol = w->pols[g];
-    }
+    const fg_layer_choice choice = {cp, s, layer, Hkv, n, views, heads, w->col,
+                                    w->rec, w->cost, w->choice, w->rank, w->shares, w->pols};
+    mode->choose(&choice);
     for (int32_t g = 0; g < Hkv; g++) {
         const fg_profile_view pv = views[g];
         fg_head *h = &heads[g];
@@ -225,7 +183,8 @@ static fg_status prefill_layer(fg_context *ctx, fg_seq *s, int32_t layer, const 
         fg_head_compacted(&heads[g]);
     }
     s->length[layer] = n;
-    st = fg_adaptive_layer_prefilled(ctx, s, layer, n, stats ? NULL : q);
+    if (mode->layer_prefilled)
+        st = mode->layer_prefilled(ctx, s, layer, n, stats ? NULL : q);
     if (st) { /* the layer as it was: not prefilled */
         for (int32_t g = 0; g < Hkv; g++)
             fg_head_shrink(ctx, &heads[g], 0);
@@ -313,8 +272,9 @@ static fg_status prefill_chunk(fg_context *ctx, int32_t seq, int32_t layer, int3
         (st = fg_io_alloc(ctx, (size_t)Hq * n * sizeof(float), &sm)) == FG_OK)
         st = ctx->be.ops->prefill_attention(&ctx->be, &ctx->shape, begin + n, begin, q, stage->k, stage->v, out, mx,
                                             sm);
-    if (st == FG_OK)
-        st = fg_adaptive_chunk_prefilled(ctx, s, layer, begin, n, N, q);
+    const fg_alloc_mode *mode = fg_alloc_mode_of(&s->cp);
+    if (st == FG_OK && mode->chunk_prefilled)
+        st = mode->chunk_prefilled(ctx, s, layer, begin, n, N, q);
     if (st == FG_OK) /* [Hq][n] into [Hq][N] at column begin */
         st = fg_io_copy_rows(ctx, stage->row_max + begin, (size_t)N, mx, (size_t)n, (size_t)n, (size_t)Hq);
     if (st == FG_OK)

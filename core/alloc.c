@@ -93,11 +93,16 @@ static fg_status step_observe_adaptive(fg_context *ctx, fg_seq *s, int32_t layer
 }
 
 static const fg_alloc_mode k_modes[] = {
-    [FG_ALLOC_SHORTLIST] = {"shortlist", 0, 0, 0, tail_ranks, choose_shortlist, NULL, NULL, NULL},
-    [FG_ALLOC_ADAKV] = {"adakv", 0, 1, 0, tail_ranks, choose_adakv, NULL, NULL, NULL},
-    [FG_ALLOC_ADAPTIVE] = {"adaptive", 0, 0, 1, tail_ranks_adaptive, choose_adaptive, fg_adaptive_layer_prefilled,
-                           fg_adaptive_chunk_prefilled, step_observe_adaptive},
-    [FG_ALLOC_LAYER] = {"layer", 1, 0, 0, tail_ranks, choose_shortlist, NULL, NULL, NULL},
+    [FG_ALLOC_SHORTLIST] = {.name = "shortlist", .tail_ranks = tail_ranks, .choose = choose_shortlist},
+    [FG_ALLOC_ADAKV] = {.name = "adakv", .shares_rows = 1, .tail_ranks = tail_ranks, .choose = choose_adakv},
+    [FG_ALLOC_ADAPTIVE] = {.name = "adaptive",
+                           .whole_prompt_first = 1,
+                           .tail_ranks = tail_ranks_adaptive,
+                           .choose = choose_adaptive,
+                           .layer_prefilled = fg_adaptive_layer_prefilled,
+                           .chunk_prefilled = fg_adaptive_chunk_prefilled,
+                           .step_observe = step_observe_adaptive},
+    [FG_ALLOC_LAYER] = {.name = "layer", .layer_ranks = 1, .tail_ranks = tail_ranks, .choose = choose_shortlist},
 };
 
 const fg_alloc_mode *fg_alloc_mode_of(const fg_compression_params *cp) {

@@ -1,8 +1,6 @@
 /* Prefill: one-shot (fg_prefill) and chunked (fg_prefill_chunk). Each
  * layer's prompt is attended, profiled (docs/design.md §2.3), given its
  * policies and compacted into the cache (§2.4). */
-#define FG_EXPERIMENTAL /* FG_ADAPTIVE_TAIL_RANKS (fastgen.h) */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

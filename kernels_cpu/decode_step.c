@@ -6,13 +6,14 @@
  *      and leaves a partial softmax state (max, sum, output) per query head,
  *      plus the raw scores when the head tracks frequent scores;
  *   2. per head: the partial states and the new token merge into the output;
- *      a head that does not track scores then inserts and evicts as in `ref`;
+ *      a head that does not track scores then inserts and evicts
+ *      (backends/decode_policy.c, the policy step ref calls too);
  *   3. per item of a head that tracks scores: its slots' scores grow by the
  *      pooled attention (from the raw scores, not a second pass over K) and
  *      are scanned for the lowest-ranked frequent candidate in the same
  *      vectorised pass (score_scan.h, each ISA's in its decode_<isa>.c);
- *   4. per head that tracks scores: insertion and eviction as in `ref`, from
- *      the merged scans.
+ *   4. per head that tracks scores: insertion and eviction by the same
+ *      policy step, from the merged scans.
  * The step is two jobs on the thread pool (decode_job below): step 2 of a
  * head runs on the thread that finishes its last item, step 4 on the thread
  * that finishes its last step-3 item. Steps 2-4 write only the head's own

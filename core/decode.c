@@ -81,6 +81,7 @@ static fg_status plan(fg_context *ctx, int32_t layer, int32_t n_seqs, const int3
     for (int32_t i = 0; i < n_seqs; i++) {
         fg_seq *s = &ctx->seqs[seqs[i]];
         const int32_t p = s->length[layer];
+        const int layer_ranks = fg_alloc_mode_of(&s->cp)->layer_ranks; /* the group marks below */
         for (int32_t g = 0; g < Hkv; g++) {
             const int32_t hi = i * Hkv + g;
             fg_head *h = &s->heads[(size_t)layer * Hkv + g];
@@ -111,7 +112,7 @@ static fg_status plan(fg_context *ctx, int32_t layer, int32_t n_seqs, const int3
                 .out = out + ((size_t)i * Hq + (size_t)g * G) * d,
                 .share_first = i * Hkv,
                 /* heads that rank together: only where there are scores to share */
-                .share_n = fg_alloc_mode_of(&s->cp)->layer_ranks && fg_tracks_scores(h->components) ? Hkv : 0,
+                .share_n = layer_ranks && fg_tracks_scores(h->components) ? Hkv : 0,
             };
         }
     }

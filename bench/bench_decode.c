@@ -19,10 +19,14 @@
  * moments apart (this machine's bandwidth drifts between runs). On the cpu
  * backend the prefetch hint is measured during the first group's steps,
  * which therefore mix the two (FASTGEN_PF_LOCALITY=nta|t0 fixes it); the
- * hint taken is printed after the run. Last line:
- *   decode summary: bw_fraction=F efficiency=E
+ * hint taken is printed after the run. On the host the roofline's probes
+ * (bench/roofline.h: the instructions' peaks) run first, and each row's
+ * "of roof" is the step's floor (max of its bytes over the group's bandwidth
+ * and its multiply-adds, e^x and widenings at the peaks) over its time.
+ * Last line:
+ *   decode summary: bw_fraction=F efficiency=E roofline_fraction=R
  * over the FastGen-mix cases at >= 4k context (medians), after one line per
- * group size G: the median fraction of its full-cache 16-bit cases at >= 4k,
+ * group size G: the median fractions (bandwidth, roofline) of its full-cache 16-bit cases at >= 4k,
  * and per quantized dtype the full-cache step's time over the 16-bit one's.
  * Options: --csv (CSV table), --quick (contexts 1k and 4k, batch 1 only),
  *          --model NAME (only that shape: llama2-7b, llama3-8b, g8-32x4, smollm2-135m),
@@ -47,6 +51,7 @@
 #include "backends/backend.h"
 #include "bench_util.h"
 #include "common/dtype.h"
+#include "roofline.h"
 
 enum { T_SPECIAL, T_PUNCT, T_FREQ, T_LOCAL, T_FULL, N_TYPES };
 static const uint32_t k_type_comp[N_TYPES] = {
@@ -89,6 +94,7 @@ typedef struct bench_case {
     void **page_ptrs;
     fg_decode_head *heads;   /* [R][n_heads] */
     size_t bytes;            /* K/V bytes one step reads */
+    double rows;             /* K/V rows one step reads */
     double t[REPS];
 } bench_case;
 
@@ -117,6 +123,7 @@ static int build_case(fg_backend *be, bench_case *c, int mix, const model_shape 
     for (int32_t g = 0; g < Hkv; g++) {
         int32_t rows = case_rows(mix, g, Hkv, t);
         c->bytes += (size_t)B * rows * 2 * fg_row_bytes(dtype, m->d);
+        c->rows += (double)B * rows;
         pages_per_copy += (size_t)B * ((rows + P) / P); /* room for one more row */
     }
     const size_t unit = L->page_bytes + L->meta_bytes; /* a row page, then its meta page */
@@ -204,6 +211,7 @@ int main(int argc, char **argv) {
     if (dinfo.emulated)
         probe_bytes = (size_t)64 << 20;
     double read_bw = 0.0;
+    roofline_peaks peaks = {0}; /* the host's instruction peaks (cpu backends) */
     if (dev) {
         if (bench_bandwidth(&be)(&be, 0, probe_bytes, 5, &read_bw))
             return 1;
@@ -215,25 +223,29 @@ int main(int argc, char **argv) {
                dinfo.emulated ? " [HIP-CPU EMULATION: the figures are the host's, not a GPU's]" : "", read_bw / 1e9,
                probe_bytes >> 20);
     } else {
-        read_bw = bench_read_bandwidth();
+        peaks = roofline_measure(bench_pool());
+        read_bw = peaks.read_bps;
         char cpu[256];
         fg_cpu_describe(cpu, sizeof cpu);
         printf("# bench_decode: backend %s, %d threads, LLC %zu MiB, streaming read bandwidth %.2f GB/s at the start "
                "(each group re-measures it between its runs; 'of bw' uses that)\n# cpu: %s\n",
                backend, bench_threads(), bench_llc_bytes() >> 20, read_bw / 1e9, cpu);
+        roofline_print_peaks(stdout, "# roofline ", &peaks);
+        printf("# 'of roof': a step's floor over its time; the floor: max(bytes / the group's bandwidth, its "
+               "multiply-adds, e^x and widenings at the probes' peaks) (bench/roofline.h)\n");
     }
     if (csv)
         printf("model,context,batch,dtype,case,kept_fraction,time_ms,gb_per_s,bw_fraction,ideal_speedup,"
-               "measured_speedup\n");
+               "measured_speedup,roofline_fraction\n");
     else
-        printf("%-12s %6s %5s %5s %-12s %6s %9s %8s %7s %8s %8s\n", "model", "ctx", "batch", "dtype", "case", "kept",
-               "time ms", "GB/s", "of bw", "ideal x", "meas. x");
+        printf("%-12s %6s %5s %5s %-12s %6s %9s %8s %7s %8s %8s %7s\n", "model", "ctx", "batch", "dtype", "case",
+               "kept", "time ms", "GB/s", "of bw", "ideal x", "meas. x", "of roof");
 
     const model_shape models[] = {{"llama2-7b", 32, 32, 128, 1}, {"llama3-8b", 32, 8, 128, 1},
                                   {"g8-32x4", 32, 4, 128, 1}, {"smollm2-135m", 9, 3, 64, 0}};
     enum { N_MODELS = sizeof models / sizeof models[0] };
     const char *only = bench_arg(argc, argv, "--model");
-    double g_fracs[N_MODELS][16];
+    double g_fracs[N_MODELS][16], g_roofs[N_MODELS][16];
     int g_n[N_MODELS] = {0};
     const int32_t contexts[] = {1024, 4096, 16384};
     const int32_t batches[] = {1, 8};
@@ -262,7 +274,7 @@ int main(int argc, char **argv) {
     double q_ratio[2][64];
     int q_n[2] = {0, 0};
     double t16_full = 0.0;
-    double fracs[64], effs[64];
+    double fracs[64], effs[64], roofs[64];
     int n_summary = 0;
     for (size_t mi = 0; mi < N_MODELS; mi++)
         for (size_t ci = 0; ci < (quick ? 2 : 3) && (!only || !strcmp(only, models[mi].name)); ci++)
@@ -376,16 +388,24 @@ int main(int argc, char **argv) {
                         const double ideal = (double)cases[MIX_FULL].bytes / (double)c->bytes;
                         const double meas = t_full / tm, kept = 1.0 / ideal;
                         const char *dn = fg_dtype_name(dt);
+                        /* the floor at this group's bandwidth (the host's peaks; a GPU has none here) */
+                        roofline_peaks gp = peaks;
+                        gp.read_bps = bw;
+                        const roofline_phase att =
+                            roofline_attention(c->rows, m->Hq / m->Hkv, m->d, dt, dt, (double)c->bytes);
+                        const double roof = dev ? 0.0 : roofline_phase_floor(&gp, &att, NULL, NULL) / tm;
                         if (csv)
-                            printf("%s,%d,%d,%s,%s,%.4f,%.4f,%.3f,%.4f,%.3f,%.3f\n", m->name, (int)t, (int)B, dn,
-                                   k_mix_name[x], kept, 1e3 * tm, gbs / 1e9, gbs / bw, ideal, meas);
+                            printf("%s,%d,%d,%s,%s,%.4f,%.4f,%.3f,%.4f,%.3f,%.3f,%.4f\n", m->name, (int)t, (int)B, dn,
+                                   k_mix_name[x], kept, 1e3 * tm, gbs / 1e9, gbs / bw, ideal, meas, roof);
                         else
-                            printf("%-12s %6d %5d %5s %-12s %5.1f%% %9.3f %8.2f %6.1f%% %8.2f %8.2f\n", m->name,
-                                   (int)t, (int)B, dn, k_mix_name[x], 100 * kept, 1e3 * tm, gbs / 1e9,
-                                   100 * gbs / bw, ideal, meas);
+                            printf("%-12s %6d %5d %5s %-12s %5.1f%% %9.3f %8.2f %6.1f%% %8.2f %8.2f %6.1f%%\n",
+                                   m->name, (int)t, (int)B, dn, k_mix_name[x], 100 * kept, 1e3 * tm, gbs / 1e9,
+                                   100 * gbs / bw, ideal, meas, 100 * roof);
                         if (x == MIX_FULL && t >= 4096 && (dt == FG_DTYPE_F16 || dt == FG_DTYPE_BF16) &&
-                            g_n[mi] < 16)
+                            g_n[mi] < 16) {
+                            g_roofs[mi][g_n[mi]] = roof;
                             g_fracs[mi][g_n[mi]++] = gbs / bw;
+                        }
                         if (x == MIX_FULL && (dt == FG_DTYPE_F16 || dt == FG_DTYPE_BF16))
                             t16_full = tm;
                         const int qi = dt == FG_DTYPE_Q8_0 ? 0 : dt == FG_DTYPE_Q4_0 ? 1 : -1;
@@ -394,6 +414,7 @@ int main(int argc, char **argv) {
                         const int unquantized = !fg_dtype_quantized(dt); /* the summary stays comparable */
                         if (x == MIX_FASTGEN && t >= 4096 && m->in_summary && unquantized && n_summary < 64) {
                             fracs[n_summary] = gbs / bw;
+                            roofs[n_summary] = roof;
                             effs[n_summary++] = meas / ideal;
                         }
                         free_case(&be, c);
@@ -419,8 +440,10 @@ int main(int argc, char **argv) {
     }
     for (size_t mi = 0; mi < N_MODELS; mi++)
         if (g_n[mi])
-            printf("decode G=%d (%s): median bw_fraction of the full-cache 16-bit cases at >= 4k = %.3f\n",
-                   (int)(models[mi].Hq / models[mi].Hkv), models[mi].name, bench_median(g_fracs[mi], g_n[mi]));
+            printf("decode G=%d (%s): median bw_fraction of the full-cache 16-bit cases at >= 4k = %.3f, "
+                   "roofline_fraction = %.3f\n",
+                   (int)(models[mi].Hq / models[mi].Hkv), models[mi].name, bench_median(g_fracs[mi], g_n[mi]),
+                   bench_median(g_roofs[mi], g_n[mi]));
     for (int qi = 0; qi < 2; qi++)
         if (q_n[qi]) {
             const double med = bench_median(q_ratio[qi], q_n[qi]); /* sorts them */
@@ -428,7 +451,7 @@ int main(int argc, char **argv) {
                    "(%d cases, min %.3f, max %.3f)\n",
                    qi ? "q4_0" : "q8_0", med, q_n[qi], q_ratio[qi][0], q_ratio[qi][q_n[qi] - 1]);
         }
-    printf("decode summary: bw_fraction=%.3f efficiency=%.3f\n", bench_median(fracs, n_summary),
-           bench_median(effs, n_summary));
+    printf("decode summary: bw_fraction=%.3f efficiency=%.3f roofline_fraction=%.3f\n", bench_median(fracs, n_summary),
+           bench_median(effs, n_summary), bench_median(roofs, n_summary));
     return 0;
 }

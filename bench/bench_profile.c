@@ -13,19 +13,21 @@
  * Then the adaptive mode's whole cost (the observation ring,
  * every family's error curve, the allocation and the compression), through
  * the public API: four layers of the same shape prefilled with the preset
- * "fastgen-adaptive" (budget 0.5) against "full" (attention and the cache
- * write only), interleaved, same prompt. Last line:
+ * "fastgen-adaptive" (budget 0.5; --adaptive SPEC another, as fastgen
+ * eval --methods writes it: "fastgen-adaptive:window=32") against "full"
+ * (attention and the cache write only), interleaved, same prompt. Last line:
  *   adaptive summary: adaptive_over_prefill=R
  * R: median over prompts of (time(adaptive) - time(full)) / time(full).
- * Options: --csv, --quick (1k and 4k), --backend NAME.
+ * Options: --csv, --quick (1k and 4k), --backend NAME, --adaptive SPEC.
  */
 #include <math.h>
 
 #include "backends/backend.h"
 #include "bench_util.h"
 
-/* Seconds to prefill `layers` layers of one sequence of n tokens under `preset`. */
-static double prefill_seconds(const char *backend, const char *preset, int32_t layers, int32_t n, const float *q,
+/* Seconds to prefill `layers` layers of one sequence of n tokens under `spec`
+ * (fg_compression_params_parse: a preset and its options). */
+static double prefill_seconds(const char *backend, const char *spec, int32_t layers, int32_t n, const float *q,
                               const float *k, const float *v, float *out, const fg_token_classes *classes) {
     fg_context_params p;
     fg_context_params_default(&p);
@@ -41,7 +43,7 @@ static double prefill_seconds(const char *backend, const char *preset, int32_t l
     fg_compression_params cp;
     fg_context *ctx = NULL;
     int32_t *prompt = malloc((size_t)n * sizeof *prompt), seq = -1;
-    if (!prompt || fg_compression_params_preset(preset, &cp) || fg_context_create(&p, &ctx)) {
+    if (!prompt || fg_compression_params_parse(spec, &cp) || fg_context_create(&p, &ctx)) {
         fprintf(stderr, "bench_profile: %s\n", fg_last_error(ctx));
         free(prompt);
         return -1.0;
@@ -63,7 +65,7 @@ static double prefill_seconds(const char *backend, const char *preset, int32_t l
 }
 
 /* The adaptive mode's cost over a full prefill, printed per prompt length; the median ratio. */
-static int adaptive_cost(const char *backend, int csv, int quick, double *median) {
+static int adaptive_cost(const char *backend, const char *spec, int csv, int quick, double *median) {
     enum { LAYERS = 4, HQ = 32, HKV = 8, D = 128 };
     fg_token_classes *classes = NULL;
     if (fg_token_classes_create(100, NULL, &classes))
@@ -73,8 +75,8 @@ static int adaptive_cost(const char *backend, int csv, int quick, double *median
     if (csv) /* a second table: a comment line before its header */
         printf("# adaptive mode against full, %d layers\nn,full_s,adaptive_s,adaptive_over_prefill\n", LAYERS);
     else
-        printf("%6s %11s %11s %9s   (%d layers, fastgen-adaptive at budget 0.5 against full)\n", "n", "full s",
-               "adaptive s", "ratio", LAYERS);
+        printf("%6s %11s %11s %9s   (%d layers, %s against full)\n", "n", "full s", "adaptive s", "ratio", LAYERS,
+               spec);
     const int32_t lengths[] = {1024, 4096, 8192};
     double ratios[3];
     int count = 0;
@@ -95,7 +97,7 @@ static int adaptive_cost(const char *backend, int csv, int quick, double *median
         const int reps = n <= 1024 ? 3 : 2;
         for (int r = 0; r < reps; r++) { /* interleaved */
             tf[r] = prefill_seconds(backend, "full", LAYERS, n, q, k, v, out, classes);
-            ta[r] = prefill_seconds(backend, "fastgen-adaptive", LAYERS, n, q, k, v, out, classes);
+            ta[r] = prefill_seconds(backend, spec, LAYERS, n, q, k, v, out, classes);
             if (tf[r] < 0 || ta[r] < 0)
                 return 1;
         }
@@ -209,7 +211,8 @@ int main(int argc, char **argv) {
     printf("profile summary: profile_over_prefill=%.3f gemm_fraction=%.3f\n", bench_median(ratios, count),
            bench_median(fracs, count));
     double ad = 0.0;
-    if (adaptive_cost(backend, csv, quick, &ad))
+    const char *spec = bench_arg(argc, argv, "--adaptive");
+    if (adaptive_cost(backend, spec ? spec : "fastgen-adaptive", csv, quick, &ad))
         return 1;
     printf("adaptive summary: adaptive_over_prefill=%.3f\n", ad);
     return 0;

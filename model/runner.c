@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #ifdef FG_HAVE_BLAS
 #include <cblas.h>
@@ -45,7 +46,42 @@ struct fgm_runner {
     void *progress_user;
     int32_t progress_done, progress_total;
     char error[512]; /* why the last prefill or decode failed */
+    int timing;         /* fgm_runner_timing: phase is the one running since mark */
+    int phase;
+    double mark;
+    fgm_runner_times times;
 };
+
+enum { PHASE_NONE, PHASE_WEIGHTS, PHASE_ATTENTION, PHASE_REST };
+
+static double runner_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* The time since the last mark goes to the phase that ran; `next` runs from now. */
+static void phase(fgm_runner *r, int next) {
+    if (!r->timing)
+        return;
+    const double now = runner_now(), dt = now - r->mark;
+    if (r->phase == PHASE_WEIGHTS)
+        r->times.weights += dt;
+    else if (r->phase == PHASE_ATTENTION)
+        r->times.attention += dt;
+    else if (r->phase == PHASE_REST)
+        r->times.rest += dt;
+    r->phase = next;
+    r->mark = now;
+}
+
+void fgm_runner_timing(fgm_runner *r, int on) {
+    r->timing = on != 0;
+    r->phase = PHASE_NONE;
+    r->times = (fgm_runner_times){0};
+}
+
+fgm_runner_times fgm_runner_get_times(const fgm_runner *r) { return r->times; }
 
 /* Records why a prefill or decode failed (fgm_runner_error) and returns st. */
 static fg_status runner_fail(fgm_runner *r, fg_status st, const char *fmt, ...)
@@ -386,6 +422,7 @@ static fg_status forward(fgm_runner *r, int32_t rows, const int32_t *same, int32
     const fgm_llama_weights *w = &m->weights;
     const int32_t D = c->dim, KV = c->kv_dim, H = c->hidden_dim;
     const int32_t hs = c->head_size;
+    phase(r, PHASE_REST);
     for (int32_t i = 0; i < rows; i++) {
         row_of(&w->token_embedding, tokens[i], r->x + (size_t)i * D);
         rope_angles(r->rope_cs + (size_t)i * hs, r->rope_freq, hs, pos[i]);
@@ -394,13 +431,16 @@ static fg_status forward(fgm_runner *r, int32_t rows, const int32_t *same, int32
         const fgm_llama_layer *ly = &w->layers[l];
         for (int32_t i = 0; i < rows; i++)
             rmsnorm(r->xb + (size_t)i * D, r->x + (size_t)i * D, ly->rms_att, D, c->rms_eps);
+        phase(r, PHASE_WEIGHTS);
         matmul_many(r, 3, (float *const[]){r->q, r->k, r->v}, r->xb,
                     (const fgm_tensor *const[]){&ly->wq, &ly->wk, &ly->wv}, rows);
+        phase(r, PHASE_REST);
         for (int32_t i = 0; i < rows; i++) {
             rope(r->q + (size_t)i * D, D, hs, r->rope_cs + (size_t)i * hs);
             rope(r->k + (size_t)i * KV, KV, hs, r->rope_cs + (size_t)i * hs);
         }
         fg_status st = FG_OK;
+        phase(r, PHASE_ATTENTION);
         if (!seqs) {
             for (int32_t i = 0; st == FG_OK && i < n_same; i++) {
                 st = mode == PASS_APPEND    ? fg_seq_append(r->ctx, same[i], l, tokens, rows, r->q, r->k, r->v, r->att)
@@ -419,21 +459,27 @@ static fg_status forward(fgm_runner *r, int32_t rows, const int32_t *same, int32
             for (int32_t i = 0; st == FG_OK && r->track && i < rows; i++)
                 st = track_recovery(r, l, i, seqs[i], pos[i]);
         }
+        phase(r, st ? PHASE_NONE : PHASE_WEIGHTS);
         if (st)
             return st;
         if (!seqs && r->progress && r->progress_total > 0)
             r->progress(r->progress_user, ++r->progress_done, r->progress_total);
         matmul(r, r->xb, r->att, &ly->wo, rows);
+        phase(r, PHASE_REST);
         for (size_t i = 0; i < (size_t)rows * D; i++)
             r->x[i] += r->xb[i];
         for (int32_t i = 0; i < rows; i++)
             rmsnorm(r->xb + (size_t)i * D, r->x + (size_t)i * D, ly->rms_ffn, D, c->rms_eps);
+        phase(r, PHASE_WEIGHTS);
         matmul_many(r, 2, (float *const[]){r->hb, r->hb2}, r->xb, (const fgm_tensor *const[]){&ly->w1, &ly->w3}, rows);
+        phase(r, PHASE_REST);
         for (size_t i = 0; i < (size_t)rows * H; i++) {
             float a = r->hb[i];
             r->hb[i] = a / (1.0f + expf(-a)) * r->hb2[i]; /* SwiGLU */
         }
+        phase(r, PHASE_WEIGHTS);
         matmul(r, r->xb, r->hb, &ly->w2, rows);
+        phase(r, PHASE_REST);
         for (size_t i = 0; i < (size_t)rows * D; i++)
             r->x[i] += r->xb[i];
     }
@@ -441,8 +487,10 @@ static fg_status forward(fgm_runner *r, int32_t rows, const int32_t *same, int32
         int32_t first = logits_last_only ? rows - 1 : 0;
         for (int32_t i = first; i < rows; i++)
             rmsnorm(r->xb + (size_t)(i - first) * D, r->x + (size_t)i * D, w->rms_final, D, c->rms_eps);
+        phase(r, PHASE_WEIGHTS);
         matmul(r, logits, r->xb, &w->wcls, rows - first);
     }
+    phase(r, PHASE_NONE);
     return FG_OK;
 }
 

@@ -81,6 +81,19 @@ fg_status fgm_runner_release(fgm_runner *r, int32_t seq);
 /* Why the last fgm_runner_prefill or fgm_runner_decode failed (one line). */
 const char *fgm_runner_error(const fgm_runner *r);
 
+/* Where the passes' time goes, when timing is on: the weight products (each
+ * matrix product, its activation quantization and the pool's hand-off
+ * included), the attention (the fastgen call of each layer: attention,
+ * cache and policy), and the rest (embedding, RMSNorm, RoPE, residuals,
+ * SwiGLU), in seconds since fgm_runner_timing last turned it on. */
+typedef struct fgm_runner_times {
+    double weights, attention, rest;
+} fgm_runner_times;
+/* Turns the timing on (and resets it) or off; off by default (a clock read
+ * per phase change when on). */
+void fgm_runner_timing(fgm_runner *r, int on);
+fgm_runner_times fgm_runner_get_times(const fgm_runner *r);
+
 /* Mean over decode steps, layers and query heads of the attention mass (under
  * the full cache) on the rows the head kept plus the new token. */
 double fgm_runner_recovery(const fgm_runner *r, int32_t seq);

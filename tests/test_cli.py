@@ -434,13 +434,22 @@ check(len(rows) == 9 and [x["test"] for x in rows[::3]] == ["pp40", "tg8 @ d40",
       all(0 < x["kv_kept"] < 1 and x["tokens_per_s"] > 0 for x in rows if x["method"] != "full"),
       "bench: pp and tg rows, full first, compression holding less: %r %r" % (rows[:2], r.stderr))
 tg = [x for x in rows if x["test"].startswith("tg")]
-check(bj.get("read_bandwidth_gbs", 0) > 0 and bj.get("weights_read_bytes", 0) > 0 and
-      all("limit_tokens_per_s" not in x for x in rows if x["test"].startswith("pp")) and
-      all(x["limit_tokens_per_s"] > 0 and abs(x["of_limit"] - x["tokens_per_s"] / x["limit_tokens_per_s"]) < 1e-3
-          for x in tg) and
-      all(x["kv_bytes"] < tg[0]["kv_bytes"] and x["limit_tokens_per_s"] > tg[0]["limit_tokens_per_s"]
-          for x in tg[1:3]),
-      "bench: each tg row's limit, from the bandwidth over the weights and the KV rows it holds: %r" % tg[:2])
+pr = bj.get("probes", {})
+check(all(pr.get(k, 0) > 0 for k in ("read_bandwidth_gbs", "i8_gmacs", "fma_gmacs", "f16_widen_g")) and
+      bj.get("weights_read_bytes", 0) > 0, "bench: the roofline's probes: %r" % pr)
+def phases_ok(x):
+    ph = x.get("phases", [])
+    return ([p["phase"] for p in ph] == ["weights", "attention", "rest"] and
+            all(abs(p["floor_us"] - max(p["bytes_us"], p["ops_us"])) < 1e-3 for p in ph) and
+            abs(1e6 / x["roofline_tokens_per_s"] - sum(p["floor_us"] for p in ph)) < 1e-2 * (1e6 / x["roofline_tokens_per_s"]) and
+            ph[0]["measured_us"] > 0 and ph[1]["measured_us"] > 0 and
+            0.3 < sum(p["measured_us"] for p in ph) / (1e6 / x["tokens_per_s"]) <= 1.01)
+check(all(x.get("roofline_tokens_per_s", 0) > 0 and abs(x["of_roofline"] - x["tokens_per_s"] / x["roofline_tokens_per_s"]) < 1e-3
+          and phases_ok(x) for x in rows) and
+      all(x["phases"][0]["bytes_us"] == 0 for x in rows if x["test"].startswith("pp")) and
+      all(x["kv_bytes"] < tg[0]["kv_bytes"] and x["roofline_tokens_per_s"] > tg[0]["roofline_tokens_per_s"] and
+          x["phases"][1]["floor_us"] < tg[0]["phases"][1]["floor_us"] for x in tg[1:3]),
+      "bench: each row's roofline, phase by phase, beside the time measured in each: %r" % rows[:2])
 r = run("bench", *model_args(), "-p", "16", "-n", "4", "-d", "8", "-r", "1")
 check(r.returncode == 0 and "| full |" in r.stdout and "vs full" in r.stdout, "bench's table: %r" % r.stdout[:300])
 for bad in (["--methods", "h2o"], ["--methods", "full,h2o:0.5:bogus=1"], ["-p", "0", "-n", "0"], ["-d", "1,2,x"], ["-d", "0"],

@@ -6,7 +6,9 @@
 #include <string.h>
 
 #include "bench/bench_util.h"
+#include "bench/roofline.h"
 #include "model/dequant.h"
+#include "model/matvec.h"
 #include "model/model.h"
 #include "tools/cli.h"
 
@@ -18,11 +20,15 @@ static const char *k_bench_help_head =
     "prompt of -d tokens), each run -r times with random tokens after one\n"
     "untimed warm-up run, for the full\n"
     "cache and for every compression method, with the KV memory each holds and\n"
-    "its speed against the full cache's in the same run. A tg row also gets\n"
-    "its decode's limit: the read bandwidth (a probe of 4x the last-level\n"
-    "cache in the same run, by the same threads) over the bytes a token must\n"
-    "read (the weights, and the KV rows held, mean of the test's start and\n"
-    "end), and the share of it reached.\n"
+    "its speed against the full cache's in the same run. Each row also gets\n"
+    "its roofline on this CPU (backends cpu and ref), from probes run in the\n"
+    "same process by the same threads: the read bandwidth (4x the last-level\n"
+    "cache) and the peaks of the instructions the step uses (8-bit and fp32\n"
+    "multiply-adds, f16 widening; the prompt's products: an sgemm). A token's\n"
+    "floor is the sum over its phases (weight products, attention, the rest)\n"
+    "of max(bytes read / bandwidth, operations / peak); a tg row's KV bytes\n"
+    "are the mean of the test's start and end. A second table puts each\n"
+    "phase's measured time beside its floor.\n"
     "\n"
     "options:\n";
 static const char *k_bench_help_tail =
@@ -94,8 +100,14 @@ typedef struct bench_row {
     double mean, sd, ratio;
     double kept;     /* KV bytes held / full at the end of the test */
     double kv_bytes; /* tg: KV bytes held, mean of the decode's start and end */
-    double limit;    /* tg: tokens per second at the read bandwidth; 0 for pp */
+    double limit;    /* tokens per second at the roofline; 0 when not known */
+    int is_pp;
+    int32_t n;                     /* tokens the test times */
+    fgm_runner_times spent;        /* the timed runs' phases, summed */
+    roofline_phase phases[3];      /* a token's work: weights, attention, the rest */
 } bench_row;
+
+enum { PH_WEIGHTS, PH_ATTENTION, PH_REST, N_PHASES };
 
 static uint64_t g_rng = 0x5eedf00dull;
 
@@ -106,7 +118,7 @@ static int32_t random_token(int32_t vocab) {
 
 /* Runs test (pp n at depth 0, or tg n after a prompt of depth) `reps` times under cp. */
 static fg_status run_test(cli_session *s, const fg_compression_params *cp, int is_pp, int32_t n, int32_t depth,
-                          int32_t reps, double *tps, double *kept, double *kv_bytes) {
+                          int32_t reps, double *tps, double *kept, double *kv_bytes, fgm_runner_times *spent) {
     const int32_t vocab = s->model.config.vocab_size, len = is_pp ? n : depth;
     int32_t *tokens = malloc((size_t)(len > 0 ? len : 1) * sizeof *tokens);
     float *logits = malloc((size_t)vocab * sizeof *logits);
@@ -115,12 +127,14 @@ static fg_status run_test(cli_session *s, const fg_compression_params *cp, int i
         for (int32_t i = 0; i < len; i++)
             tokens[i] = random_token(vocab);
         int32_t seq = -1;
+        fgm_runner_timing(s->runner, is_pp);
         double t0 = cli_now();
         st = fgm_runner_prefill(s->runner, cp, tokens, len > 0 ? len : 1, &seq, logits);
         double t = cli_now() - t0;
         fg_memory_stats m0 = {0};
         if (st == FG_OK && !is_pp) {
             fg_memory(fgm_runner_context(s->runner), seq, &m0);
+            fgm_runner_timing(s->runner, 1);
             t0 = cli_now();
             for (int32_t i = 0; i < n && st == FG_OK; i++) {
                 const int32_t next = random_token(vocab);
@@ -128,7 +142,12 @@ static fg_status run_test(cli_session *s, const fg_compression_params *cp, int i
             }
             t = cli_now() - t0;
         }
+        const fgm_runner_times ph = fgm_runner_get_times(s->runner);
+        fgm_runner_timing(s->runner, 0);
         if (st == FG_OK && r >= 0) {
+            spent->weights += ph.weights;
+            spent->attention += ph.attention;
+            spent->rest += ph.rest;
             tps[r] = t > 0.0 ? n / t : 0.0;
             fg_memory_stats m;
             fg_memory(fgm_runner_context(s->runner), seq, &m);
@@ -143,15 +162,76 @@ static fg_status run_test(cli_session *s, const fg_compression_params *cp, int i
     return st;
 }
 
-/* Read bandwidth of `threads` threads (bench_util.h's probe, the one the
- * benchmarks print); 0 when it cannot run. */
-static double read_bandwidth(int32_t threads) {
+/* The roofline's probes on `threads` threads (bench/roofline.h), and the
+ * prompt's GEMM peak (flop/s; 0 without BLAS); zeros when they cannot run. */
+static roofline_peaks measure_peaks(int32_t threads, double *gemm) {
+    roofline_peaks p = {0};
+    *gemm = 0.0;
     fg_threadpool *pool = NULL;
     if (fg_threadpool_create(threads, &pool) != FG_OK)
-        return 0.0;
-    const double bps = bench_read_bandwidth_on(pool);
+        return p;
+    p = roofline_measure(pool);
+    bench_pool_ = pool; /* bench_sgemm_rate's pool */
+    *gemm = bench_sgemm_rate(256, 256, 256);
+    bench_pool_ = NULL;
     fg_threadpool_destroy(&pool);
-    return bps;
+    return p;
+}
+
+/* The multiply-adds of a weight product per token: i8 where the runner
+ * quantizes the activations for the matrix's type, fma otherwise. */
+static void count_matrix(const fgm_tensor *W, int q8, roofline_phase *ph) {
+    const double macs = (double)W->rows * (double)W->cols;
+    if (q8 && W->type != FGM_GGML_F32 && fgm_matvec_quantizes(W->type))
+        ph->i8 += macs;
+    else
+        ph->fma += macs;
+}
+
+/* A token's work, phase by phase. Decode: the weights read once (bytes
+ * from weights_read), each matrix's multiply-adds, attention over the
+ * rows of kv_bytes; a prompt of n tokens: the products as fp32 GEMMs (the
+ * runner dequantizes tiles of the weights), the causal attention's
+ * (n + 1) / 2 rows a token, its bytes not counted (the prompt's rows stay
+ * in cache as they are made). */
+static void count_phases(const cli_session *s, const cli_opts *o, double wbytes, int is_pp, int32_t n,
+                         double kv_bytes, roofline_phase *ph) {
+    const fgm_llama_config *c = &s->model.config;
+    const fgm_llama_weights *w = &s->model.weights;
+    const int q8 = o->q8_activations && !is_pp;
+    ph[PH_WEIGHTS] = (roofline_phase){"weights", is_pp ? 0.0 : wbytes, 0, 0, 0};
+    for (int32_t l = 0; l < c->n_layers; l++) {
+        const fgm_llama_layer *ly = &w->layers[l];
+        const fgm_tensor *mats[] = {&ly->wq, &ly->wk, &ly->wv, &ly->wo, &ly->w1, &ly->w3, &ly->w2};
+        for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++)
+            count_matrix(mats[i], q8, &ph[PH_WEIGHTS]);
+    }
+    count_matrix(&w->wcls, q8, &ph[PH_WEIGHTS]);
+    const int32_t d = c->head_size, G = c->n_heads / c->n_kv_heads;
+    const fg_dtype kd = o->dtype, vd = cli_v_dtype(o);
+    double rows;
+    if (is_pp)
+        rows = 0.5 * (n + 1) * (double)c->n_layers * c->n_kv_heads;
+    else
+        rows = kv_bytes / (double)(fg_row_bytes(kd, d) + fg_row_bytes(vd, d));
+    ph[PH_ATTENTION] = roofline_attention(rows, G, d, is_pp ? FG_DTYPE_F32 : kd, is_pp ? FG_DTYPE_F32 : vd,
+                                          is_pp ? 0.0 : kv_bytes);
+    const double D = c->dim, H = c->hidden_dim, KV = c->kv_dim;
+    /* 2 RMSNorms (3 D), 2 residuals (D), RoPE on q and k (3 an element), SwiGLU (e^x and 3 more) */
+    const double per_layer = 2 * 3 * D + 2 * D + 3 * (D + KV) + H * (ROOFLINE_EXP_OPS + 3);
+    ph[PH_REST] = (roofline_phase){"rest", 0.0, 0.0, c->n_layers * per_layer + 3 * D, 0.0};
+}
+
+/* A token's floor (seconds): decode at the probes' peaks, a prompt at the
+ * GEMM's (its fp32 products; the fma probe's rate where there is no BLAS). */
+static double row_floor(const roofline_peaks *p, double gemm, const bench_row *r, int phase, double *mem,
+                        double *ops) {
+    if (!r->is_pp || phase == PH_REST)
+        return roofline_phase_floor(p, &r->phases[phase], mem, ops);
+    roofline_peaks g = *p;
+    if (gemm > 0.0)
+        g.fma = 0.5 * gemm;
+    return roofline_phase_floor(&g, &r->phases[phase], mem, ops);
 }
 
 /* Weight bytes a decode step reads: every matrix, the norms, and the
@@ -223,11 +303,13 @@ int cmd_bench(int argc, char **argv) {
         for (int32_t m = 0; m < n_methods && st == FG_OK; m++) { /* the methods in turn, each test's full first */
             bench_row *row = &rows[n_rows++];
             row->method = methods[m].name;
+            row->is_pp = is_pp;
+            row->n = n;
             if (is_pp)
                 snprintf(row->test, sizeof row->test, "pp%d", (int)n);
             else
                 snprintf(row->test, sizeof row->test, "tg%d @ d%d", (int)n, (int)depth);
-            st = run_test(&s, &methods[m].cp, is_pp, n, depth, x.reps, tps, &row->kept, &row->kv_bytes);
+            st = run_test(&s, &methods[m].cp, is_pp, n, depth, x.reps, tps, &row->kept, &row->kv_bytes, &row->spent);
             double sum = 0.0, sq = 0.0;
             for (int32_t r = 0; r < x.reps; r++)
                 sum += tps[r];
@@ -242,11 +324,18 @@ int cmd_bench(int argc, char **argv) {
     const int32_t threads = o.threads ? o.threads : fg_default_threads();
     const int cpu_backend = !strcmp(fg_context_backend(fgm_runner_context(s.runner)), "cpu") ||
                             !strcmp(fg_context_backend(fgm_runner_context(s.runner)), "ref");
-    /* the host's bandwidth bounds the host backends only */
-    const double bw = st == FG_OK && x.tg > 0 && cpu_backend ? read_bandwidth(threads) : 0.0;
+    /* the host's probes bound the host backends only */
+    double gemm = 0.0;
+    const roofline_peaks peaks = st == FG_OK && cpu_backend ? measure_peaks(threads, &gemm) : (roofline_peaks){0};
     const double wbytes = weights_read(&s.model);
-    for (int32_t i = 0; i < n_rows; i++)
-        rows[i].limit = bw > 0.0 && strncmp(rows[i].test, "pp", 2) ? bw / (wbytes + rows[i].kv_bytes) : 0.0;
+    for (int32_t i = 0; i < n_rows; i++) {
+        bench_row *r = &rows[i];
+        count_phases(&s, &o, wbytes, r->is_pp, r->n, r->kv_bytes, r->phases);
+        double floor = 0.0;
+        for (int ph = 0; ph < N_PHASES; ph++)
+            floor += row_floor(&peaks, gemm, r, ph, NULL, NULL);
+        r->limit = peaks.read_bps > 0.0 && floor > 0.0 ? 1.0 / floor : 0.0;
+    }
     if (st) {
         fprintf(stderr, "fastgen bench: %s\n", cli_reason(s.runner, st));
         rc = 1;
@@ -260,25 +349,46 @@ int cmd_bench(int argc, char **argv) {
             cli_json_string(stdout, name);
             printf(", \"backend\": ");
             cli_json_string(stdout, fg_context_backend(fgm_runner_context(s.runner)));
-            printf(", \"kv_dtype\": \"%s\", \"v_dtype\": \"%s\", \"threads\": %d, \"repetitions\": %d, "
-                   "\"read_bandwidth_gbs\": %.3f, \"weights_read_bytes\": %.0f, \"rows\": [",
-                   fg_dtype_name(o.dtype), fg_dtype_name(cli_v_dtype(&o)), (int)threads, (int)x.reps, bw / 1e9,
-                   wbytes);
+            printf(", \"kv_dtype\": \"%s\", \"v_dtype\": \"%s\", \"threads\": %d, \"repetitions\": %d, \"cpu\": ",
+                   fg_dtype_name(o.dtype), fg_dtype_name(cli_v_dtype(&o)), (int)threads, (int)x.reps);
+            cli_json_string(stdout, cpu);
+            printf(", \"weights_read_bytes\": %.0f", wbytes);
+            if (peaks.read_bps > 0.0)
+                printf(", \"probes\": {\"isa\": \"%s\", \"read_bandwidth_gbs\": %.3f, \"i8_gmacs\": %.3f, "
+                       "\"fma_gmacs\": %.3f, \"f16_widen_g\": %.3f, \"sgemm_gflops\": %.3f}",
+                       fg_cpu_isa_name(peaks.isa), peaks.read_bps / 1e9, peaks.i8_macs / 1e9, peaks.fma / 1e9,
+                       peaks.widen / 1e9, gemm / 1e9);
+            printf(", \"rows\": [");
             for (int32_t i = 0; i < n_rows; i++) {
+                const bench_row *r = &rows[i];
                 printf("%s{\"method\": ", i ? ", " : "");
-                cli_json_string(stdout, rows[i].method);
+                cli_json_string(stdout, r->method);
                 printf(", \"test\": \"%s\", \"tokens_per_s\": %.3f, \"sd\": %.3f, \"vs_full\": %.4f, \"kv_kept\": %.4f",
-                       rows[i].test, rows[i].mean, rows[i].sd, rows[i].ratio, rows[i].kept);
-                if (rows[i].limit > 0.0)
-                    printf(", \"kv_bytes\": %.0f, \"limit_tokens_per_s\": %.3f, \"of_limit\": %.4f", rows[i].kv_bytes,
-                           rows[i].limit, rows[i].mean / rows[i].limit);
+                       r->test, r->mean, r->sd, r->ratio, r->kept);
+                if (!r->is_pp)
+                    printf(", \"kv_bytes\": %.0f", r->kv_bytes);
+                if (r->limit > 0.0) {
+                    printf(", \"roofline_tokens_per_s\": %.3f, \"of_roofline\": %.4f, \"phases\": [", r->limit,
+                           r->mean / r->limit);
+                    const double per = (double)x.reps * r->n;
+                    const double spent[N_PHASES] = {r->spent.weights, r->spent.attention, r->spent.rest};
+                    for (int ph = 0; ph < N_PHASES; ph++) {
+                        double mem, ops;
+                        const double fl = row_floor(&peaks, gemm, r, ph, &mem, &ops);
+                        printf("%s{\"phase\": \"%s\", \"measured_us\": %.3f, \"floor_us\": %.3f, \"bytes_us\": %.3f, "
+                               "\"ops_us\": %.3f}",
+                               ph ? ", " : "", r->phases[ph].name, 1e6 * spent[ph] / per, 1e6 * fl, 1e6 * mem,
+                               1e6 * ops);
+                    }
+                    printf("]");
+                }
                 printf("}");
             }
             printf("]}\n");
         } else {
             char kv[32];
             cli_dtype_label(&o, kv, sizeof kv);
-            printf("| model | backend | KV | method | KV kept | test | t/s | vs full | limit t/s | of limit |\n");
+            printf("| model | backend | KV | method | KV kept | test | t/s | vs full | roofline t/s | of roofline |\n");
             printf("| --- | --- | --- | --- | ---: | --- | ---: | ---: | ---: | ---: |\n");
             for (int32_t i = 0; i < n_rows; i++) {
                 char lim[32] = "-", of[32] = "-";
@@ -291,9 +401,32 @@ int cmd_bench(int argc, char **argv) {
                        100.0 * rows[i].kept, rows[i].test, rows[i].mean, rows[i].sd, rows[i].ratio, lim, of);
             }
             printf("\n%d runs each, random tokens; cpu: %s\n", (int)x.reps, cpu);
-            if (bw > 0.0)
-                printf("limit: read bandwidth %.1f GB/s (%d threads, a probe of 4x the last-level cache) over the "
-                       "weights a token reads (%.1f MB) and the KV rows held\n", bw / 1e9, (int)threads, wbytes / 1e6);
+            if (peaks.read_bps > 0.0) {
+                roofline_print_peaks(stdout, "roofline ", &peaks);
+                if (gemm > 0.0)
+                    printf("roofline prompt: sgemm %.1f Gflop/s (BLAS, 256^3 a thread, every thread at once)\n",
+                           gemm / 1e9);
+                printf("\nwhere a token's time goes (us a token; floor: max(bytes / bandwidth, operations / peak); "
+                       "of floor: floor / measured):\n\n");
+                printf("| method | test | phase | measured | floor | bytes term | operations term | of floor |\n");
+                printf("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |\n");
+                for (int32_t i = 0; i < n_rows; i++) {
+                    const bench_row *r = &rows[i];
+                    const double per = (double)x.reps * r->n;
+                    const double spent[N_PHASES] = {r->spent.weights, r->spent.attention, r->spent.rest};
+                    for (int ph = 0; ph < N_PHASES; ph++) {
+                        double mem, ops;
+                        const double fl = row_floor(&peaks, gemm, r, ph, &mem, &ops), us = 1e6 * spent[ph] / per;
+                        printf("| %s | %s | %s | %.1f | %.1f | %.1f | %.1f | %.2f |\n", r->method, r->test,
+                               r->phases[ph].name, us, 1e6 * fl, 1e6 * mem, 1e6 * ops, us > 0 ? 1e6 * fl / us : 0.0);
+                    }
+                }
+                printf("\nweights: every matrix read once, one multiply-add a weight (8-bit where the activations "
+                       "are, fp32 for a prompt's dequantized tiles at the sgemm's rate); attention: the KV rows held "
+                       "read once, 2 d multiply-adds and an e^x a row and query head, a 16-bit row widened; rest: "
+                       "RMSNorm, RoPE, residuals, SwiGLU at the fp32 peak (its time includes the runner's serial "
+                       "work); weights' time includes the activations' quantization and the pool's hand-offs\n");
+            }
         }
     }
     free(rows);

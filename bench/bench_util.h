@@ -238,9 +238,9 @@ static void bench_sgemm_task(void *arg, int32_t me, int32_t thread) {
 #endif
 }
 
-static inline double bench_sgemm_rate(int M, int N, int K) {
+static inline double bench_sgemm_rate_on(fg_threadpool *pool, int M, int N, int K) {
 #ifdef FG_HAVE_BLAS
-    const int T = bench_threads(), reps = 300;
+    const int T = fg_threadpool_size(pool), reps = 300;
 #ifdef FG_HAVE_OPENBLAS
     openblas_set_num_threads(1);
 #endif
@@ -253,12 +253,13 @@ static inline double bench_sgemm_rate(int M, int N, int K) {
     double t[7];
     for (int r = 0; r < 7; r++) {
         double t0 = bench_now();
-        fg_threadpool_run(bench_pool(), T, bench_sgemm_task, (void *)&j);
+        fg_threadpool_run(pool, T, bench_sgemm_task, (void *)&j);
         t[r] = bench_now() - t0;
     }
     free(bufs);
     return 2.0 * M * N * K * reps * T / bench_median(t, 7);
 #else
+    (void)pool;
     (void)M;
     (void)N;
     (void)K;
@@ -266,6 +267,9 @@ static inline double bench_sgemm_rate(int M, int N, int K) {
     return 0.0;
 #endif
 }
+
+/* The same on the benchmark's pool. */
+static inline double bench_sgemm_rate(int M, int N, int K) { return bench_sgemm_rate_on(bench_pool(), M, N, K); }
 
 /* Opens the backend named by --backend NAME (default cpu); *name gets it. */
 static inline fg_status bench_open_backend(int argc, char **argv, fg_backend *be, const char **name) {

@@ -171,9 +171,7 @@ static roofline_peaks measure_peaks(int32_t threads, double *gemm) {
     if (fg_threadpool_create(threads, &pool) != FG_OK)
         return p;
     p = roofline_measure(pool);
-    bench_pool_ = pool; /* bench_sgemm_rate's pool */
-    *gemm = bench_sgemm_rate(256, 256, 256);
-    bench_pool_ = NULL;
+    *gemm = bench_sgemm_rate_on(pool, 256, 256, 256);
     fg_threadpool_destroy(&pool);
     return p;
 }

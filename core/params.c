@@ -156,10 +156,7 @@ static fg_status preset(const char *name, fg_compression_params *p) {
         p->allocation = FG_ALLOC_ADAPTIVE;
         p->budget = 0.5f;
         p->n_sink = 4;
-        /* 32 rows: on the dev sets 32 tie with 64 on SmolLM2's long prompts
-         * (KL at 25 % and 50 % kept, the needle) and beat them on the story
-         * models, and the decision costs half as much (docs/results.md) */
-        p->observation_window = 32;
+        p->observation_window = 64;
         p->defer_until = 32;
         /* 0.8: on short prompts (32 observed rows, then a long decode) the
          * predicted errors say less about the decode to come, and heads

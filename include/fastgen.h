@@ -347,7 +347,7 @@ static inline void fg_compression_params_default(fg_compression_params *params) 
  * The one-entry presets keep ratio 0.3 in each of their components.
  * "fastgen-adaptive": FG_ALLOC_ADAPTIVE at budget 0.5 over the families
  * frequent+local (H2O), special+local (StreamingLLM, 4 sinks) and full;
- * the last 32 rows observed, compressed at 32 tokens at the earliest,
+ * the last 64 rows observed, compressed at 32 tokens at the earliest,
  * every head keeping at least 0.8 of the uniform share (alloc_floor). */
 FG_API fg_status fg_compression_params_preset_sized(const char *name, fg_compression_params *params, size_t size);
 static inline fg_status fg_compression_params_preset(const char *name, fg_compression_params *params) {

@@ -119,6 +119,12 @@ static int adaptive_cost(const char *backend, const char *spec, int csv, int qui
 
 int main(int argc, char **argv) {
     const int csv = bench_has_flag(argc, argv, "--csv"), quick = bench_has_flag(argc, argv, "--quick");
+    const char *spec = bench_arg(argc, argv, "--adaptive");
+    fg_compression_params spec_cp;
+    if (spec && fg_compression_params_parse(spec, &spec_cp) != FG_OK) { /* refused before any run */
+        fprintf(stderr, "bench_profile: --adaptive %s: %s\n", spec, fg_last_error(NULL));
+        return 2;
+    }
     const char *backend;
     fg_backend be;
     if (bench_open_backend(argc, argv, &be, &backend) != FG_OK)
@@ -211,7 +217,6 @@ int main(int argc, char **argv) {
     printf("profile summary: profile_over_prefill=%.3f gemm_fraction=%.3f\n", bench_median(ratios, count),
            bench_median(fracs, count));
     double ad = 0.0;
-    const char *spec = bench_arg(argc, argv, "--adaptive");
     if (adaptive_cost(backend, spec ? spec : "fastgen-adaptive", csv, quick, &ad))
         return 1;
     printf("adaptive summary: adaptive_over_prefill=%.3f\n", ad);

@@ -71,42 +71,49 @@ typedef struct roofline_phase {
 #define ROOF_OPAQUE_V(v) __asm__ volatile("" : "+v"(v))
 
 #if defined(__x86_64__)
-/* Each probe: `iters` iterations of 8 independent chains, written out (an
+/* Each probe: `iters` iterations of independent chains, written out (an
  * array indexed in a loop may live in memory, and the probe would time its
- * loads); returns a value that depends on every chain. */
-#define ROOF_8(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
+ * loads), as many as the latency asks and the registers hold; each returns
+ * a value that depends on every chain. */
+#define ROOF_4(X) X(0) X(1) X(2) X(3)
+#define ROOF_6(X) ROOF_4(X) X(4) X(5)
+#define ROOF_8(X) ROOF_6(X) X(6) X(7)
 #define ROOF_12(X) ROOF_8(X) X(8) X(9) X(10) X(11)
 
+/* 8-bit multiply-adds as AVX2 issues them: the chain through the accumulator
+ * is the add alone (1 cycle), so 4 chains keep the multiplies busy within
+ * 16 registers (4 accumulators, 4 operands, the two constants, temporaries) */
 __attribute__((target("avx2,fma"))) static inline int64_t roof_i8_avx2(int64_t iters) {
     const __m256i a = _mm256_set1_epi8(3), ones = _mm256_set1_epi16(1);
 #define DECL(k) __m256i acc##k = _mm256_setzero_si256(), b##k = _mm256_set1_epi8((char)(k + 1));
-    ROOF_8(DECL)
+    ROOF_4(DECL)
 #undef DECL
     for (int64_t i = 0; i < iters; i++) {
 #define STEP(k)                                                                                                        \
     ROOF_OPAQUE(b##k);                                                                                                 \
     acc##k = _mm256_add_epi32(acc##k, _mm256_madd_epi16(_mm256_maddubs_epi16(a, b##k), ones));
-        ROOF_8(STEP)
+        ROOF_4(STEP)
 #undef STEP
     }
-    const __m256i s = _mm256_add_epi32(_mm256_add_epi32(_mm256_add_epi32(acc0, acc1), _mm256_add_epi32(acc2, acc3)),
-                                       _mm256_add_epi32(_mm256_add_epi32(acc4, acc5), _mm256_add_epi32(acc6, acc7)));
+    const __m256i s = _mm256_add_epi32(_mm256_add_epi32(acc0, acc1), _mm256_add_epi32(acc2, acc3));
     return _mm256_extract_epi32(s, 0);
 }
 
+/* vpdpbusd: the accumulator is its input (5 cycles), so 12 chains */
 __attribute__((target("avx2,fma,avx512f,avx512vl,avx512vnni"))) static inline int64_t roof_i8_vnni(int64_t iters) {
     const __m256i a = _mm256_set1_epi8(3), b = _mm256_set1_epi8(5);
 #define DECL(k) __m256i acc##k = _mm256_setzero_si256();
-    ROOF_8(DECL)
+    ROOF_12(DECL)
 #undef DECL
     for (int64_t i = 0; i < iters; i++) {
 #define STEP(k) acc##k = _mm256_dpbusd_epi32(acc##k, a, b);
-        ROOF_8(STEP)
+        ROOF_12(STEP)
 #undef STEP
     }
     const __m256i s = _mm256_add_epi32(_mm256_add_epi32(_mm256_add_epi32(acc0, acc1), _mm256_add_epi32(acc2, acc3)),
                                        _mm256_add_epi32(_mm256_add_epi32(acc4, acc5), _mm256_add_epi32(acc6, acc7)));
-    return _mm256_extract_epi32(s, 0);
+    const __m256i s2 = _mm256_add_epi32(_mm256_add_epi32(acc8, acc9), _mm256_add_epi32(acc10, acc11));
+    return _mm256_extract_epi32(_mm256_add_epi32(s, s2), 0);
 }
 
 /* fp32 multiply-adds: 12 chains (two pipes of 4-cycle latency need 8) */
@@ -142,19 +149,21 @@ __attribute__((target("avx2,fma,avx512f"))) static inline int64_t roof_fma_avx51
     return (int64_t)_mm512_reduce_add_ps(_mm512_add_ps(s, s2));
 }
 
+/* f16 widenings: 6 chains (the add's 3 cycles behind a conversion a cycle)
+ * within 16 registers */
 __attribute__((target("avx2,fma,f16c"))) static inline int64_t roof_widen_avx2(int64_t iters) {
 #define DECL(k) __m256 acc##k = _mm256_setzero_ps(); __m128i h##k = _mm_set1_epi16((short)(0x3c00 + k));
-    ROOF_8(DECL)
+    ROOF_6(DECL)
 #undef DECL
     for (int64_t i = 0; i < iters; i++) {
 #define STEP(k)                                                                                                        \
     ROOF_OPAQUE(h##k);                                                                                                 \
     acc##k = _mm256_add_ps(acc##k, _mm256_cvtph_ps(h##k));
-        ROOF_8(STEP)
+        ROOF_6(STEP)
 #undef STEP
     }
     const __m256 s = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(acc0, acc1), _mm256_add_ps(acc2, acc3)),
-                                   _mm256_add_ps(_mm256_add_ps(acc4, acc5), _mm256_add_ps(acc6, acc7)));
+                                   _mm256_add_ps(acc4, acc5));
     return (int64_t)_mm256_cvtss_f32(s);
 }
 
@@ -173,13 +182,15 @@ __attribute__((target("avx2,fma,f16c,avx512f"))) static inline int64_t roof_wide
                                    _mm512_add_ps(_mm512_add_ps(acc4, acc5), _mm512_add_ps(acc6, acc7)));
     return (int64_t)_mm512_reduce_add_ps(s);
 }
+#undef ROOF_4
+#undef ROOF_6
 #undef ROOF_8
 #undef ROOF_12
 #endif
 
 /* The generic path's counterparts: plain C over registers' worth of data. */
 static inline int64_t roof_i8_generic(int64_t iters) {
-    int32_t acc[32] = {0};
+    uint32_t acc[32] = {0}; /* wraps: a long run passes 2^31 */
     int8_t b[32];
     uint8_t a[32];
     for (int k = 0; k < 32; k++)
@@ -188,12 +199,12 @@ static inline int64_t roof_i8_generic(int64_t iters) {
         const int8_t *bp = b; /* reloaded each time, as a kernel reads its operands */
         __asm__ volatile("" : "+r"(bp));
         for (int k = 0; k < 32; k++)
-            acc[k] += (int32_t)a[k] * bp[k];
+            acc[k] += (uint32_t)((int32_t)a[k] * bp[k]);
     }
-    int64_t s = 0;
+    uint32_t s = 0;
     for (int k = 0; k < 32; k++)
         s += acc[k];
-    return s;
+    return (int64_t)s;
 }
 
 static inline int64_t roof_fma_generic(int64_t iters) {
@@ -237,12 +248,12 @@ typedef struct roof_job {
 
 /* Operations one iteration of the kind's probe does at this ISA. */
 static inline double roof_ops_per_iter(int kind, fg_cpu_features f) {
-    if (f.isa == FG_ISA_GENERIC)
+    if (f.isa == FG_ISA_GENERIC || (kind == ROOF_WIDEN && !f.f16c)) /* the C loops: 32 a pass */
         return 32.0;
     switch (kind) {
-    case ROOF_I8: return 8 * 32.0;                                         /* 8 chains x 32 byte pairs */
+    case ROOF_I8: return f.vnni ? 12 * 32.0 : 4 * 32.0;                     /* chains x 32 byte pairs */
     case ROOF_FMA: return f.isa >= FG_ISA_AVX512 ? 12 * 16.0 : 12 * 8.0;   /* 12 chains x lanes */
-    default: return f.isa >= FG_ISA_AVX512 ? 8 * 16.0 : 8 * 8.0;           /* 8 chains x lanes */
+    default: return f.isa >= FG_ISA_AVX512 ? 8 * 16.0 : 6 * 8.0;           /* 8 or 6 chains x lanes */
     }
 }
 

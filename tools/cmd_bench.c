@@ -21,14 +21,15 @@ static const char *k_bench_help_head =
     "untimed warm-up run, for the full\n"
     "cache and for every compression method, with the KV memory each holds and\n"
     "its speed against the full cache's in the same run. Each row also gets\n"
-    "its roofline on this CPU (backends cpu and ref), from probes run in the\n"
-    "same process by the same threads: the read bandwidth (4x the last-level\n"
-    "cache) and the peaks of the instructions the step uses (8-bit and fp32\n"
-    "multiply-adds, f16 widening; the prompt's products: an sgemm). A token's\n"
-    "floor is the sum over its phases (weight products, attention, the rest)\n"
-    "of max(bytes read / bandwidth, operations / peak); a tg row's KV bytes\n"
-    "are the mean of the test's start and end. A second table puts each\n"
-    "phase's measured time beside its floor.\n"
+    "its roofline on this CPU (backends cpu and ref), from probes run after\n"
+    "the tests in the same process on as many threads: the read bandwidth (4x\n"
+    "the last-level cache) and the peaks of the instructions the step uses\n"
+    "(8-bit and fp32 multiply-adds, f16 widening; the prompt's products: an\n"
+    "sgemm). A token's floor is the sum over its phases (weight products,\n"
+    "attention, the rest) of max(bytes read / bandwidth, operations / peak);\n"
+    "a tg row's KV bytes are the mean of the test's start and end. A second\n"
+    "table puts each phase's measured time beside its floor (the timed runs\n"
+    "read the clock at each phase change, about 14 times a layer).\n"
     "\n"
     "options:\n";
 static const char *k_bench_help_tail =
@@ -176,10 +177,11 @@ static roofline_peaks measure_peaks(int32_t threads, double *gemm) {
     return p;
 }
 
-/* The multiply-adds of a weight product per token: i8 where the runner
+/* The multiply-adds of a weight product per token (times `share`: the
+ * tokens that go through it, per token timed): i8 where the runner
  * quantizes the activations for the matrix's type, fma otherwise. */
-static void count_matrix(const fgm_tensor *W, int q8, roofline_phase *ph) {
-    const double macs = (double)W->rows * (double)W->cols;
+static void count_matrix(const fgm_tensor *W, int q8, double share, roofline_phase *ph) {
+    const double macs = (double)W->rows * (double)W->cols * share;
     if (q8 && W->type != FGM_GGML_F32 && fgm_matvec_quantizes(W->type))
         ph->i8 += macs;
     else
@@ -202,9 +204,9 @@ static void count_phases(const cli_session *s, const cli_opts *o, double wbytes,
         const fgm_llama_layer *ly = &w->layers[l];
         const fgm_tensor *mats[] = {&ly->wq, &ly->wk, &ly->wv, &ly->wo, &ly->w1, &ly->w3, &ly->w2};
         for (size_t i = 0; i < sizeof mats / sizeof mats[0]; i++)
-            count_matrix(mats[i], q8, &ph[PH_WEIGHTS]);
+            count_matrix(mats[i], q8, 1.0, &ph[PH_WEIGHTS]);
     }
-    count_matrix(&w->wcls, q8, &ph[PH_WEIGHTS]);
+    count_matrix(&w->wcls, q8, is_pp ? 1.0 / n : 1.0, &ph[PH_WEIGHTS]); /* a prompt's logits: its last row's */
     const int32_t d = c->head_size, G = c->n_heads / c->n_kv_heads;
     const fg_dtype kd = o->dtype, vd = cli_v_dtype(o);
     double rows;

@@ -100,6 +100,16 @@ typedef struct fg_decode_head {
     const float *k;        /* [d] */
     const float *v;        /* [d] */
     float *out;            /* [G][d] */
+    /* A backend that keeps page tables in its own memory (ops->device_tables)
+     * reads the head's from `tab`: row pages at [0, tab_cap), meta pages at
+     * [tab_cap, 2 tab_cap), backend addresses. Entries [0, tab_valid) hold
+     * pages[] and meta[] already; the step writes [tab_valid, n_pages)
+     * before its kernels read them, so a step uploads only what changed (a
+     * page added, a copied or restored meta page). tab NULL: the backend
+     * builds the tables from pages[] and meta[] (and copies them) itself.
+     * Host backends read pages[] and meta[] only. */
+    void **tab;
+    int32_t tab_cap, tab_valid;
     /* share_n > 1 (FG_ALLOC_LAYER): heads [share_first, share_first +
      * share_n) of the call, this one among them, hold the same positions
      * slot for slot with the same policy; after step 2 each slot's score,
@@ -266,6 +276,8 @@ typedef fg_backend_proc fg_get_proc_fn(const char *name);
 typedef struct fg_backend_ops {
     const char *name;
     int kv_apart; /* its kernels read K and V stored in two dtypes (layout k_dtype != v_dtype) */
+    int device_tables; /* decode_step reads each head's page tables from its own memory (fg_decode_head.tab),
+                          which the core keeps per head and updates where they change */
 
     /* memory: pages and the copies between them and the host */
     fg_buffer_alloc_fn *buffer_alloc;

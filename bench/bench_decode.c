@@ -32,6 +32,10 @@
  *          --model NAME (only that shape: llama2-7b, llama3-8b, g8-32x4, smollm2-135m),
  *          --bf16 (the 16-bit rows bf16 instead of f16: on AVX512_BF16 the
  *          vdpbf16ps kernel; FG_CPU_ISA=avx512 gives the FMA one to compare),
+ *          --host-tables (a GPU backend gets each head's page tables from
+ *          the host every step, as callers without tables of their own,
+ *          instead of keeping them on the device as the core does: the
+ *          host's part of a step before and after),
  *          --backend NAME (default cpu). With a GPU backend (cuda, hip) the
  *          pages and q/k/v/out live on the device (FG_IO_DEVICE), runs of 8
  *          steps queued back to back are timed by device events (the host's
@@ -92,6 +96,7 @@ typedef struct bench_case {
     int32_t n_heads;         /* batch x Hkv */
     unsigned char *mem;      /* every page of every copy */
     void **page_ptrs;
+    void **tabs;             /* the page tables in the backend's memory (device_tables), NULL without */
     fg_decode_head *heads;   /* [R][n_heads] */
     size_t bytes;            /* K/V bytes one step reads */
     double rows;             /* K/V rows one step reads */
@@ -113,7 +118,7 @@ static int case_type(int mix, int g, int32_t Hkv) {
 }
 
 static int build_case(fg_backend *be, bench_case *c, int mix, const model_shape *m, int32_t t, int32_t B, fg_dtype dtype,
-                      const fg_page_layout *L, const float *q, const float *k, const float *v, float *out,
+                      int host_tables, const fg_page_layout *L, const float *q, const float *k, const float *v, float *out,
                       const unsigned char *page_template, size_t cache_bytes) {
     const int32_t Hkv = m->Hkv, P = L->page_tokens, G = m->Hq / m->Hkv;
     memset(c, 0, sizeof *c);
@@ -175,17 +180,32 @@ static int build_case(fg_backend *be, bench_case *c, int mix, const model_shape 
                     .v = v + ((size_t)b * Hkv + g) * m->d,
                     .out = out + ((size_t)b * m->Hq + (size_t)g * G) * m->d,
                 };
+                if (be->ops->device_tables && !host_tables) { /* the core's path: the tables stay in place */
+                    fg_decode_head *dh = &c->heads[(size_t)r * c->n_heads + b * Hkv + g];
+                    dh->tab = NULL; /* set below, once the tables are written */
+                    dh->tab_cap = dh->tab_valid = np;
+                }
             }
         if (fg_backend_write(be, c->mem + (size_t)r * copy_bytes, staging, copy_bytes))
             return 0;
     }
     free(staging);
+    if (be->ops->device_tables && !host_tables) { /* each head's tables, as page_ptrs holds them: pages, then meta */
+        const size_t n = 2 * pages_per_copy * c->R;
+        if (be->ops->buffer_alloc(be, n * sizeof(void *), (void **)&c->tabs) ||
+            fg_backend_write(be, c->tabs, c->page_ptrs, n * sizeof(void *)))
+            return 0;
+        for (size_t x = 0; x < (size_t)c->R * c->n_heads; x++)
+            c->heads[x].tab = c->tabs + (c->heads[x].pages - (void *const *)c->page_ptrs);
+    }
     return 1;
 }
 
 static void free_case(fg_backend *be, bench_case *c) {
     if (c->mem)
         be->ops->buffer_free(be, c->mem);
+    if (c->tabs)
+        be->ops->buffer_free(be, c->tabs);
     free(c->page_ptrs);
     free(c->heads);
 }
@@ -193,6 +213,7 @@ static void free_case(fg_backend *be, bench_case *c) {
 int main(int argc, char **argv) {
     const int csv = bench_has_flag(argc, argv, "--csv"), quick = bench_has_flag(argc, argv, "--quick");
     const int bf16 = bench_has_flag(argc, argv, "--bf16");
+    const int host_tables = bench_has_flag(argc, argv, "--host-tables");
     const char *backend;
     fg_backend be;
     if (bench_open_backend(argc, argv, &be, &backend) != FG_OK)
@@ -314,7 +335,7 @@ int main(int argc, char **argv) {
                     }
                     bench_case cases[N_MIX];
                     for (int x = 0; x < N_MIX && ok; x++)
-                        ok &= build_case(&be, &cases[x], x, m, t, B, dt, &L, dq, dk, dv, dout, tmpl, dinfo.l2_bytes);
+                        ok &= build_case(&be, &cases[x], x, m, t, B, dt, host_tables, &L, dq, dk, dv, dout, tmpl, dinfo.l2_bytes);
                     if (!ok) {
                         fprintf(stderr, "bench_decode: out of memory\n");
                         return 1;

@@ -240,6 +240,8 @@ static fg_status append_reprofile(fg_context *ctx, fg_seq *s, int32_t seq, int32
             f->meta = old.meta;
             f->n_pages = 0;
             f->cap_pages = old.cap_pages;
+            f->tab = old.tab; /* freed with the scratch too; the new cache makes its own */
+            f->tab_cap = old.tab_cap;
         }
         for (int32_t p = s->n_tokens; p < T; p++) {
             s->tokens[p] = w.tokens[p];

@@ -4,7 +4,9 @@
  *            nothing changes until all pass
  *   plan     the adaptive sequences that are due compressed first
  *            (adaptive.c), then each head's step mirrored on the host and
- *            given its pages (head.c: fg_head_plan_step)
+ *            given its pages (head.c: fg_head_plan_step), and where the
+ *            backend keeps page tables, room for the head's (the step
+ *            writes the entries that changed since the last)
  *   execute  the backend's decode_step op, then the rows that adaptive
  *            sequences still observe
  *   commit   each head's counts (head.c: fg_head_commit_step), the token,
@@ -86,7 +88,9 @@ static fg_status plan(fg_context *ctx, int32_t layer, int32_t n_seqs, const int3
             const int32_t hi = i * Hkv + g;
             fg_head *h = &s->heads[(size_t)layer * Hkv + g];
             fg_step_plan *pl = &ctx->plans[hi];
-            const fg_status st = fg_head_plan_step(ctx, h, p, s->cls, ctx->new_cls[i], pl, &ctx->added_pages[hi]);
+            fg_status st = fg_head_plan_step(ctx, h, p, s->cls, ctx->new_cls[i], pl, &ctx->added_pages[hi]);
+            if (st == FG_OK)
+                st = fg_head_tab_ready(ctx, h); /* a backend that keeps the tables: room for them */
             if (st) {
                 fg_unreserve(ctx, layer, seqs, hi + 1);
                 fg_pages_reshare(ctx);
@@ -110,6 +114,9 @@ static fg_status plan(fg_context *ctx, int32_t layer, int32_t n_seqs, const int3
                 .k = k + ((size_t)i * Hkv + g) * d,
                 .v = v + ((size_t)i * Hkv + g) * d,
                 .out = out + ((size_t)i * Hq + (size_t)g * G) * d,
+                .tab = h->tab,
+                .tab_cap = h->tab_cap,
+                .tab_valid = h->tab_valid,
                 .share_first = i * Hkv,
                 /* heads that rank together: only where there are scores to share */
                 .share_n = layer_ranks && fg_tracks_scores(h->components) ? Hkv : 0,
@@ -150,8 +157,12 @@ static void commit(fg_context *ctx, int32_t layer, int32_t n_seqs, const int32_t
     for (int32_t i = 0; i < n_seqs; i++) {
         fg_seq *s = &ctx->seqs[seqs[i]];
         const int32_t p = s->length[layer];
-        for (int32_t g = 0; g < Hkv; g++)
-            fg_head_commit_step(&s->heads[(size_t)layer * Hkv + g], &ctx->plans[i * Hkv + g]);
+        for (int32_t g = 0; g < Hkv; g++) {
+            fg_head *h = &s->heads[(size_t)layer * Hkv + g];
+            fg_head_commit_step(h, &ctx->plans[i * Hkv + g]);
+            if (h->tab)
+                h->tab_valid = h->n_pages; /* the step wrote the rest */
+        }
         if (p == s->n_tokens) {
             s->tokens[p] = tokens[i];
             s->cls[p] = ctx->new_cls[i];

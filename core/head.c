@@ -50,6 +50,7 @@ fg_status fg_head_reserve(fg_context *ctx, fg_head *h, int32_t n_pages) {
 }
 
 void fg_head_shrink(fg_context *ctx, fg_head *h, int32_t n_pages) {
+    fg_head_tab_stale(h, n_pages); /* a page reserved there later is another */
     while (h->n_pages > n_pages) {
         --h->n_pages;
         fg_pool_free(&ctx->pool, h->page_ids[h->n_pages]);
@@ -66,6 +67,25 @@ void fg_head_free(fg_context *ctx, fg_head *h) {
     h->page_ids = h->meta_ids = NULL;
     h->pages = h->meta = NULL;
     h->cap_pages = 0;
+    if (h->tab)
+        ctx->be.ops->buffer_free(&ctx->be, h->tab); /* GPU backends: after the work queued on it */
+    h->tab = NULL;
+    h->tab_cap = h->tab_valid = 0;
+}
+
+fg_status fg_head_tab_ready(fg_context *ctx, fg_head *h) {
+    if (!ctx->be.ops->device_tables || (h->tab && h->tab_cap >= h->cap_pages))
+        return FG_OK;
+    void *tab = NULL; /* room for as many pages as the host's tables, written whole by the next step */
+    const fg_status st = ctx->be.ops->buffer_alloc(&ctx->be, 2 * (size_t)h->cap_pages * sizeof(void *), &tab);
+    if (st)
+        return st;
+    if (h->tab)
+        ctx->be.ops->buffer_free(&ctx->be, h->tab);
+    h->tab = tab;
+    h->tab_cap = h->cap_pages;
+    h->tab_valid = 0;
+    return FG_OK;
 }
 
 void fg_head_compacted(fg_head *h) {
@@ -213,6 +233,7 @@ fg_status fg_head_repack(fg_context *ctx, fg_head *h) {
     h->meta = f.meta;
     h->n_pages = f.n_pages;
     h->cap_pages = f.cap_pages;
+    h->tab_valid = 0; /* every page is another */
     fg_head_compacted(h); /* its next step resets the rows' counters */
     return FG_OK;
 }
@@ -241,6 +262,7 @@ fg_status fg_head_unshare(fg_context *ctx, fg_head *h, int32_t first, int32_t la
         fg_pool_free(&ctx->meta_pool, h->meta_ids[p]); /* one owner less: the others keep it */
         h->meta_ids[p] = id;
         h->meta[p] = addr;
+        fg_head_tab_stale(h, p);
     }
     return FG_OK;
 }
@@ -253,6 +275,7 @@ void fg_pages_reshare(fg_context *ctx) {
         fg_pool_free(&ctx->meta_pool, c->head->meta_ids[c->page]);
         c->head->meta_ids[c->page] = c->old_id;
         c->head->meta[c->page] = c->old_addr;
+        fg_head_tab_stale(c->head, c->page);
     }
 }
 

@@ -232,6 +232,13 @@ typedef struct fg_head {
     void **pages;                        /* [cap_pages] backend addresses */
     int32_t *meta_ids;                   /* [cap_pages] meta pages (ctx->meta_pool) */
     void **meta;                         /* [cap_pages] backend addresses */
+    /* Where the backend keeps page tables (ops->device_tables): both tables
+     * in its memory, row pages at [0, tab_cap), meta pages from tab_cap;
+     * entries [0, tab_valid) match pages[] and meta[] (tab_valid <= n_pages:
+     * whatever changes an entry below it lowers it). A head owns its table:
+     * a copy of the struct (a fork) starts without one. */
+    void **tab;
+    int32_t tab_cap, tab_valid;
 } fg_head;
 
 /* A shared meta page a decode step replaced by its own copy. */
@@ -446,6 +453,14 @@ fg_status fg_head_reserve(fg_context *ctx, fg_head *h, int32_t n_pages);
 void fg_head_shrink(fg_context *ctx, fg_head *h, int32_t n_pages);
 /* Frees a head's pages and page tables. */
 void fg_head_free(fg_context *ctx, fg_head *h);
+/* Entries from `page` on of a head's table in backend memory changed. */
+static inline void fg_head_tab_stale(fg_head *h, int32_t page) {
+    if (h->tab_valid > page)
+        h->tab_valid = page;
+}
+/* A head's table in backend memory, made or grown (then written whole) for
+ * a step where the backend keeps them (ops->device_tables; else nothing). */
+fg_status fg_head_tab_ready(fg_context *ctx, fg_head *h);
 /* A head whose n_slots slots were just compacted: slot s in row s, nothing shared. */
 void fg_head_compacted(fg_head *h);
 /* The head's pages are now shared (a fork, or fg_seq_append's snapshot):

@@ -140,6 +140,8 @@ fg_status fg_seq_clone(fg_context *ctx, const fg_seq *s, fg_seq *c) {
         h->meta = meta;
         h->n_pages = 0;
         h->cap_pages = n;
+        h->tab = NULL; /* its own, made at its first step */
+        h->tab_cap = h->tab_valid = 0;
         if (ph->n_pages > 0) { /* a head not prefilled yet has no page table */
             memcpy(h->page_ids, ph->page_ids, (size_t)ph->n_pages * sizeof *h->page_ids);
             memcpy(h->pages, ph->pages, (size_t)ph->n_pages * sizeof *h->pages);

@@ -430,6 +430,7 @@ static constexpr fg_backend_ops gpu_ops_table() {
     fg_backend_ops o = {};
     o.name = FG_GPU_NAME;
     o.kv_apart = 0; /* one dtype for K and V: the kernels are instantiated per dtype */
+    o.device_tables = 1; /* decode_step reads each head's page tables where the core keeps them */
     o.buffer_alloc = gpu_malloc;
     o.buffer_free = gpu_free;
     o.buffer_write = gpu_write;

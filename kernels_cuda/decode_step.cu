@@ -27,8 +27,13 @@
  *                  leave a window without a frequent part, evicts the lowest-
  *                  ranked candidates (ties to the older) down to the budget,
  *                  and checks the slot count against the host's mirror.
- * The host's bookkeeping (descriptors, chunks, page tables; with host I/O also
- * q, k and v) travels in one upload; with device I/O the step does not wait.
+ * The host's bookkeeping (descriptors, chunks; with host I/O also q, k and v)
+ * travels in one upload; with device I/O the step does not wait. The page
+ * tables stay on the device, one per head, kept by the core
+ * (fg_decode_head.tab): the upload carries only the entries that changed
+ * since a head's last step (a page every page_tokens steps, a copied meta
+ * page), which write_tables puts in place first. Callers without tables
+ * (tests, benchmarks) have theirs built and copied each step.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -38,7 +43,8 @@
 struct decode_desc {
     const float *q, *k, *v; /* [G][d], [d], [d]: device addresses */
     float *out;             /* [G][d] */
-    int64_t page0;          /* into the page table: n_pages row pages, then as many meta pages */
+    void *const *pages;     /* its page tables (device addresses): n_pages row pages */
+    void *const *meta;      /* and as many meta pages */
     int64_t praw;           /* its logits: [G][n_slots] */
     int32_t n_slots, n_after, n_pages, priv_from, row_base;
     uint32_t components;
@@ -51,9 +57,18 @@ struct decode_item {
     int32_t head, begin, end;
 };
 
-/* The row pages and meta pages of a head. */
-__device__ static inline void *const *meta_pages(const decode_desc &h, void *const *ptab) {
-    return ptab + h.page0 + h.n_pages;
+/* A table entry the step writes before its kernels read the tables: an
+ * entry of a head's table kept on the device that changed since its last
+ * step (a page added, a meta page copied or restored). */
+struct table_write {
+    void **at;
+    void *page;
+};
+
+__global__ static void FG_BLOCK_BOUNDS write_tables(const table_write *w, int32_t n) {
+    const int32_t i = (int32_t)(blockIdx.x * blockDim.x + threadIdx.x);
+    if (i < n)
+        *w[i].at = w[i].page;
 }
 
 /* Rows each row group loads before it computes on them: loads in flight
@@ -162,13 +177,13 @@ static int32_t attend_tile(int32_t chunk, int32_t step, int epl, int gbm, int la
 template <int ES, int EPL, int GBM>
 __global__ static void FG_BLOCK_BOUNDS attend_chunks(fg_gpu_layout L, int32_t G, int32_t lanes, int32_t tile,
                                                      const decode_desc *heads, const decode_item *items,
-                                                     void *const *ptab, float *praw, float *part) {
+                                                     float *praw, float *part) {
     constexpr int NW = lane_words<ES, EPL>::n, U = rows_in_flight(NW);
     FG_DYNAMIC_SHARED(float, sh);
     const int32_t n_groups = (G + GBM - 1) / GBM, item = blockIdx.x / n_groups;
     const decode_item it = items[item];
     const decode_desc h = heads[it.head];
-    void *const *pages = ptab + h.page0, *const *meta = meta_pages(h, ptab);
+    void *const *pages = h.pages, *const *meta = h.meta;
     const int32_t d = L.head_dim, P = L.page_tokens, T = blockDim.x, dtype = L.dtype;
     const int32_t g0 = (blockIdx.x % n_groups) * GBM, GB = fg_imin(GBM, G - g0);
     const int32_t lane = threadIdx.x % lanes, rg = threadIdx.x / lanes, RG = T / lanes;
@@ -472,7 +487,7 @@ __global__ static void FG_BLOCK_BOUNDS merge_heads(fg_gpu_layout L, int32_t G, c
  * of a head with a frequent part become candidates, and the candidates are
  * counted with the lowest-ranked of them, for finish_heads. */
 __global__ static void FG_BLOCK_BOUNDS update_rows(fg_gpu_layout L, int32_t G, const decode_desc *heads,
-                                                   const decode_item *items, void *const *ptab, const float *praw,
+                                                   const decode_item *items, const float *praw,
                                                    const float *ml, head_stat *hs) {
     FG_DYNAMIC_SHARED(float, red);
     unsigned long long *kred = (unsigned long long *)(red + blockDim.x);
@@ -482,7 +497,7 @@ __global__ static void FG_BLOCK_BOUNDS update_rows(fg_gpu_layout L, int32_t G, c
     const bool flip = (h.components & FG_KEEP_LOCAL) && (h.components & FG_KEEP_FREQUENT);
     if (!track && !flip) /* the same for the whole block */
         return;
-    void *const *meta = meta_pages(h, ptab);
+    void *const *meta = h.meta;
     const int32_t P = L.page_tokens, t = h.pos + 1, n = h.n_slots;
     const float *M = ml + (size_t)it.head * 3 * G, *Linv = M + G;
     int32_t cnt = 0;
@@ -524,7 +539,7 @@ __global__ static void FG_BLOCK_BOUNDS update_rows(fg_gpu_layout L, int32_t G, c
  * each head's candidate count and lowest-ranked candidate are those of the
  * mean. The heads hold the same positions slot for slot; a head that does
  * not is an error (status). */
-__global__ static void FG_BLOCK_BOUNDS share_scores(fg_gpu_layout L, const decode_desc *heads, void *const *ptab,
+__global__ static void FG_BLOCK_BOUNDS share_scores(fg_gpu_layout L, const decode_desc *heads,
                                                     head_stat *hs, int32_t *status) {
     FG_DYNAMIC_SHARED(float, red);
     unsigned long long *kred = (unsigned long long *)(red + blockDim.x);
@@ -537,17 +552,17 @@ __global__ static void FG_BLOCK_BOUNDS share_scores(fg_gpu_layout L, const decod
     unsigned long long key = ~0ull;
     for (int32_t s = threadIdx.x; s < n; s += blockDim.x) {
         const int32_t j = s % P;
-        const unsigned char *page0 = (const unsigned char *)meta_pages(h, ptab)[s / P];
+        const unsigned char *page0 = (const unsigned char *)h.meta[s / P];
         const int32_t pos = ((const int32_t *)(page0 + L.pos_offset))[j];
         float sum = 0.0f;
         for (int32_t x = 0; x < m; x++) {
-            const unsigned char *page = (const unsigned char *)meta_pages(heads[first + x], ptab)[s / P];
+            const unsigned char *page = (const unsigned char *)heads[first + x].meta[s / P];
             bad |= ((const int32_t *)(page + L.pos_offset))[j] != pos; /* slot counts: checked on the host */
             sum += ((const float *)(page + L.score_offset))[j];
         }
         const float mean = sum / (float)m;
         for (int32_t x = 0; x < m; x++)
-            ((float *)((unsigned char *)meta_pages(heads[first + x], ptab)[s / P] + L.score_offset))[j] = mean;
+            ((float *)((unsigned char *)heads[first + x].meta[s / P] + L.score_offset))[j] = mean;
         if (page0[L.flags_offset + j] == FG_SLOT_FREQUENT) {
             cnt++;
             const unsigned long long k = rank_key(fg_rank_score(h.score_mode, mean, pos, t), pos);
@@ -568,7 +583,7 @@ __global__ static void FG_BLOCK_BOUNDS share_scores(fg_gpu_layout L, const decod
  * any further one by block-wide scans); the slot count is checked against
  * the host's mirror. */
 __global__ static void FG_BLOCK_BOUNDS finish_heads(fg_gpu_layout L, int32_t G, const decode_desc *heads,
-                                                    void *const *ptab, const float *ml, const head_stat *hs,
+                                                    const float *ml, const head_stat *hs,
                                                     int32_t *status) {
     FG_DYNAMIC_SHARED(float, red);
     int32_t *ired = (int32_t *)(red + blockDim.x);
@@ -584,7 +599,7 @@ __global__ static void FG_BLOCK_BOUNDS finish_heads(fg_gpu_layout L, int32_t G, 
     }
     if (h.share_n > 1)
         new_score /= (float)h.share_n;
-    void *const *pages = ptab + h.page0, *const *meta = meta_pages(h, ptab);
+    void *const *pages = h.pages, *const *meta = h.meta;
     const int32_t P = L.page_tokens, t = h.pos + 1;
     const float *kn = h.k, *vn = h.v;
     const bool track = fg_tracks_scores(h.components);
@@ -701,7 +716,7 @@ static int32_t elems_per_lane(int32_t d, int32_t es) {
 /* The kernel for (element size, elements per lane, query heads per block). */
 #define ATTEND_LAUNCH(ES, EPL, GBM)                                                                                    \
     FG_LAUNCH((attend_chunks<ES, EPL, (GBM < max_heads_per_block(EPL) ? GBM : max_heads_per_block(EPL))>), grid,     \
-              FG_THREADS, shared, st->stream, L, G, lanes, tile, dd, di, dp, draw, dpart)
+              FG_THREADS, shared, st->stream, L, G, lanes, tile, dd, di, draw, dpart)
 #define ATTEND_GBM(ES, EPL)                                                                                            \
     switch (gbm) {                                                                                                     \
     case 1: ATTEND_LAUNCH(ES, EPL, 1); break;                                                                          \
@@ -755,12 +770,21 @@ extern "C" fg_status FG_GPU(decode_step)(fg_backend *be, const fg_page_layout *l
     const int32_t row_groups = FG_THREADS / lanes;
     const bool host_io = !be->device_io;
 
-    /* sizes: the upload (descriptors, chunks, page tables, host q / k / v) and the device work area */
-    int64_t pages = 0, raw = 0, rows = 0;
+    /* sizes: the upload (descriptors, chunks, the page tables of heads that keep none here, the entries that
+       changed of those that do, host q / k / v) and the device work area */
+    int64_t pages = 0, writes = 0, raw = 0, rows = 0;
     for (int32_t i = 0; i < n_heads; i++) {
-        pages += 2 * (int64_t)heads[i].n_pages;
-        raw += (int64_t)G * heads[i].n_slots;
-        rows += heads[i].n_slots;
+        const fg_decode_head *hd = &heads[i];
+        if (!hd->tab)
+            pages += 2 * (int64_t)hd->n_pages;
+        else if (hd->tab_valid < 0 || hd->tab_valid > hd->n_pages || hd->tab_cap < hd->n_pages)
+            return be->err(be->err_sink, FG_ERR_INTERNAL,
+                           "decode_step: head %d's page table holds %d of %d entries, %d valid", (int)i,
+                           (int)hd->tab_cap, (int)hd->n_pages, (int)hd->tab_valid);
+        else
+            writes += 2 * (int64_t)(hd->n_pages - hd->tab_valid);
+        raw += (int64_t)G * hd->n_slots;
+        rows += hd->n_slots;
     }
     const int32_t chunk = chunk_rows(rows, st->n_sm, row_groups * ROWS_IN_FLIGHT);
     const int32_t tile = attend_tile(chunk, row_groups * ROWS_IN_FLIGHT, epl, gbm, lanes);
@@ -770,7 +794,8 @@ extern "C" fg_status FG_GPU(decode_step)(fg_backend *be, const fg_page_layout *l
         n_items += (heads[i].n_slots + chunk - 1) / chunk;
     const size_t o_items = fg_gpu_align((size_t)n_heads * sizeof(decode_desc));
     const size_t o_ptab = o_items + fg_gpu_align((size_t)n_items * sizeof(decode_item));
-    const size_t o_qkv = o_ptab + fg_gpu_align((size_t)pages * sizeof(void *));
+    const size_t o_writes = o_ptab + fg_gpu_align((size_t)pages * sizeof(void *));
+    const size_t o_qkv = o_writes + fg_gpu_align((size_t)writes * sizeof(table_write));
     const size_t qkv_bytes = host_io ? (size_t)n_heads * (G + 2) * d * sizeof(float) : 0;
     const size_t up_bytes = o_qkv + qkv_bytes;
     const size_t out_bytes = host_io ? (size_t)n_heads * G * d * sizeof(float) : 0;
@@ -789,18 +814,24 @@ extern "C" fg_status FG_GPU(decode_step)(fg_backend *be, const fg_page_layout *l
     decode_desc *desc = (decode_desc *)host;
     decode_item *items = (decode_item *)(host + o_items);
     void **ptab = (void **)(host + o_ptab);
+    table_write *tw = (table_write *)(host + o_writes);
     float *qs = (float *)(host + o_qkv), *ks = qs + (size_t)n_heads * G * d, *vs = ks + (size_t)n_heads * d;
     const float *dqs = (const float *)(base + o_qkv), *dks = dqs + (size_t)n_heads * G * d;
     const float *dvs = dks + (size_t)n_heads * d;
     float *dout = (float *)(base + o_out);
-    int64_t po = 0, ro = 0;
+    int64_t po = 0, ro = 0, wo = 0;
     int32_t io = 0;
     bool any_share = false;
     for (int32_t i = 0; i < n_heads; i++) {
         const fg_decode_head *hd = &heads[i];
         const int32_t np = hd->n_pages;
         const int32_t ni = (hd->n_slots + chunk - 1) / chunk;
-        decode_desc x = {hd->q,          hd->k,        hd->v,           hd->out,       po,
+        void *const *dpages = hd->tab, *const *dmeta = hd->tab + hd->tab_cap;
+        if (!hd->tab) { /* its tables travel with the step */
+            dpages = (void *const *)(base + o_ptab) + po;
+            dmeta = dpages + np;
+        }
+        decode_desc x = {hd->q,          hd->k,        hd->v,           hd->out,       dpages,      dmeta,
                          ro,             hd->n_slots,  hd->n_slots_after, np,          hd->priv_from,
                          hd->row_base,   hd->components,
                          (int32_t)hd->score_mode, hd->pos, hd->insert_flag, hd->window_start, hd->freq_budget, io, ni,
@@ -818,9 +849,16 @@ extern "C" fg_status FG_GPU(decode_step)(fg_backend *be, const fg_page_layout *l
         desc[i] = x;
         for (int32_t c = 0; c < ni; c++)
             items[io + c] = decode_item{i, c * chunk, (c + 1) * chunk < hd->n_slots ? (c + 1) * chunk : hd->n_slots};
-        memcpy(ptab + po, hd->pages, (size_t)np * sizeof(void *));
-        memcpy(ptab + po + np, hd->meta, (size_t)np * sizeof(void *));
-        po += 2 * np;
+        if (!hd->tab) {
+            memcpy(ptab + po, hd->pages, (size_t)np * sizeof(void *));
+            memcpy(ptab + po + np, hd->meta, (size_t)np * sizeof(void *));
+            po += 2 * np;
+        } else {
+            for (int32_t p = hd->tab_valid; p < np; p++) {
+                tw[wo++] = table_write{hd->tab + p, hd->pages[p]};
+                tw[wo++] = table_write{hd->tab + hd->tab_cap + p, hd->meta[p]};
+            }
+        }
         ro += (int64_t)G * hd->n_slots;
         io += ni;
     }
@@ -831,9 +869,13 @@ extern "C" fg_status FG_GPU(decode_step)(fg_backend *be, const fg_page_layout *l
     const fg_gpu_layout L = fg_gpu_layout_of(layout);
     const decode_desc *dd = (const decode_desc *)base;
     const decode_item *di = (const decode_item *)(base + o_items);
-    void *const *dp = (void *const *)(base + o_ptab);
     float *draw = (float *)(base + o_raw), *dpart = (float *)(base + o_part);
     FG_GPU(mark)(be, "upload");
+    if (writes) {
+        FG_LAUNCH(write_tables, (unsigned)((writes + FG_THREADS - 1) / FG_THREADS), FG_THREADS, 0, st->stream,
+                  (const table_write *)(base + o_writes), (int32_t)writes);
+        FG_GPU(mark)(be, "tables");
+    }
     if (n_items) {
         const unsigned grid = (unsigned)(n_items * ((G + gbm - 1) / gbm));
         if (es == 4)
@@ -851,15 +893,15 @@ extern "C" fg_status FG_GPU(decode_step)(fg_backend *be, const fg_page_layout *l
     FG_GPU(mark)(be, "merge");
     if (n_items) {
         FG_LAUNCH(update_rows, (unsigned)n_items, FG_THREADS, FG_THREADS * (sizeof(float) + sizeof(unsigned long long)),
-                  st->stream, L, G, dd, di, dp, draw, dml, dhs);
+                  st->stream, L, G, dd, di, draw, dml, dhs);
         FG_GPU(mark)(be, "update");
     }
     if (any_share) {
         FG_LAUNCH(share_scores, n_heads, FG_THREADS, FG_THREADS * (sizeof(float) + sizeof(unsigned long long)),
-                  st->stream, L, dd, dp, dhs, st->d_error);
+                  st->stream, L, dd, dhs, st->d_error);
         FG_GPU(mark)(be, "share");
     }
-    FG_LAUNCH(finish_heads, n_heads, FG_THREADS, 2 * FG_THREADS * sizeof(float), st->stream, L, G, dd, dp, dml, dhs,
+    FG_LAUNCH(finish_heads, n_heads, FG_THREADS, 2 * FG_THREADS * sizeof(float), st->stream, L, G, dd, dml, dhs,
               st->d_error);
     FG_GPU(mark)(be, "finish");
     GPU_CHECK(be, cudaGetLastError());

@@ -137,6 +137,8 @@ typedef struct head_cache {
     void **pages, **meta;
     int32_t n_pages;
     int32_t priv_from, row_base;
+    void **tab; /* a backend that keeps page tables (device_tables): its own, as the core keeps them */
+    int32_t tab_valid;
 } head_cache;
 
 /* Pages are backend memory (the device's on a GPU): the test reaches them only
@@ -147,6 +149,8 @@ static void cache_alloc(fg_backend *be, const fg_page_layout *L, int32_t cap, he
     c->meta = calloc((size_t)c->n_pages, sizeof(void *));
     c->priv_from = 0;
     c->row_base = -1;
+    c->tab = NULL;
+    c->tab_valid = 0;
     unsigned char *zero = calloc(1, L->page_bytes);
     int ok = 1;
     for (int32_t p = 0; p < c->n_pages && ok; p++)
@@ -159,6 +163,8 @@ static void cache_alloc(fg_backend *be, const fg_page_layout *L, int32_t cap, he
 }
 
 static void cache_free(fg_backend *be, head_cache *c) {
+    if (c->tab)
+        be->ops->buffer_free(be, c->tab);
     for (int32_t p = 0; p < c->n_pages; p++) {
         be->ops->buffer_free(be, c->pages[p]);
         be->ops->buffer_free(be, c->meta[p]);
@@ -367,6 +373,12 @@ static void check_decode(backend_pair *bp, int32_t d, int32_t G, fg_dtype dt, in
                 caches[i][b].priv_from = caches[i][b].row_base =
                     i % 2 ? h->n_slots : (h->n_slots + page_tokens - 1) / page_tokens * page_tokens;
         }
+        /* the second instance of a backend that keeps page tables reads them from its memory (the core's
+           path), the first gets them from the host each step: their outputs must be the same bits */
+        if (bes[2]->ops->device_tables)
+            EXPECT(bes[2]->ops->buffer_alloc(bes[2], 2 * (size_t)caches[i][2].n_pages * sizeof(void *),
+                                             (void **)&caches[i][2].tab) == FG_OK,
+                   "%s: a page table's memory", bp->name);
     }
     /* the shared rows as compaction left them (ref's) */
     host_cache *before = calloc((size_t)n_heads, sizeof *before);
@@ -397,6 +409,23 @@ static void check_decode(backend_pair *bp, int32_t d, int32_t G, fg_dtype dt, in
                                             .q = Q[i] + (size_t)h->t * G * d, .k = K[i] + (size_t)h->t * d,
                                             .v = V[i] + (size_t)h->t * d, .out = out[b] + (size_t)i * G * d,
                                             .share_first = g_share > 1 ? i - i % g_share : i, .share_n = g_share};
+            head_cache *c2 = &caches[i][2];
+            if (c2->tab) { /* written whole the first step; later a tail of it again, as after a page added */
+                dh[2][i].tab = c2->tab;
+                dh[2][i].tab_cap = c2->n_pages;
+                dh[2][i].tab_valid = step == 0 ? 0 : (step * 7 + i) % (c2->n_pages + 1);
+            }
+        }
+        if (bes[2]->ops->device_tables && step == 0) { /* tables that do not hold the step's pages: refused */
+            fg_decode_head bad[64];
+            memcpy(bad, dh[2], (size_t)n_heads * sizeof *bad);
+            bad[n_heads - 1].tab_valid = bad[n_heads - 1].n_pages + 1;
+            EXPECT(bes[2]->ops->decode_step(bes[2], &L, &sh, n_heads, bad) == FG_ERR_INTERNAL,
+                   "%s decode_step takes a table with more valid entries than pages", bp->name);
+            bad[n_heads - 1].tab_valid = 0;
+            bad[n_heads - 1].tab_cap = bad[n_heads - 1].n_pages - 1;
+            EXPECT(bes[2]->ops->decode_step(bes[2], &L, &sh, n_heads, bad) == FG_ERR_INTERNAL,
+                   "%s decode_step takes a table smaller than its pages", bp->name);
         }
         for (int b = 0; g_share > 1 && step == 0 && b < 3; b++) { /* a group broken: refused before any write */
             fg_decode_head broken[64];

@@ -500,6 +500,17 @@ static cudaError_t gpu_state_init(fg_gpu_state *st) {
     const char *env = getenv("FASTGEN_GPU_DECODE_HEADS");
     const int heads = env ? atoi(env) : 4;
     st->decode_heads = heads == 1 || heads == 2 || heads == 8 ? heads : 4;
+    /* the tensor-core decode kernel (decode_mma.cuh): on CUDA devices of compute capability 8.0 and later;
+       FASTGEN_GPU_DECODE_MMA=0 turns it off, =1 on wherever it is compiled (HIP-CPU: emulated, for the tests) */
+    const char *mma = getenv("FASTGEN_GPU_DECODE_MMA");
+#if defined(FG_HIP) && !defined(__HIP_CPU_RT__)
+    (void)mma;
+    st->decode_mma = 0; /* real HIP: attend_chunks (MFMA / WMMA are not written) */
+#elif defined(__HIP_CPU_RT__)
+    st->decode_mma = mma && atoi(mma) == 1; /* emulated: slow, for the tests */
+#else
+    st->decode_mma = mma ? atoi(mma) == 1 : prop.major >= 8;
+#endif
     return e;
 }
 

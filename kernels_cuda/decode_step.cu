@@ -374,6 +374,8 @@ FG_UNROLL
     }
 }
 
+#include "kernels_cuda/decode_mma.cuh"
+
 /* Removes slot `s` of n (common/slots.h: thread 0 keeps the books, then all
  * threads copy the row it moves, if any). */
 __device__ static void remove_slot(const fg_gpu_layout &L, void *const *pages, void *const *meta, int32_t s, int32_t n,
@@ -786,9 +788,24 @@ extern "C" fg_status FG_GPU(decode_step)(fg_backend *be, const fg_page_layout *l
         raw += (int64_t)G * hd->n_slots;
         rows += hd->n_slots;
     }
-    const int32_t chunk = chunk_rows(rows, st->n_sm, row_groups * ROWS_IN_FLIGHT);
-    const int32_t tile = attend_tile(chunk, row_groups * ROWS_IN_FLIGHT, epl, gbm, lanes);
+    /* the tensor-core kernel for 16-bit rows at d = 64 and 128 where the device has it (decode_mma.cuh) */
+#ifdef FG_DECODE_MMA
+    const bool mma = st->decode_mma && es == 2 && (d == 64 || d == 128);
+    const int mma_parts = layout->k_dtype == FG_DTYPE_BF16 ? 3 : 2;
+    const int32_t step = mma ? MMA_WARPS * MMA_ROWS : row_groups * ROWS_IN_FLIGHT;
+#else
+    const bool mma = false;
+    const int32_t step = row_groups * ROWS_IN_FLIGHT;
+#endif
+    const int32_t chunk = chunk_rows(rows, st->n_sm, step);
+#ifdef FG_DECODE_MMA
+    const int32_t tile = mma ? mma_tile(chunk, mma_parts, d) : attend_tile(chunk, step, epl, gbm, lanes);
+    const size_t shared =
+        mma ? mma_shared_bytes(mma_parts, d, tile) : attend_shared_bytes(epl, gbm, lanes, FG_THREADS, tile);
+#else
+    const int32_t tile = attend_tile(chunk, step, epl, gbm, lanes);
     const size_t shared = attend_shared_bytes(epl, gbm, lanes, FG_THREADS, tile);
+#endif
     int64_t n_items = 0;
     for (int32_t i = 0; i < n_heads; i++)
         n_items += (heads[i].n_slots + chunk - 1) / chunk;
@@ -876,7 +893,20 @@ extern "C" fg_status FG_GPU(decode_step)(fg_backend *be, const fg_page_layout *l
                   (const table_write *)(base + o_writes), (int32_t)writes);
         FG_GPU(mark)(be, "tables");
     }
-    if (n_items) {
+    if (n_items && mma) {
+#ifdef FG_DECODE_MMA
+        const unsigned grid = (unsigned)(n_items * ((G + MMA_HEADS - 1) / MMA_HEADS));
+        if (layout->k_dtype == FG_DTYPE_BF16 && d == 64)
+            FG_LAUNCH((attend_mma<1, 3, 4>), grid, FG_THREADS, shared, st->stream, L, G, tile, dd, di, draw, dpart);
+        else if (layout->k_dtype == FG_DTYPE_BF16)
+            FG_LAUNCH((attend_mma<1, 3, 8>), grid, FG_THREADS, shared, st->stream, L, G, tile, dd, di, draw, dpart);
+        else if (d == 64)
+            FG_LAUNCH((attend_mma<0, 2, 4>), grid, FG_THREADS, shared, st->stream, L, G, tile, dd, di, draw, dpart);
+        else
+            FG_LAUNCH((attend_mma<0, 2, 8>), grid, FG_THREADS, shared, st->stream, L, G, tile, dd, di, draw, dpart);
+        FG_GPU(mark)(be, "attend (mma)");
+#endif
+    } else if (n_items) {
         const unsigned grid = (unsigned)(n_items * ((G + gbm - 1) / gbm));
         if (es == 4)
             ATTEND_EPL(4)

@@ -119,6 +119,7 @@ typedef struct fg_gpu_state {
     void *probe[2]; /* the bandwidth probe's buffers, kept between calls */
     size_t probe_bytes;
     int32_t decode_heads; /* most query heads one decode block takes (FASTGEN_GPU_DECODE_HEADS) */
+    int32_t decode_mma;   /* 16-bit rows at d = 64 / 128 decode on tensor cores (FASTGEN_GPU_DECODE_MMA) */
     fg_gpu_timing timing;
 } fg_gpu_state;
 

@@ -235,30 +235,50 @@ FG_UNROLL
         const int32_t iters = (t1 - t0 + W * MMA_ROWS - 1) / (W * MMA_ROWS); /* the same for every thread */
         for (int32_t i = 0; i < iters; i++) {
             const int32_t r0 = t0 + (i * W + warp) * MMA_ROWS; /* the warp's 16 rows */
-            /* S: row tile u holds rows r0 + 8 u + [0, 8); this lane loads row r0 + 8 u + qr's K */
-            float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
-            const unsigned char *kr[2];
+            /* every load of the warp's 16 rows first, K's and V's (8 KB at d = 128, f16): the warps of a
+               multiprocessor keep enough bytes in flight to cover the memory's latency. K as S's B operand:
+               row r0 + 8 u + qr, columns 16 kc + pc + {0, 1} and + 8. V as the B operand of O's column tile
+               t: column 8 t + qr of rows r0 + pc + {0, 1} (word 0) and + 8 (word 1) */
+            uint32_t kb[DC][2][2], vb[NT][2];
 FG_UNROLL
             for (int u = 0; u < 2; u++) {
                 const int32_t r = r0 + u * 8 + qr;
-                kr[u] = r < t1 ? addr[r - t0] + L.k_offset : NULL;
-            }
-            for (int kc = 0; kc < DC; kc++) {
-                uint32_t b[2][2];
+                const unsigned char *kr = r < t1 ? addr[r - t0] + L.k_offset + (size_t)pc * 2 : NULL;
 FG_UNROLL
-                for (int u = 0; u < 2; u++)
+                for (int kc = 0; kc < DC; kc++)
 FG_UNROLL
                     for (int x = 0; x < 2; x++)
-                        b[u][x] = kr[u] ? *(const uint32_t *)(kr[u] + (size_t)(kc * 16 + pc + x * 8) * 2) : 0u;
+                        kb[kc][u][x] = kr ? *(const uint32_t *)(kr + (size_t)(kc * 16 + x * 8) * 2) : 0u;
+            }
+            {
+                const unsigned char *vr[4];
+FG_UNROLL
+                for (int x = 0; x < 4; x++) {
+                    const int32_t r = r0 + pc + (x & 1) + (x >> 1) * 8;
+                    vr[x] = r < t1 ? addr[r - t0] + L.v_offset + (size_t)qr * 2 : NULL;
+                }
+FG_UNROLL
+                for (int t = 0; t < NT; t++) {
+                    uint32_t v16[4];
+FG_UNROLL
+                    for (int x = 0; x < 4; x++)
+                        v16[x] = vr[x] ? *(const uint16_t *)(vr[x] + (size_t)t * 16) : 0u;
+                    vb[t][0] = v16[0] | v16[1] << 16;
+                    vb[t][1] = v16[2] | v16[3] << 16;
+                }
+            }
+            /* S, row tile u: rows r0 + 8 u + [0, 8) */
+            float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+FG_UNROLL
+            for (int kc = 0; kc < DC; kc++)
 FG_UNROLL
                 for (int sp = 0; sp < NS; sp++) {
                     const uint4 aw = *(const uint4 *)(qf + ((sp * DC + kc) * 32 + lane) * 4);
                     const uint32_t a[4] = {aw.x, aw.y, aw.z, aw.w};
 FG_UNROLL
                     for (int u = 0; u < 2; u++)
-                        mma_16816<BF>(s[u], a, b[u], xf);
+                        mma_16816<BF>(s[u], a, kb[kc][u], xf);
                 }
-            }
             /* s[u][e]: head qr + 8 (e / 2), row r0 + 8 u + pc + e % 2 */
             float mx[2] = {-INFINITY, -INFINITY};
 FG_UNROLL
@@ -308,24 +328,12 @@ FG_UNROLL
                 for (int sp = 0; sp < NS; sp++)
                     pa[sp][w] = lo[sp] | hi[sp] << 16;
             }
-            /* O += P V: V's column tile t, this lane's column t * 8 + qr, rows r0 + pc + {0, 1} and + 8 */
-            const unsigned char *vr[4];
+            /* O += P V */
 FG_UNROLL
-            for (int x = 0; x < 4; x++) {
-                const int32_t r = r0 + pc + (x & 1) + (x >> 1) * 8;
-                vr[x] = r < t1 ? addr[r - t0] + L.v_offset + (size_t)qr * 2 : NULL;
-            }
-FG_UNROLL
-            for (int t = 0; t < NT; t++) {
-                uint32_t v16[4];
-FG_UNROLL
-                for (int x = 0; x < 4; x++)
-                    v16[x] = vr[x] ? *(const uint16_t *)(vr[x] + (size_t)t * 16) : 0u;
-                const uint32_t b[2] = {v16[0] | v16[1] << 16, v16[2] | v16[3] << 16};
+            for (int t = 0; t < NT; t++)
 FG_UNROLL
                 for (int sp = 0; sp < NS; sp++)
-                    mma_16816<BF>(o[t], pa[sp], b, xf);
-            }
+                    mma_16816<BF>(o[t], pa[sp], vb[t], xf);
         }
     }
 

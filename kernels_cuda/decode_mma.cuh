@@ -215,7 +215,11 @@ __global__ static void FG_BLOCK_BOUNDS attend_mma(fg_gpu_layout L, int32_t G, in
             uint32_t p0[NS], p1[NS];
             mma_split<BF, NS>(m < GB ? h.q[(size_t)(g0 + m) * D + k] * qscale : 0.0f, p0);
             mma_split<BF, NS>(m < GB ? h.q[(size_t)(g0 + m) * D + k + 1] * qscale : 0.0f, p1);
-            qf[((s * DC + kc) * 32 + ln) * 4 + half * 2 + rr] = p0[s] | p1[s] << 16;
+            uint32_t word = 0; /* part s (selected, not indexed: the parts stay in registers) */
+FG_UNROLL
+            for (int x = 0; x < NS; x++)
+                word = x == s ? p0[x] | p1[x] << 16 : word;
+            qf[((s * DC + kc) * 32 + ln) * 4 + half * 2 + rr] = word;
         }
     }
 
@@ -371,12 +375,13 @@ FG_UNROLL
     }
     for (int32_t g = 0; g < GB; g++) { /* the same for the whole block */
         __syncthreads();
-        const int j = g >= 8;
+        const bool upper = g >= 8; /* the lane's head qr + 8: o[.][2, 3] (selected, not indexed: registers) */
+        const float c = upper ? cw[1] : cw[0];
         if (qr == (g & 7))
 FG_UNROLL
             for (int t = 0; t < NT; t++) {
-                red[warp * D + t * 8 + pc] = o[t][2 * j] * cw[j];
-                red[warp * D + t * 8 + pc + 1] = o[t][2 * j + 1] * cw[j];
+                red[warp * D + t * 8 + pc] = (upper ? o[t][2] : o[t][0]) * c;
+                red[warp * D + t * 8 + pc + 1] = (upper ? o[t][3] : o[t][1]) * c;
             }
         __syncthreads();
         for (int32_t x = threadIdx.x; x < D; x += T) {

@@ -29,6 +29,7 @@
  * group size G: the median fractions (bandwidth, roofline) of its full-cache 16-bit cases at >= 4k,
  * and per quantized dtype the full-cache step's time over the 16-bit one's.
  * Options: --csv (CSV table), --quick (contexts 1k and 4k, batch 1 only),
+ *          --context N, --batch N (that context or batch of the lists only),
  *          --model NAME (only that shape: llama2-7b, llama3-8b, g8-32x4, smollm2-135m),
  *          --bf16 (the 16-bit rows bf16 instead of f16: on AVX512_BF16 the
  *          vdpbf16ps kernel; FG_CPU_ISA=avx512 gives the FMA one to compare),
@@ -270,6 +271,13 @@ int main(int argc, char **argv) {
     int g_n[N_MODELS] = {0};
     const int32_t contexts[] = {1024, 4096, 16384};
     const int32_t batches[] = {1, 8};
+    /* --context N / --batch N: that one only (one of the lists') */
+    const char *only_ctx = bench_arg(argc, argv, "--context"), *only_batch = bench_arg(argc, argv, "--batch");
+    if ((only_ctx && atoi(only_ctx) != 1024 && atoi(only_ctx) != 4096 && atoi(only_ctx) != 16384) ||
+        (only_batch && atoi(only_batch) != 1 && atoi(only_batch) != 8)) {
+        fprintf(stderr, "bench_decode: --context takes 1024, 4096 or 16384, --batch 1 or 8\n");
+        return 2;
+    }
     /* the cache dtypes of each group, run one after the other (the first is
      * the 16-bit one the quantized rows are compared with) */
     fg_dtype dtypes[8] = {bf16 ? FG_DTYPE_BF16 : FG_DTYPE_F16, FG_DTYPE_F32, FG_DTYPE_Q8_0, FG_DTYPE_Q4_0};
@@ -301,6 +309,8 @@ int main(int argc, char **argv) {
         for (size_t ci = 0; ci < (quick ? 2 : 3) && (!only || !strcmp(only, models[mi].name)); ci++)
             for (size_t bi = 0; bi < (quick ? 1 : 2); bi++)
                 for (size_t di = 0; di < n_dt; di++) {
+                    if ((only_ctx && atoi(only_ctx) != contexts[ci]) || (only_batch && atoi(only_batch) != batches[bi]))
+                        continue;
                     if (di == 0) /* a new group: its own 16-bit time */
                         t16_full = 0.0;
                     const model_shape *m = &models[mi];

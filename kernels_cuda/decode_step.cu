@@ -904,7 +904,7 @@ extern "C" fg_status FG_GPU(decode_step)(fg_backend *be, const fg_page_layout *l
             FG_LAUNCH((attend_mma<0, 2, 4>), grid, FG_THREADS, shared, st->stream, L, G, tile, dd, di, draw, dpart);
         else
             FG_LAUNCH((attend_mma<0, 2, 8>), grid, FG_THREADS, shared, st->stream, L, G, tile, dd, di, draw, dpart);
-        FG_GPU(mark)(be, "attend (mma)");
+        FG_GPU(mark)(be, "attend_mma");
 #endif
     } else if (n_items) {
         const unsigned grid = (unsigned)(n_items * ((G + gbm - 1) / gbm));

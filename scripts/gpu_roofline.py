@@ -33,7 +33,26 @@ decode step of B sequences x Hkv KV heads x n rows (docs/backends.md):
 
   predicted = waves x min(latency, issue, shared), the smallest named as
   the limiter, as a share of the GPU's HBM bandwidth, or of the measured
-  probe's when a bench output is given. The latencies and issue widths are
+  probe's when a bench output is given.
+
+The tensor-core kernel (attend_mma, decode_mma.cuh: 16-bit rows, d = 64 or
+128, CUDA sm_80 and later; --kernel mma, or both) has its own terms: a warp
+takes 16 rows and issues all their K and V loads before its products (16 x
+the row's bytes in flight a warp, 8 warps a block, the resident blocks from
+its registers); one block per (chunk of 128-row rounds, 16 query heads), so
+a row is read once for G <= 16; its issue: a warp's 16 rows cost
+2 d / 16 x NS mma for S and d / 8 x NS for O (NS: the query's and P's
+16-bit parts, 2 for f16, 3 for bf16), its loads (d / 4 words of K, d / 2
+halves of V a lane: 16 rows over 32 lanes), about 60 more (the softmax,
+the packing of P), at the schedulers' warp instructions a clock; mma
+throughput at 1024 FMA a clock a multiprocessor (m16n8k16: 2048), below
+which it is not the limit at these shapes. No shared-memory term: q's
+fragments are one 16-byte load a lane a product.
+
+The host's part of a step: the bytes the step uploads, with the page tables
+built and copied every step (before 2026-12-07: 16 bytes a page a head) and
+kept on the device (8-64 bytes a head: descriptors and chunks; a page's 16
+bytes only when one is added), printed per shape (--host). The latencies and issue widths are
   public round figures, not fits: the model is there to be compared with
   measurements, not tuned to them.
 """
@@ -183,7 +202,8 @@ def predict(gpu, regs, model, ctx, batch, dtype, kept=1.0, latency_ns=None, bw_t
 
 
 def attend_registers(table, arch):
-    """attend_chunks<ES, EPL, GBM> -> registers, from scripts/gpu-resources.sh's table."""
+    """attend_chunks<ES, EPL, GBM> -> registers, and attend_mma<BF, NS, DC> -> registers under the key
+    ("mma", BF, NS, DC), from scripts/gpu-resources.sh's table."""
     regs = {}
     for line in open(table):
         cols = [c.strip() for c in line.split("|")]
@@ -192,11 +212,87 @@ def attend_registers(table, arch):
         m = re.search(r"attend_chunks<(\d+), (\d+), (\d+)>", cols[2])
         if m:
             regs[tuple(int(x) for x in m.groups())] = int(cols[4])
+        m = re.search(r"attend_mma<(\d+), (\d+), (\d+)>", cols[2])
+        if m:
+            regs[("mma",) + tuple(int(x) for x in m.groups())] = int(cols[4])
     return regs
 
 
+MMA_WARPS, MMA_ROWS, MMA_HEADS = THREADS // 32, 16, 16
+
+
+def mma_applies(dtype, d):
+    return dtype in ("f16", "bf16") and d in (64, 128)
+
+
+def mma_shared_bytes(ns, d, tile):
+    """mma_shared_bytes: the addresses (to 16 bytes), q's fragments, the emulation's exchange, the merge."""
+    addr = (tile * 2 + 3) // 4 * 4
+    return (addr + ns * (d // 16) * 128 + MMA_WARPS * 32 * 6 + max(MMA_WARPS * d, 2 * THREADS)) * 4
+
+
+def predict_mma(gpu, regs, model, ctx, batch, dtype, kept=1.0, latency_ns=None, bw_tbs=None, units=None):
+    arch, spec_units, clk, spec_bw, _, _, _, warp, lane_rate, lat = gpu
+    bw_tbs, units = bw_tbs or spec_bw, units or spec_units
+    Hq, Hkv, d = MODELS[model]
+    G = Hq // Hkv
+    ns = 3 if dtype == "bf16" else 2
+    n = max(4, math.ceil(kept * ctx))
+    heads = batch * Hkv
+    step = MMA_WARPS * MMA_ROWS
+    c = max(1, min(-(-heads * n // (8 * units)), 2048))
+    chunk = -(-c // step) * step
+    tile = chunk
+    while tile > step and mma_shared_bytes(ns, d, tile) > 48 * 1024:
+        tile -= step
+    items = heads * -(-n // chunk)
+    groups = -(-G // MMA_HEADS)
+    blocks = items * groups
+    row_bytes = 2 * d * ROW_BYTES[dtype]
+    total_bytes = heads * n * row_bytes
+    res = resident_blocks(gpu, regs, mma_shared_bytes(ns, d, tile))
+    if res == 0:
+        return None
+    slots = res * units
+    waves = -(-blocks // slots)
+    wave_eff = blocks / (waves * slots)
+    in_flight = res * MMA_WARPS * MMA_ROWS * row_bytes
+    needed = bw_tbs * 1e12 * (latency_ns or lat) * 1e-9 / units
+    f_lat = min(1.0, in_flight / needed)
+    # warp instructions for a warp's 16 rows: the mma, K words (d / 16 x 4 a lane), V halves (d / 8 x 4) and
+    # their packing (d / 8 x 2), the softmax and P's parts (about 60); 16 rows x groups (each group reads them)
+    n_mma = (2 * (d // 16) + d // 8) * ns
+    instr = n_mma + (d // 16) * 4 + (d // 8) * 6 + 60
+    rows_per_s = units * (lane_rate / 32) * clk * 1e9 * MMA_ROWS / (instr * groups)
+    f_issue = min(1.0, rows_per_s * row_bytes / (bw_tbs * 1e12))
+    mma_per_s = units * clk * 1e9 * 1024 / 2048
+    f_mma = min(1.0, mma_per_s / (n_mma * groups) * MMA_ROWS * row_bytes / (bw_tbs * 1e12))
+    terms = {"latency": f_lat, "issue": f_issue, "mma": f_mma}
+    limit = min(terms, key=terms.get)
+    pred = wave_eff * terms[limit]
+    if terms[limit] >= 1.0:
+        limit = "waves"
+    return {
+        "G": G, "gbm": min(G, MMA_HEADS), "blocks": blocks, "res": res, "waves": wave_eff, "lat": f_lat,
+        "issue": f_issue, "shared": f_mma, "pred": pred, "limit": limit, "bytes": total_bytes,
+    }
+
+
+def host_upload(model, ctx, batch, page_tokens=16, kept=1.0):
+    """Bytes a decode step of one layer uploads: (tables built every step, tables kept on the device), for the
+    full cache: descriptors (96 bytes a head), chunks (12 bytes each, about 8 blocks a multiprocessor),
+    and with host tables two 8-byte entries a page a head; kept tables add 32 bytes a head once a page."""
+    Hq, Hkv, d = MODELS[model]
+    heads = batch * Hkv
+    n = max(4, math.ceil(kept * ctx))
+    pages = -(-(n + 1) // page_tokens)
+    base = heads * 96 + 12 * min(heads * -(-n // 128), 8 * 132)
+    return base + heads * pages * 16, base + heads * 32 / page_tokens
+
+
 def measured(path):
-    """(model, ctx, batch, dtype, case) -> step's fraction of the probe, -> attend kernel's ms; the probe (GB/s)
+    """(model, ctx, batch, dtype, case) -> step's fraction of the probe, (..., kernel) -> the attend kernel's ms
+    (attend_chunks' or attend_mma's, whichever the step ran); the probe (GB/s)
     and the device's multiprocessors, from bench_decode's header."""
     rows, kern, probe, units = {}, {}, None, None
     for line in open(path):
@@ -209,8 +305,10 @@ def measured(path):
         m = re.match(r"# kernels (\S+) (\d+) x(\d+) (\S+) (\S+) \(ms a step\):(.*)", line)
         if m:
             parts = dict(re.findall(r"(\w+) ([\d.]+)", m.group(6).split(";")[0]))
-            if "attend" in parts:
-                kern[(m.group(1), int(m.group(2)), int(m.group(3)), m.group(4), m.group(5))] = float(parts["attend"])
+            for kernel, name in (("chunks", "attend"), ("mma", "attend_mma")):  # the kernel the step ran
+                if name in parts:
+                    kern[(m.group(1), int(m.group(2)), int(m.group(3)), m.group(4), m.group(5), kernel)] = \
+                        float(parts[name])
             continue
         f = line.split()
         if len(f) >= 9 and f[0] in MODELS and f[1].isdigit() and f[8].endswith("%"):
@@ -230,6 +328,10 @@ def main():
     ap.add_argument("--dtypes", default="f16,f32,q8_0,q4_0")
     ap.add_argument("--heads", type=int, default=4, choices=(1, 2, 4, 8),
                     help="query heads a block at most (FASTGEN_GPU_DECODE_HEADS; default 4)")
+    ap.add_argument("--kernel", choices=("chunks", "mma", "both"), default="both",
+                    help="attend_chunks, the tensor-core attend_mma (16-bit rows, d = 64 / 128), or both rows")
+    ap.add_argument("--host", action="store_true",
+                    help="also the bytes a step uploads per shape, page tables built each step and kept")
     a = ap.parse_args()
     gpu = GPUS[a.gpu]
     regs = attend_registers(a.resources, gpu[0])
@@ -239,7 +341,8 @@ def main():
     bw = a.bandwidth or (probe / 1e3 if probe else None)
     print(f"# {a.gpu}: {units or gpu[1]} units at {gpu[2]} GHz, latency {a.latency_ns or gpu[9]:.0f} ns, q layout {a.q_layout}; "
           f"shares of " + (f"{bw:.2f} TB/s" if bw else f"{gpu[3]} TB/s") + " (scripts/gpu_roofline.py)")
-    head = "| shape | ctx | batch | dtype | GBM | blocks | blocks/unit | waves | latency | issue | shared | predicted |"
+    head = ("| shape | ctx | batch | dtype | kernel | GBM | blocks | blocks/unit | waves | latency | issue | "
+            "shared (mma: tensor) | predicted |")
     if meas:
         head += " measured step | measured attend |"
     print(head)
@@ -250,26 +353,47 @@ def main():
                 for batch in (1, 8):
                     Hq, Hkv, d = MODELS[model]
                     G, es = Hq // Hkv, DTYPES[dtype]
-                    epl, _, gbm, *_ = launch(G, d, es, batch * Hkv * ctx, units or gpu[1], a.heads)
-                    r_ = regs.get((es, epl, gbm))
-                    if r_ is None:
-                        continue
-                    p = predict(gpu, r_, model, ctx, batch, dtype, latency_ns=a.latency_ns, bw_tbs=bw,
-                                q_layout=a.q_layout, units=units, heads_cap=a.heads)
-                    if p is None:
-                        print(f"| {model} | {ctx} | {batch} | {dtype} | {gbm} | the block does not fit a unit |")
-                        continue
-                    line = (f"| {model} | {ctx} | {batch} | {dtype} | {p['gbm']} | {p['blocks']} | {p['res']} | "
-                            f"{p['waves']:.2f} | {p['lat']:.2f} | {p['issue']:.2f} | {p['shared']:.2f} | "
-                            f"**{p['pred']:.2f}** ({p['limit']}) |")
-                    if meas:
-                        key = (model, ctx, batch, dtype, "full")
-                        step = f"{meas[key]:.2f}" if key in meas else "-"
-                        att = "-"
-                        if key in kern and probe:
-                            att = f"{p['bytes'] / (kern[key] * 1e-3) / (probe * 1e9):.2f}"
-                        line += f" {step} | {att} |"
-                    print(line)
+                    kernels = ["chunks"] if a.kernel in ("chunks", "both") else []
+                    if a.kernel in ("mma", "both") and mma_applies(dtype, d) and gpu[0].startswith("sm_"):
+                        kernels.append("mma")
+                    for kernel in kernels:
+                        if kernel == "mma":
+                            ns = 3 if dtype == "bf16" else 2
+                            r_ = regs.get(("mma", int(dtype == "bf16"), ns, d // 16))
+                            if r_ is None:
+                                continue
+                            p = predict_mma(gpu, r_, model, ctx, batch, dtype, latency_ns=a.latency_ns, bw_tbs=bw,
+                                            units=units)
+                        else:
+                            epl, _, gbm, *_ = launch(G, d, es, batch * Hkv * ctx, units or gpu[1], a.heads)
+                            r_ = regs.get((es, epl, gbm))
+                            if r_ is None:
+                                continue
+                            p = predict(gpu, r_, model, ctx, batch, dtype, latency_ns=a.latency_ns, bw_tbs=bw,
+                                        q_layout=a.q_layout, units=units, heads_cap=a.heads)
+                        if p is None:
+                            print(f"| {model} | {ctx} | {batch} | {dtype} | {kernel} | the block does not fit a unit |")
+                            continue
+                        line = (f"| {model} | {ctx} | {batch} | {dtype} | {kernel} | {p['gbm']} | {p['blocks']} | "
+                                f"{p['res']} | {p['waves']:.2f} | {p['lat']:.2f} | {p['issue']:.2f} | "
+                                f"{p['shared']:.2f} | **{p['pred']:.2f}** ({p['limit']}) |")
+                        if meas:
+                            key = (model, ctx, batch, dtype, "full")
+                            step = f"{meas[key]:.2f}" if key in meas else "-"
+                            att = "-"
+                            if key + (kernel,) in kern and probe:
+                                att = f"{p['bytes'] / (kern[key + (kernel,)] * 1e-3) / (probe * 1e9):.2f}"
+                            line += f" {step} | {att} |"
+                        print(line)
+    if a.host:
+        print()
+        print("| shape | ctx | batch | upload a layer's step, tables built each step | tables kept on the device |")
+        print("| --- | --- | --- | --- | --- |")
+        for model in MODELS:
+            for ctx in (1024, 4096, 16384):
+                for batch in (1, 8):
+                    before, after = host_upload(model, ctx, batch)
+                    print(f"| {model} | {ctx} | {batch} | {before / 1024:.1f} KiB | {after / 1024:.2f} KiB |")
 
 
 if __name__ == "__main__":

@@ -20,7 +20,9 @@
  * Exactness as attend_chunks: the f32 query (scaled by 1 / sqrt(d) and a
  * power of two that puts its largest element near 2^14, undone on S) is
  * split into NS 16-bit parts whose sum is the query to 2^-22 (f16: hi + lo)
- * or 2^-24 (bf16: three parts), and so is P; K and V are the cache's values
+ * or 2^-24 (bf16: three parts), and so is P (for f16 times 2^14, so that
+ * small probabilities stay above f16's subnormals; undone at the merge); K
+ * and V are the cache's values
  * exactly, and a 16-bit product is exact in f32. So S and O carry the f32
  * kernel's precision, up to the order of the sums, and the kept sets match
  * ref's (the gpu suite's cross-check, with the path forced).
@@ -69,8 +71,11 @@ FG_UNROLL
         uint32_t b = mma_from_float<BF>(rest);
         if ((b & 0x7fffu) != 0 && fabsf(mma_to_float<BF>(b)) > fabsf(rest)) /* rounded away from 0: one ulp back */
             b -= 1u;
-        if ((b & 0x7fffu) == 0 && x != 0.0f)
-            b = tiny;
+        if ((b & 0x7fffu) == 0 && x != 0.0f) { /* nothing left at this format's precision: tiny parts on */
+            part[s] = tiny;
+            rest = 0.0f;
+            continue;
+        }
         part[s] = b;
         const float v = mma_to_float<BF>(b);
         rest = fabsf(v) <= 3.4e38f ? rest - v : 0.0f;
@@ -179,6 +184,9 @@ template <int BF, int NS, int DC>
 __global__ static void FG_BLOCK_BOUNDS attend_mma(fg_gpu_layout L, int32_t G, int32_t tile, const decode_desc *heads,
                                                   const decode_item *items, float *praw, float *part) {
     constexpr int D = DC * 16, NT = D / 8; /* the output's 8-column tiles */
+    /* P in f16 times 2^14 (at most 16384): small probabilities keep their precision above f16's
+       subnormals (2^-24), and O is 2^14 times the true one until the merge; bf16 has f32's range */
+    constexpr float PSCALE = BF ? 1.0f : 16384.0f;
     FG_DYNAMIC_SHARED(float, sh);
     const int32_t n_groups = (G + MMA_HEADS - 1) / MMA_HEADS, item = blockIdx.x / n_groups;
     const decode_item it = items[item];
@@ -204,7 +212,7 @@ __global__ static void FG_BLOCK_BOUNDS attend_mma(fg_gpu_layout L, int32_t G, in
     int e2 = 0;
     if (!BF && big > 0.0f && big <= 3.0e38f) { /* finite and not 0; NaN and inf stay as they are */
         frexpf(big, &e2);
-        e2 -= 14;
+        e2 = e2 - 14 < -100 ? -100 : e2 - 14; /* 2^-e2 stays finite in f32 */
     }
     const float qscale = ldexpf(1.0f / sqrtf((float)D), -e2), sback = ldexpf(1.0f, e2);
     for (int32_t w = threadIdx.x; w < NS * DC * 32 * 2; w += T) { /* a (part, step, lane, row pair) a thread */
@@ -326,8 +334,8 @@ FG_UNROLL
                     pv[x] = m[j] == -INFINITY ? 0.0f : expf(s[u][2 * j + x] - m[j]);
                     l[j] += pv[x];
                 }
-                mma_split<BF, NS>(pv[0], lo);
-                mma_split<BF, NS>(pv[1], hi);
+                mma_split<BF, NS>(pv[0] * PSCALE, lo);
+                mma_split<BF, NS>(pv[1] * PSCALE, hi);
 FG_UNROLL
                 for (int sp = 0; sp < NS; sp++)
                     pa[sp][w] = lo[sp] | hi[sp] << 16;
@@ -357,7 +365,7 @@ FG_UNROLL
         float M = -INFINITY;
         for (int32_t x = 0; x < W; x++)
             M = fg_max_nan(M, red[x * MMA_HEADS + g]);
-        cw[j] = m[j] == -INFINITY ? 0.0f : expf(m[j] - M);
+        cw[j] = m[j] == -INFINITY ? 0.0f : expf(m[j] - M); /* l's; O's also undoes PSCALE */
         if (warp == 0 && (lane & 3) == 0 && g < GB)
             state[(size_t)g * (D + 2)] = M;
     }
@@ -376,7 +384,7 @@ FG_UNROLL
     for (int32_t g = 0; g < GB; g++) { /* the same for the whole block */
         __syncthreads();
         const bool upper = g >= 8; /* the lane's head qr + 8: o[.][2, 3] (selected, not indexed: registers) */
-        const float c = upper ? cw[1] : cw[0];
+        const float c = (upper ? cw[1] : cw[0]) * (1.0f / PSCALE);
         if (qr == (g & 7))
 FG_UNROLL
             for (int t = 0; t < NT; t++) {

@@ -843,8 +843,11 @@ extern "C" fg_status FG_GPU(decode_step)(fg_backend *be, const fg_page_layout *l
         const fg_decode_head *hd = &heads[i];
         const int32_t np = hd->n_pages;
         const int32_t ni = (hd->n_slots + chunk - 1) / chunk;
-        void *const *dpages = hd->tab, *const *dmeta = hd->tab + hd->tab_cap;
-        if (!hd->tab) { /* its tables travel with the step */
+        void *const *dpages, *const *dmeta;
+        if (hd->tab) { /* kept on the device */
+            dpages = hd->tab;
+            dmeta = hd->tab + hd->tab_cap;
+        } else { /* its tables travel with the step */
             dpages = (void *const *)(base + o_ptab) + po;
             dmeta = dpages + np;
         }

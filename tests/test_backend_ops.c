@@ -269,6 +269,10 @@ static int32_t g_share;
  * it unrounded (fg_query_q8_row) and the cpu backend leaves the integer
  * dots for that head's step. */
 static int g_big_query;
+/* sharp: queries 8x larger, so a head's scores spread over tens of units and
+ * most of its probabilities are tiny (below f16's subnormals for the
+ * tensor-core kernel's parts of P) */
+static int g_sharp;
 /* V's dtype apart from K's (dt) in the cases below, or -1: V as K */
 static int g_v_dtype = -1;
 /* check_decode with non-finite inputs (poison_head): NaN or infinite scores
@@ -347,7 +351,7 @@ static void check_decode(backend_pair *bp, int32_t d, int32_t G, fg_dtype dt, in
         Q[i] = malloc((size_t)cap * G * d * sizeof(float));
         fill(K[i], (size_t)cap * d, 1.5f);
         fill(V[i], (size_t)cap * d, 1.0f);
-        fill(Q[i], (size_t)cap * G * d, ties ? 0.0f : 1.5f);
+        fill(Q[i], (size_t)cap * G * d, ties ? 0.0f : g_sharp ? 12.0f : 1.5f);
         for (size_t c = 0; g_bf16_queries && c < (size_t)cap * G * d; c++)
             Q[i][c] = fg_bf16_to_f32(fg_f32_to_bf16(Q[i][c]));
         for (int32_t t = 0; g_big_query && i == 1 && t < cap; t++)
@@ -486,7 +490,10 @@ static void check_decode(backend_pair *bp, int32_t d, int32_t G, fg_dtype dt, in
      * differs, the f32 limit. Each backend quantizes the rows it
      * inserts with the same arithmetic (fg_quantize_q8_0 / _q4_0, IEEE
      * division and roundf on every device), so the kept sets stay exact. */
-    const double limit = dt == FG_DTYPE_F32 || fg_dtype_quantized(dt) || g_bf16_queries ? 1e-8 : 5e-4;
+    /* GPU kernels read 16-bit rows exactly and compute in f32 (the tensor-core kernel's 16-bit parts
+       included): the f32 limit for every dtype */
+    const int gpu = !strcmp(bp->name, "cuda") || !strcmp(bp->name, "hip");
+    const double limit = gpu || dt == FG_DTYPE_F32 || fg_dtype_quantized(dt) || g_bf16_queries ? 1e-8 : 5e-4;
     char dn[16]; /* K's dtype, then V's when apart */
     snprintf(dn, sizeof dn, "%s%s%s", fg_dtype_name(dt), g_v_dtype < 0 ? "" : "/",
              g_v_dtype < 0 ? "" : fg_dtype_name((fg_dtype)g_v_dtype));
@@ -850,6 +857,19 @@ static void case_decode_bf16_queries(backend_pair *bp) {
     g_bf16_queries = 0;
 }
 
+/* decode: sharp attention (most probabilities tiny) over long heads, 16-bit rows at d = 64 and 128: the
+ * tensor-core kernel's split of P must keep them as f32 does */
+static void case_decode_sharp(backend_pair *bp) {
+    g_sharp = 1;
+    check_decode(bp, 64, 4, FG_DTYPE_F16, 16, 3, (const int32_t[]){3000, 700, 1500},
+                 (const uint32_t[]){FG_KEEP_FULL, F | L, FG_KEEP_FULL}, 4, 0);
+    check_decode(bp, 128, 8, FG_DTYPE_BF16, 16, 2, (const int32_t[]){2000, 900},
+                 (const uint32_t[]){FG_KEEP_FULL, F}, 4, 0);
+    check_decode(bp, 128, 3, FG_DTYPE_F16, 16, 2, (const int32_t[]){2500, 300},
+                 (const uint32_t[]){F | L, FG_KEEP_FULL}, 4, 0);
+    g_sharp = 0;
+}
+
 /* decode: NaN and infinite scores (poison_head) on every score mode, alone
  * and ranked together (TOVA's layer ranking), every cache dtype */
 static void case_decode_nonfinite(backend_pair *bp) {
@@ -1035,6 +1055,7 @@ static const op_case k_cases[] = {
     {"decode-big-pages", case_decode_big_pages},
     {"decode-groups-of-3", case_decode_groups_of_3},
     {"decode-bf16-queries", case_decode_bf16_queries},
+    {"decode-sharp", case_decode_sharp},
     {"decode-long", case_decode_long},
     {"decode-nonfinite", case_decode_nonfinite},
     {"decode-snapshots", case_decode_snapshots},

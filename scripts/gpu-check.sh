@@ -60,6 +60,18 @@ for b in decode profile compact; do
   "$BUILD/bench/bench_$b" "${bench_args[@]}" | tee "$BUILD/bench_$b.txt" || fail=1
 done
 
+# the step before and after (2026-12-07), on the largest shapes, one group each: the page tables built and
+# copied every step (--host-tables) against kept on the device (above), and attend_chunks
+# (FASTGEN_GPU_DECODE_MMA=0) against the tensor-core kernel where the device runs it by default
+step "before / after: page tables on the host, attend_chunks (bench_decode, 16k x8 f16)"
+rm -f "$BUILD/before_decode.txt"
+for m in llama2-7b llama3-8b g8-32x4; do
+  "$BUILD/bench/bench_decode" --backend "$backend" --model $m --dtypes f16 --context 16384 --batch 8 --host-tables |
+    sed 's/^# kernels/# kernels (host tables)/' | tee -a "$BUILD/before_decode.txt" || fail=1
+  FASTGEN_GPU_DECODE_MMA=0 "$BUILD/bench/bench_decode" --backend "$backend" --model $m --dtypes f16 --context 16384 \
+    --batch 8 | sed 's/^# kernels/# kernels (attend_chunks)/' | tee -a "$BUILD/before_decode.txt" || fail=1
+done
+
 # the decode kernel against its model (scripts/gpu_roofline.py): registers from this build's compiler
 gpu_name=$( (command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1) ||
   (command -v rocm-smi >/dev/null && rocm-smi --showproductname | grep -o 'MI250' | head -n 1) || true)
@@ -73,7 +85,7 @@ if [ -n "$model_gpu" ] && command -v python3 >/dev/null; then
   # an analysis: a failure here is reported, and does not fail the check
   env "${archs[@]}" bash scripts/gpu-resources.sh "$BUILD" > "$BUILD/resources.md" &&
     python3 scripts/gpu_roofline.py --gpu "$model_gpu" --resources "$BUILD/resources.md" \
-      --measured "$BUILD/bench_decode.txt" --dtypes f16 > "$BUILD/roofline.txt" && cat "$BUILD/roofline.txt" ||
+      --measured "$BUILD/bench_decode.txt" --dtypes f16 --host > "$BUILD/roofline.txt" && cat "$BUILD/roofline.txt" ||
     { echo "gpu-check: the roofline step failed (above); the check goes on"; rm -f "$BUILD/roofline.txt"; }
 else
   echo "no roofline: the model knows H200, H100, A100 and MI250 (this GPU: ${gpu_name:-unknown})"
@@ -83,6 +95,7 @@ step "summary"
 grep -h "summary:" "$BUILD"/bench_*.txt
 # where a step goes (per-kernel device times, ms): the largest decode cases and compaction calls
 grep -hE "^# kernels .* 16384 x8 f16 full|^# kernels 65536 f(16|32)" "$BUILD"/bench_*.txt
+grep -hE "^# kernels .* 16384 x8 f16 full|16384 +8 +f16 full" "$BUILD/before_decode.txt" 2>/dev/null | sed 's/^/(before) /'
 [ -f "$BUILD/roofline.txt" ] && grep -E "^\| (llama2-7b|llama3-8b|g8-32x4) \| 16384 \| 8 \|" "$BUILD/roofline.txt"
 echo "gpu-check: $([ $fail = 0 ] && echo passed || echo FAILED) in $(( $(date +%s) - start )) s"
 exit $fail

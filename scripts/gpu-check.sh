@@ -72,6 +72,14 @@ for m in llama2-7b llama3-8b g8-32x4; do
     --batch 8 | sed 's/^# kernels/# kernels (attend_chunks)/' | tee -a "$BUILD/before_decode.txt" || fail=1
 done
 
+# a real model through both decode kernels against ref (SmolLM2 where scripts/get-models.sh fetched it)
+smollm2=$(bash scripts/get-models.sh --offline smollm2 2>/dev/null | awk '$1 == "smollm2" { print $2 }' || true)
+if [ -n "$smollm2" ] && [ -f "$smollm2" ]; then
+  step "SmolLM2 through the $backend decode kernels against ref (scripts/gpu_generate_check.py)"
+  python3 scripts/gpu_generate_check.py "$BUILD/tools/fastgen" "$smollm2" --backend "$backend" | tee "$BUILD/generate_check.txt" ||
+    fail=1
+fi
+
 # the decode kernel against its model (scripts/gpu_roofline.py): registers from this build's compiler
 gpu_name=$( (command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1) ||
   (command -v rocm-smi >/dev/null && rocm-smi --showproductname | grep -o 'MI250' | head -n 1) || true)

@@ -68,18 +68,20 @@ extern "C" fg_status FG_GPU(compact)(fg_backend *be, const fg_page_layout *layou
     FG_GPU(mark_begin)(be);
     const int32_t Hkv = shape->n_kv_heads, d = shape->head_dim, P = layout->page_tokens;
     int64_t slots = 0, pages = 0;
-    int32_t max_keep = 0;
+    int32_t max_keep = 0, any_src = 0;
     for (int32_t i = 0; i < n_heads; i++) {
+        any_src |= heads[i].src != NULL;
         slots += heads[i].n_keep;
         pages += 2 * ((heads[i].n_keep + P - 1) / P);
         max_keep = heads[i].n_keep > max_keep ? heads[i].n_keep : max_keep;
     }
     if (max_keep == 0)
         return FG_OK;
-    /* the upload: descriptors, page tables, pos / source rows / score / flags, concatenated */
+    /* the upload: descriptors, page tables, pos / source rows / score / flags, concatenated; the source
+     * rows only where a head has its own (a prefill's are its positions: 9 bytes a kept row, not 13) */
     const size_t o_ptab = fg_gpu_align((size_t)n_heads * sizeof(compact_desc));
     const size_t o_pos = o_ptab + fg_gpu_align((size_t)pages * sizeof(void *));
-    const size_t o_from = o_pos + fg_gpu_align((size_t)slots * 4);
+    const size_t o_from = any_src ? o_pos + fg_gpu_align((size_t)slots * 4) : o_pos;
     const size_t o_score = o_from + fg_gpu_align((size_t)slots * 4), o_flags = o_score + fg_gpu_align((size_t)slots * 4);
     const size_t up_bytes = o_flags + (size_t)slots;
     const size_t rows = (size_t)n * Hkv * d * sizeof(float);
@@ -98,7 +100,8 @@ extern "C" fg_status FG_GPU(compact)(fg_backend *be, const fg_page_layout *layou
         const int32_t np = (h->n_keep + P - 1) / P;
         desc[i] = compact_desc{h->kv_head, h->n_keep, so, po, np};
         memcpy(host + o_pos + (size_t)so * 4, h->pos, (size_t)h->n_keep * 4);
-        memcpy(host + o_from + (size_t)so * 4, h->src ? h->src : h->pos, (size_t)h->n_keep * 4);
+        if (any_src)
+            memcpy(host + o_from + (size_t)so * 4, h->src ? h->src : h->pos, (size_t)h->n_keep * 4);
         memcpy(host + o_score + (size_t)so * 4, h->score, (size_t)h->n_keep * 4);
         memcpy(host + o_flags + (size_t)so, h->flags, (size_t)h->n_keep);
         memcpy(ptab + po, h->pages, (size_t)np * sizeof(void *));

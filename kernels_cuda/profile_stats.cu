@@ -3,11 +3,17 @@
  * rows that see them go by in tiles of BK rows, also through shared memory
  * (with their max and normaliser from pass 1), so each is read once per key
  * tile, not once per key. Thread (key, lane) scores its key against the
- * rows lane, lane + L, ... of each tile (L = lanes per key), keeps the
- * pooled attention it got (col) and the part from rows whose window holds
- * it (col_local), and the lanes' sums are added in a fixed order at the
- * end: no atomics, and the sums do not depend on timing. Head dims above
- * 256 take the one-block-per-key kernel. */
+ * R = BK / L rows lane, lane + L, ... of each tile (L = lanes per key) at
+ * once: each element of its key read from shared memory serves R rows, and
+ * the rows' elements come 4 at a time (one 16-byte load, the same address
+ * across the warp), so a (row, key) pair costs d / 4 + d / R shared loads
+ * a thread instead of 2 d (the kernel is bound by them, not by its FMAs:
+ * docs/backends.md "Profiling on the GPU"). Each dot still adds its d
+ * products in order, so a pair's score is the one-row loop's bit for bit.
+ * A thread keeps the pooled attention it got (col) and the part from rows
+ * whose window holds it (col_local), and the lanes' sums are added in a
+ * fixed order at the end: no atomics, and the sums do not depend on
+ * timing. Head dims above 256 take the one-block-per-key kernel. */
 #include "kernels_cuda/gpu_common.cuh"
 
 /* x[w] for a w known only at run time, read with constant indices, so that
@@ -20,21 +26,36 @@ FG_UNROLL
     return r;
 }
 
+/* A query row's words in shared memory: d rounded up to 4 (16-byte loads),
+ * then 4 more, so that two rows read by one warp (BK = 16) start in
+ * different banks. */
+#define QROW(d) ((((d) + 3) & ~3) + 4)
+
 template <int BK>
 __global__ static void FG_BLOCK_BOUNDS profile_tiles(fg_profile_request req, int32_t Hq, int32_t Hkv, int32_t d,
                                                      const float *q, const float *k, const float *row_max,
                                                      const float *row_sum, const int32_t *key_pos, float *col,
                                                      float *col_local) {
     FG_DYNAMIC_SHARED(float, sh);
-    const int32_t D1 = d + 1; /* padded rows: the keys of a warp read different banks */
-    float *ks = sh, *qs = ks + BK * D1, *mx = qs + BK * D1, *inv = mx + BK, *part = inv + BK; /* part: [L][BK] */
-    const int32_t L = FG_THREADS / BK, key = threadIdx.x % BK, lane = threadIdx.x / BK;
+    constexpr int32_t L = FG_THREADS / BK, R = BK / L; /* lanes a key, rows a lane in a tile */
+    const int32_t D1 = d + 1;        /* padded key rows: the keys of a warp read different banks */
+    const int32_t QD = QROW(d);      /* query rows 16-byte aligned, 4 words apart in the banks */
+    float *ks = sh, *qs = ks + BK * D1, *mx = qs + BK * QD, *inv = mx + BK, *part = inv + BK; /* part: [L][BK] */
+    const int32_t key = threadIdx.x % BK, lane = threadIdx.x / BK;
     const int32_t g = blockIdx.y, G = Hq / Hkv, n = req.n, j0 = blockIdx.x * BK, j = j0 + key;
     const float scale = 1.0f / sqrtf((float)d);
     for (int32_t e = threadIdx.x; e < BK * d; e += blockDim.x) {
         const int32_t jj = e / d, c = e % d;
         ks[jj * D1 + c] = j0 + jj < n ? k[((size_t)(j0 + jj) * Hkv + g) * d + c] : 0.0f;
     }
+    /* a query tile goes up 4 words a thread, each thread at one column and
+     * every FG_THREADS / (d / 4)-th row, where d / 4 divides the block and q
+     * allows 16-byte loads (no division a word: the tiles of the rows are
+     * loaded G (n - j0) / BK times a block, the keys once) */
+    const int32_t d4 = d / 4;
+    const int vec_q = d % 4 == 0 && FG_THREADS % d4 == 0 && ((uintptr_t)q % 16) == 0;
+    const int32_t q_col = vec_q ? 4 * ((int32_t)threadIdx.x % d4) : 0, q_row = vec_q ? (int32_t)threadIdx.x / d4 : 0;
+    const int32_t q_step = vec_q ? FG_THREADS / d4 : 0;
     float total = 0.0f, local[FG_MAX_SHORTLIST];
 FG_UNROLL
     for (int w = 0; w < FG_MAX_SHORTLIST; w++)
@@ -43,9 +64,20 @@ FG_UNROLL
     for (int32_t h = g * G; h < (g + 1) * G; h++)
         for (int32_t i0 = first; i0 < n; i0 += BK) {
             __syncthreads(); /* the last tile's rows are read */
-            for (int32_t e = threadIdx.x; e < BK * d; e += blockDim.x) {
-                const int32_t r = e / d, c = e % d;
-                qs[r * D1 + c] = i0 + r < n ? q[((size_t)(i0 + r) * Hq + h) * d + c] * scale : 0.0f;
+            if (vec_q) {
+                for (int32_t r = q_row; r < BK; r += q_step) {
+                    float4 x = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                    if (i0 + r < n) {
+                        x = *(const float4 *)(q + ((size_t)(i0 + r) * Hq + h) * d + q_col);
+                        x = make_float4(x.x * scale, x.y * scale, x.z * scale, x.w * scale);
+                    }
+                    *(float4 *)(qs + r * QD + q_col) = x;
+                }
+            } else {
+                for (int32_t e = threadIdx.x; e < BK * d; e += blockDim.x) {
+                    const int32_t r = e / d, c = e % d;
+                    qs[r * QD + c] = i0 + r < n ? q[((size_t)(i0 + r) * Hq + h) * d + c] * scale : 0.0f;
+                }
             }
             for (int32_t r = threadIdx.x; r < BK; r += blockDim.x) {
                 const int32_t i = i0 + r < n ? i0 + r : n - 1;
@@ -53,14 +85,37 @@ FG_UNROLL
                 inv[r] = 1.0f / (row_sum[(size_t)h * n + i] * (float)G);
             }
             __syncthreads();
-            for (int32_t r = lane; r < BK; r += L) {
-                const int32_t i = i0 + r;
-                if (i >= n || i < j || j >= n) /* past the prompt, or before the key (causal) */
+            if (i0 + lane >= n || i0 + BK <= j || j >= n) /* none of its rows sees the key */
+                continue;
+            /* the R dots, each over c in order */
+            float s[R];
+FG_UNROLL
+            for (int32_t x = 0; x < R; x++)
+                s[x] = 0.0f;
+            const float *kk = ks + key * D1;
+            int32_t c = 0;
+            for (; c + 4 <= d; c += 4) {
+                const float k0 = kk[c], k1 = kk[c + 1], k2 = kk[c + 2], k3 = kk[c + 3];
+FG_UNROLL
+                for (int32_t x = 0; x < R; x++) {
+                    const float4 qv = *(const float4 *)(qs + (lane + x * L) * QD + c);
+                    s[x] += qv.x * k0;
+                    s[x] += qv.y * k1;
+                    s[x] += qv.z * k2;
+                    s[x] += qv.w * k3;
+                }
+            }
+            for (; c < d; c++) {
+FG_UNROLL
+                for (int32_t x = 0; x < R; x++)
+                    s[x] += qs[(lane + x * L) * QD + c] * kk[c];
+            }
+FG_UNROLL
+            for (int32_t x = 0; x < R; x++) {
+                const int32_t r = lane + x * L, i = i0 + r;
+                if (i >= n || i < j) /* past the prompt, or before the key (causal) */
                     continue;
-                float s = 0.0f;
-                for (int32_t c = 0; c < d; c++)
-                    s += qs[r * D1 + c] * ks[key * D1 + c];
-                const float a = expf(s - mx[r]) * inv[r];
+                const float a = expf(s[x] - mx[r]) * inv[r];
                 total += a;
                 const int32_t age = key_pos ? key_pos[i] - key_pos[j] : i - j;
 FG_UNROLL /* constant indices: `local` stays in registers, not in local memory */
@@ -155,7 +210,8 @@ extern "C" fg_status FG_GPU(profile_stats)(fg_backend *be, const fg_shape *shape
     const float *fq = (const float *)dq, *fk = (const float *)dk, *fmax = (const float *)dmax, *fsum = (const float *)dsum;
 #define TILED(BK)                                                                                                      \
     FG_LAUNCH((profile_tiles<BK>), dim3((n + BK - 1) / BK, Hkv), FG_THREADS,                                           \
-              (2 * BK * ((size_t)d + 1) + 2 * BK + FG_THREADS) * sizeof(float), st->stream, *req, Hq, Hkv, d, fq, fk,  \
+              (BK * ((size_t)d + 1 + QROW(d)) + 2 * BK + FG_THREADS) * sizeof(float), st->stream, *req, Hq, Hkv, d,  \
+              fq, fk,                                                                                                  \
               fmax, fsum, kp, dcol, dcl)
     if (d <= 128)
         TILED(32);

@@ -95,6 +95,9 @@ if [ -n "$model_gpu" ] && command -v python3 >/dev/null; then
     python3 scripts/gpu_roofline.py --gpu "$model_gpu" --resources "$BUILD/resources.md" \
       --measured "$BUILD/bench_decode.txt" --dtypes f16 --host > "$BUILD/roofline.txt" && cat "$BUILD/roofline.txt" ||
     { echo "gpu-check: the roofline step failed (above); the check goes on"; rm -f "$BUILD/roofline.txt"; }
+  # profiling over prefill attention as the model predicts it, beside bench_profile's measured ratio (summary)
+  python3 scripts/gpu_roofline.py --gpu "$model_gpu" --resources "$BUILD/resources.md" --prompt \
+    > "$BUILD/roofline_prompt.txt" && cat "$BUILD/roofline_prompt.txt" || rm -f "$BUILD/roofline_prompt.txt"
 else
   echo "no roofline: the model knows H200, H100, A100 and MI250 (this GPU: ${gpu_name:-unknown})"
 fi
@@ -105,5 +108,6 @@ grep -h "summary:" "$BUILD"/bench_*.txt
 grep -hE "^# kernels .* 16384 x8 f16 full|^# kernels 65536 f(16|32)" "$BUILD"/bench_*.txt
 grep -hE "^# kernels .* 16384 x8 f16 full|16384 +8 +f16 full" "$BUILD/before_decode.txt" 2>/dev/null | sed 's/^/(before) /'
 [ -f "$BUILD/roofline.txt" ] && grep -E "^\| (llama2-7b|llama3-8b|g8-32x4) \| 16384 \| 8 \|" "$BUILD/roofline.txt"
+[ -f "$BUILD/roofline_prompt.txt" ] && grep -E "^\| 128 \| profile after" "$BUILD/roofline_prompt.txt" | sed 's/^/(predicted) /'
 echo "gpu-check: $([ $fail = 0 ] && echo passed || echo FAILED) in $(( $(date +%s) - start )) s"
 exit $fail

@@ -4,6 +4,13 @@ from a model of the kernel as kernels_cuda/decode_step.cu launches it, and
 beside a device run's measurement when one is given.
 
     scripts/gpu_roofline.py --gpu h200 --resources RES.md [--measured BENCH.txt]
+    scripts/gpu_roofline.py --gpu h200 --resources RES.md --prompt
+
+--prompt: profiling's time over prefill attention's instead (profile_stats.cu
+and prefill_attention.cu): a (row, key, query head) pair's warp instructions,
+shared-memory wavefronts and MUFU instructions counted from the source, over
+a multiprocessor's rates; the profiling kernel before and after 2026-12-07
+(docs/backends.md "Profiling on the GPU").
 
 RES.md: scripts/gpu-resources.sh's table (registers of each attend_chunks
 instantiation for the GPU's architecture). BENCH.txt: bench_decode's output
@@ -290,6 +297,45 @@ def host_upload(model, ctx, batch, page_tokens=16, kept=1.0):
     return base + heads * pages * 16, base + heads * 32 / page_tokens
 
 
+# The prompt's kernels (--prompt): warp instructions a (query row, key, query head) pair, counted from the
+# source as the kernels run it (not from SASS), for prefill_attention.cu's prefill_tiles and profile_stats.cu's
+# profile_tiles before (one row at a time, both operands of the dot from shared memory) and after
+# (2026-12-07: four rows a thread, the query's words 4 at a time). Round figures: expf 8 ALU and one MUFU
+# (no fast math), an index division at run time (e / d, e % d) 20.
+EXP_ALU, DIV_ALU = 8, 20
+
+
+def prompt_pair_costs(d, n_windows=2):
+    """{kernel: (warp instructions, shared-memory wavefronts (loads and shuffles), MUFU warp instructions)} a pair,
+    d <= 128 (BK = 32: 32 rows a block in prefill_tiles, 32 keys x 8 lanes in profile_tiles)."""
+    dpl = d // 8
+    ks = 8 if dpl < 32 else 4                  # keys a softmax round
+    # prefill_tiles: 8 lanes a row, a warp 4 rows; per warp and key: the dot and the output's FMAs with a
+    # shared load each, the rescale once a round, the 8 lanes' sum (3 shuffles and adds), mask, max, exp, sum
+    fma, lds = 2 * dpl + dpl / ks, 2 * dpl
+    alu = 3 + 4 + EXP_ALU * (1 + 1 / ks)
+    load = 2 * d * (DIV_ALU + 4) / 32          # a key's K and V words over the block's 32 rows, per warp-pair
+    pre = ((fma + lds + 3 + alu) / 4 + load / 32, (lds + 3) / 4 + 2 * d / 32 / 32, (1 + 1 / ks) / 4)
+    # a pair's own work in profile_tiles: causal check, exp, scale, sum, age, the windows (a thread a pair)
+    own = (6 + EXP_ALU + 2 * n_windows) / 32
+    # before: a warp 32 keys x 1 row, both words of every product from shared memory, the loop's count
+    old = ((d + 2 * d + d / 4) / 32 + own + d * (DIV_ALU + 2) / 1024, 2 * d / 32 + d / 1024, 1 / 32)
+    # after: a warp 32 keys x 4 rows; per 4 words: 4 key loads, 4 16-byte query loads (one address a warp),
+    # 16 FMAs; the query tile 4 words a thread (load, scale, store)
+    new = ((d / 4) * (4 + 4 + 16 + 1) / 128 + own + (d / 4) * 10 / 1024, (d / 4) * 8 / 128 + d / 4 / 1024, 1 / 32)
+    return {"prefill": pre, "profile before": old, "profile after": new}
+
+
+def prompt_clocks(cost, gpu):
+    """A multiprocessor's clocks a pair: the most of issue (4 schedulers, a warp instruction a clock each),
+    shared memory (a wavefront a clock) and the MUFU (16 lanes a clock: 2 clocks a warp instruction)."""
+    issue, mio, mufu = cost
+    per_clk = gpu[8] / gpu[7]                  # warp instructions a clock a unit
+    terms = {"issue": issue / per_clk, "shared": mio, "mufu": 2 * mufu}
+    limit = max(terms, key=terms.get)
+    return terms[limit], limit, terms
+
+
 def measured(path):
     """(model, ctx, batch, dtype, case) -> step's fraction of the probe, (..., kernel) -> the attend kernel's ms
     (attend_chunks' or attend_mma's, whichever the step ran); the probe (GB/s)
@@ -332,8 +378,15 @@ def main():
                     help="attend_chunks, the tensor-core attend_mma (16-bit rows, d = 64 / 128), or both rows")
     ap.add_argument("--host", action="store_true",
                     help="also the bytes a step uploads per shape, page tables built each step and kept")
+    ap.add_argument("--prompt", action="store_true",
+                    help="only the prompt's kernels: profiling against prefill attention, before and after")
+    ap.add_argument("--measured-profile", type=float, default=0.535,
+                    help="profile_over_prefill measured before (bench_profile; the H200 run of 2026-12-04)")
     a = ap.parse_args()
     gpu = GPUS[a.gpu]
+    if a.prompt:
+        print_prompt(gpu, a.gpu, a.measured_profile)
+        return
     regs = attend_registers(a.resources, gpu[0])
     if not regs:
         sys.exit(f"gpu_roofline: no attend_chunks rows for {gpu[0]} in {a.resources}")
@@ -394,6 +447,28 @@ def main():
                 for batch in (1, 8):
                     before, after = host_upload(model, ctx, batch)
                     print(f"| {model} | {ctx} | {batch} | {before / 1024:.1f} KiB | {after / 1024:.2f} KiB |")
+
+
+def print_prompt(gpu, name, measured_before):
+    """Profiling's time over prefill attention's, the same pairs (the causal half of Q K^T), per head dim."""
+    print(f"# {name}: the prompt's kernels, a multiprocessor's clocks a (row, key, query head) pair "
+          f"(scripts/gpu_roofline.py --prompt); anchored: the measured ratio before ({measured_before}) "
+          f"times the model's after / before")
+    print("| d | kernel | issue | shared | mufu | clocks a pair (limit) | over prefill | anchored |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for d in (64, 128):
+        costs = prompt_pair_costs(d)
+        clk = {k: prompt_clocks(c, gpu) for k, c in costs.items()}
+        for k in costs:
+            t, limit, terms = clk[k]
+            ratio = t / clk["prefill"][0]
+            anchored = "-"
+            if k == "profile after":
+                anchored = f"{measured_before * t / clk['profile before'][0]:.2f}"
+            elif k == "profile before":
+                anchored = f"{measured_before:.2f} (measured)"
+            print(f"| {d} | {k} | {terms['issue']:.2f} | {terms['shared']:.2f} | {terms['mufu']:.2f} | "
+                  f"{t:.2f} ({limit}) | {ratio:.2f} | {anchored} |")
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@
 
 #include "common/cpu_features.h"
 #include "common/dtype.h"
+#include "common/vexp.h"
 #include "kernels_cpu/kernels_cpu.h"
 
 #ifdef FG_X86
@@ -40,36 +41,12 @@ static inline __attribute__((always_inline)) void fg_dot_rows(const float *z, in
 
 /* ------------------------------------------------------------------ x86 helpers */
 #ifdef FG_X86
-#define FG_SIMD_AVX2_TARGET __attribute__((target("avx2,fma,f16c")))
-#define FG_SIMD_AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,fma,f16c")))
 
 /* A block's fp16 scale, widened by F16C (the AVX2 and AVX-512 kernels). */
 __attribute__((target("f16c"))) static inline float fg_f16c_scale(const unsigned char *blk) {
     uint16_t h;
     memcpy(&h, blk, sizeof h);
     return _cvtsh_ss(h);
-}
-
-/* e^x for x <= 0, 8 lanes: Cephes expf's reduction by ln 2 and degree-6
- * polynomial (~1 ulp). The decode and the prompt kernels' exp. A NaN stays
- * NaN, as expf's does: max_ps returns its second operand when either is
- * NaN, so x goes second (then the rounding, the polynomial and the product
- * carry it: the integer conversion of NaN gives an exponent of 2^0). */
-FG_SIMD_AVX2_TARGET static inline __m256 fg_exp256(__m256 x) {
-    x = _mm256_max_ps(_mm256_set1_ps(-87.33654f), x);
-    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    x = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-    x = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), x);
-    __m256 y = _mm256_set1_ps(1.9875691500e-4f);
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507e-3f));
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073e-3f));
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894e-2f));
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
-    y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
-    y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
-    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
 }
 
 FG_SIMD_AVX2_TARGET static inline float fg_hsum256(__m256 v) {
@@ -187,23 +164,6 @@ FG_SIMD_AVX2_TARGET static inline __m256 fg_q4_lanes256(const unsigned char *p, 
     return _mm256_mul_ps(_mm256_cvtepi32_ps(q), _mm256_set1_ps(scale));
 }
 
-/* e^x for x <= 0, 16 lanes (as fg_exp256: NaN stays NaN). */
-FG_SIMD_AVX512_TARGET static inline __m512 fg_exp512(__m512 x) {
-    x = _mm512_max_ps(_mm512_set1_ps(-87.33654f), x);
-    __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    x = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-    x = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), x);
-    __m512 y = _mm512_set1_ps(1.9875691500e-4f);
-    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.3981999507e-3f));
-    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(8.3334519073e-3f));
-    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(4.1665795894e-2f));
-    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.6666665459e-1f));
-    y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(5.0000001201e-1f));
-    y = _mm512_fmadd_ps(y, _mm512_mul_ps(x, x), _mm512_add_ps(x, _mm512_set1_ps(1.0f)));
-    __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-    return _mm512_mul_ps(y, _mm512_castsi512_ps(e));
-}
 /* The sums of the lanes of v[0 .. n - 1] (n <= 16, a power of two), folded
  * together in halves (45 instructions for 16 sums, where one vector at a
  * time takes 16 x 8): v[i] ends in lane 4 (i % 4) + i / 4. */

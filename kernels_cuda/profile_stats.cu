@@ -5,10 +5,10 @@
  * tile, not once per key. Thread (key, lane) scores its key against the
  * R = BK / L rows lane, lane + L, ... of each tile (L = lanes per key) at
  * once: each element of its key read from shared memory serves R rows, and
- * the rows' elements come 4 at a time (one 16-byte load, the same address
- * across the warp), so a (row, key) pair costs d / 4 + d / R shared loads
- * a thread instead of 2 d (the kernel is bound by them, not by its FMAs:
- * docs/backends.md "Profiling on the GPU"). Each dot still adds its d
+ * the rows' elements come 4 at a time (16-byte loads, one address across
+ * the warp for BK = 32, two for BK = 16), so a (row, key) pair costs
+ * d / 4 + d / R shared loads a thread instead of the one-row loop's 2 d,
+ * which bound it (docs/backends.md "Profiling on the GPU"). Each dot still adds its d
  * products in order, so a pair's score is the one-row loop's bit for bit.
  * A thread keeps the pooled attention it got (col) and the part from rows
  * whose window holds it (col_local), and the lanes' sums are added in a
@@ -38,6 +38,9 @@ __global__ static void FG_BLOCK_BOUNDS profile_tiles(fg_profile_request req, int
                                                      float *col_local) {
     FG_DYNAMIC_SHARED(float, sh);
     constexpr int32_t L = FG_THREADS / BK, R = BK / L; /* lanes a key, rows a lane in a tile */
+    /* every row of a tile has its lane, and qs starts 16 bytes aligned (BK (d + 1) words of keys before it;
+       dynamic shared memory itself starts at least 16-byte aligned) */
+    static_assert(BK % L == 0 && BK % 4 == 0, "profile_tiles: BK rows in R per lane, qs 16-byte aligned");
     const int32_t D1 = d + 1;        /* padded key rows: the keys of a warp read different banks */
     const int32_t QD = QROW(d);      /* query rows 16-byte aligned, 4 words apart in the banks */
     float *ks = sh, *qs = ks + BK * D1, *mx = qs + BK * QD, *inv = mx + BK, *part = inv + BK; /* part: [L][BK] */
@@ -85,7 +88,7 @@ FG_UNROLL
                 inv[r] = 1.0f / (row_sum[(size_t)h * n + i] * (float)G);
             }
             __syncthreads();
-            if (i0 + lane >= n || i0 + BK <= j || j >= n) /* none of its rows sees the key */
+            if (i0 + lane >= n || j >= n) /* none of its rows is in the prompt, or no key */
                 continue;
             /* the R dots, each over c in order */
             float s[R];

@@ -220,9 +220,10 @@ static void rope(float *v, int32_t width, int32_t head_size, const float *cs) {
 /* hb = silu(hb) hb2 over n values (SwiGLU). With AVX2, 8 at a time:
  * silu(a) = a s with s = 1 / (1 + e) for a >= 0 and e / (1 + e) below, e =
  * e^-|a| (fg_exp256 takes x <= 0; 1 + e never overflows). It differs from
- * the scalar a / (1 + e^-a) by a few ulp of rounding; that the greedy ids of
- * the GGUF test models stay llama.cpp's, with 8-bit activations on AVX2
- * (test_gguf), says the models do not part on it. */
+ * the scalar a / (1 + e^-a) by a few ulp of rounding, and below a = -87.3
+ * (fg_exp256's floor) gives about 1e-38 a where the scalar gives 0; that
+ * the greedy ids of the GGUF test models stay llama.cpp's, with 8-bit
+ * activations on AVX2 (test_gguf), says the models do not part on it. */
 static void swiglu_generic(float *hb, const float *hb2, int32_t n, int32_t e0) {
     for (int32_t e = e0; e < n; e++) {
         const float a = hb[e];
@@ -256,10 +257,11 @@ static void swiglu(float *hb, const float *hb2, int32_t n) {
 }
 
 /* The runner's row-wise work between the products: the norms, RoPE, the
- * residuals and SwiGLU. A prompt's rows go over the pool REST_ROWS at a time
- * (each row's arithmetic is the one loop a single thread runs: the same
- * bits on any number of threads); a decode step's few rows stay on the
- * caller, where a job's hand-off would cost more than the work. */
+ * residuals and SwiGLU. 2 REST_ROWS rows or more (a prompt, a batch of 32
+ * sequences) go over the pool REST_ROWS at a time (each row's arithmetic is
+ * the one loop a single thread runs: the same bits on any number of
+ * threads); fewer (a decode step of a few sequences) stay on the caller,
+ * where a job's hand-off would cost more than the work. */
 #define REST_ROWS 16
 typedef enum {
     REST_NORM,     /* xb = norm(x) */

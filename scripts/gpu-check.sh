@@ -96,7 +96,7 @@ if [ -n "$model_gpu" ] && command -v python3 >/dev/null; then
       --measured "$BUILD/bench_decode.txt" --dtypes f16 --host > "$BUILD/roofline.txt" && cat "$BUILD/roofline.txt" ||
     { echo "gpu-check: the roofline step failed (above); the check goes on"; rm -f "$BUILD/roofline.txt"; }
   # profiling over prefill attention as the model predicts it, beside bench_profile's measured ratio (summary)
-  python3 scripts/gpu_roofline.py --gpu "$model_gpu" --resources "$BUILD/resources.md" --prompt \
+  python3 scripts/gpu_roofline.py --gpu "$model_gpu" --prompt \
     > "$BUILD/roofline_prompt.txt" && cat "$BUILD/roofline_prompt.txt" || rm -f "$BUILD/roofline_prompt.txt"
 else
   echo "no roofline: the model knows H200, H100, A100 and MI250 (this GPU: ${gpu_name:-unknown})"

@@ -4,7 +4,7 @@ from a model of the kernel as kernels_cuda/decode_step.cu launches it, and
 beside a device run's measurement when one is given.
 
     scripts/gpu_roofline.py --gpu h200 --resources RES.md [--measured BENCH.txt]
-    scripts/gpu_roofline.py --gpu h200 --resources RES.md --prompt
+    scripts/gpu_roofline.py --gpu h200 --prompt
 
 --prompt: profiling's time over prefill attention's instead (profile_stats.cu
 and prefill_attention.cu): a (row, key, query head) pair's warp instructions,
@@ -365,7 +365,7 @@ def measured(path):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--gpu", choices=sorted(GPUS), required=True)
-    ap.add_argument("--resources", required=True, help="scripts/gpu-resources.sh output")
+    ap.add_argument("--resources", help="scripts/gpu-resources.sh output (every table but --prompt's)")
     ap.add_argument("--measured", help="bench_decode's output on that GPU")
     ap.add_argument("--latency-ns", type=float)
     ap.add_argument("--bandwidth", type=float, help="TB/s to take shares of (default: the probe's, else the GPU's)")
@@ -385,8 +385,12 @@ def main():
     a = ap.parse_args()
     gpu = GPUS[a.gpu]
     if a.prompt:
+        if not gpu[0].startswith("sm_"):
+            sys.exit(f"gpu_roofline: --prompt counts NVIDIA's warp and MUFU rates; not {a.gpu}")
         print_prompt(gpu, a.gpu, a.measured_profile)
         return
+    if not a.resources:
+        sys.exit("gpu_roofline: --resources is needed (scripts/gpu-resources.sh's table)")
     regs = attend_registers(a.resources, gpu[0])
     if not regs:
         sys.exit(f"gpu_roofline: no attend_chunks rows for {gpu[0]} in {a.resources}")
@@ -465,7 +469,7 @@ def print_prompt(gpu, name, measured_before):
             anchored = "-"
             if k == "profile after":
                 anchored = f"{measured_before * t / clk['profile before'][0]:.2f}"
-            elif k == "profile before":
+            elif k == "profile before" and d == 128:  # bench_profile's shape
                 anchored = f"{measured_before:.2f} (measured)"
             print(f"| {d} | {k} | {terms['issue']:.2f} | {terms['shared']:.2f} | {terms['mufu']:.2f} | "
                   f"{t:.2f} ({limit}) | {ratio:.2f} | {anchored} |")

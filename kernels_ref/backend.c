@@ -6,19 +6,18 @@
 #include "backends/backend_host.h"
 #include "kernels_ref/kernels_ref.h"
 
-static const fg_backend_ops k_ref_ops = {
-    .name = "ref",
-    .kv_apart = 1,
-    .buffer_alloc = fg_host_buffer_alloc,
-    .buffer_free = fg_host_buffer_free,
-    .prefill_attention = fg_ref_prefill_attention,
-    .profile_stats = fg_ref_profile_stats,
-    .compact = fg_ref_compact,
-    .decode_step = fg_ref_decode_step,
-    .read_slots = fg_host_read_slots,
-    .adaptive_observe = fg_ref_adaptive_observe,
-    .adaptive_errors = fg_ref_adaptive_errors,
-};
+/* The ref op table; its two forms differ in where decode_step finds the
+ * page tables (FASTGEN_REF_TABLES below), nothing else. */
+#define REF_OPS(tables, step)                                                                                           \
+    {                                                                                                                  \
+        .name = "ref", .kv_apart = 1, .device_tables = (tables), .buffer_alloc = fg_host_buffer_alloc,                 \
+        .buffer_free = fg_host_buffer_free, .prefill_attention = fg_ref_prefill_attention,                             \
+        .profile_stats = fg_ref_profile_stats, .compact = fg_ref_compact, .decode_step = (step),                       \
+        .read_slots = fg_host_read_slots, .adaptive_observe = fg_ref_adaptive_observe,                                 \
+        .adaptive_errors = fg_ref_adaptive_errors,                                                                     \
+    }
+
+static const fg_backend_ops k_ref_ops = REF_OPS(0, fg_ref_decode_step);
 
 /* FASTGEN_REF_TABLES=1: the ref kernels behind page tables kept as a GPU
  * backend keeps them (device_tables, docs/backends.md "Page tables on the
@@ -56,20 +55,7 @@ static fg_status ref_tables_decode_step(fg_backend *be, const fg_page_layout *la
     return fg_ref_decode_step(be, layout, shape, n_heads, heads);
 }
 
-static const fg_backend_ops k_ref_tables_ops = {
-    .name = "ref",
-    .kv_apart = 1,
-    .device_tables = 1,
-    .buffer_alloc = fg_host_buffer_alloc,
-    .buffer_free = fg_host_buffer_free,
-    .prefill_attention = fg_ref_prefill_attention,
-    .profile_stats = fg_ref_profile_stats,
-    .compact = fg_ref_compact,
-    .decode_step = ref_tables_decode_step,
-    .read_slots = fg_host_read_slots,
-    .adaptive_observe = fg_ref_adaptive_observe,
-    .adaptive_errors = fg_ref_adaptive_errors,
-};
+static const fg_backend_ops k_ref_tables_ops = REF_OPS(1, ref_tables_decode_step);
 
 fg_status fg_backend_ref_init(fg_backend *be) {
     const char *tables = getenv("FASTGEN_REF_TABLES");

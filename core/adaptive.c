@@ -80,7 +80,7 @@ fg_status fg_adaptive_create(fg_context *ctx, const fg_compression_params *cp, i
                         "FG_ALLOC_ADAPTIVE: backend \"%s\" has no adaptive_observe / adaptive_errors; open the "
                         "context on one that has (ref, cpu, cuda, hip) or choose another allocation",
                         ctx->backend_name);
-    if (cp->observe != FG_OBSERVE_EXPLICIT && cp->defer_until - n_prompt > W)
+    if (!fg_observe_when_told(cp->observe) && cp->defer_until - n_prompt > W)
         return fg_error(ctx, FG_ERR_INVALID_ARGUMENT,
                         "FG_ALLOC_ADAPTIVE: defer_until %d is %d decode steps after this prompt of %d tokens, more "
                         "than the %d observed rows (observation_window) would hold", (int)cp->defer_until,
@@ -108,10 +108,11 @@ fg_status fg_adaptive_create(fg_context *ctx, const fg_compression_params *cp, i
     ad->window = W;
     ad->n_prompt = n_prompt;
     ad->explicit_rows = cp->observe == FG_OBSERVE_EXPLICIT;
+    ad->scored = cp->observe == FG_OBSERVE_SCORES;
     ad->horizon = cp->observe != FG_OBSERVE_PREDICTED ? 0 : cp->predict_horizon > 0 ? cp->predict_horizon : 512;
-    ad->compress_at = cp->observe == FG_OBSERVE_EXPLICIT ? INT32_MAX
-                      : cp->defer_until > n_prompt      ? cp->defer_until
-                                                        : n_prompt;
+    ad->compress_at = fg_observe_when_told(cp->observe) ? INT32_MAX
+                      : cp->defer_until > n_prompt     ? cp->defer_until
+                                                       : n_prompt;
     *out = ad;
     return FG_OK;
 }
@@ -121,9 +122,12 @@ fg_status fg_adaptive_clone(fg_context *ctx, const fg_adaptive *src, fg_adaptive
     fg_compression_params cp;
     memset(&cp, 0, sizeof cp);
     cp.observation_window = src->window;
-    cp.observe = src->explicit_rows ? FG_OBSERVE_EXPLICIT : src->horizon ? FG_OBSERVE_PREDICTED : FG_OBSERVE_TAIL;
+    cp.observe = src->explicit_rows ? FG_OBSERVE_EXPLICIT
+                 : src->scored      ? FG_OBSERVE_SCORES
+                 : src->horizon     ? FG_OBSERVE_PREDICTED
+                                    : FG_OBSERVE_TAIL;
     cp.predict_horizon = src->horizon;
-    cp.defer_until = src->explicit_rows ? 0 : src->compress_at;
+    cp.defer_until = fg_observe_when_told(cp.observe) ? 0 : src->compress_at;
     fg_status st = fg_adaptive_create(ctx, &cp, src->n_prompt, out);
     if (st)
         return st;
@@ -143,6 +147,7 @@ fg_status fg_adaptive_clone(fg_context *ctx, const fg_adaptive *src, fg_adaptive
             memcpy(b->given_col, a->given_col, (size_t)Hkv * a->given_keys * sizeof *a->given_col);
             b->given_keys = a->given_keys;
         }
+        b->n_scored = a->n_scored;
         if (a->given) {
             memcpy(b->given, a->given, (size_t)a->n_given * Hq * d * sizeof *a->given);
             b->n_given = a->n_given;
@@ -625,8 +630,9 @@ static fg_status unit_curves_all(fg_context *ctx, const fg_seq *s, compress_scra
     for (int32_t l = 0; l < L; l++) {
         const fg_adaptive_layer *a = &ad->layers[l];
         /* FG_OBSERVE_EXPLICIT's rows, else the tail's. Every given row ranked the keys as it came
-         * (given_col); the errors are judged on observation_window of the ones kept, evenly spaced */
-        const int given = a->n_given > 0;
+         * (given_col); the errors are judged on observation_window of the ones kept, evenly spaced.
+         * FG_OBSERVE_SCORES: the given scores rank (given_col), the tail's rows judge */
+        const int given = a->n_given > 0, ranked = a->given_keys > 0;
         const int32_t n_kept = given ? a->n_given : a->n_obs, W = n_kept < ad->window ? n_kept : ad->window;
         for (int32_t i = 0; i < W; i++) {
             if (given) { /* decode queries after the sequence: every key, the last one their "own" */
@@ -669,12 +675,12 @@ static fg_status unit_curves_all(fg_context *ctx, const fg_seq *s, compress_scra
             }
             /* the ranks: the frequent part's is the cumulative attention of every row so far (the prompt's
              * profile, then the observed decode rows, or the predicted rows as if decoded), the snapshot's the
-             * observed (predicted) rows'; given rows: theirs */
+             * observed (predicted) rows'; given rows or scores: theirs */
             float *score = w->score + (size_t)unit * t, *snap = w->snap + (size_t)unit * t;
             for (int32_t j = 0; j < t; j++) {
-                score[j] = given ? (j < a->given_keys ? a->given_col[(size_t)g * a->given_keys + j] : 0.0f)
-                                 : (j < n_prompt ? a->col[(size_t)g * n_prompt + j] : 0.0f) + u->col_decode[j];
-                snap[j] = given ? score[j] : u->col_all[j];
+                score[j] = ranked ? (j < a->given_keys ? a->given_col[(size_t)g * a->given_keys + j] : 0.0f)
+                                  : (j < n_prompt ? a->col[(size_t)g * n_prompt + j] : 0.0f) + u->col_decode[j];
+                snap[j] = ranked ? score[j] : u->col_all[j];
             }
             if (s->cp.score_pool > 1) {
                 const fg_profile_view raw = {.n = t, .row_begin = 0, .length = t, .cls = s->cls, .col = snap};
@@ -999,6 +1005,44 @@ fg_status fg_adaptive_curves(fg_context *ctx, const fg_seq *s, double *err, int3
 
 /* ---------------------------------------------------------------- the engine's own rows */
 
+/* A layer's given ranks widened to t keys (zeros after the old ones):
+ * the same sums, wider, so nothing of the sequence changes. */
+static fg_status given_cols_grow(fg_context *ctx, fg_adaptive_layer *a, int32_t t, const char *fn) {
+    const int32_t Hkv = ctx->params.n_kv_heads;
+    if (t <= a->given_keys)
+        return FG_OK;
+    float *grown = calloc((size_t)Hkv * t, sizeof *grown);
+    if (!grown)
+        return fg_error(ctx, FG_ERR_OUT_OF_MEMORY, "%s: out of host memory for the ranks of %d keys", fn, (int)t);
+    for (int32_t g = 0; g < Hkv && a->given_col; g++)
+        memcpy(grown + (size_t)g * t, a->given_col + (size_t)g * a->given_keys, (size_t)a->given_keys * sizeof *grown);
+    free(a->given_col);
+    a->given_col = grown;
+    a->given_keys = t;
+    return FG_OK;
+}
+
+fg_status fg_adaptive_observe_scores(fg_context *ctx, fg_seq *s, int32_t layer, const float *scores, int32_t n) {
+    const int32_t Hkv = ctx->params.n_kv_heads;
+    fg_adaptive_layer *a = &s->ad->layers[layer];
+    fg_status st = given_cols_grow(ctx, a, n, "fg_seq_observe_scores");
+    if (st)
+        return st;
+    for (int32_t g = 0; g < Hkv; g++)
+        for (int32_t j = 0; j < n; j++)
+            a->given_col[(size_t)g * a->given_keys + j] += scores[(size_t)g * n + j];
+    a->n_scored++;
+    return FG_OK;
+}
+
+void fg_adaptive_ranks(const fg_context *ctx, const fg_seq *s, int32_t layer, float *out, int32_t n) {
+    const int32_t Hkv = ctx->params.n_kv_heads;
+    const fg_adaptive_layer *a = &s->ad->layers[layer];
+    for (int32_t g = 0; g < Hkv; g++)
+        for (int32_t j = 0; j < n; j++)
+            out[(size_t)g * n + j] = j < a->given_keys ? a->given_col[(size_t)g * a->given_keys + j] : 0.0f;
+}
+
 /* The pass of fg_seq_observe over one layer: n rows after the t the
  * sequence holds attend them and each other (prefill_attention over the
  * t + n keys from row t), then the pooled attention they gave each held key
@@ -1020,20 +1064,8 @@ fg_status fg_adaptive_observe_pass(fg_context *ctx, fg_seq *s, int32_t layer, co
     fg_status st = fg_alloc_all(host, sizeof host / sizeof host[0])
                        ? FG_OK
                        : fg_error(ctx, FG_ERR_OUT_OF_MEMORY, "fg_seq_observe: out of host memory for %d rows", (int)N);
-    if (st == FG_OK && t > a->given_keys) { /* the ranks' columns grow with the sequence (decoded rows) */
-        float *grown = calloc((size_t)Hkv * t, sizeof *grown);
-        if (!grown) {
-            st = fg_error(ctx, FG_ERR_OUT_OF_MEMORY, "fg_seq_observe: out of host memory for the ranks of %d keys",
-                          (int)t);
-        } else {
-            for (int32_t g = 0; g < Hkv && a->given_col; g++)
-                memcpy(grown + (size_t)g * t, a->given_col + (size_t)g * a->given_keys,
-                       (size_t)a->given_keys * sizeof *grown);
-            free(a->given_col);
-            a->given_col = grown; /* the same sums, wider: nothing of the sequence changes */
-            a->given_keys = t;
-        }
-    }
+    if (st == FG_OK) /* the ranks' columns grow with the sequence (decoded rows) */
+        st = given_cols_grow(ctx, a, t, "fg_seq_observe");
     float *kk = NULL, *vv = NULL, *qq = NULL, *mx = NULL, *sm = NULL, *mxn = NULL, *smn = NULL;
     float **io[] = {&kk, &vv, &qq, &mx, &sm, &mxn, &smn};
     const size_t io_floats[] = {(size_t)N * rk, (size_t)N * rk, (size_t)N * rq, (size_t)Hq * n,

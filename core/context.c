@@ -214,7 +214,7 @@ static fg_status set_compression(fg_context *ctx, const fg_compression_params *c
     fg_status st = fg_compression_params_read(&cp, caller, size);
     if (st)
         return fg_error(ctx, st, "fg_context_set_compression: %s", fg_last_error(NULL));
-    FG_CHECK(cp.allocation != FG_ALLOC_ADAPTIVE || cp.observe == FG_OBSERVE_EXPLICIT ||
+    FG_CHECK(cp.allocation != FG_ALLOC_ADAPTIVE || fg_observe_when_told(cp.observe) ||
                  cp.defer_until <= ctx->params.max_seq_len, ctx,
              FG_ERR_INVALID_ARGUMENT, "fg_context_set_compression: defer_until %d is beyond max_seq_len %d: no sequence "
              "could ever be compressed", (int)cp.defer_until, (int)ctx->params.max_seq_len);

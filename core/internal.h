@@ -272,13 +272,20 @@ typedef struct fg_adaptive_layer {
     float *given;          /* [2 W][Hq][d] every stride-th of them, the errors' rows */
     int32_t n_given;       /* rows in `given` */
     int64_t seen, stride;  /* rows given so far; given holds the rows whose index is a multiple of stride */
+    int32_t n_scored;      /* FG_OBSERVE_SCORES: fg_seq_observe_scores calls (their sums in given_col) */
 } fg_adaptive_layer;
+
+/* The observe modes whose sequences wait for fg_seq_compress (defer_until unused). */
+static inline int fg_observe_when_told(fg_observe_mode m) {
+    return m == FG_OBSERVE_EXPLICIT || m == FG_OBSERVE_SCORES;
+}
 
 typedef struct fg_adaptive {
     int32_t window;            /* W: rows observed */
     int32_t n_prompt;
     int32_t compress_at;       /* the length at which the heads are compressed (INT32_MAX: when told) */
     int explicit_rows;         /* FG_OBSERVE_EXPLICIT */
+    int scored;                /* FG_OBSERVE_SCORES */
     int32_t horizon;           /* FG_OBSERVE_PREDICTED: its predict_horizon (> 0), else 0 */
     fg_adaptive_layer *layers; /* [n_layers] */
 } fg_adaptive;
@@ -346,6 +353,10 @@ fg_status fg_adaptive_chunk_prefilled(fg_context *ctx, fg_seq *s, int32_t layer,
 int fg_adaptive_due(const fg_context *ctx, const fg_seq *s);
 /* fg_seq_observe's pass over one layer of an adaptive sequence (checked):
  * out gets the rows' attention, the layer's ranks and rows what they leave. */
+/* FG_OBSERVE_SCORES: scores [Hkv][n] (checked) added to the layer's ranks. */
+fg_status fg_adaptive_observe_scores(fg_context *ctx, fg_seq *s, int32_t layer, const float *scores, int32_t n);
+/* The layer's given ranks of keys [0, n): out [Hkv][n]. */
+void fg_adaptive_ranks(const fg_context *ctx, const fg_seq *s, int32_t layer, float *out, int32_t n);
 fg_status fg_adaptive_observe_pass(fg_context *ctx, fg_seq *s, int32_t layer, const float *q, const float *k,
                                    const float *v, int32_t n, float *out);
 /* Levels of memory each family is tried at: level l keeps about l / FG_AD_LEVELS of the rows. */

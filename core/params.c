@@ -244,11 +244,14 @@ fg_status fg_compression_params_check(const fg_compression_params *p) {
         return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
                         "tolerance must be in [0, 1) (got %g), and only FG_ALLOC_ADAPTIVE takes one",
                         (double)p->tolerance);
-    if (p->observe != FG_OBSERVE_TAIL && p->observe != FG_OBSERVE_EXPLICIT && p->observe != FG_OBSERVE_PREDICTED)
+    if (p->observe != FG_OBSERVE_TAIL && p->observe != FG_OBSERVE_EXPLICIT && p->observe != FG_OBSERVE_PREDICTED &&
+        p->observe != FG_OBSERVE_SCORES)
         return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
-                        "unknown observe mode %d (FG_OBSERVE_TAIL 0, FG_OBSERVE_EXPLICIT 1, FG_OBSERVE_PREDICTED 2)",
-                        (int)p->observe);
-    const char *observe_name = p->observe == FG_OBSERVE_EXPLICIT ? "FG_OBSERVE_EXPLICIT" : "FG_OBSERVE_PREDICTED";
+                        "unknown observe mode %d (FG_OBSERVE_TAIL 0, FG_OBSERVE_EXPLICIT 1, FG_OBSERVE_PREDICTED 2, "
+                        "FG_OBSERVE_SCORES 3)", (int)p->observe);
+    const char *observe_name = p->observe == FG_OBSERVE_EXPLICIT    ? "FG_OBSERVE_EXPLICIT"
+                               : p->observe == FG_OBSERVE_PREDICTED ? "FG_OBSERVE_PREDICTED"
+                                                                    : "FG_OBSERVE_SCORES";
     if (p->observe != FG_OBSERVE_TAIL && p->allocation != FG_ALLOC_ADAPTIVE)
         return fg_error(NULL, FG_ERR_INVALID_ARGUMENT, "%s is for FG_ALLOC_ADAPTIVE (the only mode that observes rows)",
                         observe_name);

@@ -64,7 +64,7 @@ static fg_status seq_create(fg_context *ctx, const fg_compression_params *compre
     if (st)
         return fg_error(ctx, st, "%s", fg_last_error(NULL));
     const fg_compression_params *cp = compression ? &own : &ctx->compression;
-    FG_CHECK(cp->allocation != FG_ALLOC_ADAPTIVE || cp->observe == FG_OBSERVE_EXPLICIT ||
+    FG_CHECK(cp->allocation != FG_ALLOC_ADAPTIVE || fg_observe_when_told(cp->observe) ||
                  cp->defer_until <= ctx->params.max_seq_len, ctx,
              FG_ERR_INVALID_ARGUMENT, "defer_until %d is beyond max_seq_len %d: the sequence could never be compressed",
              (int)cp->defer_until, (int)ctx->params.max_seq_len);

@@ -135,6 +135,8 @@ static int set_option(char *kv, fg_compression_params *p, int *pool) {
             p->observe = FG_OBSERVE_EXPLICIT;
         else if (!strcmp(val, "predicted"))
             p->observe = FG_OBSERVE_PREDICTED;
+        else if (!strcmp(val, "scores"))
+            p->observe = FG_OBSERVE_SCORES;
         else
             return 0;
         return 1;

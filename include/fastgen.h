@@ -276,7 +276,15 @@ typedef enum fg_observe_mode {
      * (fg_context_params.rope_theta). The frequent part ranks by the
      * prompt's profile with the predicted rows' attention added (as if they
      * had been decoded), the snapshot part by theirs alone. */
-    FG_OBSERVE_PREDICTED = 2
+    FG_OBSERVE_PREDICTED = 2,
+    /* KVzap's idea: a score per held key that the engine gives
+     * (fg_seq_observe_scores; e.g. a small model calibrated offline on what
+     * a reconstruction pass ranks high, fed the layer's hidden states) ranks
+     * the keys of the frequent and snapshot parts in place of any attention,
+     * and the prompt's last observation_window rows judge the allocation as
+     * FG_OBSERVE_TAIL's do. No extra pass. The sequence holds its full cache
+     * until fg_seq_compress; defer_until is not used. */
+    FG_OBSERVE_SCORES = 3
 } fg_observe_mode;
 
 /* How the engine rotates a head's queries and keys (RoPE); only
@@ -316,8 +324,8 @@ typedef struct fg_compression_params {
                                              holds this many tokens (its prompt, when longer); the decode rows
                                              join the observed ones, so at most observation_window of them;
                                              at most the context's max_seq_len */
-    fg_observe_mode observe;              /* FG_ALLOC_ADAPTIVE: FG_OBSERVE_TAIL (default), FG_OBSERVE_EXPLICIT or
-                                             FG_OBSERVE_PREDICTED */
+    fg_observe_mode observe;              /* FG_ALLOC_ADAPTIVE: FG_OBSERVE_TAIL (default), FG_OBSERVE_EXPLICIT,
+                                             FG_OBSERVE_PREDICTED or FG_OBSERVE_SCORES */
     /* FG_ALLOC_ADAPTIVE, in [0, 1); 0 = off: a quality target instead of (or under) the budget. The
      * heads share the fewest rows (as the search finds them) whose allocation predicts an error of at
      * most tolerance x the error of keeping the least (every head at the lowest level of its best
@@ -362,7 +370,7 @@ static inline fg_status fg_compression_params_preset(const char *name, fg_compre
  * alloc_floor, score_pool, n_sink, predict_horizon, tolerance), flags
  * (adaptive_flags, experimental: per-layer, mass, end, tail, rowmax, rownorm joined by
  * '+'), families (the shortlist entries kept, as their digits: "02"),
- * observe (tail, reconstruct, predicted) and alloc (shortlist, layer).
+ * observe (tail, reconstruct, predicted, scores) and alloc (shortlist, layer).
  * Examples: "fastgen-adaptive:0.25:observe=predicted", "h2o:0.5", "full".
  * The result is validated; on FG_ERR_INVALID_ARGUMENT the message names
  * the part refused and params is untouched. */
@@ -659,6 +667,19 @@ FG_API fg_status fg_seq_append(fg_context *ctx, int32_t seq, int32_t layer, cons
  *   q: [n][Hq][d]   k, v: [n][Hkv][d] (k after RoPE)   out: [n][Hq][d] */
 FG_API fg_status fg_seq_observe(fg_context *ctx, int32_t seq, int32_t layer, const void *q, const void *k,
                                 const void *v, int32_t n, void *out);
+/* FG_OBSERVE_SCORES: the engine's score of each of the n keys a layer
+ * holds (n: the layer's length; every layer prefilled to one length, before
+ * fg_seq_compress), scores [Hkv][n], finite and >= 0, higher kept first. A
+ * second call adds to the first's. Every layer must be given scores as
+ * many times. All or nothing. */
+FG_API fg_status fg_seq_observe_scores(fg_context *ctx, int32_t seq, int32_t layer, const float *scores, int32_t n);
+/* The ranks an FG_OBSERVE_EXPLICIT or FG_OBSERVE_SCORES sequence holds for
+ * a layer's first n keys (what fg_seq_compress will rank by): the
+ * attention the given rows gave each key, or the sum of the given scores;
+ * 0 for a key nothing was given about. out [Hkv][n]; n at most the layer's
+ * length. Before fg_seq_compress. What a calibration reads after a
+ * reconstruction pass. */
+FG_API fg_status fg_seq_observed_ranks(fg_context *ctx, int32_t seq, int32_t layer, float *out, int32_t n);
 /* An adaptive sequence's heads compressed now (FG_ALLOC_ADAPTIVE: what it
  * would do on its own at defer_until), from the rows fg_seq_observe gave,
  * else the ones it observed itself. All or nothing. FG_ERR_BAD_STATE when

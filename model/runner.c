@@ -6,6 +6,7 @@
 #include "model/dequant.h"
 #include "model/matvec.h"
 #include "model/io.h"
+#include "model/scorer.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -51,6 +52,10 @@ struct fgm_runner {
     int phase;
     double mark;
     fgm_runner_times times;
+    const fgm_scorer *scorer; /* fgm_runner_set_scorer: prompt passes score their keys */
+    float *scores;            /* [L][Hkv][ctx_len] the scorer's log-scores of the prompt's keys */
+    float *feat;              /* fgm_runner_capture: [L][feat_rows][dim] the prompt's normed input rows */
+    int32_t feat_rows;
 };
 
 enum { PHASE_NONE, PHASE_WEIGHTS, PHASE_ATTENTION, PHASE_REST };
@@ -447,6 +452,7 @@ void fgm_runner_destroy(fgm_runner **pr) {
     free(r->rope_cs);
     free(r->wtile);
     free(r->act);
+    free(r->scores);
     free(r);
     *pr = NULL;
 }
@@ -462,6 +468,49 @@ void fgm_runner_set_progress(fgm_runner *r, fgm_runner_progress_fn fn, void *use
     r->progress_user = user;
 }
 const fg_token_classes *fgm_runner_classes(const fgm_runner *r) { return r->classes; }
+
+fg_status fgm_runner_set_scorer(fgm_runner *r, const fgm_scorer *sc) {
+    const fgm_llama_config *c = &r->model->config;
+    if (sc && (sc->n_layers != c->n_layers || sc->n_kv_heads != c->n_kv_heads || sc->dim != c->dim))
+        return runner_fail(r, FG_ERR_INVALID_ARGUMENT, "the scorer was calibrated for %d layers, %d KV heads and "
+                           "width %d; this model has %d, %d and %d", (int)sc->n_layers, (int)sc->n_kv_heads,
+                           (int)sc->dim, (int)c->n_layers, (int)c->n_kv_heads, (int)c->dim);
+    if (sc && !r->scores &&
+        !(r->scores = malloc((size_t)c->n_layers * c->n_kv_heads * r->ctx_len * sizeof *r->scores)))
+        return runner_fail(r, FG_ERR_OUT_OF_MEMORY, "out of memory for the scorer's key scores");
+    r->scorer = sc;
+    return FG_OK;
+}
+
+void fgm_runner_capture(fgm_runner *r, float *feat, int32_t rows) {
+    r->feat = feat;
+    r->feat_rows = feat ? rows : 0;
+}
+
+/* FG_OBSERVE_SCORES: a prefilled sequence given every layer's scores of its
+ * n keys (the scorer's, from the prompt's pass), then compressed. */
+static fg_status give_scores(fgm_runner *r, int32_t seq, int32_t n) {
+    const fgm_llama_config *c = &r->model->config;
+    if (!r->scorer)
+        return runner_fail(r, FG_ERR_BAD_STATE, "observe=scores ranks keys by a calibrated scorer, and none is loaded "
+                           "(fastgen calibrate writes one)");
+    float *buf = malloc((size_t)c->n_kv_heads * n * sizeof *buf);
+    if (!buf)
+        return runner_fail(r, FG_ERR_OUT_OF_MEMORY, "out of memory for a sequence's key scores");
+    fg_status st = FG_OK;
+    for (int32_t l = 0; l < c->n_layers && st == FG_OK; l++) {
+        for (int32_t g = 0; g < c->n_kv_heads; g++) {
+            const float *ls = r->scores + ((size_t)l * c->n_kv_heads + g) * r->ctx_len;
+            for (int32_t j = 0; j < n; j++) /* the log-score, bounded so that exp stays finite */
+                buf[(size_t)g * n + j] = expf(ls[j] < -80.0f ? -80.0f : ls[j] > 80.0f ? 80.0f : ls[j]);
+        }
+        st = fg_seq_observe_scores(r->ctx, seq, l, buf, n);
+    }
+    free(buf);
+    if (st == FG_OK)
+        st = fg_seq_compress(r->ctx, seq);
+    return st ? runner_fail(r, st, "%s", fg_last_error(r->ctx)) : FG_OK;
+}
 
 static float *seq_keys(const fgm_runner *r, int32_t seq, int32_t layer) {
     const fgm_llama_config *c = &r->model->config;
@@ -535,6 +584,13 @@ static fg_status forward(fgm_runner *r, int32_t rows, const int32_t *same, int32
         const fgm_llama_layer *ly = &w->layers[l];
         /* the last layer's MLP residual, then this layer's norm */
         rest(r, l == 0 ? REST_NORM : REST_ADD_NORM, ly->rms_att, rows);
+        if (!seqs && (mode == PASS_PREFILL || mode == PASS_CHUNK)) { /* a prompt's rows: scored, captured */
+            if (r->scorer)
+                fgm_scorer_predict(r->scorer, l, r->xb, rows, r->scores + (size_t)l * c->n_kv_heads * r->ctx_len,
+                                   (size_t)r->ctx_len, pos[0]);
+            if (r->feat && pos[0] + rows <= r->feat_rows)
+                memcpy(r->feat + ((size_t)l * r->feat_rows + pos[0]) * D, r->xb, (size_t)rows * D * sizeof *r->xb);
+        }
         phase(r, PHASE_WEIGHTS);
         matmul_many(r, 3, (float *const[]){r->q, r->k, r->v}, r->xb,
                     (const fgm_tensor *const[]){&ly->wq, &ly->wk, &ly->wv}, rows);
@@ -639,6 +695,14 @@ fg_status fgm_runner_prefill_many(fgm_runner *r, int32_t k, const fg_compression
             fg_seq_destroy(r->ctx, seqs[i]);
         return st;
     }
+    for (int32_t i = 0; i < k && st == FG_OK; i++) /* the sequences that rank by the scorer, compressed now */
+        if (cps && cps[i].allocation == FG_ALLOC_ADAPTIVE && cps[i].observe == FG_OBSERVE_SCORES)
+            st = give_scores(r, seqs[i], n);
+    if (st) {
+        for (int32_t i = 0; i < k; i++)
+            fg_seq_destroy(r->ctx, seqs[i]);
+        return st;
+    }
     for (int32_t i = 0; r->track && i < k; i++) {
         r->rec_sum[seqs[i]] = 0.0;
         r->rec_count[seqs[i]] = 0;
@@ -677,8 +741,8 @@ fg_status fgm_runner_append(fgm_runner *r, int32_t seq, const int32_t *tokens, i
     return st ? runner_fail(r, st, "%s", fg_last_error(r->ctx)) : FG_OK;
 }
 
-fg_status fgm_runner_reconstruct(fgm_runner *r, int32_t n_seqs, const int32_t *seqs, const int32_t *prefix,
-                                 int32_t n_prefix, const int32_t *context, int32_t n_context, int32_t *n_fed) {
+fg_status fgm_runner_reconstruct_pass(fgm_runner *r, int32_t n_seqs, const int32_t *seqs, const int32_t *prefix,
+                                      int32_t n_prefix, const int32_t *context, int32_t n_context, int32_t *n_fed) {
     int32_t t = 0;
     if (n_seqs <= 0 || n_seqs > r->max_seqs || !seqs)
         return runner_fail(r, FG_ERR_INVALID_ARGUMENT, "a reconstruction of %d sequences (this runner holds 1 to %d)",
@@ -717,10 +781,16 @@ fg_status fgm_runner_reconstruct(fgm_runner *r, int32_t n_seqs, const int32_t *s
         fed += n_prefix + m;
     }
     free(buf);
-    for (int32_t i = 0; i < n_seqs && st == FG_OK; i++)
-        st = fg_seq_compress(r->ctx, seqs[i]);
     if (n_fed)
         *n_fed = fed;
+    return st ? runner_fail(r, st, "%s", fg_last_error(r->ctx)) : FG_OK;
+}
+
+fg_status fgm_runner_reconstruct(fgm_runner *r, int32_t n_seqs, const int32_t *seqs, const int32_t *prefix,
+                                 int32_t n_prefix, const int32_t *context, int32_t n_context, int32_t *n_fed) {
+    fg_status st = fgm_runner_reconstruct_pass(r, n_seqs, seqs, prefix, n_prefix, context, n_context, n_fed);
+    for (int32_t i = 0; i < n_seqs && st == FG_OK; i++)
+        st = fg_seq_compress(r->ctx, seqs[i]);
     return st ? runner_fail(r, st, "%s", fg_last_error(r->ctx)) : FG_OK;
 }
 

@@ -75,6 +75,21 @@ fg_status fgm_runner_append(fgm_runner *r, int32_t seq, const int32_t *tokens, i
  * it. */
 fg_status fgm_runner_reconstruct(fgm_runner *r, int32_t n_seqs, const int32_t *seqs, const int32_t *prefix,
                                  int32_t n_prefix, const int32_t *context, int32_t n_context, int32_t *n_fed);
+/* The same pass without the compression: the sequences' ranks (fg_seq_observed_ranks)
+ * are what it leaves, for a calibration to read. */
+fg_status fgm_runner_reconstruct_pass(fgm_runner *r, int32_t n_seqs, const int32_t *seqs, const int32_t *prefix,
+                                      int32_t n_prefix, const int32_t *context, int32_t n_context, int32_t *n_fed);
+/* A calibrated key scorer (model/scorer.h; borrowed, NULL: none): every
+ * prompt pass then scores its keys, and a sequence prefilled under
+ * FG_OBSERVE_SCORES is given its scores and compressed at the end of
+ * fgm_runner_prefill*; without a scorer such a prefill fails. Refused when
+ * the scorer was calibrated for another shape. */
+struct fgm_scorer;
+fg_status fgm_runner_set_scorer(fgm_runner *r, const struct fgm_scorer *sc);
+/* Calibration: prompt passes copy each layer's normed input rows (what the
+ * scorer reads) to feat [n_layers][rows][dim] at their positions, those
+ * below rows; NULL: off. */
+void fgm_runner_capture(fgm_runner *r, float *feat, int32_t rows);
 /* A sequence that continues from seq, sharing its pages (fg_seq_fork). */
 fg_status fgm_runner_fork(fgm_runner *r, int32_t seq, int32_t *child);
 fg_status fgm_runner_release(fgm_runner *r, int32_t seq);

@@ -130,7 +130,7 @@ static unsigned group_of(const char *a) {
         {"--ratio-frequent", CLI_POLICY}, {"--append", CLI_APPEND},
         {"--backend", CLI_RUN}, {"--dtype", CLI_RUN}, {"-t", CLI_RUN}, {"--threads", CLI_RUN},
         {"--q8-activations", CLI_RUN}, {"--f32-activations", CLI_RUN}, {"--prefill-chunk", CLI_RUN},
-        {"-n", CLI_STEPS}, {"--steps", CLI_STEPS},
+        {"--scorer", CLI_RUN}, {"-n", CLI_STEPS}, {"--steps", CLI_STEPS},
         {"--temp", CLI_SAMPLE}, {"--temperature", CLI_SAMPLE}, {"--top-p", CLI_SAMPLE}, {"--seed", CLI_SAMPLE},
         {"--json", CLI_JSON}, {"--csv", CLI_CSV}, {"--svg", CLI_SVG}, {"-q", CLI_QUIET}, {"--quiet", CLI_QUIET},
         /* llama.cpp's names */
@@ -259,6 +259,8 @@ int cli_parse(const char *cmd, const char *help, unsigned accept, int argc, char
             o->prompt_file = val;
         } else if (!strcmp(a, "--prefill-chunk"))
             ok = val && cli_parse_int(val, 1, 1 << 20, &o->prefill_chunk);
+        else if (!strcmp(a, "--scorer"))
+            ok = (o->scorer = val) != NULL;
         else if (match(a, "-n", "--steps"))
             ok = val && cli_parse_int(val, 0, 1 << 20, &o->n);
         else if (!strcmp(a, "--n-predict")) { /* llama.cpp's -1: until the context is full */
@@ -541,6 +543,9 @@ static const struct {
     {CLI_RUN,
      "  --prefill-chunk N       the prompt through the model N tokens at a time (fg_prefill_chunk), profiled\n"
      "                          over the whole prompt at its last chunk\n"},
+    {CLI_RUN,
+     "  --scorer FILE           the key scorer of observe=scores (fastgen calibrate); default MODEL.fgscore\n"
+     "                          when that file exists, \"none\" for no scorer\n"},
     {CLI_QUIET,
      "  -q, --quiet             no progress line for the prompt (none either when stderr is not a terminal)\n"},
 };

@@ -32,6 +32,7 @@ enum {
 typedef struct cli_opts {
     const char *model, *tokenizer, *prompt, *policy, *backend, *svg;
     const char *prompt_file; /* -f FILE: the prompt is the whole of FILE (- = standard input) */
+    const char *scorer;      /* --scorer FILE: observe=scores' scorer (NULL: MODEL.fgscore if there; "none") */
     char *prompt_text;       /* its text, read by cli_read_prompt (owned) */
     int32_t n;
     int32_t threads;         /* -t N: 0 = the cores this process may run on */
@@ -59,6 +60,8 @@ typedef struct cli_session {
     fgm_llama_model model;
     fgm_tokenizer tok;
     fgm_runner *runner;
+    struct fgm_scorer *scorer; /* the runner's key scorer (cli_open), or NULL */
+    char scorer_path[1100];    /* where it came from */
 } cli_session;
 
 /* Bad usage: prints "fastgen CMD: reason (try ...)" and returns 2. */
@@ -132,6 +135,9 @@ fg_status cli_read_ids(const char *cmd, const char *path, int32_t vocab, int32_t
 fg_status cli_load(const cli_opts *o, cli_session *s, char *err, size_t n);
 fg_status cli_open(const cli_opts *o, int32_t max_seqs, int track_recovery, cli_session *s, char *err, size_t n);
 void cli_close(cli_session *s);
+/* The key scorer of observe=scores on runner r: --scorer's file, else
+ * MODEL.fgscore when it exists (none: nothing), loaded once per session. */
+fg_status cli_attach_scorer(const cli_opts *o, cli_session *s, fgm_runner *r, char *err, size_t n);
 /* cli_open for one sequence; prints why it failed. 0, or 1 on failure. */
 int cli_open_or_report(const cli_opts *o, int track_recovery, cli_session *s);
 /* prompt -> tokens (malloc'd): BOS first when the vocabulary asks for it;
@@ -163,6 +169,7 @@ double cli_logsumexp(const float *x, int32_t n);
 /* Subcommands. */
 int cmd_generate(int argc, char **argv);
 int cmd_profile(int argc, char **argv);
+int cmd_calibrate(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_demo(int argc, char **argv);
 int cmd_bench(int argc, char **argv);

@@ -484,6 +484,8 @@ int cmd_eval(int argc, char **argv) {
                                .n_threads = o.threads};
         cli_runner_dtypes(&o, &rp);
         st = fgm_runner_create(&e.s.model, &e.s.tok, &rp, &e.s.runner, err, sizeof err);
+        if (st == FG_OK)
+            st = cli_attach_scorer(&o, &e.s, e.s.runner, err, sizeof err);
     }
     rc = 1;
     if (st) {

@@ -239,6 +239,8 @@ int eval_chat(const cli_opts *o, const char *path, int32_t limit) {
                                .prefill_chunk = o->prefill_chunk, .n_threads = o->threads};
         cli_runner_dtypes(o, &rp);
         st = fgm_runner_create(&c.s.model, &c.s.tok, &rp, &c.s.runner, err, sizeof err);
+        if (st == FG_OK)
+            st = cli_attach_scorer(o, &c.s, c.s.runner, err, sizeof err);
     }
     if (st) {
         fprintf(stderr, "fastgen eval: %s\n", err);

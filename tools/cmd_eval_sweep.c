@@ -385,6 +385,8 @@ int eval_sweep(const cli_opts *o, const eval_sweep_opts *x, char **prompts, cons
         if (di >= 0)
             rp.kv_dtype = w.dts[di];
         st = fgm_runner_create(&w.s.model, &w.s.tok, &rp, di < 0 ? &w.s.runner : &w.runners[di], err, sizeof err);
+        if (st == FG_OK)
+            st = cli_attach_scorer(o, &w.s, di < 0 ? w.s.runner : w.runners[di], err, sizeof err);
     }
     for (int32_t di = 0; st == FG_OK && di < w.n_dt; di++) {
         const int32_t hd = w.s.model.config.head_size;

@@ -19,6 +19,8 @@ static const char *k_help = "usage: fastgen <command> [options]\n"
                             "            (SmolLM2 when found, else stories260K, else a synthetic workload)\n"
                             "  bench     llama-bench's pp/tg table, the full cache against compression\n"
                             "  info      what a model file (GGUF or llama2.c) holds, and whether fastgen runs it\n"
+                            "  calibrate a model's key scorer for fastgen-adaptive:observe=scores (the\n"
+                            "            retrieval-safe observation without a second pass)\n"
                             "  tokenize  the token ids of a text under a model's tokenizer\n"
                             "  version   print the library version\n"
                             "\n"
@@ -26,7 +28,7 @@ static const char *k_help = "usage: fastgen <command> [options]\n"
 
 int main(int argc, char **argv) {
     if (argc < 2) {
-        fputs("fastgen: no command (generate, profile, eval, demo, bench, info, tokenize, version; try `fastgen --help`)\n",
+        fputs("fastgen: no command (generate, profile, eval, demo, bench, info, calibrate, tokenize, version; try `fastgen --help`)\n",
               stderr);
         return 2;
     }
@@ -47,6 +49,8 @@ int main(int argc, char **argv) {
         return cmd_bench(argc - 2, argv + 2);
     if (!strcmp(cmd, "info"))
         return cmd_info(argc - 2, argv + 2);
+    if (!strcmp(cmd, "calibrate"))
+        return cmd_calibrate(argc - 2, argv + 2);
     if (!strcmp(cmd, "tokenize"))
         return cmd_tokenize(argc - 2, argv + 2);
     if (!strcmp(cmd, "version") || !strcmp(cmd, "--version"))

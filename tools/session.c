@@ -3,6 +3,7 @@
 
 #include "model/gguf.h"
 #include "model/io.h"
+#include "model/scorer.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -38,6 +39,30 @@ static void prefill_progress(void *user, int32_t done, int32_t total) {
     fflush(stderr);
 }
 
+fg_status cli_attach_scorer(const cli_opts *o, cli_session *s, fgm_runner *r, char *err, size_t n) {
+    if (o->scorer && !strcmp(o->scorer, "none"))
+        return FG_OK;
+    if (s->scorer) /* loaded for another of the session's runners */
+        return fgm_runner_set_scorer(r, s->scorer) ? fgm_failf(err, n, FG_ERR_INVALID_ARGUMENT, "%s: %s",
+                                                               s->scorer_path, fgm_runner_error(r))
+                                                   : FG_OK;
+    snprintf(s->scorer_path, sizeof s->scorer_path, "%s", o->scorer ? o->scorer : o->model);
+    if (!o->scorer) {
+        strncat(s->scorer_path, ".fgscore", sizeof s->scorer_path - strlen(s->scorer_path) - 1);
+        if (access(s->scorer_path, R_OK) != 0) {
+            s->scorer_path[0] = '\0';
+            return FG_OK;
+        }
+    }
+    s->scorer = calloc(1, sizeof *s->scorer);
+    fg_status st = s->scorer ? fgm_scorer_load(s->scorer_path, s->scorer, err, n) : FG_ERR_OUT_OF_MEMORY;
+    if (st == FG_OK && (st = fgm_runner_set_scorer(r, s->scorer)))
+        snprintf(err, n, "%s: %s", s->scorer_path, fgm_runner_error(r));
+    else if (st == FG_ERR_OUT_OF_MEMORY && !s->scorer)
+        snprintf(err, n, "out of memory for the scorer");
+    return st;
+}
+
 fg_status cli_open(const cli_opts *o, int32_t max_seqs, int track_recovery, cli_session *s, char *err, size_t n) {
     fg_status st = cli_load(o, s, err, n);
     if (st == FG_OK) {
@@ -48,6 +73,8 @@ fg_status cli_open(const cli_opts *o, int32_t max_seqs, int track_recovery, cli_
         cli_runner_dtypes(o, &rp);
         st = fgm_runner_create(&s->model, &s->tok, &rp, &s->runner, err, n);
     }
+    if (st == FG_OK) /* the scorer: --scorer's, else MODEL.fgscore when there, for observe=scores */
+        st = cli_attach_scorer(o, s, s->runner, err, n);
     if (st == FG_OK && o->ctx_size > s->model.config.seq_len && !o->quiet) /* used, at the model's size */
         fprintf(stderr, "fastgen: -c %d: the model's context is %d tokens, which is what a sequence may hold\n",
                 (int)o->ctx_size, (int)s->model.config.seq_len);
@@ -60,6 +87,9 @@ fg_status cli_open(const cli_opts *o, int32_t max_seqs, int track_recovery, cli_
 
 void cli_close(cli_session *s) {
     fgm_runner_destroy(&s->runner);
+    fgm_scorer_free(s->scorer);
+    free(s->scorer);
+    s->scorer = NULL;
     fgm_tokenizer_free(&s->tok);
     fgm_llama_free(&s->model);
 }

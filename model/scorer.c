@@ -25,7 +25,7 @@ fg_status fgm_scorer_load(const char *path, fgm_scorer *out, char *err, size_t e
     int32_t head[4];
     if (size < sizeof scorer_magic + sizeof head || memcmp(p, scorer_magic, sizeof scorer_magic)) {
         free(data);
-        return fgm_failf(err, err_size, FG_ERR_FORMAT, "%s: not a fastgen scorer (no FGSCORE1 header)", path);
+        return fgm_failf(err, err_size, FG_ERR_FORMAT, "%s: not a fastgen scorer (no FGSCORE1 header, or shorter than one)", path);
     }
     memcpy(head, p + sizeof scorer_magic, sizeof head);
     fgm_scorer sc = {head[0], head[1], head[2], head[3], NULL};

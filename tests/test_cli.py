@@ -716,6 +716,45 @@ check(r.returncode == 0 and "SmolLM2-135M-Instruct.Q4_1.gguf (from the cache" in
 r = run("generate", "-p", "Once upon a time", "-n", "4", env={"FASTGEN_CACHE": tmp_cache, "FASTGEN_MODEL": MODEL})
 check(r.returncode == 0 and "stories260K.bin (from $FASTGEN_MODEL" in r.stderr, "$FASTGEN_MODEL first: %r" % r.stderr)
 shutil.rmtree(tmp_cache)
+# calibrate: a key scorer for observe=scores, found beside the model, refused where it does not fit
+tmp_sc = tempfile.mkdtemp()
+scorer = os.path.join(tmp_sc, "s.fgscore")
+r = run("calibrate", *model_args(), "--text", os.path.join(DATA_DIR, "long-prompts.txt"), "--chunk", "128",
+        "--max-tokens", "512", "-o", scorer, "-t", "1", "-q")
+check(r.returncode == 0 and os.path.getsize(scorer) == 8 + 16 + 5 * 4 * 65 * 4 and "held-out chunk" in r.stdout,
+      "calibrate writes a scorer of 5 layers x 4 KV heads x 65 weights: %r %r" % (r.stdout, r.stderr[-300:]))
+overlap = float(r.stdout.split("top 25 %: ")[1].split()[0]) if "top 25 %: " in r.stdout else 0.0
+check(overlap > 0.35, "the scorer finds the reconstruction's top keys better than chance (0.25): %r" % r.stdout)
+r = run("calibrate", *model_args())
+check(r.returncode == 2 and "--text" in r.stderr, "calibrate without a text: %r" % r.stderr)
+prompt = "Once upon a time there was a girl who liked to play in the park with her dog and her cat."
+r = run("generate", *model_args(), "--policy", "fastgen-adaptive", "--observe", "scores", "--scorer", scorer,
+        "-n", "8", "-p", prompt)
+check(r.returncode == 0 and "rows kept" in r.stdout, "generate --observe scores: %r" % r.stderr[-300:])
+r = run("generate", *model_args(), "--policy", "fastgen-adaptive", "--observe", "scores", "-n", "8", "-p", prompt)
+check(r.returncode == 1 and "calibrated scorer" in r.stderr, "observe=scores with no scorer: %r" % r.stderr[-300:])
+shutil.copy(MODEL, os.path.join(tmp_sc, "m.bin"))
+shutil.copy(scorer, os.path.join(tmp_sc, "m.bin.fgscore"))
+r = run("generate", "-m", os.path.join(tmp_sc, "m.bin"), "-z", TOK, "--policy", "fastgen-adaptive", "--observe", "scores",
+        "-n", "8", "-p", prompt)
+check(r.returncode == 0, "MODEL.fgscore found beside the model: %r" % r.stderr[-300:])
+r = run("generate", "-m", os.path.join(tmp_sc, "m.bin"), "-z", TOK, "--scorer", "none", "--policy",
+        "fastgen-adaptive", "--observe", "scores", "-n", "8", "-p", prompt)
+check(r.returncode == 1 and "calibrated scorer" in r.stderr, "--scorer none: %r" % r.stderr[-300:])
+sc_bytes = open(scorer, "rb").read()
+for name, data, word in [("short", sc_bytes[:20], "FGSCORE1"), ("cut", sc_bytes[:-4], "bytes where"),
+                         ("magic", b"X" + sc_bytes[1:], "FGSCORE1"),
+                         ("shape", sc_bytes[:8] + struct.pack("<i", 6) + sc_bytes[12:], "bytes where"),
+                         ("nan", sc_bytes[:24] + struct.pack("<f", float("nan")) + sc_bytes[28:], "not finite")]:
+    path = os.path.join(tmp_sc, name + ".fgscore")
+    open(path, "wb").write(data)
+    r = run("generate", *model_args(), "--scorer", path, "-n", "4")
+    check(r.returncode == 1 and word in r.stderr, "a %s scorer: %r" % (name, r.stderr[-300:]))
+other = os.path.join(tmp_sc, "other.fgscore")
+open(other, "wb").write(sc_bytes[:8] + struct.pack("<iiii", 5, 2, 64, 0) + sc_bytes[24:24 + 5 * 2 * 65 * 4])
+r = run("generate", *model_args(), "--scorer", other, "-n", "4")
+check(r.returncode == 1 and "calibrated for 5 layers, 2 KV heads" in r.stderr, "another model's scorer: %r" % r.stderr)
+shutil.rmtree(tmp_sc)
 shutil.rmtree(EMPTY_CACHE)
 
 print("%d passed, %d failed" % (passed, failed))

@@ -11,7 +11,10 @@
  *   - many rows in several calls (the kept ones thinned evenly) compress
  *     alike on every backend, and a fork taken before the compression
  *     compresses exactly as its parent;
- *   - every refusal says why and changes nothing.
+ *   - every refusal says why and changes nothing;
+ *   - FG_OBSERVE_SCORES: scores the engine gives (fg_seq_observe_scores) add
+ *     up call by call (fg_seq_observed_ranks), rank the keys alone, and the
+ *     one scored highest stays in every head whose family ranks keys.
  * Backends: argv[1..], or ref and cpu; host activations, and device ones
  * (FG_IO_DEVICE) where the backend has a device.
  */
@@ -306,7 +309,103 @@ static void run(const char *backend, int device) {
         fg_backend_close(&x.be);
 }
 
+/* FG_OBSERVE_SCORES: the engine's key scores rank, added call by call; the
+ * key scored highest is kept by every head within the budget. */
+static void run_scores(const char *backend) {
+    io x = {.be = {.err = fg_error_to_stderr}, .device = 0};
+    fg_context *ctx = make_context(backend, &x);
+    if (!ctx)
+        return;
+    printf("  %s, given scores\n", backend);
+    fg_compression_params cp = explicit_params(0.25f);
+    cp.observe = FG_OBSERVE_SCORES;
+    static float sc[HKV][N], half[HKV][N], back[HKV][N];
+    for (int32_t g = 0; g < HKV; g++)
+        for (int32_t j = 0; j < N; j++) {
+            sc[g][j] = j == PLANT ? 100.0f : (float)rng_uniform();
+            half[g][j] = 0.5f * sc[g][j];
+        }
+    int32_t seq = -1, fork = -1;
+    EXPECT_OK(ctx, fg_seq_create(ctx, &cp, g_w.tokens, N, &seq));
+    EXPECT_STATUS(ctx, FG_ERR_BAD_STATE, fg_seq_observe_scores(ctx, seq, 0, &half[0][0], N));
+    EXPECT(strstr(fg_last_error(ctx), "prefilled") != NULL, "says why: %s", fg_last_error(ctx));
+    EXPECT_OK(ctx, prefill_all(ctx, &x, seq));
+    fg_memory_stats ms;
+    EXPECT_OK(ctx, fg_memory(ctx, seq, &ms));
+    EXPECT(ms.rows_kept == ms.rows_full, "a scored sequence compressed on its own");
+    /* refusals: each says why and leaves nothing behind */
+    EXPECT_STATUS(ctx, FG_ERR_INVALID_ARGUMENT, fg_seq_observe_scores(ctx, seq, 0, &half[0][0], N - 1));
+    EXPECT(strstr(fg_last_error(ctx), "keys layer 0 holds") != NULL, "says why: %s", fg_last_error(ctx));
+    EXPECT_STATUS(ctx, FG_ERR_INVALID_ARGUMENT, fg_seq_observe_scores(ctx, seq, L, &half[0][0], N));
+    EXPECT_STATUS(ctx, FG_ERR_INVALID_ARGUMENT, fg_seq_observe_scores(ctx, seq, 0, NULL, N));
+    float bad[HKV][N];
+    memcpy(bad, half, sizeof bad);
+    bad[1][5] = -1.0f;
+    EXPECT_STATUS(ctx, FG_ERR_INVALID_ARGUMENT, fg_seq_observe_scores(ctx, seq, 0, &bad[0][0], N));
+    EXPECT(strstr(fg_last_error(ctx), "head 1, key 5") != NULL, "says which: %s", fg_last_error(ctx));
+    bad[1][5] = NAN;
+    EXPECT_STATUS(ctx, FG_ERR_INVALID_ARGUMENT, fg_seq_observe_scores(ctx, seq, 0, &bad[0][0], N));
+    EXPECT_STATUS(ctx, FG_ERR_INVALID_ARGUMENT, fg_seq_observed_ranks(ctx, seq, 0, &back[0][0], N + 1));
+    EXPECT_OK(ctx, fg_seq_observed_ranks(ctx, seq, 0, &back[0][0], N));
+    int zero = 1;
+    for (int32_t g = 0; g < HKV; g++)
+        for (int32_t j = 0; j < N; j++)
+            zero &= back[g][j] == 0.0f;
+    EXPECT(zero, "refused scores left ranks behind");
+    /* two calls add: the ranks are their sum */
+    EXPECT_OK(ctx, fg_seq_observe_scores(ctx, seq, 0, &half[0][0], N));
+    EXPECT_STATUS(ctx, FG_ERR_BAD_STATE, fg_seq_compress(ctx, seq)); /* layer 1 not scored yet */
+    EXPECT(strstr(fg_last_error(ctx), "scores as many times") != NULL, "says why: %s", fg_last_error(ctx));
+    for (int32_t l = 1; l < L; l++)
+        EXPECT_OK(ctx, fg_seq_observe_scores(ctx, seq, l, &half[0][0], N));
+    for (int32_t l = 0; l < L; l++)
+        EXPECT_OK(ctx, fg_seq_observe_scores(ctx, seq, l, &half[0][0], N));
+    EXPECT_OK(ctx, fg_seq_observed_ranks(ctx, seq, L - 1, &back[0][0], N));
+    EXPECT(!memcmp(back, sc, sizeof back), "the ranks are not the sum of the scores given");
+    /* a fork before the compression compresses as its parent; the planted key stays in every head */
+    EXPECT_OK(ctx, fg_seq_fork(ctx, seq, &fork));
+    EXPECT_OK(ctx, fg_seq_compress(ctx, seq));
+    EXPECT_OK(ctx, fg_seq_compress(ctx, fork));
+    outcome a, b;
+    read_outcome(ctx, seq, &a);
+    read_outcome(ctx, fork, &b);
+    EXPECT(!memcmp(&a, &b, sizeof a), "a fork taken before the compression compressed otherwise");
+    EXPECT_OK(ctx, fg_memory(ctx, seq, &ms));
+    EXPECT(ms.rows_kept <= (int64_t)ceil(0.25 * (double)ms.rows_full),
+           "%lld rows kept of %lld, more than the budget 0.25", (long long)ms.rows_kept, (long long)ms.rows_full);
+    int ranking = 0, keeping = 0; /* the heads whose family ranks keys (the tail's rows chose the families) */
+    for (int32_t l = 0; l < L; l++)
+        for (int32_t g = 0; g < HKV; g++) {
+            fg_head_info info;
+            EXPECT_OK(ctx, fg_head_inspect(ctx, seq, l, g, &info));
+            if (!(info.components & FG_KEEP_FREQUENT))
+                continue;
+            ranking++;
+            for (int32_t j = 0; j < a.kept[l][g]; j++)
+                keeping += a.pos[l][g][j] == PLANT;
+        }
+    EXPECT(ranking > 0 && keeping == ranking, "%d of the %d heads that rank keys kept the key scored highest",
+           keeping, ranking);
+    EXPECT_STATUS(ctx, FG_ERR_BAD_STATE, fg_seq_observe_scores(ctx, seq, 0, &half[0][0], N));
+    EXPECT(strstr(fg_last_error(ctx), "compressed already") != NULL, "says why: %s", fg_last_error(ctx));
+    EXPECT_STATUS(ctx, FG_ERR_BAD_STATE, fg_seq_observed_ranks(ctx, seq, 0, &back[0][0], N));
+    /* rows are not scores, scores not rows */
+    float out[CHUNK][HQ][D];
+    EXPECT_OK(ctx, fg_seq_destroy(ctx, fork));
+    EXPECT_OK(ctx, fg_seq_create(ctx, &cp, g_w.tokens, N, &fork));
+    EXPECT_OK(ctx, prefill_all(ctx, &x, fork));
+    EXPECT_STATUS(ctx, FG_ERR_BAD_STATE, observe(ctx, &x, fork, 0, 0, CHUNK, &out[0][0][0]));
+    fg_compression_params ex = explicit_params(0.25f);
+    int32_t other = -1;
+    EXPECT_OK(ctx, fg_seq_create(ctx, &ex, g_w.tokens, N, &other));
+    EXPECT_OK(ctx, prefill_all(ctx, &x, other));
+    EXPECT_STATUS(ctx, FG_ERR_BAD_STATE, fg_seq_observe_scores(ctx, other, 0, &half[0][0], N));
+    EXPECT(strstr(fg_last_error(ctx), "FG_OBSERVE_SCORES") != NULL, "says why: %s", fg_last_error(ctx));
+    fg_context_destroy(&ctx);
+}
+
 static void run_backend(const char *backend) {
+    run_scores(backend);
     run(backend, 0);
     if (strcmp(backend, "ref") && strcmp(backend, "cpu"))
         run(backend, 1);

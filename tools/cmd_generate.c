@@ -63,7 +63,9 @@ static const char *k_generate_help_tail =
     "                          after an instruction to repeat it, KVzip's idea: what the compression keeps\n"
     "                          no longer depends on the question; its time is printed) or predicted (the\n"
     "                          last rows advanced by RoPE over the next 512 positions, ExpectedAttention's\n"
-    "                          idea: no extra pass)\n"
+    "                          idea: no extra pass) or scores (the keys ranked by the model's calibrated\n"
+    "                          scorer, --scorer or MODEL.fgscore from `fastgen calibrate`: the\n"
+    "                          reconstruction's ranks predicted, no extra pass)\n"
     "  --append MODE           --chat's later turns: keep (each head keeps its policy; the default) or\n"
     "                          reprofile (each head profiled again over the new turn)\n"
     "  --samples K             K samples (temperature 1 unless --temp says otherwise, seeds S..S+K-1) forked\n"
@@ -75,7 +77,7 @@ typedef struct generate_extra {
     const char *chat, *prompt_ids;
     int32_t samples;
     int ignore_eos;
-    int observe, reconstruct, predicted; /* --observe given; its value reconstruct, predicted */
+    int observe, reconstruct, predicted, scores; /* --observe given; its value reconstruct, predicted, scores */
 } generate_extra;
 
 static int generate_option(void *user, const char *opt, const char *val, int *used) {
@@ -100,7 +102,8 @@ static int generate_option(void *user, const char *opt, const char *val, int *us
         x->observe = 1;
         x->reconstruct = val && !strcmp(val, "reconstruct");
         x->predicted = val && !strcmp(val, "predicted");
-        return val && (x->reconstruct || x->predicted || !strcmp(val, "tail")) ? 0 : 1;
+        x->scores = val && !strcmp(val, "scores");
+        return val && (x->reconstruct || x->predicted || x->scores || !strcmp(val, "tail")) ? 0 : 1;
     }
     return 2;
 }
@@ -152,7 +155,7 @@ int cmd_generate(int argc, char **argv) {
     char model[1024], tokp[1024];
     cli_opts o;
     fg_compression_params cp;
-    generate_extra x = {NULL, NULL, 0, 0, 0, 0, 0};
+    generate_extra x = {NULL, NULL, 0, 0, 0, 0, 0, 0};
     int rc = cli_model_command("generate", k_generate_help_head, k_generate_help_tail,
                            CLI_MODEL | CLI_PROMPT | CLI_POLICY | CLI_APPEND | CLI_RUN | CLI_STEPS | CLI_SAMPLE | CLI_JSON |
                                CLI_QUIET | CLI_CTX,
@@ -184,6 +187,8 @@ static int generate_one(cli_opts *op, const fg_compression_params *cpp, const ge
         cp.observe = FG_OBSERVE_EXPLICIT;
     if (x.predicted)
         cp.observe = FG_OBSERVE_PREDICTED;
+    if (x.scores)
+        cp.observe = FG_OBSERVE_SCORES;
     int rc;
 
     cli_session s;

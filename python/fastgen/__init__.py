@@ -124,10 +124,11 @@ class Compression:
     every field; the enumerations are strings here (score_mode ``"sum"``,
     ``"mean"``, ``"last"``; allocation ``"shortlist"``, ``"adakv"``,
     ``"adaptive"``, ``"layer"``; append_mode ``"keep"``, ``"reprofile"``; observe
-    ``"tail"``, ``"explicit"``, ``"predicted"``: the rows the adaptive mode
+    ``"tail"``, ``"explicit"``, ``"predicted"``, ``"scores"``: the rows the adaptive mode
     judges by, its own, the ones :meth:`Context.observe` gives, compressed
     when :meth:`Context.compress` is called, or its own advanced by the
-    context's RoPE over the next predict_horizon positions).
+    context's RoPE over the next predict_horizon positions; or the key scores
+    :meth:`Context.observe_scores` gives, with its own rows judging).
     """
 
     shortlist: list[Policy]
@@ -348,6 +349,7 @@ class Generation:
     tokens_per_s: float
     memory: dict[str, int]
     reconstruct_s: float = 0.0  # observe="explicit": the reconstruction pass and the compression
+    observe: str = ""  # fastgen-adaptive: what ranked and judged ("scores": the model's scorer)
 
     @property
     def kv_share(self) -> float:
@@ -393,20 +395,28 @@ class Model(_fastgen._Model):
 
     f32_activations: products in f32 against the dequantized weights, instead of the CLI's default 8-bit
     activations (ggml's q8_0/q8_1 scheme for q4_0/q4_1/q5_0/q5_1/q8_0 weights). ctx_size: positions a sequence may hold
-    (0: the model's context).
+    (0: the model's context). scorer: the model's key scorer (``fastgen calibrate``) for observe="scores";
+    None: MODEL.fgscore when that file exists, False: none. With one, fastgen-adaptive ranks keys by it
+    unless observe is given (:attr:`scorer` says which file).
     """
 
     def __init__(self, path: str | os.PathLike | None = None, *, tokenizer: str | os.PathLike | None = None,
                  backend: str | None = None, kv_dtype: str = "f16", v_dtype: str | None = None, max_seqs: int = 4,
-                 threads: int = 0, f32_activations: bool = False, ctx_size: int = 0, prefill_chunk: int = 0) -> None:
+                 threads: int = 0, f32_activations: bool = False, ctx_size: int = 0, prefill_chunk: int = 0,
+                 scorer: str | os.PathLike | bool | None = None) -> None:
         max_seqs = _checked("max_seqs", max_seqs, 1, 1 << 16, "the runner")
         threads = _checked("threads", threads, 0, 1024, "-t (0: every core)")
         ctx_size = _checked("ctx_size", ctx_size, 0, 1 << 24, "-c (0: the model's context)")
         prefill_chunk = _checked("prefill_chunk", prefill_chunk, 0, 1 << 20, "--prefill-chunk (0: the whole prompt)")
         path = os.fspath(path) if path is not None else find_model()
+        if scorer is True:
+            raise ValueError("scorer: a file, None (MODEL.fgscore when there) or False (none), not True")
+        if scorer is None:
+            scorer = path + ".fgscore" if os.path.isfile(path + ".fgscore") else False
+        self.scorer: str | None = os.fspath(scorer) if scorer is not False else None
         super().__init__(path, tokenizer, backend=backend, kv_dtype=kv_dtype, v_dtype=v_dtype, max_seqs=max_seqs,
                          threads=threads, f32_activations=f32_activations, ctx_size=ctx_size,
-                         prefill_chunk=prefill_chunk)
+                         prefill_chunk=prefill_chunk, scorer=self.scorer)
         self.path = path
         self._cli_args = ["-m", path] + (["-z", os.fspath(tokenizer)] if tokenizer is not None else [])
         self._cli_args += ["--dtype", kv_dtype] + (["-t", str(threads)] if threads else [])
@@ -415,6 +425,7 @@ class Model(_fastgen._Model):
         self._cli_args += ["--prefill-chunk", str(prefill_chunk)] if prefill_chunk else []
         self._ctx_size = ctx_size  # eval's runs size their sequences themselves: refused there when set
         self._cli_args += ["--f32-activations"] if f32_activations else []
+        self._cli_args += ["--scorer", self.scorer or "none"]
 
     def __enter__(self) -> "Model":
         return self
@@ -434,7 +445,8 @@ class Model(_fastgen._Model):
         where the model's context (or ctx_size) ends first or at the end of text (unless ignore_eos). The
         timings and the KV memory held at the end come with the text. observe="explicit" (fastgen-adaptive):
         a reconstruction pass (the prompt read again after an instruction to repeat it) judges the
-        compression, as ``fastgen generate --observe reconstruct`` does."""
+        compression, as ``fastgen generate --observe reconstruct`` does. fastgen-adaptive with no observe
+        given ranks keys by the model's scorer when it has one (observe="scores"), as the CLI does."""
         max_tokens = _checked("max_tokens", max_tokens, 0, 1 << 20, "-n")
         temperature = _checked("temperature", temperature, 0, 100, "--temp (0: greedy)", real=True)
         top_p = _checked("top_p", top_p, 0, 1, "--top-p", real=True, above=True)
@@ -443,6 +455,9 @@ class Model(_fastgen._Model):
         if budget is not None:
             overrides["budget"] = budget
         comp = compression(method, **overrides)
+        if self.scorer and comp.allocation == "adaptive" and comp.observe == "tail" and "observe" not in overrides \
+                and not isinstance(method, Compression):
+            comp = comp.replace(observe="scores")
         ids = self._ids(prompt)
         recon = None
         if comp.observe == "explicit":  # the runner reads the prompt again after KVzip's instruction, as the CLI
@@ -453,7 +468,8 @@ class Model(_fastgen._Model):
         return Generation(text=self.detokenize(r["ids"], after=ids[-1]), ids=r["ids"], prompt_ids=ids,
                           method=comp.method or "custom", prefill_s=r["prefill_s"], decode_s=r["decode_s"],
                           decode_runs=r["decode_runs"], tokens_per_s=tps, memory=r["memory"],
-                          reconstruct_s=r["reconstruct_s"])
+                          reconstruct_s=r["reconstruct_s"],
+                          observe=comp.observe if comp.allocation == "adaptive" else "")
 
     def profile(self, prompt: str | Sequence[int], method: str | Compression = "fastgen",
                 **overrides: Any) -> Profile:

@@ -26,6 +26,7 @@
 
 #include "fastgen.h"
 #include "model/model.h"
+#include "model/scorer.h"
 #include "model/runner.h"
 #include "model/tokenizer.h"
 
@@ -474,7 +475,7 @@ static int get_i32(PyObject *obj, const char *name, int32_t *out) {
 static const char *const k_score_modes[] = {"sum", "mean", "last", NULL};
 static const char *const k_allocations[] = {"shortlist", "adakv", "adaptive", "layer", NULL};
 static const char *const k_append_modes[] = {"keep", "reprofile", NULL};
-static const char *const k_observe_modes[] = {"tail", "explicit", "predicted", NULL};
+static const char *const k_observe_modes[] = {"tail", "explicit", "predicted", "scores", NULL};
 static const char *const k_rope_styles[] = {"adjacent", "halves", NULL};
 
 /* A float field as the shortest decimal that reads back as the same float (0.3, not 0.30000001192092896). */
@@ -1535,6 +1536,57 @@ static PyObject *context_compress(ContextObject *self, PyObject *arg) {
     Py_RETURN_NONE;
 }
 
+static PyObject *context_observe_scores(ContextObject *self, PyObject *args) {
+    int seq, layer;
+    PyObject *obj;
+    if (!context_ready(self) || !PyArg_ParseTuple(args, "iiO:observe_scores", &seq, &layer, &obj))
+        return NULL;
+    arg_array a;
+    if (array_get(obj, "scores", 'f', 0, ON_HOST, NULL, &a) < 0)
+        return NULL;
+    if (a.ndim != 2 || a.shape[0] != self->n_kv_heads || a.shape[1] > INT32_MAX) {
+        PyErr_Format(PyExc_ValueError, "scores: expected shape (n_kv_heads, n) = (%d, n), got %d dimensions",
+                     (int)self->n_kv_heads, a.ndim);
+        array_release(&a);
+        return NULL;
+    }
+    fg_status st;
+    CONTEXT_CALL(self, st, fg_seq_observe_scores(self->ctx, seq, layer, a.data, (int32_t)a.shape[1]));
+    array_release(&a);
+    if (st)
+        return context_fail(self, st, "fg_seq_observe_scores");
+    Py_RETURN_NONE;
+}
+
+static PyObject *context_observed_ranks(ContextObject *self, PyObject *args) {
+    int seq, layer, n;
+    if (!context_ready(self) || !PyArg_ParseTuple(args, "iii:observed_ranks", &seq, &layer, &n))
+        return NULL;
+    if (n < 0) {
+        PyErr_Format(PyExc_ValueError, "observed_ranks: n must be >= 0, got %d", n);
+        return NULL;
+    }
+    PyObject *shape = Py_BuildValue("(ii)", (int)self->n_kv_heads, n);
+    PyObject *out = shape ? new_array(NULL, shape, "float32") : NULL;
+    Py_XDECREF(shape);
+    if (!out)
+        return NULL;
+    arg_array a;
+    if (array_get(out, "ranks", 'f', 1, ON_HOST, NULL, &a) < 0) {
+        Py_DECREF(out);
+        return NULL;
+    }
+    float one;
+    fg_status st;
+    CONTEXT_CALL(self, st, fg_seq_observed_ranks(self->ctx, seq, layer, n ? a.data : &one, n));
+    array_release(&a);
+    if (st) {
+        Py_DECREF(out);
+        return context_fail(self, st, "fg_seq_observed_ranks");
+    }
+    return out;
+}
+
 static PyObject *context_inspect(ContextObject *self, PyObject *args) {
     int seq, layer, kv_head;
     if (!context_ready(self) || !PyArg_ParseTuple(args, "iii:inspect", &seq, &layer, &kv_head))
@@ -1757,6 +1809,15 @@ static PyMethodDef context_methods[] = {
      "compress(seq)\n--\n\n"
      "An adaptive sequence's heads compressed now (fg_seq_compress), from the rows observe() gave, else its own "
      "observed rows. All or nothing."},
+    {"observe_scores", (PyCFunction)context_observe_scores, METH_VARARGS,
+     "observe_scores(seq, layer, scores)\n--\n\n"
+     "observe=\"scores\" (FG_OBSERVE_SCORES): the engine's score of each of the n keys a layer holds "
+     "(fg_seq_observe_scores), a float32 array (n_kv_heads, n), finite and >= 0; they add up call by call and rank "
+     "the keys compress() keeps. Every layer scored as many times. All or nothing."},
+    {"observed_ranks", (PyCFunction)context_observed_ranks, METH_VARARGS,
+     "observed_ranks(seq, layer, n) -> numpy.ndarray\n--\n\n"
+     "The ranks an observe=\"explicit\" or \"scores\" sequence holds for a layer's first n keys, (n_kv_heads, n) "
+     "float32 (fg_seq_observed_ranks): the attention the given rows gave, or the scores' sums. Before compress()."},
     {"inspect", (PyCFunction)context_inspect, METH_VARARGS,
      "inspect(seq, layer, kv_head) -> dict\n--\n\n"
      "One head (fg_head_inspect): policy_index, components (its policy's name), policy (its own ratios), recovery "
@@ -1804,12 +1865,14 @@ typedef struct {
     fgm_llama_model model;
     fgm_tokenizer tok;
     fgm_runner *runner;
+    fgm_scorer scorer; /* the runner's key scorer (observe="scores"), when one was loaded */
     int loaded;
     int busy;
 } ModelObject;
 
 static void model_free(ModelObject *self) {
     fgm_runner_destroy(&self->runner);
+    fgm_scorer_free(&self->scorer);
     if (self->loaded) {
         fgm_tokenizer_free(&self->tok);
         fgm_llama_free(&self->model);
@@ -1824,12 +1887,12 @@ static void model_dealloc(ModelObject *self) {
 
 static int model_init(ModelObject *self, PyObject *args, PyObject *kw) {
     static char *kwlist[] = {"path", "tokenizer", "backend", "kv_dtype", "v_dtype", "max_seqs", "threads",
-                             "f32_activations", "ctx_size", "prefill_chunk", NULL};
-    PyObject *path_o, *tok_o = Py_None;
+                             "f32_activations", "ctx_size", "prefill_chunk", "scorer", NULL};
+    PyObject *path_o, *tok_o = Py_None, *scorer_o = Py_None;
     const char *backend = NULL, *kv = "f16", *vd = NULL;
     int max_seqs = 4, threads = 0, f32 = 0, ctx_size = 0, chunk = 0;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|O$zsziipii:Model", kwlist, PyUnicode_FSConverter, &path_o, &tok_o,
-                                     &backend, &kv, &vd, &max_seqs, &threads, &f32, &ctx_size, &chunk))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O&|O$zsziipiiO:Model", kwlist, PyUnicode_FSConverter, &path_o, &tok_o,
+                                     &backend, &kv, &vd, &max_seqs, &threads, &f32, &ctx_size, &chunk, &scorer_o))
         return -1;
     if (self->loaded || self->busy) {
         Py_DECREF(path_o);
@@ -1843,9 +1906,14 @@ static int model_init(ModelObject *self, PyObject *args, PyObject *kw) {
                      "prefill_chunk %d >= 0", max_seqs, threads, FG_MAX_THREADS, ctx_size, chunk);
         return -1;
     }
-    PyObject *tok_bytes = NULL;
+    PyObject *tok_bytes = NULL, *scorer_bytes = NULL;
     if (tok_o != Py_None && !PyUnicode_FSConverter(tok_o, &tok_bytes)) {
         Py_DECREF(path_o);
+        return -1;
+    }
+    if (scorer_o != Py_None && !PyUnicode_FSConverter(scorer_o, &scorer_bytes)) {
+        Py_DECREF(path_o);
+        Py_XDECREF(tok_bytes);
         return -1;
     }
     fgm_runner_params rp = {.backend = backend, .max_seqs = max_seqs, .q8_activations = !f32, .n_threads = threads,
@@ -1883,10 +1951,17 @@ static int model_init(ModelObject *self, PyObject *args, PyObject *kw) {
             self->loaded = 1;
             st = fgm_runner_create(&self->model, &self->tok, &rp, &self->runner, err, sizeof err);
         }
+        if (st == FG_OK && scorer_bytes) {
+            const char *sp = PyBytes_AS_STRING(scorer_bytes);
+            st = fgm_scorer_load(sp, &self->scorer, err, sizeof err);
+            if (st == FG_OK && (st = fgm_runner_set_scorer(self->runner, &self->scorer)))
+                snprintf(err, sizeof err, "%s: %s", sp, fgm_runner_error(self->runner));
+        }
         Py_END_ALLOW_THREADS self->busy--;
     }
     Py_DECREF(path_o);
     Py_XDECREF(tok_bytes);
+    Py_XDECREF(scorer_bytes);
     if (st) {
         model_free(self);
         raise_status(st, "fastgen.Model", err);

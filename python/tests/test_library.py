@@ -139,6 +139,41 @@ def test_observe_then_compress(backend):
             ctx.compress(seq)
 
 
+def test_observe_scores_then_compress(backend):
+    """observe="scores": the engine's key scores add up call by call, rank what compress() keeps (the key
+    scored highest stays in every head that ranks keys), and bad scores are refused with nothing changed."""
+    rng = np.random.default_rng(6)
+    n = 60
+    with fastgen.Context(L, HQ, HKV, D, backend=backend, vocab_size=100, kv_dtype="f32", max_seqs=2,
+                         max_seq_len=96) as ctx:
+        seq = ctx.create(rng.integers(0, 100, n), "fastgen-adaptive", budget=0.25, observe="scores", window=8)
+        for layer in range(L):
+            ctx.prefill(seq, layer, rows(rng, n, HQ), rows(rng, n, HKV), rows(rng, n, HKV))
+        assert ctx.memory(seq)["rows_kept"] == ctx.memory(seq)["rows_full"]
+        scores = rng.random((HKV, n), dtype=np.float32)
+        scores[:, 20] = 100.0
+        bad = scores.copy()
+        bad[1, 3] = np.nan
+        with pytest.raises(ValueError, match="head 1, key 3"):
+            ctx.observe_scores(seq, 0, bad)
+        with pytest.raises(ValueError, match="keys layer 0 holds"):
+            ctx.observe_scores(seq, 0, scores[:, :-1].copy())
+        with pytest.raises(ValueError, match="shape"):
+            ctx.observe_scores(seq, 0, scores[0].copy())
+        assert not ctx.observed_ranks(seq, 0, n).any()
+        for layer in range(L):
+            ctx.observe_scores(seq, layer, scores * 0.5)
+            ctx.observe_scores(seq, layer, scores * 0.5)
+        np.testing.assert_array_equal(ctx.observed_ranks(seq, 1, n), scores)
+        ctx.compress(seq)
+        assert ctx.memory(seq)["rows_kept"] <= 0.26 * ctx.memory(seq)["rows_full"]
+        ranking = [(layer, g) for layer in range(L) for g in range(HKV)
+                   if "frequent" in ctx.inspect(seq, layer, g)["components"]]
+        assert ranking and all(20 in ctx.positions(seq, layer, g) for layer, g in ranking)
+        with pytest.raises(ValueError, match="compressed already"):
+            ctx.observed_ranks(seq, 0, n)
+
+
 def test_predicted_rows_need_rope(backend):
     """observe="predicted": the tail's rows advanced by the context's RoPE; refused where the context has none,
     bad RoPE fields refused, the budget held."""

@@ -49,6 +49,32 @@ def test_generate_predicts_as_the_cli(model, model_path):
     assert g.memory["rows_kept"] <= 0.26 * g.memory["rows_full"]
 
 
+def test_scorer_is_the_default_observation(model, model_path, tmp_path):
+    """A scorer (fastgen calibrate, here a small one) makes fastgen-adaptive rank by it unless observe is
+    given, in Model as in the CLI, id for id; scorer=False keeps the prompt's tail."""
+    text = tmp_path / "calibration.txt"
+    text.write_text(open("/usr/share/common-licenses/GPL-3").read())
+    scorer = tmp_path / "smollm2.fgscore"
+    subprocess.run([fastgen._cli_path(), "calibrate", "-m", model_path, "--text", str(text), "--chunk", "256",
+                    "--max-tokens", "1024", "-o", str(scorer), "-q"], capture_output=True, text=True, check=True)
+    prompt = "<|im_start|>user\n" + STORY + "Who is the story about?<|im_end|>\n<|im_start|>assistant\n"
+    with fastgen.Model(model_path, scorer=scorer) as m:
+        assert m.scorer == str(scorer)
+        g = m.generate(prompt, method="fastgen-adaptive", budget=0.25, max_tokens=12)
+        tail = m.generate(prompt, method="fastgen-adaptive", budget=0.25, max_tokens=12, observe="tail")
+    assert g.observe == "scores" and tail.observe == "tail"
+    cli = cli_generate(model_path, prompt, "fastgen-adaptive", 12, "--budget", "0.25", "--scorer", str(scorer))
+    assert g.prompt_ids + g.ids == cli["tokens"] and g.memory["rows_kept"] == cli["rows_kept"]
+    assert g.memory["rows_kept"] <= 0.26 * g.memory["rows_full"]
+    with fastgen.Model(model_path, scorer=False) as m:
+        assert m.scorer is None
+        assert m.generate(prompt, method="fastgen-adaptive", max_tokens=4).observe == "tail"
+        with pytest.raises(ValueError, match="calibrated scorer"):
+            m.generate(prompt, method="fastgen-adaptive", max_tokens=4, observe="scores")
+    with pytest.raises(RuntimeError, match="FGSCORE1"):
+        fastgen.Model(model_path, scorer=text)
+
+
 def test_options_reach_the_runner(model_path):
     """f32 activations and q8_0 caches: the CLI's runs with the same options, id for id."""
     with fastgen.Model(model_path, f32_activations=True, kv_dtype="q8_0", threads=2) as m:

@@ -27,5 +27,11 @@ if [ $# -eq 0 ]; then
         echo "demo.sh: the download failed (no network?); running on what is found"
     fi
   fi
+  # SmolLM2's key scorer, once (about two minutes): fastgen-adaptive then keeps what a later question asks for
+  if [ -f "$cache/SmolLM2-135M-Instruct.Q4_1.gguf" ] && [ ! -f "$cache/SmolLM2-135M-Instruct.Q4_1.gguf.fgscore" ]; then
+    echo "demo.sh: calibrating SmolLM2's key scorer on Debian's licence texts (scripts/calibrate.sh, once)"
+    FASTGEN=./build/tools/fastgen bash scripts/calibrate.sh "$cache/SmolLM2-135M-Instruct.Q4_1.gguf" ||
+      echo "demo.sh: the calibration failed; fastgen-adaptive judges by the prompt's tail"
+  fi
 fi
 exec ./build/tools/fastgen demo "$@"

@@ -147,6 +147,7 @@ PROMPTS = ["What is the capital of France? Answer in one sentence.",
 
 def check_refused(bindir, model):
     bad = ["nosuch", "h2o:2", "fastgen-adaptive:observe=bogus", "fastgen-adaptive:0.5:observe=reconstruct",
+           "fastgen-adaptive:observe=scores",
            "full:0.5", ""]
     for spec in bad:
         for tool, extra in (("llama-perplexity", ["-f", "/dev/null"]), ("llama-bench", ["-p", "8", "-n", "0"])):

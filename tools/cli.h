@@ -137,6 +137,10 @@ fg_status cli_open(const cli_opts *o, int32_t max_seqs, int track_recovery, cli_
 void cli_close(cli_session *s);
 /* The key scorer of observe=scores on runner r: --scorer's file, else
  * MODEL.fgscore when it exists (none: nothing), loaded once per session. */
+/* fastgen-adaptive's observation when the command line named none (cp at
+ * FG_OBSERVE_TAIL): observe=scores when the session has a scorer; the
+ * choice said once on stderr unless quiet. */
+void cli_default_observe(const cli_session *s, fg_compression_params *cp, int quiet);
 fg_status cli_attach_scorer(const cli_opts *o, cli_session *s, fgm_runner *r, char *err, size_t n);
 /* cli_open for one sequence; prints why it failed. 0, or 1 on failure. */
 int cli_open_or_report(const cli_opts *o, int track_recovery, cli_session *s);

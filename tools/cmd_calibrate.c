@@ -6,6 +6,7 @@
 
 #include "model/scorer.h"
 #include "tools/cli.h"
+#include "tools/cmd_generate_serve.h"
 
 static const char *k_calibrate_help_head =
     "usage: fastgen calibrate -m MODEL --text FILE [--text FILE ...] [options]\n"
@@ -28,7 +29,8 @@ static const char *k_calibrate_help_tail =
     "  --chunk N               tokens per chunk (default 2048; at most half the context)\n"
     "  --max-tokens N          calibration tokens at most (default 16384)\n"
     "  --ridge X               ridge: the weights' diagonal of the normal equations times 1 + X (default 0.01)\n"
-    "  --chat                  each chunk as a ChatML user turn (for chat models asked in that form)\n";
+    "  --chat, --plain         each chunk as a ChatML user turn, or as plain text (default: a user turn\n"
+    "                          when the model's vocabulary has ChatML's markers, as SmolLM2's)\n";
 
 typedef struct calibrate_args {
     const char *texts[16];
@@ -36,7 +38,7 @@ typedef struct calibrate_args {
     const char *output;
     int32_t chunk, max_tokens;
     float ridge;
-    int chat;
+    int chat; /* 1 --chat, 0 --plain, -1 the model's */
 } calibrate_args;
 
 static int calibrate_option(void *user, const char *opt, const char *val, int *used) {
@@ -59,8 +61,8 @@ static int calibrate_option(void *user, const char *opt, const char *val, int *u
     if (!strcmp(opt, "--ridge"))
         return val && cli_parse_float(val, 0.0f, 1e6f, &a->ridge) ? 0 : 1;
     *used = 0;
-    if (!strcmp(opt, "--chat")) {
-        a->chat = 1;
+    if (!strcmp(opt, "--chat") || !strcmp(opt, "--plain")) {
+        a->chat = !strcmp(opt, "--chat");
         return 0;
     }
     return 2;
@@ -113,7 +115,7 @@ int cmd_calibrate(int argc, char **argv) {
     char model[1024], tokp[1024];
     cli_opts o;
     fg_compression_params cp;
-    calibrate_args a = {.chunk = 2048, .max_tokens = 16384, .ridge = 0.01f};
+    calibrate_args a = {.chunk = 2048, .max_tokens = 16384, .ridge = 0.01f, .chat = -1};
     int rc = cli_model_command("calibrate", k_calibrate_help_head, k_calibrate_help_tail,
                                CLI_MODEL | CLI_RUN | CLI_CTX | CLI_QUIET, 0, argc, argv, &o, &cp, model, tokp,
                                sizeof model, calibrate_option, &a);
@@ -133,6 +135,8 @@ int cmd_calibrate(int argc, char **argv) {
         cli_opts_free(&o);
         return 1;
     }
+    if (a.chat < 0)
+        a.chat = serve_chatml(&s);
     const fgm_llama_config *c = &s.model.config;
     const int32_t L = c->n_layers, Hkv = c->n_kv_heads, D = c->dim, ctx_len = fgm_runner_ctx_len(s.runner);
     fg_context *ctx = fgm_runner_context(s.runner);
@@ -202,8 +206,9 @@ int cmd_calibrate(int argc, char **argv) {
     fgm_runner_capture(s.runner, feat, n);
     const int held_out = n_chunks > 1; /* the last chunk judges the fit of the others */
     if (!o.quiet)
-        fprintf(stderr, "fastgen calibrate: %d chunks of %d tokens (%d of the text's %d)%s\n", (int)n_chunks,
-                (int)chunk, (int)(n_chunks * chunk), (int)n_all, held_out ? ", the last held out" : "");
+        fprintf(stderr, "fastgen calibrate: %d chunks of %d tokens (%d of the text's %d)%s, %s\n", (int)n_chunks,
+                (int)chunk, (int)(n_chunks * chunk), (int)n_all, held_out ? ", the last held out" : "",
+                a.chat ? "each a ChatML user turn" : "as plain text");
     double overlap25 = 0.0, overlap10 = 0.0;
     for (int32_t k = 0; k < n_chunks; k++) {
         int32_t at = 0, seq = -1;

@@ -360,6 +360,7 @@ static int demo_model(const char *model, const char *tokenizer, const char *svg_
     fg_compression_params cp[2];
     fg_compression_params_preset("full", &cp[0]);
     fg_compression_params_preset("fastgen-adaptive", &cp[1]); /* budget 0.5 */
+    cli_default_observe(&s, &cp[1], 0);                       /* the model's scorer when it has one */
     const char *label[2] = {"full cache", "FastGen adaptive, budget 50%"};
     int32_t *prompt = NULL, n_prompt = 0, seqs[2] = {-1, -1};
     int32_t *toks[2] = {malloc((size_t)c->seq_len * sizeof(int32_t)), malloc((size_t)c->seq_len * sizeof(int32_t))};

@@ -194,6 +194,8 @@ static int generate_one(cli_opts *op, const fg_compression_params *cpp, const ge
     cli_session s;
     if (cli_open_or_report(&o, 0, &s))
         return 1;
+    if (!x.observe)
+        cli_default_observe(&s, &cp, o.quiet || o.json);
     const int32_t seq_len = fgm_runner_ctx_len(s.runner), vocab = s.model.config.vocab_size;
     int32_t *tokens = NULL, n_prompt = 0, seq = -1;
     float *logits = malloc((size_t)vocab * sizeof *logits);

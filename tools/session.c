@@ -63,6 +63,23 @@ fg_status cli_attach_scorer(const cli_opts *o, cli_session *s, fgm_runner *r, ch
     return st;
 }
 
+void cli_default_observe(const cli_session *s, fg_compression_params *cp, int quiet) {
+    if (cp->allocation != FG_ALLOC_ADAPTIVE || cp->observe != FG_OBSERVE_TAIL)
+        return;
+    if (s->scorer)
+        cp->observe = FG_OBSERVE_SCORES;
+    if (quiet)
+        return;
+    if (s->scorer)
+        fprintf(stderr, "fastgen: fastgen-adaptive ranks keys by the model's calibrated scorer %s (observe=scores: "
+                "what a reconstruction pass would keep, at no extra pass; --observe tail for the prompt's last "
+                "rows)\n", s->scorer_path);
+    else
+        fprintf(stderr, "fastgen: fastgen-adaptive judges by the prompt's last rows (observe=tail): no scorer for "
+                "this model, and a question asked later may find its answer dropped; `fastgen calibrate -m MODEL "
+                "--text FILE` writes one, used from then on at no extra pass\n");
+}
+
 fg_status cli_open(const cli_opts *o, int32_t max_seqs, int track_recovery, cli_session *s, char *err, size_t n) {
     fg_status st = cli_load(o, s, err, n);
     if (st == FG_OK) {

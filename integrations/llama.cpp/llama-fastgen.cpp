@@ -265,6 +265,10 @@ std::string parse_spec(const char * spec, fg_compression_params * comp) {
         return refused("observe=reconstruct needs a reconstruction pass llama.cpp does not run; use observe=tail "
                        "or observe=predicted");
     }
+    if (comp->allocation == FG_ALLOC_ADAPTIVE && comp->observe == FG_OBSERVE_SCORES) {
+        return refused("observe=scores needs a calibrated key scorer (fastgen calibrate), which this integration "
+                       "does not run yet; use observe=tail or observe=predicted");
+    }
     return "";
 }
 

@@ -6,15 +6,22 @@
  *   - FastGen gives the same text on `cpu` as on `ref`, and holds less memory;
  *   - sequences decoded in one batch, each with its own policy, match the
  *     same sequences decoded alone;
- *   - a prompt longer than the context is refused cleanly.
+ *   - a prompt longer than the context is refused cleanly;
+ *   - the key scorer: its ridge fit recovers a linear function, its file
+ *     round-trips and a bad one is refused; a runner with one compresses an
+ *     observe=scores prompt at its prefill's end, one without refuses it and
+ *     keeps no sequence.
  * Usage: test_model MODEL_DIR [BACKEND]   (BACKEND, e.g. cuda: its FastGen text
  * must equal ref's; exit 77 when it is not available here)
  */
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "tests/support/harness.h"
 #include "model/llama2c.h"
 #include "model/runner.h"
+#include "model/scorer.h"
 #include "model/tokenizer.h"
 
 static const char *k_reference =
@@ -98,6 +105,94 @@ static void test_babyllama(const char *dir, const char *backend) {
     if (st == FG_OK)
         fgm_tokenizer_free(&env.tok);
     fgm_llama_free(&env.model);
+}
+
+/* The scorer (model/scorer.h) alone, then in a runner on the model's prompt. */
+static void test_scorer(model_env *env, fgm_runner *r, const int32_t *prompt, int32_t n) {
+    enum { DX = 8, HX = 2, NX = 400 };
+    static float x[NX][DX], y[HX][NX], w_true[HX][DX + 1], w[HX][DX + 1];
+    for (int32_t g = 0; g < HX; g++)
+        for (int32_t e = 0; e <= DX; e++)
+            w_true[g][e] = rng_gauss();
+    for (int32_t i = 0; i < NX; i++) {
+        for (int32_t e = 0; e < DX; e++)
+            x[i][e] = rng_gauss();
+        for (int32_t g = 0; g < HX; g++) {
+            float t = w_true[g][DX];
+            for (int32_t e = 0; e < DX; e++)
+                t += w_true[g][e] * x[i][e];
+            y[g][i] = t;
+        }
+    }
+    fgm_scorer_fit fit;
+    EXPECT(fgm_scorer_fit_init(&fit, DX, HX) == FG_OK, "fit init");
+    static float yh[HX][NX / 2];
+    for (int32_t half = 0; half < 2; half++) { /* two calls: the sums add up */
+        for (int32_t g = 0; g < HX; g++)
+            memcpy(yh[g], &y[g][half * NX / 2], sizeof yh[g]);
+        fgm_scorer_fit_add(&fit, &x[half * NX / 2][0], &yh[0][0], NX / 2);
+    }
+    char err[256];
+    EXPECT(fgm_scorer_fit_solve(&fit, 0.0, &w[0][0], err, sizeof err) == FG_OK, "solve: %s", err);
+    double worst = 0.0;
+    for (int32_t g = 0; g < HX; g++)
+        for (int32_t e = 0; e <= DX; e++)
+            worst = fmax(worst, fabs((double)w[g][e] - w_true[g][e]));
+    EXPECT(worst < 1e-3, "the fit is %.3g from the linear function it was given", worst);
+    fgm_scorer_fit_free(&fit);
+    EXPECT(fgm_scorer_fit_init(&fit, DX, HX) == FG_OK, "fit init");
+    fgm_scorer_fit_add(&fit, &x[0][0], &y[0][0], 3); /* fewer rows than weights: refused, not a made-up fit */
+    EXPECT(fgm_scorer_fit_solve(&fit, 0.0, &w[0][0], err, sizeof err) != FG_OK && strstr(err, "singular"),
+           "an underdetermined fit: %s", err);
+    fgm_scorer_fit_free(&fit);
+
+    /* a scorer of the model's shape: its file round-trips; a cut one is refused */
+    const fgm_llama_config *c = &env->model.config;
+    fgm_scorer sc = {c->n_layers, c->n_kv_heads, c->dim, 7, NULL}, back;
+    const size_t nw = (size_t)c->n_layers * c->n_kv_heads * (c->dim + 1);
+    sc.w = malloc(nw * sizeof *sc.w);
+    for (size_t i = 0; i < nw; i++)
+        sc.w[i] = 0.3f * rng_gauss();
+    char path[] = "/tmp/fastgen-test-scorer-XXXXXX";
+    const int fd = mkstemp(path);
+    EXPECT(fd >= 0, "a temporary file");
+    close(fd);
+    EXPECT(fgm_scorer_save(path, &sc, err, sizeof err) == FG_OK, "save: %s", err);
+    EXPECT(fgm_scorer_load(path, &back, err, sizeof err) == FG_OK, "load: %s", err);
+    EXPECT(back.n_layers == sc.n_layers && back.n_kv_heads == sc.n_kv_heads && back.dim == sc.dim &&
+               back.calib_tokens == 7 && !memcmp(back.w, sc.w, nw * sizeof *sc.w),
+           "the scorer's file does not round-trip");
+    fgm_scorer_free(&back);
+    EXPECT(truncate(path, 100) == 0, "truncate");
+    EXPECT(fgm_scorer_load(path, &back, err, sizeof err) == FG_ERR_FORMAT && strstr(err, "bytes where"),
+           "a cut scorer: %s", err);
+    remove(path);
+
+    /* in the runner: none loaded refuses observe=scores and keeps nothing; one loaded compresses at the end */
+    fg_compression_params cp;
+    fg_compression_params_preset("fastgen-adaptive", &cp);
+    cp.observe = FG_OBSERVE_SCORES;
+    int32_t seq = -1;
+    fg_status st = fgm_runner_prefill(r, &cp, prompt, n, &seq, NULL);
+    EXPECT(st == FG_ERR_BAD_STATE && strstr(fgm_runner_error(r), "calibrated scorer"), "no scorer: %s",
+           fgm_runner_error(r));
+    fg_memory_stats all;
+    EXPECT_OK(fgm_runner_context(r), fg_memory(fgm_runner_context(r), -1, &all));
+    EXPECT(all.rows_full == 0, "a refused prefill left %lld rows", (long long)all.rows_full);
+    fgm_scorer other = sc;
+    other.n_kv_heads = 1;
+    EXPECT(fgm_runner_set_scorer(r, &other) == FG_ERR_INVALID_ARGUMENT &&
+               strstr(fgm_runner_error(r), "calibrated for"), "another shape: %s", fgm_runner_error(r));
+    EXPECT(fgm_runner_set_scorer(r, &sc) == FG_OK, "set the scorer: %s", fgm_runner_error(r));
+    EXPECT_OK(fgm_runner_context(r), fgm_runner_prefill(r, &cp, prompt, n, &seq, NULL));
+    fg_memory_stats ms;
+    EXPECT_OK(fgm_runner_context(r), fg_memory(fgm_runner_context(r), seq, &ms));
+    EXPECT(ms.rows_kept <= (int64_t)ceil(0.5 * (double)ms.rows_full) + c->n_layers * c->n_kv_heads,
+           "observe=scores kept %lld of %lld rows at budget 0.5", (long long)ms.rows_kept, (long long)ms.rows_full);
+    EXPECT(ms.rows_kept < ms.rows_full, "observe=scores did not compress at the prefill's end");
+    fgm_runner_release(r, seq);
+    EXPECT(fgm_runner_set_scorer(r, NULL) == FG_OK, "unset the scorer");
+    fgm_scorer_free(&sc);
 }
 
 int main(int argc, char **argv) {
@@ -318,6 +413,7 @@ int main(int argc, char **argv) {
     free(longp);
     free(lb);
     free(la);
+    test_scorer(&env, r, tokens_ref, 120);
     fgm_runner_destroy(&r);
     fgm_tokenizer_free(&env.tok);
     fgm_llama_free(&env.model);

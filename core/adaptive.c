@@ -366,6 +366,31 @@ typedef struct unit_curves {
     int32_t rows[FG_MAX_SHORTLIST][FG_AD_LEVELS + 1];
 } unit_curves;
 
+/* FG_OBSERVE_SCORES' errors: for every family but full and every level,
+ * the share of the unit's scores on the keys it does not keep for a decode
+ * query after the sequence (its entry levels as row_entry gives them, at
+ * position t - 1). In double, summed in key order. */
+static void scored_mass(const fg_seq *s, unit_scratch *u, const int32_t *n_order, const int32_t *sets, int32_t n_sets,
+                        int32_t t, const float *score, unit_curves *uc) {
+    double total = 0.0;
+    for (int32_t j = 0; j < t; j++)
+        total += score[j];
+    for (int32_t x = 0; x < n_sets; x++) {
+        const int32_t f = sets[x];
+        uint8_t *entry = u->entry; /* the first family's row: scratch enough for one */
+        row_entry(&s->cp.shortlist[f], s->cls, u->order + (size_t)f * t, n_order[f], t, t - 1, s->cp.adaptive_flags,
+                  entry);
+        double missed[FG_AD_LEVELS + 2] = {0}; /* by entry level; FG_AD_NEVER's at the end */
+        for (int32_t j = 0; j < t; j++)
+            missed[entry[j]] += score[j];
+        double above = total; /* the scores of the keys a level has not taken yet */
+        for (int32_t lv = 0; lv <= FG_AD_LEVELS; lv++) {
+            above -= missed[lv];
+            uc->err[f][lv] = total > 0.0 ? (above > 0.0 ? above : 0.0) / total : 0.0;
+        }
+    }
+}
+
 /* The summed error and rows of one choice per unit. */
 static double total(const unit_curves *uc, const int32_t *choice, int32_t n_units, int64_t *rows) {
     double e = 0.0;
@@ -633,7 +658,10 @@ static fg_status unit_curves_all(fg_context *ctx, const fg_seq *s, compress_scra
          * (given_col); the errors are judged on observation_window of the ones kept, evenly spaced.
          * FG_OBSERVE_SCORES: the given scores rank (given_col), the tail's rows judge */
         const int given = a->n_given > 0, ranked = a->given_keys > 0;
-        const int32_t n_kept = given ? a->n_given : a->n_obs, W = n_kept < ad->window ? n_kept : ad->window;
+        /* FG_OBSERVE_SCORES: the scores' own mass judges (no rows), unless FG_ADAPTIVE_SCORED_ROWS */
+        const int by_mass = ad->scored && !(s->cp.adaptive_flags & FG_ADAPTIVE_SCORED_ROWS);
+        const int32_t n_kept = by_mass ? 0 : given ? a->n_given : a->n_obs;
+        const int32_t W = n_kept < ad->window ? n_kept : ad->window;
         for (int32_t i = 0; i < W; i++) {
             if (given) { /* decode queries after the sequence: every key, the last one their "own" */
                 w->obs_pos[i] = t - 1;
@@ -701,6 +729,10 @@ static fg_status unit_curves_all(fg_context *ctx, const fg_seq *s, compress_scra
                 family_rows(&s->cp.shortlist[f], t, s->cls, uc->rows[f]);
                 for (int32_t lv = 0; lv <= FG_AD_LEVELS; lv++)
                     uc->err[f][lv] = 0.0;
+            }
+            if (by_mass && n_sets > 0) {
+                scored_mass(s, u, n_order, sets, n_sets, t, score, uc);
+                continue;
             }
             if (n_sets == 0 || W == 0)
                 continue;

@@ -232,8 +232,10 @@ enum {
     FG_ADAPTIVE_TAIL_RANKS = 1u << 3,  /* the frequent part ranks keys by the attention of the prompt's
                                           last observation_window rows, not of every prompt row */
     FG_ADAPTIVE_ROW_MAX = 1u << 4,     /* a choice's error is its worst observed row's, not their sum */
-    FG_ADAPTIVE_ROW_NORM = 1u << 5     /* each observed row's error over its error with nothing kept but its
+    FG_ADAPTIVE_ROW_NORM = 1u << 5,    /* each observed row's error over its error with nothing kept but its
                                           own key and the pinned ones: every row weighs alike */
+    FG_ADAPTIVE_SCORED_ROWS = 1u << 6  /* FG_OBSERVE_SCORES: the prompt's last rows judge the choices (their
+                                          output errors), not the share of the scores each choice misses */
 };
 #endif
 
@@ -281,9 +283,11 @@ typedef enum fg_observe_mode {
      * (fg_seq_observe_scores; e.g. a small model calibrated offline on what
      * a reconstruction pass ranks high, fed the layer's hidden states) ranks
      * the keys of the frequent and snapshot parts in place of any attention,
-     * and the prompt's last observation_window rows judge the allocation as
-     * FG_OBSERVE_TAIL's do. No extra pass. The sequence holds its full cache
-     * until fg_seq_compress; defer_until is not used. */
+     * and judges the allocation: a choice's error is the share of the head's
+     * scores that the keys it keeps for a decode query after the sequence
+     * miss, every head weighing alike. No extra pass and no rows observed.
+     * The sequence holds its full cache until fg_seq_compress; defer_until
+     * is not used. */
     FG_OBSERVE_SCORES = 3
 } fg_observe_mode;
 

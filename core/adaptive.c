@@ -366,7 +366,7 @@ typedef struct unit_curves {
     int32_t rows[FG_MAX_SHORTLIST][FG_AD_LEVELS + 1];
 } unit_curves;
 
-/* FG_OBSERVE_SCORES' errors: for every family but full and every level,
+/* FG_OBSERVE_SCORES' errors under FG_ADAPTIVE_MASS: for every family but full and every level,
  * the share of the unit's scores on the keys it does not keep for a decode
  * query after the sequence (its entry levels as row_entry gives them, at
  * position t - 1). In double, summed in key order. */
@@ -658,8 +658,8 @@ static fg_status unit_curves_all(fg_context *ctx, const fg_seq *s, compress_scra
          * (given_col); the errors are judged on observation_window of the ones kept, evenly spaced.
          * FG_OBSERVE_SCORES: the given scores rank (given_col), the tail's rows judge */
         const int given = a->n_given > 0, ranked = a->given_keys > 0;
-        /* FG_OBSERVE_SCORES: the scores' own mass judges (no rows), unless FG_ADAPTIVE_SCORED_ROWS */
-        const int by_mass = ad->scored && !(s->cp.adaptive_flags & FG_ADAPTIVE_SCORED_ROWS);
+        /* FG_OBSERVE_SCORES with FG_ADAPTIVE_MASS: the scores' own mass judges, no rows */
+        const int by_mass = ad->scored && (s->cp.adaptive_flags & FG_ADAPTIVE_MASS);
         const int32_t n_kept = by_mass ? 0 : given ? a->n_given : a->n_obs;
         const int32_t W = n_kept < ad->window ? n_kept : ad->window;
         for (int32_t i = 0; i < W; i++) {

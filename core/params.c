@@ -313,13 +313,9 @@ fg_status fg_compression_params_check(const fg_compression_params *p) {
                             "FG_ALLOC_ADAPTIVE observes the last observation_window rows: 1..4096, got %d",
                             (int)p->observation_window);
         if (p->adaptive_flags & ~(uint32_t)(FG_ADAPTIVE_PER_LAYER | FG_ADAPTIVE_MASS | FG_ADAPTIVE_ANCHOR_END |
-                                           FG_ADAPTIVE_TAIL_RANKS | FG_ADAPTIVE_ROW_MAX | FG_ADAPTIVE_ROW_NORM |
-                                           FG_ADAPTIVE_SCORED_ROWS))
+                                           FG_ADAPTIVE_TAIL_RANKS | FG_ADAPTIVE_ROW_MAX | FG_ADAPTIVE_ROW_NORM))
             return fg_error(NULL, FG_ERR_INVALID_ARGUMENT, "unknown adaptive_flags 0x%x",
                             (unsigned)p->adaptive_flags);
-        if ((p->adaptive_flags & FG_ADAPTIVE_SCORED_ROWS) && p->observe != FG_OBSERVE_SCORES)
-            return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
-                            "FG_ADAPTIVE_SCORED_ROWS says what judges FG_OBSERVE_SCORES' choices: it needs that mode");
         if (p->score_mode != FG_SCORE_SUM)
             return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
                             "FG_ALLOC_ADAPTIVE ranks by cumulative attention: score_mode must be FG_SCORE_SUM");

@@ -76,8 +76,7 @@ static int set_flags(const char *val, fg_compression_params *p) {
         uint32_t flag;
     } k_flags[] = {{"per-layer", FG_ADAPTIVE_PER_LAYER}, {"mass", FG_ADAPTIVE_MASS},
                    {"end", FG_ADAPTIVE_ANCHOR_END},      {"tail", FG_ADAPTIVE_TAIL_RANKS},
-                   {"rowmax", FG_ADAPTIVE_ROW_MAX},      {"rownorm", FG_ADAPTIVE_ROW_NORM},
-                   {"rows", FG_ADAPTIVE_SCORED_ROWS}};
+                   {"rowmax", FG_ADAPTIVE_ROW_MAX},      {"rownorm", FG_ADAPTIVE_ROW_NORM}};
     p->adaptive_flags = 0;
     for (const char *f = val; *f;) {
         const char *plus = strchr(f, '+');

@@ -226,16 +226,16 @@ typedef enum fg_allocation {
  * Experimental: they may change or go between minor versions. */
 enum {
     FG_ADAPTIVE_PER_LAYER = 1u << 0,   /* the budget shared within each layer, not across layers */
-    FG_ADAPTIVE_MASS = 1u << 1,        /* predicted error = the attention the kept rows miss (no values) */
+    FG_ADAPTIVE_MASS = 1u << 1,        /* predicted error = the attention the kept rows miss (no values);
+                                          FG_OBSERVE_SCORES: the share of the head's given scores the keys
+                                          kept for a decode query after the sequence miss (no rows) */
     FG_ADAPTIVE_ANCHOR_END = 1u << 2,  /* every observed row judged by what is kept at the compression,
                                           not by what a query at its own position keeps */
     FG_ADAPTIVE_TAIL_RANKS = 1u << 3,  /* the frequent part ranks keys by the attention of the prompt's
                                           last observation_window rows, not of every prompt row */
     FG_ADAPTIVE_ROW_MAX = 1u << 4,     /* a choice's error is its worst observed row's, not their sum */
-    FG_ADAPTIVE_ROW_NORM = 1u << 5,    /* each observed row's error over its error with nothing kept but its
+    FG_ADAPTIVE_ROW_NORM = 1u << 5     /* each observed row's error over its error with nothing kept but its
                                           own key and the pinned ones: every row weighs alike */
-    FG_ADAPTIVE_SCORED_ROWS = 1u << 6  /* FG_OBSERVE_SCORES: the prompt's last rows judge the choices (their
-                                          output errors), not the share of the scores each choice misses */
 };
 #endif
 
@@ -283,11 +283,9 @@ typedef enum fg_observe_mode {
      * (fg_seq_observe_scores; e.g. a small model calibrated offline on what
      * a reconstruction pass ranks high, fed the layer's hidden states) ranks
      * the keys of the frequent and snapshot parts in place of any attention,
-     * and judges the allocation: a choice's error is the share of the head's
-     * scores that the keys it keeps for a decode query after the sequence
-     * miss, every head weighing alike. No extra pass and no rows observed.
-     * The sequence holds its full cache until fg_seq_compress; defer_until
-     * is not used. */
+     * and the prompt's last observation_window rows judge the allocation as
+     * FG_OBSERVE_TAIL's do. No extra pass. The sequence holds its full cache
+     * until fg_seq_compress; defer_until is not used. */
     FG_OBSERVE_SCORES = 3
 } fg_observe_mode;
 

@@ -600,6 +600,11 @@ static void test_calls(twin *t) {
     EXPECT_STATUS(c, FG_ERR_INVALID_ARGUMENT, fg_head_inspect(c, t->seq_bad, 0, 0, NULL));
     EXPECT_STATUS(c, FG_ERR_BAD_STATE, fg_head_inspect(c, s2, 0, 0, &info));
     EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_head_inspect(NULL, 0, 0, 0, &info));
+    float ranks[4] = {0};
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_seq_observe_scores(NULL, 0, 0, ranks, 1));
+    EXPECT_STATUS(NULL, FG_ERR_INVALID_ARGUMENT, fg_seq_observed_ranks(NULL, 0, 0, ranks, 1));
+    EXPECT_STATUS(c, FG_ERR_BAD_STATE, fg_seq_observed_ranks(c, s2, 0, ranks, 1)); /* not adaptive */
+    EXPECT(strstr(fg_last_error(c), "FG_OBSERVE_SCORES") != NULL, "says why: %s", fg_last_error(c));
     EXPECT_STATUS(c, FG_ERR_INVALID_ARGUMENT, fg_head_positions(c, t->seq_bad, 0, 0, pos, MAXLEN, NULL));
     EXPECT_STATUS(c, FG_ERR_CAPACITY, fg_head_positions(c, t->seq_bad, 0, 4, pos, 1, &n_out));
     EXPECT(n_out > 1, "a short buffer still reports the kept count (%d)", (int)n_out);

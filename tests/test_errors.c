@@ -743,6 +743,8 @@ static void test_spec(void) {
     EXPECT(p.allocation == FG_ALLOC_ADAPTIVE && p.budget == 0.25f && p.observe == FG_OBSERVE_PREDICTED &&
                p.alloc_floor == 0.5f, "adaptive spec: budget %g observe %d floor %g", (double)p.budget,
            (int)p.observe, (double)p.alloc_floor);
+    EXPECT_OK(NULL, fg_compression_params_parse("fastgen-adaptive:observe=scores:flags=mass", &p));
+    EXPECT(p.observe == FG_OBSERVE_SCORES && p.adaptive_flags == 2u, "observe=scores spec (flags=mass: 2)");
     EXPECT_OK(NULL, fg_compression_params_parse("h2o:0.5", &p)); /* frequent + local: half each */
     EXPECT(p.n_policies == 1 && p.shortlist[0].ratio_local == 0.25f && p.shortlist[0].ratio_frequent == 0.25f,
            "h2o:0.5 split %g %g", (double)p.shortlist[0].ratio_local, (double)p.shortlist[0].ratio_frequent);
@@ -758,7 +760,8 @@ static void test_spec(void) {
         "", "nosuch", "nosuch:0.5", "h2o:0", "h2o:1.5", "h2o:nan", "h2o:0.5x", "full:0.5", "fastgen:0.5",
         "h2o:0.5:bogus=1", "h2o:0.5:window", "h2o:0.5:window=-1", "h2o:pool=3", "fastgen-adaptive:observe=x",
         "fastgen-adaptive:families=9", "fastgen-adaptive:flags=per-layer+nope", "fastgen-adaptive:tol=1",
-        "h2o:0.5:0.5", "h2o:alloc=adaptive", "h2o: 0.5", "h2o:0.5:window= 8",
+        "h2o:0.5:0.5", "h2o:alloc=adaptive", "h2o: 0.5", "h2o:0.5:window= 8", "h2o:observe=scores",
+        "fastgen-adaptive:observe=scores:flags=end",
         "fastgen-adaptive:0.5:window=1:window=1:window=1:window=1:window=1:window=1:window=1:window=1:window=1:"
         "window=1:window=1:window=1:window=1:window=1:window=1:window=1:window=1:window=1:window=1:window=1:"
         "window=1:window=1:window=1:window=1:window=1:window=1:window=1:window=1:window=1:window=1:window=1"};

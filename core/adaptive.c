@@ -657,7 +657,8 @@ static fg_status unit_curves_all(fg_context *ctx, const fg_seq *s, compress_scra
         /* FG_OBSERVE_EXPLICIT's rows, else the tail's. Every given row ranked the keys as it came
          * (given_col); the errors are judged on observation_window of the ones kept, evenly spaced.
          * FG_OBSERVE_SCORES: the given scores rank (given_col), the tail's rows judge */
-        const int given = a->n_given > 0, ranked = a->given_keys > 0;
+        const int given = a->n_given > 0, ranked = given || a->n_scored > 0; /* (a failed call may have widened
+                                                                                  given_col: it ranks nothing) */
         /* FG_OBSERVE_SCORES with FG_ADAPTIVE_MASS: the scores' own mass judges, no rows */
         const int by_mass = ad->scored && (s->cp.adaptive_flags & FG_ADAPTIVE_MASS);
         const int32_t n_kept = by_mass ? 0 : given ? a->n_given : a->n_obs;
@@ -1060,6 +1061,11 @@ fg_status fg_adaptive_observe_scores(fg_context *ctx, fg_seq *s, int32_t layer, 
     fg_status st = given_cols_grow(ctx, a, n, "fg_seq_observe_scores");
     if (st)
         return st;
+    for (int32_t g = 0; g < Hkv; g++) /* the sums stay finite, or nothing is added */
+        for (int32_t j = 0; j < n; j++)
+            if (!isfinite(a->given_col[(size_t)g * a->given_keys + j] + scores[(size_t)g * n + j]))
+                return fg_error(ctx, FG_ERR_INVALID_ARGUMENT, "fg_seq_observe_scores: head %d, key %d: the scores "
+                                "given so far add up past the float range", (int)g, (int)j);
     for (int32_t g = 0; g < Hkv; g++)
         for (int32_t j = 0; j < n; j++)
             a->given_col[(size_t)g * a->given_keys + j] += scores[(size_t)g * n + j];

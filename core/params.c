@@ -257,8 +257,8 @@ fg_status fg_compression_params_check(const fg_compression_params *p) {
                         observe_name);
     if (p->observe != FG_OBSERVE_TAIL && (p->adaptive_flags & (FG_ADAPTIVE_ANCHOR_END | FG_ADAPTIVE_TAIL_RANKS)))
         return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,
-                        "%s judges its rows after the sequence: FG_ADAPTIVE_ANCHOR_END and FG_ADAPTIVE_TAIL_RANKS do "
-                        "not go with it", observe_name);
+                        "FG_ADAPTIVE_ANCHOR_END and FG_ADAPTIVE_TAIL_RANKS are variants of the tail mode "
+                        "(FG_OBSERVE_TAIL): they do not go with %s", observe_name);
     if (p->predict_horizon < 0 || p->predict_horizon > (1 << 24) ||
         (p->predict_horizon > 0 && p->observe != FG_OBSERVE_PREDICTED))
         return fg_error(NULL, FG_ERR_INVALID_ARGUMENT,

@@ -671,9 +671,10 @@ FG_API fg_status fg_seq_observe(fg_context *ctx, int32_t seq, int32_t layer, con
                                 const void *v, int32_t n, void *out);
 /* FG_OBSERVE_SCORES: the engine's score of each of the n keys a layer
  * holds (n: the layer's length; every layer prefilled to one length, before
- * fg_seq_compress), scores [Hkv][n], finite and >= 0, higher kept first. A
- * second call adds to the first's. Every layer must be given scores as
- * many times. All or nothing. */
+ * fg_seq_compress), scores [Hkv][n], fp32 in host memory whatever the
+ * context's io and act_dtype, finite and >= 0, higher kept first. A second
+ * call adds to the first's (refused if a sum would overflow). Every layer
+ * must be given scores as many times. All or nothing. */
 FG_API fg_status fg_seq_observe_scores(fg_context *ctx, int32_t seq, int32_t layer, const float *scores, int32_t n);
 /* The ranks an FG_OBSERVE_EXPLICIT or FG_OBSERVE_SCORES sequence holds for
  * a layer's first n keys (what fg_seq_compress will rank by): the
@@ -683,11 +684,13 @@ FG_API fg_status fg_seq_observe_scores(fg_context *ctx, int32_t seq, int32_t lay
  * reconstruction pass. */
 FG_API fg_status fg_seq_observed_ranks(fg_context *ctx, int32_t seq, int32_t layer, float *out, int32_t n);
 /* An adaptive sequence's heads compressed now (FG_ALLOC_ADAPTIVE: what it
- * would do on its own at defer_until), from the rows fg_seq_observe gave,
- * else the ones it observed itself. All or nothing. FG_ERR_BAD_STATE when
+ * would do on its own at defer_until), from the rows fg_seq_observe gave
+ * (or ranked by the scores fg_seq_observe_scores gave, judged by the rows
+ * it observed itself), else the ones it observed itself, ranked by the
+ * prompt's attention. All or nothing. FG_ERR_BAD_STATE when
  * the sequence is not adaptive, is compressed already, has a layer not
  * prefilled or a sweep half done, or its layers were given different
- * numbers of rows. */
+ * numbers of rows or of score calls. */
 FG_API fg_status fg_seq_compress(fg_context *ctx, int32_t seq);
 
 /* ---------------------------------------------------------------- inspection */

@@ -657,6 +657,10 @@ fg_status fgm_runner_prefill_many(fgm_runner *r, int32_t k, const fg_compression
     if (n <= 0 || n > r->ctx_len)
         return runner_fail(r, n <= 0 ? FG_ERR_INVALID_ARGUMENT : FG_ERR_CAPACITY,
                            "a prompt of %d tokens does not fit the context of %d", (int)n, (int)r->ctx_len);
+    for (int32_t i = 0; cps && !r->scorer && i < k; i++) /* before any work: what would fail at the end */
+        if (cps[i].allocation == FG_ALLOC_ADAPTIVE && cps[i].observe == FG_OBSERVE_SCORES)
+            return runner_fail(r, FG_ERR_BAD_STATE, "observe=scores ranks keys by a calibrated scorer, and none is "
+                               "loaded (fastgen calibrate writes one)");
     fg_status st = FG_OK;
     int32_t made = 0;
     for (; made < k && st == FG_OK; made++) {

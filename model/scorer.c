@@ -168,7 +168,7 @@ fg_status fgm_scorer_fit_solve(const fgm_scorer_fit *f, double ridge, float *w, 
         if (!(s > 0.0)) {
             free(L);
             free(z);
-            return fgm_failf(err, err_size, FG_ERR_INTERNAL,
+            return fgm_failf(err, err_size, FG_ERR_INVALID_ARGUMENT,
                              "a scorer's fit is singular at column %d (too few calibration rows, or constant inputs)",
                              (int)j);
         }

@@ -50,8 +50,9 @@ void fgm_scorer_fit_free(fgm_scorer_fit *f);
 /* n rows x [n][dim] with their targets y [n_kv_heads][n]. */
 void fgm_scorer_fit_add(fgm_scorer_fit *f, const float *x, const float *y, int32_t n);
 /* The ridge solution (weights [n_kv_heads][dim + 1]): (A + lambda D) w = b,
- * D the diagonal of A but the bias's 0, lambda = ridge; FG_ERR_NUMERIC
- * when A is not positive definite even so. */
+ * D the diagonal of A but the bias's 0, lambda = ridge;
+ * FG_ERR_INVALID_ARGUMENT when A is not positive definite even so (too few
+ * rows, or constant inputs). */
 fg_status fgm_scorer_fit_solve(const fgm_scorer_fit *f, double ridge, float *w, char *err, size_t err_size);
 
 #endif

@@ -750,6 +750,10 @@ for name, data, word in [("short", sc_bytes[:20], "FGSCORE1"), ("cut", sc_bytes[
     open(path, "wb").write(data)
     r = run("generate", *model_args(), "--scorer", path, "-n", "4")
     check(r.returncode == 1 and word in r.stderr, "a %s scorer: %r" % (name, r.stderr[-300:]))
+open(os.path.join(tmp_sc, "m.bin.fgscore"), "wb").write(sc_bytes[:-4])  # found, not asked for: said, not fatal
+r = run("generate", "-m", os.path.join(tmp_sc, "m.bin"), "-z", TOK, "-n", "4", "-p", prompt)
+check(r.returncode == 0 and "not using the scorer found beside the model" in r.stderr,
+      "a bad MODEL.fgscore found by default: %r" % r.stderr[-300:])
 other = os.path.join(tmp_sc, "other.fgscore")
 open(other, "wb").write(sc_bytes[:8] + struct.pack("<iiii", 5, 2, 64, 0) + sc_bytes[24:24 + 5 * 2 * 65 * 4])
 r = run("generate", *model_args(), "--scorer", other, "-n", "4")

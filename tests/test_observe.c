@@ -352,6 +352,25 @@ static void run_scores(const char *backend) {
         for (int32_t j = 0; j < N; j++)
             zero &= back[g][j] == 0.0f;
     EXPECT(zero, "refused scores left ranks behind");
+    /* on a fork: sums past the float range refused, nothing added; a fork of a sequence scored in one layer
+     * only is refused its compression as its parent would be */
+    EXPECT_OK(ctx, fg_seq_fork(ctx, seq, &fork));
+    static float huge[HKV][N];
+    for (int32_t g = 0; g < HKV; g++)
+        for (int32_t j = 0; j < N; j++)
+            huge[g][j] = 3e38f;
+    EXPECT_OK(ctx, fg_seq_observe_scores(ctx, fork, 0, &huge[0][0], N));
+    EXPECT_STATUS(ctx, FG_ERR_INVALID_ARGUMENT, fg_seq_observe_scores(ctx, fork, 0, &huge[0][0], N));
+    EXPECT(strstr(fg_last_error(ctx), "float range") != NULL, "says why: %s", fg_last_error(ctx));
+    EXPECT_OK(ctx, fg_seq_observed_ranks(ctx, fork, 0, &back[0][0], N));
+    EXPECT(back[1][7] == 3e38f, "a refused sum changed the ranks: %g", (double)back[1][7]);
+    int32_t fork2 = -1;
+    EXPECT_OK(ctx, fg_seq_fork(ctx, fork, &fork2));
+    EXPECT_STATUS(ctx, FG_ERR_BAD_STATE, fg_seq_compress(ctx, fork2));
+    EXPECT(strstr(fg_last_error(ctx), "scores as many times") != NULL, "a fork lost its score calls: %s",
+           fg_last_error(ctx));
+    EXPECT_OK(ctx, fg_seq_destroy(ctx, fork2));
+    EXPECT_OK(ctx, fg_seq_destroy(ctx, fork));
     /* two calls add: the ranks are their sum */
     EXPECT_OK(ctx, fg_seq_observe_scores(ctx, seq, 0, &half[0][0], N));
     EXPECT_STATUS(ctx, FG_ERR_BAD_STATE, fg_seq_compress(ctx, seq)); /* layer 1 not scored yet */
@@ -389,6 +408,35 @@ static void run_scores(const char *backend) {
     EXPECT_STATUS(ctx, FG_ERR_BAD_STATE, fg_seq_observe_scores(ctx, seq, 0, &half[0][0], N));
     EXPECT(strstr(fg_last_error(ctx), "compressed already") != NULL, "says why: %s", fg_last_error(ctx));
     EXPECT_STATUS(ctx, FG_ERR_BAD_STATE, fg_seq_observed_ranks(ctx, seq, 0, &back[0][0], N));
+    /* the scores' own mass as the judge (flags=mass): the key scored highest stays in every ranking head too */
+    EXPECT_OK(ctx, fg_seq_destroy(ctx, fork));
+    fg_compression_params mass;
+    EXPECT_OK(NULL, fg_compression_params_parse("fastgen-adaptive:0.25:observe=scores:flags=mass", &mass));
+    mass.observation_window = W;
+    mass.n_sink = 1;
+    EXPECT_OK(ctx, fg_seq_create(ctx, &mass, g_w.tokens, N, &fork));
+    EXPECT_OK(ctx, prefill_all(ctx, &x, fork));
+    for (int32_t l = 0; l < L; l++)
+        EXPECT_OK(ctx, fg_seq_observe_scores(ctx, fork, l, &sc[0][0], N));
+    EXPECT_OK(ctx, fg_seq_compress(ctx, fork));
+    outcome m;
+    read_outcome(ctx, fork, &m);
+    int mass_ranking = 0, mass_keeping = 0;
+    for (int32_t l = 0; l < L; l++)
+        for (int32_t g = 0; g < HKV; g++) {
+            fg_head_info info;
+            EXPECT_OK(ctx, fg_head_inspect(ctx, fork, l, g, &info));
+            if (!(info.components & FG_KEEP_FREQUENT))
+                continue;
+            mass_ranking++;
+            for (int32_t j = 0; j < m.kept[l][g]; j++)
+                mass_keeping += m.pos[l][g][j] == PLANT;
+        }
+    EXPECT(mass_ranking > 0 && mass_keeping == mass_ranking, "flags=mass: %d of %d ranking heads kept the key",
+           mass_keeping, mass_ranking);
+    EXPECT_OK(ctx, fg_memory(ctx, fork, &ms));
+    EXPECT(ms.rows_kept <= (int64_t)ceil(0.25 * (double)ms.rows_full), "flags=mass: %lld rows of %lld",
+           (long long)ms.rows_kept, (long long)ms.rows_full);
     /* rows are not scores, scores not rows */
     float out[CHUNK][HQ][D];
     EXPECT_OK(ctx, fg_seq_destroy(ctx, fork));

@@ -121,6 +121,8 @@ int cmd_calibrate(int argc, char **argv) {
                                sizeof model, calibrate_option, &a);
     if (rc == 0 && a.n_texts == 0)
         rc = cli_usage("calibrate", "--text FILE: the calibration text is needed");
+    if (rc == 0 && o.scorer)
+        rc = cli_usage("calibrate", "--scorer: calibrate writes a scorer (-o FILE says where), it reads none");
     if (rc) {
         cli_opts_free(&o);
         return rc < 0 ? 0 : rc;
@@ -219,6 +221,7 @@ int cmd_calibrate(int argc, char **argv) {
         memcpy(prompt + at, all + (size_t)k * chunk, (size_t)chunk * sizeof *prompt);
         at += chunk;
         memcpy(prompt + at, close, (size_t)n_close * sizeof *prompt);
+        int said = 0;
         fg_status st = fgm_runner_prefill(s.runner, &cp, prompt, n, &seq, NULL);
         if (st == FG_OK)
             st = fgm_runner_reconstruct_pass(s.runner, 1, &seq, recon, n_recon, prompt + n_bos, n - n_bos, NULL);
@@ -229,13 +232,17 @@ int cmd_calibrate(int argc, char **argv) {
                 if ((st = fgm_scorer_fit_solve(&fits[l], a.ridge, sc.w + (size_t)l * Hkv * (D + 1), err,
                                                sizeof err))) {
                     fprintf(stderr, "fastgen calibrate: layer %d: %s\n", (int)l, err);
+                    said = 1;
                     break;
                 }
             }
         }
         for (int32_t l = 0; l < L && st == FG_OK; l++) {
-            if ((st = fg_seq_observed_ranks(ctx, seq, l, y, n)))
+            if ((st = fg_seq_observed_ranks(ctx, seq, l, y, n))) {
+                fprintf(stderr, "fastgen calibrate: chunk %d: %s\n", (int)k, fg_last_error(ctx));
+                said = 1;
                 break;
+            }
             targets(y, Hkv, n);
             const float *xl = feat + (size_t)l * n * D;
             if (!last) {
@@ -250,8 +257,9 @@ int cmd_calibrate(int argc, char **argv) {
         }
         if (seq >= 0)
             fgm_runner_release(s.runner, seq);
-        if (st) {
-            fprintf(stderr, "fastgen calibrate: chunk %d: %s\n", (int)k, cli_reason(s.runner, st));
+        if (st) { /* the runner's failures said here; the fit's and the ranks' were said where they failed */
+            if (!said)
+                fprintf(stderr, "fastgen calibrate: chunk %d: %s\n", (int)k, cli_reason(s.runner, st));
             goto done;
         }
         if (!o.quiet)

@@ -168,10 +168,14 @@ int cmd_generate(int argc, char **argv) {
         cli_opts_free(&o);
         return rc < 0 ? 0 : rc;
     }
+    if (x.predicted) /* --observe reconstruct: generate_one's pass (refused with --chat and --samples) */
+        cp.observe = FG_OBSERVE_PREDICTED;
+    if (x.scores)
+        cp.observe = FG_OBSERVE_SCORES;
     if (x.chat)
-        rc = serve_chat(&o, &cp, x.chat);
+        rc = serve_chat(&o, &cp, x.observe, x.chat);
     else if (x.samples)
-        rc = serve_samples(&o, &cp, x.samples);
+        rc = serve_samples(&o, &cp, x.observe, x.samples);
     else
         rc = generate_one(&o, &cp, &x);
     cli_opts_free(&o);
@@ -185,10 +189,6 @@ static int generate_one(cli_opts *op, const fg_compression_params *cpp, const ge
     int32_t *recon = NULL, n_recon = 0;
     if (x.reconstruct)
         cp.observe = FG_OBSERVE_EXPLICIT;
-    if (x.predicted)
-        cp.observe = FG_OBSERVE_PREDICTED;
-    if (x.scores)
-        cp.observe = FG_OBSERVE_SCORES;
     int rc;
 
     cli_session s;

@@ -124,7 +124,7 @@ static char **read_turns(const char *path, int32_t *n) {
     return turns;
 }
 
-int serve_chat(const cli_opts *o, const fg_compression_params *cp, const char *path) {
+int serve_chat(const cli_opts *o, const fg_compression_params *cp_given, int observe_named, const char *path) {
     int32_t n_turns = 0;
     char **turns = read_turns(path, &n_turns);
     if (!turns)
@@ -137,6 +137,10 @@ int serve_chat(const cli_opts *o, const fg_compression_params *cp, const char *p
         free(turns);
         return 1;
     }
+    fg_compression_params own = *cp_given;
+    if (!observe_named)
+        cli_default_observe(&s, &own, o->quiet || o->json);
+    const fg_compression_params *cp = &own;
     const int32_t V = s.model.config.vocab_size, ctx_len = fgm_runner_ctx_len(s.runner);
     const int chatml = serve_chatml(&s);
     enum { REPLY = 4096 };
@@ -228,13 +232,17 @@ int serve_chat(const cli_opts *o, const fg_compression_params *cp, const char *p
     return rc;
 }
 
-int serve_samples(const cli_opts *o, const fg_compression_params *cp, int32_t k) {
+int serve_samples(const cli_opts *o, const fg_compression_params *cp_given, int observe_named, int32_t k) {
     cli_session s;
     char err[512];
     if (cli_open(o, k, 0, &s, err, sizeof err) != FG_OK) {
         fprintf(stderr, "fastgen generate: %s\n", err);
         return 1;
     }
+    fg_compression_params own = *cp_given;
+    if (!observe_named)
+        cli_default_observe(&s, &own, o->quiet || o->json);
+    const fg_compression_params *cp = &own;
     const int32_t V = s.model.config.vocab_size, ctx_len = fgm_runner_ctx_len(s.runner);
     int32_t *prompt = NULL, n_prompt = 0, seqs[64];
     float *logits = malloc((size_t)k * V * sizeof *logits);

@@ -14,9 +14,11 @@ fg_status serve_turn_tokens(const cli_session *s, int chatml, int first, const c
  * each made one line); turns must hold strlen(text) / 2 + 1. Returns the count. */
 int32_t serve_split_turns(char *text, char **turns);
 /* User turns from a file (blank-line separated), each appended to one
- * sequence and answered by the model (up to o->n tokens). */
-int serve_chat(const cli_opts *o, const fg_compression_params *cp, const char *path);
+ * sequence and answered by the model (up to o->n tokens). observe_named:
+ * --observe was given (else the model's scorer is fastgen-adaptive's
+ * default, cli_default_observe). */
+int serve_chat(const cli_opts *o, const fg_compression_params *cp, int observe_named, const char *path);
 /* k samples forked from one prefilled prompt, decoded in one batch. */
-int serve_samples(const cli_opts *o, const fg_compression_params *cp, int32_t k);
+int serve_samples(const cli_opts *o, const fg_compression_params *cp, int observe_named, int32_t k);
 
 #endif

@@ -60,6 +60,15 @@ fg_status cli_attach_scorer(const cli_opts *o, cli_session *s, fgm_runner *r, ch
         snprintf(err, n, "%s: %s", s->scorer_path, fgm_runner_error(r));
     else if (st == FG_ERR_OUT_OF_MEMORY && !s->scorer)
         snprintf(err, n, "out of memory for the scorer");
+    if (st && !o->scorer) { /* found, not asked for: said, and the run goes on without it */
+        if (!o->quiet)
+            fprintf(stderr, "fastgen: not using the scorer found beside the model: %s\n", err);
+        fgm_scorer_free(s->scorer);
+        free(s->scorer);
+        s->scorer = NULL;
+        s->scorer_path[0] = '\0';
+        return FG_OK;
+    }
     return st;
 }
 

@@ -455,8 +455,8 @@ class Model(_fastgen._Model):
         if budget is not None:
             overrides["budget"] = budget
         comp = compression(method, **overrides)
-        if self.scorer and comp.allocation == "adaptive" and comp.observe == "tail" and "observe" not in overrides \
-                and not isinstance(method, Compression):
+        named = not isinstance(method, str) or "observe" in overrides or "observe=" in method
+        if self.scorer and comp.allocation == "adaptive" and comp.observe == "tail" and not named:
             comp = comp.replace(observe="scores")
         ids = self._ids(prompt)
         recon = None

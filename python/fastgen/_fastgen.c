@@ -1545,8 +1545,8 @@ static PyObject *context_observe_scores(ContextObject *self, PyObject *args) {
     if (array_get(obj, "scores", 'f', 0, ON_HOST, NULL, &a) < 0)
         return NULL;
     if (a.ndim != 2 || a.shape[0] != self->n_kv_heads || a.shape[1] > INT32_MAX) {
-        PyErr_Format(PyExc_ValueError, "scores: expected shape (n_kv_heads, n) = (%d, n), got %d dimensions",
-                     (int)self->n_kv_heads, a.ndim);
+        PyErr_Format(PyExc_ValueError, "scores: expected shape (n_kv_heads, n) = (%d, n), got %d dimensions%s%zd",
+                     (int)self->n_kv_heads, a.ndim, a.ndim ? ", the first of " : "", a.ndim ? a.shape[0] : (Py_ssize_t)0);
         array_release(&a);
         return NULL;
     }

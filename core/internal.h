@@ -351,12 +351,13 @@ fg_status fg_adaptive_chunk_prefilled(fg_context *ctx, fg_seq *s, int32_t layer,
  * layer sweep: every layer at one length, at or past compress_at (an append
  * can carry it past without a decode step at compress_at). */
 int fg_adaptive_due(const fg_context *ctx, const fg_seq *s);
-/* fg_seq_observe's pass over one layer of an adaptive sequence (checked):
- * out gets the rows' attention, the layer's ranks and rows what they leave. */
-/* FG_OBSERVE_SCORES: scores [Hkv][n] (checked) added to the layer's ranks. */
+/* FG_OBSERVE_SCORES: scores [Hkv][n] (checked) added to the layer's ranks;
+ * refused, nothing added, where a sum would leave the float range. */
 fg_status fg_adaptive_observe_scores(fg_context *ctx, fg_seq *s, int32_t layer, const float *scores, int32_t n);
 /* The layer's given ranks of keys [0, n): out [Hkv][n]. */
 void fg_adaptive_ranks(const fg_context *ctx, const fg_seq *s, int32_t layer, float *out, int32_t n);
+/* fg_seq_observe's pass over one layer of an adaptive sequence (checked):
+ * out gets the rows' attention, the layer's ranks and rows what they leave. */
 fg_status fg_adaptive_observe_pass(fg_context *ctx, fg_seq *s, int32_t layer, const float *q, const float *k,
                                    const float *v, int32_t n, float *out);
 /* Levels of memory each family is tried at: level l keeps about l / FG_AD_LEVELS of the rows. */

@@ -214,13 +214,13 @@ int cmd_calibrate(int argc, char **argv) {
     double overlap25 = 0.0, overlap10 = 0.0;
     for (int32_t k = 0; k < n_chunks; k++) {
         int32_t at = 0, seq = -1;
-        memcpy(prompt + at, bos, (size_t)n_bos * sizeof *prompt);
-        at += n_bos;
-        memcpy(prompt + at, open, (size_t)n_open * sizeof *prompt);
-        at += n_open;
-        memcpy(prompt + at, all + (size_t)k * chunk, (size_t)chunk * sizeof *prompt);
-        at += chunk;
-        memcpy(prompt + at, close, (size_t)n_close * sizeof *prompt);
+        const int32_t *parts[4] = {bos, open, all + (size_t)k * chunk, close}; /* NULL where a frame is empty */
+        const int32_t lens[4] = {n_bos, n_open, chunk, n_close};
+        for (int p = 0; p < 4; p++)
+            if (lens[p] > 0) {
+                memcpy(prompt + at, parts[p], (size_t)lens[p] * sizeof *prompt);
+                at += lens[p];
+            }
         int said = 0;
         fg_status st = fgm_runner_prefill(s.runner, &cp, prompt, n, &seq, NULL);
         if (st == FG_OK)

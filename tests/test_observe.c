@@ -208,6 +208,20 @@ static int heads_keeping(const outcome *o, int32_t p) {
     return n;
 }
 
+/* The heads of seq whose family ranks keys (*ranking), and how many of them keep PLANT (*keeping). */
+static void ranking_heads_keeping(fg_context *ctx, int32_t seq, const outcome *o, int *ranking, int *keeping) {
+    for (int32_t l = 0; l < L; l++)
+        for (int32_t g = 0; g < HKV; g++) {
+            fg_head_info info;
+            EXPECT_OK(ctx, fg_head_inspect(ctx, seq, l, g, &info));
+            if (!(info.components & FG_KEEP_FREQUENT))
+                continue;
+            ++*ranking;
+            for (int32_t j = 0; j < o->kept[l][g]; j++)
+                *keeping += o->pos[l][g][j] == PLANT;
+        }
+}
+
 static outcome g_first;
 static int g_have_first;
 
@@ -393,16 +407,7 @@ static void run_scores(const char *backend) {
     EXPECT(ms.rows_kept <= (int64_t)ceil(0.25 * (double)ms.rows_full),
            "%lld rows kept of %lld, more than the budget 0.25", (long long)ms.rows_kept, (long long)ms.rows_full);
     int ranking = 0, keeping = 0; /* the heads whose family ranks keys (the tail's rows chose the families) */
-    for (int32_t l = 0; l < L; l++)
-        for (int32_t g = 0; g < HKV; g++) {
-            fg_head_info info;
-            EXPECT_OK(ctx, fg_head_inspect(ctx, seq, l, g, &info));
-            if (!(info.components & FG_KEEP_FREQUENT))
-                continue;
-            ranking++;
-            for (int32_t j = 0; j < a.kept[l][g]; j++)
-                keeping += a.pos[l][g][j] == PLANT;
-        }
+    ranking_heads_keeping(ctx, seq, &a, &ranking, &keeping);
     EXPECT(ranking > 0 && keeping == ranking, "%d of the %d heads that rank keys kept the key scored highest",
            keeping, ranking);
     EXPECT_STATUS(ctx, FG_ERR_BAD_STATE, fg_seq_observe_scores(ctx, seq, 0, &half[0][0], N));
@@ -422,16 +427,7 @@ static void run_scores(const char *backend) {
     outcome m;
     read_outcome(ctx, fork, &m);
     int mass_ranking = 0, mass_keeping = 0;
-    for (int32_t l = 0; l < L; l++)
-        for (int32_t g = 0; g < HKV; g++) {
-            fg_head_info info;
-            EXPECT_OK(ctx, fg_head_inspect(ctx, fork, l, g, &info));
-            if (!(info.components & FG_KEEP_FREQUENT))
-                continue;
-            mass_ranking++;
-            for (int32_t j = 0; j < m.kept[l][g]; j++)
-                mass_keeping += m.pos[l][g][j] == PLANT;
-        }
+    ranking_heads_keeping(ctx, fork, &m, &mass_ranking, &mass_keeping);
     EXPECT(mass_ranking > 0 && mass_keeping == mass_ranking, "flags=mass: %d of %d ranking heads kept the key",
            mass_keeping, mass_ranking);
     EXPECT_OK(ctx, fg_memory(ctx, fork, &ms));

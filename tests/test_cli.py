@@ -364,7 +364,16 @@ with tempfile.TemporaryDirectory() as tmp:
     check(len(shares) == 2 and set(shares) <= {0.0, 0.5} and max(shares) == 0.5,
           "eval --passkey, two questions of one document: a run answers one: %r %r"
           % (shares, r.stderr))
-    for line in ("e\tdoc\tturn\tQQQ\n", "e\tdoc\tturn\t\tturn\n", "e\tdoc\tturn" + "\te\tturn" * 8 + "\n"):
+    # a key of several references scores the share of them the answer holds, letters in either case: the
+    # story's answer (" a small ball") holds "BALL" and not "QQQ"
+    multi = os.path.join(tmp, "multi.txt")
+    open(multi, "w").write("BALL|QQQ\tOnce upon a time, %s The girl was called\n" % story)
+    r = run("eval", *model_args(), "--passkey", multi, "--methods", "fastgen-adaptive,h2o", "--budgets", "0.5",
+            "-n", "6", "--json")
+    shares = [m["per_prompt"][0][4] for m in json.loads(r.stdout)["points"][0]["methods"]] if r.returncode == 0 else []
+    check(shares == [0.5, 0.5], "eval --passkey BALL|QQQ: half of the references found: %r %r" % (shares, r.stderr))
+    for line in ("e\tdoc\tturn\tQQQ\n", "e\tdoc\tturn\t\tturn\n", "e\tdoc\tturn" + "\te\tturn" * 8 + "\n",
+                 "|e\tdoc\n", "e|\tdoc\n", "e||f\tdoc\n", "e\tdoc\tturn\tf|\tturn\n"):
         open(bad, "w").write(line)
         r = run("eval", *model_args(), "--passkey", bad)
         check(r.returncode == 1 and "line 1" in r.stderr, "a passkey line %r refused: %r" % (line[:30], r.stderr))

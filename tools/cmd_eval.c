@@ -272,7 +272,8 @@ static const char *k_eval_help =
     "                       reference: a dtype runs at rows min(1, budget / its bytes per row)\n"
     "  --passkey FILE       retrieval instead: each line KEY<TAB>PROMPT, the prompt hiding the number KEY;\n"
     "                       every method as --sweep, -n greedy tokens at most (default 12), accuracy:\n"
-    "                       the runs whose answer holds KEY. KEY<TAB>DOCUMENT<TAB>TURN on every line: the\n"
+    "                       the runs whose answer holds KEY (letters in either case; KEY=A|B|C: the share\n"
+    "                       of A, B and C it holds). KEY<TAB>DOCUMENT<TAB>TURN on every line: the\n"
     "                       document prefilled (and compressed) alone, the turn that asks appended after\n"
     "                       it; up to 7 more KEY<TAB>TURN after it: the compressed document forked for\n"
     "                       each question, accuracy the share answered (scripts/needle.py writes the\n"
@@ -444,11 +445,14 @@ int cmd_eval(int argc, char **argv) {
             }
             for (int i = 0; i < nf; i++)
                 empty |= !f[i][0];
+            for (int i = 0; i < nf; i += i == 0 ? 3 : 2) /* the keys (f[0], f[3], f[5]...): no empty reference */
+                empty |= f[i][0] == '|' || (f[i][0] && f[i][strlen(f[i]) - 1] == '|') || strstr(f[i], "||");
             const int line_two = nf >= 3;
             if (empty || nf < 2 || (nf > 2 && nf % 2 == 0) || nf > 2 * EVAL_MAX_QUESTIONS + 1 ||
                 (p > 0 && two != line_two)) {
                 fprintf(stderr, "fastgen eval: %s: line %d is not KEY<TAB>PROMPT, or KEY<TAB>DOCUMENT<TAB>TURN "
-                                "(then up to %d more KEY<TAB>TURN) as every line before it\n",
+                                "(then up to %d more KEY<TAB>TURN) as every line before it, each KEY one or "
+                                "more non-empty references separated by '|'\n",
                         x.passkey, (int)p + 1, EVAL_MAX_QUESTIONS - 1);
                 bad = 1;
                 break;

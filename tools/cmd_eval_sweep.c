@@ -25,6 +25,7 @@
  * compresses in each fork instead), each run's accuracy the share of them
  * answered. */
 #define FG_EXPERIMENTAL /* FG_ADAPTIVE_*, fg_cpu_describe (fastgen.h) */
+#include <ctype.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,11 +49,36 @@ static double step_kl(const float *full, const float *comp, int32_t V) {
     return kl > 0.0 ? kl : 0.0;
 }
 
+/* Whether `text` holds `ref` (n bytes), ASCII letters in either case. */
+static int holds(const char *text, const char *ref, size_t n) {
+    for (; *text; text++) {
+        size_t i = 0;
+        while (i < n && text[i] && tolower((unsigned char)text[i]) == tolower((unsigned char)ref[i]))
+            i++;
+        if (i == n)
+            return 1;
+    }
+    return 0;
+}
+
+double eval_answer_score(const char *answer, const char *key) {
+    int32_t found = 0, refs = 0;
+    for (const char *r = key;; r++) {
+        const char *end = strchr(r, '|');
+        const size_t len = end ? (size_t)(end - r) : strlen(r);
+        found += holds(answer, r, len);
+        refs++;
+        if (!end)
+            break;
+        r = end;
+    }
+    return (double)found / refs;
+}
+
 /* The steps of n runs (sequences seqs, results out[i]) from the logits
  * each has in w->logits: teacher-forced on the reference (--sweep), or each
  * decoding its own greedy tokens until it stops or has n_steps of them
- * (--passkey: one answered question q more when its answer holds the
- * number). `last`: the token before the first step. Memory is sampled
+ * (--passkey: question q's score added, eval_answer_score). `last`: the token before the first step. Memory is sampled
  * before every step, into held and full. */
 static fg_status steps(sweep *w, fgm_runner *r, const int32_t *seqs, int32_t n, int32_t q, int32_t last,
                        double *held, double *full, sw_result **out) {
@@ -108,7 +134,7 @@ static fg_status steps(sweep *w, fgm_runner *r, const int32_t *seqs, int32_t n, 
                 memcpy(w->logits + (size_t)live[j] * V, w->logits + (size_t)j * V, (size_t)V * sizeof *w->logits);
     }
     for (int i = 0; w->passkey && i < n; i++)
-        out[i]->correct += strstr(answer[i], w->key[q]) != NULL;
+        out[i]->correct += eval_answer_score(answer[i], w->key[q]);
     return st;
 }
 

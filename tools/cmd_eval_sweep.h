@@ -12,7 +12,8 @@ typedef struct eval_sweep_opts {
 
 /* --passkey: one line's questions about its prompt, each the number its
  * answer must hold and, in the two-turn form, the turn that asks for it
- * (turn[0] NULL: one question, at the end of the prompt). Several turns: the
+ * (turn[0] NULL: one question, at the end of the prompt); a key of
+ * several references separated by '|' scores the share of them it holds. Several turns: the
  * document is prefilled and compressed once, then forked for each. */
 #define EVAL_MAX_QUESTIONS 8
 typedef struct eval_passkey {
@@ -20,6 +21,11 @@ typedef struct eval_passkey {
     const char *key[EVAL_MAX_QUESTIONS];
     const char *turn[EVAL_MAX_QUESTIONS];
 } eval_passkey;
+
+/* The score of one answer: the share of the references of `key` (one, or
+ * several separated by '|', each non-empty) that `answer` holds, ASCII
+ * letters compared in either case (RULER's string_match_all). */
+double eval_answer_score(const char *answer, const char *key);
 
 /* The sweep over prompts[0..n) (passkeys == NULL), or the passkey task
  * (passkeys[i]: prompt i's questions). -n tokens a prompt: teacher-forced

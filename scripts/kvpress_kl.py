@@ -13,6 +13,12 @@ Every method keeps 1 - ratio of the prompt's rows (kvpress' compression_ratio; f
     python3 scripts/kvpress_kl.py --only kvzip,fastgen      # the methods whose label holds a word
     (needs torch, transformers, gguf, kvpress: pip install -r python/requirements-torch.txt)
 
+--query-agnostic: the shape kvpress' pipeline and KVzip's authors run (their evaluation compresses the
+context and appends the question uncompressed): each press compresses the prompt up to its request, the
+last paragraph of the user turn; the request and the turn's end are fed after the compressed cache
+(the full cache's too), then the continuation, and the KL is averaged over every continuation token, the
+first one included. Without it the press also sees, and may evict, the request and the assistant's header.
+
 fastgen's own reconstruction (observe=reconstruct) is not a press: `fastgen eval --prompts FILE --sweep
 -n 64 --f32-activations` measures it on the same prompts (--emit FILE writes them as the CLI reads them).
 Not in CI: ~10 minutes on 2 cores for 4 prompts.
@@ -56,6 +62,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--only", default="", help="comma-separated words: the methods whose label holds one")
     ap.add_argument("--emit", default="", help="also write the prompts, one per line as fastgen eval reads them")
+    ap.add_argument("--query-agnostic", action="store_true",
+                    help="compress the context only, the request fed after it (kvpress' pipeline, KVzip's authors)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     model, tok = fgt.from_gguf()
@@ -70,6 +78,12 @@ def main() -> None:
     tok_dir = tempfile.mkdtemp(prefix="fastgen-tok-")  # KVzipPress loads the tokenizer by the model's name
     tok.save_pretrained(tok_dir)
     model.config._name_or_path = tok_dir
+    # the tokens before the user's content in the template (system turn and user header), as KVzipPress
+    # counts them: it scores only the 4 sinks among them, so the others go first in every head; its
+    # authors keep them all and let them all stand as sinks when scoring (n_sink = their count does that)
+    prefix = tok.apply_chat_template([{"role": "user", "content": "X"}], tokenize=False,
+                                     add_generation_prompt=True).split("X")[0]
+    n_prefix = len(tok.encode(prefix, add_special_tokens=False))
     ratios = [float(r) for r in args.ratios.split(",")]
     only = [w.strip().lower() for w in args.only.split(",") if w.strip()]
 
@@ -86,37 +100,50 @@ def main() -> None:
         "kvpress ExpectedAttention": ExpectedAttentionPress,
         "kvpress StreamingLLM": StreamingLLMPress,
         "kvpress KVzip": KVzipPress,
+        "kvpress KVzip, the template's opening kept (n_sink)": lambda r: KVzipPress(r, n_sink=n_prefix),
     }
     labels = [k for k in presses if not only or any(w in k.lower() for w in only)]
     kl: dict[str, dict[float, list[float]]] = {k: {r: [] for r in ratios} for k in labels}
     t0 = time.time()
     with torch.no_grad():
         for i, prompt in enumerate(prompts):
-            ids = torch.tensor([tok.encode(prompt, add_special_tokens=False)])
+            # the part a press compresses, and (--query-agnostic) the request fed after it uncompressed
+            cut = prompt.rfind("\n\n") if args.query_agnostic else len(prompt)
+            if cut < 0:
+                sys.exit(f"kvpress_kl.py: prompt {i + 1} has no request paragraph to keep out of the compression")
+            ids = torch.tensor([tok.encode(prompt[:cut], add_special_tokens=False)])
+            req = tok.encode(prompt[cut:], add_special_tokens=False) if cut < len(prompt) else []
             n = ids.shape[1]
             cache = DynamicCache()
-            out = model(input_ids=ids, past_key_values=cache)
+            out = model(input_ids=torch.tensor([tok.encode(prompt, add_special_tokens=False)]), past_key_values=cache)
+            n_all = cache.get_seq_length()
             cont = [int(out.logits[0, -1].argmax())]
             for _ in range(args.tokens - 1):  # the full cache's greedy continuation: the reference
                 out = model(input_ids=torch.tensor([cont[-1:]]), past_key_values=cache,
-                            position_ids=torch.tensor([[n + len(cont) - 1]]))
+                            position_ids=torch.tensor([[n_all + len(cont) - 1]]))
                 cont.append(int(out.logits[0, -1].argmax()))
-            cont_t = torch.tensor([cont])
+            # fed after the compressed part: the request (if kept out), then the continuation; scored: the
+            # positions that predict a continuation token (without the request, the first one is predicted
+            # inside the prefill, before any compression, and left out)
+            fed = torch.tensor([req + cont])
+            scored = slice(len(req) - 1, len(req) + len(cont) - 1) if req else slice(0, len(cont) - 1)
             cache = DynamicCache()
             model.model(input_ids=ids, past_key_values=cache)
-            ref = logprobs_after(model, cache, cont_t, n)
+            ref = logprobs_after(model, cache, fed, n)[scored]
             for r in ratios:
                 for label in labels:
                     press = presses[label](r)
                     cache = DynamicCache()
                     with press(model):
                         model.model(input_ids=ids, past_key_values=cache)
-                    got = logprobs_after(model, cache, cont_t, n)
+                    got = logprobs_after(model, cache, fed, n)[scored]
                     step = (ref.exp() * (ref - got)).sum(-1)  # KL(full || compressed) per position
-                    kl[label][r].append(float(step[:-1].mean()))  # the last position predicts past the reference
+                    kl[label][r].append(float(step.mean()))
             print(f"prompt {i + 1} of {len(prompts)}: {n} tokens ({time.time() - t0:.0f} s)", file=sys.stderr)
-    print(f"KL(full || compressed), mean over {args.tokens - 1} teacher-forced tokens after each of {len(prompts)} "
-          f"prompts ({os.path.basename(args.prompts)}), SmolLM2-135M-Instruct in transformers (fp32):")
+    print(f"KL(full || compressed), mean over {args.tokens if args.query_agnostic else args.tokens - 1} "
+          f"teacher-forced tokens after each of {len(prompts)} prompts ({os.path.basename(args.prompts)}"
+          f"{', the request fed after the compressed context' if args.query_agnostic else ''}), "
+          f"SmolLM2-135M-Instruct in transformers (fp32):")
     print("| method | " + " | ".join(f"{1 - r:.0%} kept: mean (min-max)" for r in ratios) + " |")
     print("| --- |" + " --- |" * len(ratios))
     for label in labels:

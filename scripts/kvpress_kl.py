@@ -115,7 +115,7 @@ def main() -> None:
             req = tok.encode(prompt[cut:], add_special_tokens=False) if cut < len(prompt) else []
             n = ids.shape[1]
             cache = DynamicCache()
-            out = model(input_ids=torch.tensor([tok.encode(prompt, add_special_tokens=False)]), past_key_values=cache)
+            out = model(input_ids=torch.cat([ids, torch.tensor([req], dtype=ids.dtype)], dim=1), past_key_values=cache)
             n_all = cache.get_seq_length()
             cont = [int(out.logits[0, -1].argmax())]
             for _ in range(args.tokens - 1):  # the full cache's greedy continuation: the reference

@@ -28,7 +28,8 @@ Tasks (--task):
 
 Lengths (--length): the prompt's tokens under SmolLM2's tokenizer, to a few
 per cent (the rate of this prose, measured); a document leaves 160 tokens of
-the length for the question and the answer.
+the length for the question and the answer. Up to 0.9 of the split's prose
+(Python 3.11's: about 19k tokens for test, 36k for dev), refused above.
 
 Forms (--form), as needle.py's: `turns` (the default: the document prefilled
 and compressed alone, the question in a later turn; the shape kvpress' RULER
@@ -55,6 +56,11 @@ PLACES = ["archive", "boathouse", "observatory", "wine cellar", "greenhouse", "s
           "garage", "lighthouse", "workshop", "gallery", "vault", "pantry", "attic", "studio", "stable"]
 RESERVE = 160  # tokens of the length left to the question and the answer
 LIST_WORD_TOKENS = 1.3  # a word of cwe's list under SmolLM2's tokenizer (a space and the word), measured
+CWE_INTRO = ("Below is a numbered list of words. Some of them appear more often than others; memorize the ones "
+             "that appear most often.")
+CWE_QUESTION = "What are the 10 most common words in the list above?"
+CWE_ANSWER = "The 10 words that appear most often in the list are:"
+CWE_OWN_WORDS = set(re.findall(r"[a-z]+", (CWE_INTRO + CWE_QUESTION + CWE_ANSWER).lower()))
 ESC = str.maketrans({"\\": "\\\\", "\n": "\\n", "\t": " "})
 
 
@@ -71,13 +77,17 @@ def cwe_frequency(doc_tokens):
     return max(6, min(30, round(30 * doc_tokens / 3936)))
 
 
-def filler(paras, rng, tokens):
+def filler(paras, rng, tokens, unique=False):
     """Paragraphs in a row from a random start, about `tokens` tokens of them: the last one cut
-    after the word that reaches the length."""
+    after the word that reaches the length. unique: a paragraph that came already is passed over
+    (a docstring that several classes inherit comes again in a row), up to one lap of the prose."""
     body, at, chars = [], rng.randrange(len(paras)), 0
-    goal = tokens * CHARS_PER_TOKEN
-    while chars < goal:
+    goal, end = tokens * CHARS_PER_TOKEN, at + len(paras)
+    while chars < goal and (not unique or at < end):
         p = paras[at % len(paras)]
+        if unique and p in body:
+            at += 1
+            continue
         if chars + len(p) > goal:
             cut = p.find(" ", int(goal - chars))
             p = p if cut < 0 else p[:cut]
@@ -147,10 +157,11 @@ def make(task, rng, paras, words, length):
         return ("Memorize and track the chain of variable assignments hidden in the following text.",
                 "\n\n".join(body), qs, None)
     if task == "cwe":
-        pool = rng.sample(words, 10 + 800)
-        common = []  # ten, none inside another word of the list (the answer is matched by substring)
-        for w in pool:
-            if len(common) < 10 and not any(w in c or c in w for c in common):
+        pool = rng.sample(words, len(words))
+        common = []  # ten of 5 letters or more, none inside another word of the list (the answer is matched
+        for w in pool:  # by substring), none a word of the task's own text (an answer echoing it scores nothing)
+            if (len(common) < 10 and len(w) >= 5 and w not in CWE_OWN_WORDS and
+                    not any(w in c or c in w for c in common)):
                 common.append(w)
         rare = [w for w in pool if w not in common and not any(c in w for c in common)]
         items = [w for w in common for _ in range(cwe_frequency(doc_tokens))]
@@ -161,21 +172,28 @@ def make(task, rng, paras, words, length):
         while n_rare < len(rare) and total < doc_tokens:
             total += sum(item_tokens(len(items) + 3 * n_rare + j + 1) for j in range(3))
             n_rare += 1
+        if total < doc_tokens:
+            sys.exit(f"ruler.py: cwe: the split's {len(words)} words make a list of {total} tokens at most, "
+                     f"not {doc_tokens}")
         items += [w for w in rare[:n_rare] for _ in range(3)]
         rng.shuffle(items)
         body = "\n".join(f"{i + 1}. {w}" for i, w in enumerate(items))
-        qs = [("|".join(common), "What are the 10 most common words in the list above?",
-               "The 10 words that appear most often in the list are:")]
-        return ("Below is a numbered list of words. Some of them appear more often than others; memorize the "
-                "ones that appear most often.", body, qs, None)
+        qs = [("|".join(common), CWE_QUESTION, CWE_ANSWER)]
+        return CWE_INTRO, body, qs, None
     if task == "qa":
-        body = filler(paras, rng, doc_tokens * 0.96)  # the titles' tokens
-        ids = rng.sample(range(100, 1000), len(body))
-        gold = min(len(body) - 1, int(len(body) * (0.1 + 0.8 * rng.random())))
-        sentences = [s for s in re.split(r"(?<=[.!?]) ", body[gold]) if 8 <= len(s.split()) <= 40]
-        if not sentences:  # a paragraph with no sentence of a fair length: a cut of it
-            sentences = [" ".join(body[gold].split()[:20])]
-        quote = rng.choice(sentences)
+        body = filler(paras, rng, doc_tokens * 0.96, unique=True)  # 0.96: the titles' tokens
+        ids = rng.sample(range(100, 1000) if len(body) <= 900 else range(1000, 10000), len(body))
+        # the document asked about: one at a depth of 10-90 % holding a sentence no other document holds
+        order = sorted(range(len(body)), key=lambda i: abs(i - len(body) * (0.1 + 0.8 * rng.random())))
+        gold, quote = None, None
+        for g in order:
+            sentences = [s for s in re.split(r"(?<=[.!?]) ", body[g]) if 8 <= len(s.split()) <= 40 and
+                         sum(s in p for p in body) == 1]
+            if sentences:
+                gold, quote = g, rng.choice(sentences)
+                break
+        if gold is None:
+            sys.exit("ruler.py: qa: no sentence of 8 to 40 words is in one paragraph only")
         docs = [f"Document {i}: {p}" for i, p in zip(ids, body)]
         qs = [(str(ids[gold]), f'Which document contains the sentence "{quote}"?', "The sentence is in Document")]
         return "Here are numbered documents. Read them carefully; a question about them follows.", \
@@ -215,6 +233,10 @@ def main():
     if not paras:
         sys.exit("ruler.py: no prose found in this Python's standard library")
     words = common_words(paras)
+    prose_tokens = sum(len(p) + 2 for p in paras) / CHARS_PER_TOKEN
+    if args.length - RESERVE > 0.9 * prose_tokens:
+        sys.exit(f"ruler.py: the {args.split} split's prose is about {prose_tokens:.0f} tokens: a document of "
+                 f"{args.length - RESERVE} would repeat it (--length up to {int(0.9 * prose_tokens) + RESERVE})")
     rng = random.Random(f"{args.seed}-{args.split}-{args.task}-{args.length}")
     for _ in range(args.count):
         intro, doc, qs, one = make(args.task, rng, paras, words, args.length)

@@ -75,14 +75,16 @@ for task in ruler.TASKS:
                 check(sorted(top) == sorted(refs) and all(count[w] == freq for w in refs) and freq > 3 and
                       all(c == 3 for w, c in count.items() if w not in refs) and 2 * rare >= len(items),
                       f"{what}: the ten words {freq} times each, {len(count) - 10} others 3 times")
-                check(not any(a != b and a in b for a in refs for b in count),
-                      f"{what}: no word of the answer inside another word of the list")
+                check(not any(a != b and a in b for a in refs for b in count) and
+                      all(len(w) >= 5 and w not in ruler.CWE_OWN_WORDS for w in refs),
+                      f"{what}: no word of the answer inside another word of the list, or of 4 letters, or the "
+                      "task's own")
             if task == "qa":
                 quote = re.search(r'sentence "(.*)"\?', qs[0][1]).group(1)
                 docs = dict(re.findall(r"^Document (\d+): (.*)$", doc, re.M))
                 holding = [i for i, p in docs.items() if quote in p]
-                check(refs[0] in docs and quote in docs[refs[0]] and len(set(docs)) == len(docs),
-                      f"{what}: the quoted sentence is in Document {refs[0]} ({len(holding)} hold it)")
+                check(holding == [refs[0]] and len(set(docs.values())) == len(docs),
+                      f"{what}: the quoted sentence is in Document {refs[0]} alone, each paragraph once")
 
 # the command line: both forms, the split, the seed, the plain form, and the refusals
 run = lambda *a: subprocess.run([sys.executable, os.path.join(SCRIPTS, "ruler.py"), *a],  # noqa: E731
@@ -106,6 +108,8 @@ r = run("--task", "single", "--length", "1024", "--count", "1", "--seed", "2")
 check(r.returncode == 0 and r.stdout.splitlines()[0] not in lines, "another seed, other cases")
 r = run("--list")
 check(r.returncode == 0 and [x.split()[0] for x in r.stdout.splitlines()] == list(ruler.TASKS), "--list")
+r = run("--task", "single", "--length", "100000", "--split", "test")
+check(r.returncode == 1 and "would repeat it" in r.stderr and r.stdout == "", "a length past the prose refused")
 for bad in (["--task", "nope"], ["--length", "100", "--task", "single"], []):
     r = run(*bad)
     check(r.returncode == 2 and r.stdout == "", "refused: %s" % " ".join(bad))

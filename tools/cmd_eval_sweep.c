@@ -19,7 +19,8 @@
  *
  * --passkey decodes greedily from each prompt (a number hidden in filler,
  * asked for at the end, or in a turn appended after it) and counts the runs
- * whose answer holds the number. Several questions about one document: the
+ * whose answer holds the number (or the share of several references it
+ * holds, eval_answer_score). Several questions about one document: the
  * document is prefilled and compressed once and forked for each (the
  * serving shape; a method that defers its compression past the document
  * compresses in each fork instead), each run's accuracy the share of them
@@ -78,8 +79,9 @@ double eval_answer_score(const char *answer, const char *key) {
 /* The steps of n runs (sequences seqs, results out[i]) from the logits
  * each has in w->logits: teacher-forced on the reference (--sweep), or each
  * decoding its own greedy tokens until it stops or has n_steps of them
- * (--passkey: question q's score added, eval_answer_score). `last`: the token before the first step. Memory is sampled
- * before every step, into held and full. */
+ * (--passkey: question q's score added, eval_answer_score). `last`: the
+ * token before the first step. Memory is sampled before every step, into
+ * held and full. */
 static fg_status steps(sweep *w, fgm_runner *r, const int32_t *seqs, int32_t n, int32_t q, int32_t last,
                        double *held, double *full, sw_result **out) {
     fg_context *ctx = fgm_runner_context(r);

@@ -10,10 +10,10 @@ typedef struct eval_sweep_opts {
     const char *dtypes;  /* comma-separated cache dtypes, budgets then in bytes of the --dtype cache; NULL: --dtype */
 } eval_sweep_opts;
 
-/* --passkey: one line's questions about its prompt, each the number its
- * answer must hold and, in the two-turn form, the turn that asks for it
- * (turn[0] NULL: one question, at the end of the prompt); a key of
- * several references separated by '|' scores the share of them it holds. Several turns: the
+/* --passkey: one line's questions about its prompt, each the key its
+ * answer must hold (several references separated by '|': the share of them
+ * it holds scores) and, in the two-turn form, the turn that asks for it
+ * (turn[0] NULL: one question, at the end of the prompt). Several turns: the
  * document is prefilled and compressed once, then forked for each. */
 #define EVAL_MAX_QUESTIONS 8
 typedef struct eval_passkey {

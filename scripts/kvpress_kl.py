@@ -116,11 +116,10 @@ def main() -> None:
             n = ids.shape[1]
             cache = DynamicCache()
             out = model(input_ids=torch.cat([ids, torch.tensor([req], dtype=ids.dtype)], dim=1), past_key_values=cache)
-            n_all = cache.get_seq_length()
             cont = [int(out.logits[0, -1].argmax())]
             for _ in range(args.tokens - 1):  # the full cache's greedy continuation: the reference
                 out = model(input_ids=torch.tensor([cont[-1:]]), past_key_values=cache,
-                            position_ids=torch.tensor([[n_all + len(cont) - 1]]))
+                            position_ids=torch.tensor([[n + len(req) + len(cont) - 1]]))
                 cont.append(int(out.logits[0, -1].argmax()))
             # fed after the compressed part: the request (if kept out), then the continuation; scored: the
             # positions that predict a continuation token (without the request, the first one is predicted

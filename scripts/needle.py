@@ -44,6 +44,32 @@ FACTS = [
 ]
 
 
+ESC = str.maketrans({"\\": "\\\\", "\n": "\\n", "\t": " "})  # one line a case, as fastgen eval reads it
+
+
+def passkey_line(intro, doc, questions, form, plain):
+    """One line of `fastgen eval --passkey`: the document (intro, then doc) and its questions, each
+    (key, question, the answer's start). form "prompt": one question, ending the prompt (a ChatML user
+    turn holding the document and the question); "turns": the document a turn of its own, each
+    question a turn after it (several: each asked of a fork of the compressed document). plain: no
+    ChatML."""
+    if plain:
+        document = f"{intro}\n\n{doc}\n\n"
+        turn = lambda q, a: f"{q} {a}"  # noqa: E731
+    else:
+        document = f"<|im_start|>user\n{intro}\n\n{doc}<|im_end|>\n"
+        turn = lambda q, a: f"<|im_start|>user\n{q}<|im_end|>\n<|im_start|>assistant\n{a}"  # noqa: E731
+    if form == "prompt":
+        (key, q, a), = questions
+        prompt = document + turn(q, a) if plain else \
+            f"<|im_start|>user\n{intro}\n\n{doc}\n\n{q}<|im_end|>\n<|im_start|>assistant\n{a}"
+        return key + "\t" + prompt.translate(ESC)
+    fields = [questions[0][0], document.translate(ESC), turn(*questions[0][1:]).translate(ESC)]
+    for key, q, a in questions[1:]:
+        fields += [key, turn(q, a).translate(ESC)]
+    return "\t".join(fields)
+
+
 def split_of(name):
     return "test" if zlib.crc32(name.encode()) % 3 == 0 else "dev"
 
@@ -109,32 +135,10 @@ def main():
             for third in reversed(range(len(FACTS))):
                 body.insert(round(n0 * depths[third]), FACTS[order[third]][0].format(keys[order[third]]))
         doc = "\n\n".join(body)
-        if args.plain:
-            document = f"{INTRO}\n\n{doc}\n\n"
-            ask = f"{QUESTION} {ANSWER}"
-        else:
-            document = f"<|im_start|>user\n{INTRO}\n\n{doc}<|im_end|>\n"
-            ask = f"<|im_start|>user\n{QUESTION}<|im_end|>\n<|im_start|>assistant\n{ANSWER}"
-        esc = lambda s: s.replace("\\", "\\\\").replace("\n", "\\n").replace("\t", " ")  # noqa: E731
         if args.form == "questions":
-            asks = []
-            for _, question, answer in FACTS:
-                if args.plain:
-                    asks.append(f"{question} {answer}")
-                else:
-                    asks.append(f"<|im_start|>user\n{question}<|im_end|>\n<|im_start|>assistant\n{answer}")
-            print("\t".join([keys[0], esc(document), esc(asks[0])] +
-                            [x for k, a in zip(keys[1:], asks[1:]) for x in (k, esc(a))]))
-        elif args.form == "prompt":
-            if args.plain:
-                prompt = document + ask
-            else:  # one user turn: the document, then the question
-                prompt = (f"<|im_start|>user\n{INTRO}\n\n{doc}\n\n{QUESTION}<|im_end|>\n"
-                          f"<|im_start|>assistant\n{ANSWER}")
-            print(key + "\t" + esc(prompt))
+            print(passkey_line(INTRO, doc, [(k, q, a) for k, (_, q, a) in zip(keys, FACTS)], "turns", args.plain))
         else:
-            print(key + "\t" + esc(document) + "\t" + esc(ask))
-
+            print(passkey_line(INTRO, doc, [(key, QUESTION, ANSWER)], args.form, args.plain))
 
 if __name__ == "__main__":
     main()

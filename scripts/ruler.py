@@ -48,7 +48,7 @@ import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from needle import CHARS_PER_TOKEN, paragraphs  # noqa: E402
+from needle import CHARS_PER_TOKEN, paragraphs, passkey_line  # noqa: E402
 
 # the greedy tokens each task's answer needs (fastgen eval -n)
 TASKS = {"single": 12, "multikey": 12, "multivalue": 40, "multiquery": 40, "vt": 40, "cwe": 64, "qa": 12}
@@ -61,7 +61,6 @@ CWE_INTRO = ("Below is a numbered list of words. Some of them appear more often 
 CWE_QUESTION = "What are the 10 most common words in the list above?"
 CWE_ANSWER = "The 10 words that appear most often in the list are:"
 CWE_OWN_WORDS = set(re.findall(r"[a-z]+", (CWE_INTRO + CWE_QUESTION + CWE_ANSWER).lower()))
-ESC = str.maketrans({"\\": "\\\\", "\n": "\\n", "\t": " "})
 
 
 def prose(split):
@@ -240,25 +239,7 @@ def main():
     rng = random.Random(f"{args.seed}-{args.split}-{args.task}-{args.length}")
     for _ in range(args.count):
         intro, doc, qs, one = make(args.task, rng, paras, words, args.length)
-        if args.plain:
-            document = f"{intro}\n\n{doc}\n\n"
-            turn = lambda q, a: f"{q} {a}"  # noqa: E731
-        else:
-            document = f"<|im_start|>user\n{intro}\n\n{doc}<|im_end|>\n"
-            turn = lambda q, a: f"<|im_start|>user\n{q}<|im_end|>\n<|im_start|>assistant\n{a}"  # noqa: E731
-        if args.form == "prompt":
-            key, q, a = one if one else qs[0]
-            if args.plain:
-                prompt = document + turn(q, a)
-            else:  # one user turn: the document, then the question
-                prompt = f"<|im_start|>user\n{intro}\n\n{doc}\n\n{q}<|im_end|>\n<|im_start|>assistant\n{a}"
-            print(key + "\t" + prompt.translate(ESC))
-        else:
-            fields = [qs[0][0], document.translate(ESC), turn(*qs[0][1:]).translate(ESC)]
-            for key, q, a in qs[1:]:
-                fields += [key, turn(q, a).translate(ESC)]
-            print("\t".join(fields))
-
+        print(passkey_line(intro, doc, [one or qs[0]] if args.form == "prompt" else qs, args.form, args.plain))
 
 if __name__ == "__main__":
     main()

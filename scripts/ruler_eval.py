@@ -126,7 +126,7 @@ def report(results, lengths, tasks):
     for (length, task), v in sorted(results.items()):
         if v is None:
             print(f"\n{task} at {length} tokens: no prompt fitted the model's context")
-    for scope in lengths + ["all"]:
+    for scope in lengths + (["all"] if len(lengths) > 1 else []):
         keys = [(L, t) for L in (lengths if scope == "all" else [scope]) for t in tasks if (L, t) in made]
         if not keys:
             continue

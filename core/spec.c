@@ -7,8 +7,9 @@
  *
  * NAME is a preset. KNOB, in (0, 1], is the budget of the presets that take
  * one (fastgen-budget, fastgen-adaptive) and the kept ratio of a one-entry
- * preset (split evenly between a window and a frequent part when it has
- * both; a snapshot part takes it beside a window of it). The options name
+ * preset (split evenly between a window and a frequent or snapshot part when
+ * it has both, so that snapkv:0.5 keeps half the prompt as h2o:0.5 does, as
+ * Python's compression(kept=) splits it). The options name
  * the fields a user tunes; each is checked whole and in its range, and the
  * result is validated as fg_seq_create validates it.
  */
@@ -64,7 +65,7 @@ static int set_knob(const char *name, float r, fg_compression_params *p) {
     if (c & FG_KEEP_FULL)
         return 0;
     const int local = (c & FG_KEEP_LOCAL) != 0, other = (c & (FG_KEEP_FREQUENT | FG_KEEP_SNAPSHOT)) != 0;
-    const int split = local && (c & FG_KEEP_FREQUENT);
+    const int split = local && other;
     e->ratio_local = local ? (split ? r / 2 : r) : 0.0f;
     e->ratio_frequent = other ? (split ? r / 2 : r) : 0.0f;
     return 1;

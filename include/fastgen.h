@@ -367,7 +367,8 @@ static inline fg_status fg_compression_params_preset(const char *name, fg_compre
  * llama.cpp's --kv-compress take it: NAME[:KNOB][:KEY=VALUE]..., NAME a
  * preset; KNOB in (0, 1] the budget of fastgen-budget and fastgen-adaptive,
  * or the kept ratio of a one-entry preset (split evenly between a window and
- * a frequent part where it has both); options window, defer, floor, pool,
+ * a frequent or snapshot part where it has both: snapkv:0.5 keeps half the
+ * prompt); options window, defer, floor, pool,
  * sink, horizon, tol (the fields observation_window, defer_until,
  * alloc_floor, score_pool, n_sink, predict_horizon, tolerance), flags
  * (adaptive_flags, experimental: per-layer, mass, end, tail, rowmax, rownorm joined by

@@ -749,8 +749,8 @@ static void test_spec(void) {
     EXPECT(p.n_policies == 1 && p.shortlist[0].ratio_local == 0.25f && p.shortlist[0].ratio_frequent == 0.25f,
            "h2o:0.5 split %g %g", (double)p.shortlist[0].ratio_local, (double)p.shortlist[0].ratio_frequent);
     EXPECT_OK(NULL, fg_compression_params_parse("snapkv:0.3:window=16:pool=5", &p));
-    EXPECT(p.shortlist[0].ratio_local == 0.3f && p.shortlist[0].ratio_frequent == 0.3f &&
-               p.observation_window == 16 && p.score_pool == 5, "snapkv spec");
+    EXPECT(p.shortlist[0].ratio_local == 0.15f && p.shortlist[0].ratio_frequent == 0.15f &&
+               p.observation_window == 16 && p.score_pool == 5, "snapkv spec: snapshot + window, half each");
     EXPECT_OK(NULL, fg_compression_params_parse("full", &p));
     EXPECT_OK(NULL, fg_compression_params_preset("full", &want));
     EXPECT(!memcmp(&p, &want, sizeof p), "\"full\" is the preset");

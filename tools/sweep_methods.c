@@ -12,9 +12,8 @@ int sweep_takes_budget(const char *m) { return !strncmp(m, "fastgen-budget", 14)
 /* The parameters of `method` (a preset, options after a colon, as
  * fg_compression_params_parse takes them: "fastgen-adaptive:window=64")
  * with knob r: the budget, or the ratio of a one-entry preset (see
- * fg_compression_params_parse; a snapshot part takes r of the prompt beside
- * a window of r, which is the even split while r <= 0.5 of a long prompt
- * and reaches the full cache when the prompt is short). */
+ * fg_compression_params_parse: a window and a frequent or snapshot part
+ * take r / 2 each). */
 int sweep_method_params(const char *method, double r, fg_compression_params *cp) {
     char name[64], spec[512];
     const char *colon = strchr(method, ':');

@@ -20,6 +20,12 @@ line and the script exits non-zero at the first that fails:
             same request served alone (greedy), each slot holding at most 0.55
             of its full cache's K/V bytes (/slots); then hostile requests get
             llama.cpp's own errors and the server keeps serving
+  scorer    with MODEL.fgscore beside the model (scripts/calibrate.sh; a
+            ChatML model: SmolLM2), llama-server's fastgen-adaptive:0.5 takes
+            it (observe=scores), compresses each prompt to at most 0.55 of
+            its cache, and finds at least SCORER_MARGIN more of 4 needles
+            (ruler.py's single, 2k, question in the prompt) than the same
+            spec with observe=tail; another model's scorer is refused
 
 Stdlib only (the server's HTTP API through urllib).
 """
@@ -28,6 +34,7 @@ import json
 import os
 import re
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -49,6 +56,8 @@ import urllib.request
 # SmolLM2 3.76e-3 against 3.76e-3, Gemma 3 4.66e-3 against 6.15e-3.
 KL_FACTOR = 1.5
 THREADS = "2"
+# the scorer check: needles the scorer must find beyond the tail's, of 4 (measured: see docs/llama.cpp.md)
+SCORER_MARGIN = 2
 # what every refusal of --kv-compress says: the glue's "--kv-compress: why" and
 # the patch's "--kv-compress and --context-shift do not go together"
 REFUSAL = re.compile(r"--kv-compress[: ]")
@@ -147,7 +156,8 @@ PROMPTS = ["What is the capital of France? Answer in one sentence.",
 
 def check_refused(bindir, model):
     bad = ["nosuch", "h2o:2", "fastgen-adaptive:observe=bogus", "fastgen-adaptive:0.5:observe=reconstruct",
-           "fastgen-adaptive:observe=scores",
+           "fastgen-adaptive:observe=scores", "h2o:0.5:scorer=/dev/null", "fastgen-adaptive:scorer=",
+           "fastgen-adaptive:observe=tail:scorer=/dev/null", "fastgen-adaptive:scorer=/nonexistent.fgscore",
            "full:0.5", ""]
     for spec in bad:
         for tool, extra in (("llama-perplexity", ["-f", "/dev/null"]), ("llama-bench", ["-p", "8", "-n", "0"])):
@@ -281,14 +291,71 @@ def check_server(bindir, model, text):
           % (spec, ", ".join("%.3f" % r for r in ratios), len(hostile)), flush=True)
 
 
+def needle_cases(n, length=2048):
+    """ruler.py's single-needle cases (test split, the question in the prompt): (code, user turn, answer's start)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import llama_cpp_ruler
+    return llama_cpp_ruler.cases("single", length, "test", n, 1)
+
+
+def check_scorer(bindir, model, n_cases=4):
+    scorer = model + ".fgscore"
+    if not os.path.exists(scorer):
+        fail("scorer: no %s (bash scripts/calibrate.sh MODEL writes it)" % scorer)
+    # another model's scorer (2 layers) is refused at start-up, naming the shapes
+    with tempfile.NamedTemporaryFile(suffix=".fgscore", delete=False) as f:
+        f.write(b"FGSCORE1" + struct.pack("<4i", 2, 1, 8, 0) + struct.pack("<18f", *([0.0] * 18)))
+    try:
+        r = run([os.path.join(bindir, "llama-perplexity"), "-m", model, "-f", "/dev/null", "-t", THREADS,
+                 "--kv-compress", "fastgen-adaptive:0.5:scorer=" + f.name])
+    finally:
+        os.unlink(f.name)
+    if r.returncode == 0 or "another model" not in r.stdout:
+        fail("scorer: another model's scorer: rc %d, no message naming it:\n%s" % (r.returncode, r.stdout[-1500:]))
+    cases = needle_cases(n_cases)
+    found, held, logs = {}, {}, {}
+    for name, spec in (("scorer", "fastgen-adaptive:0.5"), ("tail", "fastgen-adaptive:0.5:observe=tail")):
+        s = Server(bindir, model, "-np", "1", "-c", "2560", "-b", "2560", "--kv-compress", spec)
+        try:
+            found[name], held[name] = 0, []
+            for key, user, start in cases:
+                prompt = "<|im_start|>user\n%s<|im_end|>\n<|im_start|>assistant\n%s" % (user, start)
+                st, r = s.request("POST", "/completion", {"prompt": prompt, "n_predict": 12, "temperature": 0})
+                if st != 200:
+                    fail("scorer: /completion HTTP %d %s" % (st, str(r)[:300]))
+                found[name] += key in r["content"]
+                st, slots = s.get("/slots")
+                held[name].append(slots[0]["kv_bytes_held"] / max(1, slots[0]["kv_bytes_full"]))
+            logs[name] = s.text()
+        finally:
+            s.stop()
+    if "fgscore found" not in logs["scorer"]:
+        fail("scorer: llama-server --kv-compress fastgen-adaptive:0.5 did not take %s:\n%s"
+             % (scorer, logs["scorer"][-2000:]))
+    if "fgscore found" in logs["tail"]:
+        fail("scorer: observe=tail still took the scorer")
+    if max(held["scorer"]) > 0.55:
+        fail("scorer: a sequence holds %.3f of its full cache (> 0.55): compressed after its prompt?"
+             % max(held["scorer"]))
+    # retrieval: the scorer's point (the tail judges by the question's rows alone and loses most needles)
+    if found["scorer"] < found["tail"] + SCORER_MARGIN:
+        fail("scorer: %d of %d needles found with the scorer, %d with the tail (want at least %d more)"
+             % (found["scorer"], n_cases, found["tail"], SCORER_MARGIN))
+    print("scorer: %s beside the model taken by llama-server's fastgen-adaptive:0.5 (observe=scores): needles "
+          "(ruler.py single, 2k, question in the prompt) %d of %d found, the tail's %d; held %s of the full "
+          "cache; another model's scorer refused" % (os.path.basename(scorer), found["scorer"], n_cases,
+                                                     found["tail"], ", ".join("%.3f" % h for h in held["scorer"])),
+          flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("bindir")
     ap.add_argument("model")
     ap.add_argument("--text", default="/usr/share/common-licenses/GPL-3")
-    ap.add_argument("--only", help="comma-separated: refused,greedy,kl,server")
+    ap.add_argument("--only", help="comma-separated: refused,greedy,kl,server,scorer")
     a = ap.parse_args()
-    only = set((a.only or "refused,greedy,kl,server").split(","))
+    only = set((a.only or "refused,greedy,kl,server,scorer").split(","))
     if "refused" in only:
         check_refused(a.bindir, a.model)
     if "greedy" in only:
@@ -297,6 +364,8 @@ def main():
         check_kl(a.bindir, a.model, a.text)
     if "server" in only:
         check_server(a.bindir, a.model, a.text)
+    if "scorer" in only:
+        check_scorer(a.bindir, a.model)
 
 
 if __name__ == "__main__":

@@ -36,7 +36,11 @@ kl -fa off
 kl -fa off --kv-compress full
 kl -fa off --kv-compress fastgen
 for r in 0.5 0.25; do
-  for m in fastgen-adaptive fastgen-adaptive:$r:observe=predicted h2o tova snapkv streamingllm; do
+  # with MODEL.fgscore beside the model, fastgen-adaptive ranks by that scorer (llama.cpp's tools add it):
+  # the tail's row beside it
+  tail_row=""
+  [ -f "$model.fgscore" ] && tail_row=fastgen-adaptive:$r:observe=tail
+  for m in fastgen-adaptive $tail_row fastgen-adaptive:$r:observe=predicted h2o tova snapkv streamingllm; do
     case $m in *:*) spec=$m ;; *) spec=$m:$r ;; esac
     kl -fa off --kv-compress "$spec"
   done

@@ -13,6 +13,15 @@
 //   micro-batch's sequences together), and several tokens of one sequence
 //   (a new user turn, the next n_batch of a long prompt) are fg_seq_append.
 //
+// A calibrated key scorer (`scorer=FILE` in the spec, fastgen calibrate's
+// MODEL.fgscore; common's --kv-compress adds it for fastgen-adaptive when the
+// file lies beside the model): the graph's "attn_norm" of each layer (the
+// normed input its q, k and v are products of, noted by the patched
+// llm_graph_context::cb) goes into the op as a fourth source; a prompt's rows
+// are scored as they are prefilled, and after the last layer's last chunk
+// every layer's scores are given (fg_seq_observe_scores) and the sequence
+// compressed (fg_seq_compress): observe=scores, KVzap's idea, no second pass.
+//
 // A model with sliding-window layers (Gemma 3, ...): fastgen holds its global
 // layers, and the sliding-window layers stay in a stock llama.cpp cache of
 // their window (llama_kv_cache with the model's SWA filter, as llama.cpp's own
@@ -46,6 +55,9 @@
 #include "llama-model.h"
 
 #include "fastgen.h"
+extern "C" {
+#include "model/scorer.h" // the runner's scorer file and its dot products (fastgen's own sources)
+}
 
 #include <algorithm>
 #include <climits>
@@ -82,6 +94,7 @@ struct seq_state {
     int32_t seq = -1;             // fastgen's id
     std::vector<int32_t> prompt;  // the tokens of its first llama_decode
     int32_t n_done = 0;           // tokens applied: pos_max + 1
+    std::vector<float> log_scores; // with a scorer, until compressed: [layers][KV heads][prompt] its keys' scores
 };
 
 void log_from_fastgen(void *, fg_log_level level, const char * message) {
@@ -131,20 +144,39 @@ public:
     // the micro-batch about to be computed (from the memory context's apply)
     bool apply(const llama_ubatch & ubatch, const std::map<llama_seq_id, std::vector<int32_t>> & prompts);
     // one layer's attention of that micro-batch (from the custom op)
+    // (x: the layer's normed input rows, with a scorer; else null)
     void run_layer(int32_t layer, const ggml_tensor * q, const ggml_tensor * k, const ggml_tensor * v,
-                   ggml_tensor * out);
+                   const ggml_tensor * x, ggml_tensor * out);
 
+    // a graph that cannot run: its op fails the step, and the next batch is refused with the reason
+    void graph_error(const std::string & why) {
+        if (error.empty()) {
+            error = why;
+            LLAMA_LOG_ERROR("fastgen: %s\n", why.c_str());
+        }
+    }
     layer_ref * ref(int il) { return layer_of[il] >= 0 ? &refs[layer_of[il]] : nullptr; }
     bool kv_bytes(llama_seq_id seq_id, size_t * held, size_t * full) const;
     llama_kv_cache * swa_cache() const { return swa.get(); }
 
     int32_t n_q_heads = 0, n_kv_heads = 0, head_dim = 0;
     fg_threadpool * pool = nullptr;  // lent: llama.cpp's graph threads
+    // a calibrated key scorer (observe=scores), or none (sc.w null); freed with the memory, or when the
+    // constructor throws after loading it
+    struct scorer_file {
+        fgm_scorer sc = {};
+        scorer_file() = default;
+        scorer_file(const scorer_file &) = delete;
+        scorer_file & operator=(const scorer_file &) = delete;
+        ~scorer_file() { fgm_scorer_free(&sc); }
+    } scorer;
+    std::vector<ggml_tensor *> x_of; // [llama.cpp's layers] the graph being built: each layer's "attn_norm"
     std::vector<uint64_t> turns;     // [pool size] the ops each graph thread has run
 
 private:
     void destroy(llama_seq_id seq_id);
     bool fail(const char * what);
+    bool give_scores(seq_state & st);
 
     fg_context * ctx = nullptr;
     fg_token_classes * classes = nullptr;
@@ -155,7 +187,7 @@ private:
     std::map<llama_seq_id, seq_state> seqs;
     std::vector<part> plan;         // the micro-batch being computed
     std::vector<int32_t> dec_rows, dec_seqs, dec_tokens; // its decoding sequences: one fg_decode per layer
-    std::vector<float> gq, gk, gv, gout; // gathered rows
+    std::vector<float> gq, gk, gv, gx, gout; // gathered rows
     std::vector<float> rope_factors;     // fastgen's rope_freq_factors, when the model scales positions
     std::string error;              // a failure inside the graph: the next call reports it
 };
@@ -256,18 +288,46 @@ std::string refused(const std::string & why) {
     return "--kv-compress: " + why;
 }
 
-// The compression of a spec, or the reason it is refused (what no model could run).
-std::string parse_spec(const char * spec, fg_compression_params * comp) {
-    if (!spec || fg_compression_params_parse(spec, comp) != FG_OK) {
-        return refused(spec ? fg_last_error(nullptr) : "no spec");
+// The compression of a spec, or the reason it is refused (what no model could run). The glue's own
+// option scorer=FILE (a path without ':') is taken out first, into *scorer; it means observe=scores.
+std::string parse_spec(const char * spec, fg_compression_params * comp, std::string * scorer = nullptr) {
+    if (!spec) {
+        return refused("no spec");
     }
-    if (comp->allocation == FG_ALLOC_ADAPTIVE && comp->observe == FG_OBSERVE_EXPLICIT) {
-        return refused("observe=reconstruct needs a reconstruction pass llama.cpp does not run; use observe=tail "
-                       "or observe=predicted");
+    std::string rest = spec, path;
+    const size_t at = rest.find(":scorer=");
+    if (at != std::string::npos) {
+        const size_t from = at + strlen(":scorer="), end = rest.find(':', from);
+        path = rest.substr(from, end == std::string::npos ? std::string::npos : end - from);
+        rest.erase(at, end == std::string::npos ? std::string::npos : end - at);
+        if (path.empty()) {
+            return refused("scorer= names no file");
+        }
     }
-    if (comp->allocation == FG_ALLOC_ADAPTIVE && comp->observe == FG_OBSERVE_SCORES) {
-        return refused("observe=scores needs a calibrated key scorer (fastgen calibrate), which this integration "
-                       "does not run yet; use observe=tail or observe=predicted");
+    if (fg_compression_params_parse(rest.c_str(), comp) != FG_OK) {
+        return refused(fg_last_error(nullptr));
+    }
+    const bool adaptive = comp->allocation == FG_ALLOC_ADAPTIVE;
+    if (!path.empty()) {
+        if (!adaptive) {
+            return refused("scorer= ranks the keys of fastgen-adaptive (observe=scores); \"" + rest +
+                           "\" is not fastgen-adaptive");
+        }
+        if (rest.find(":observe=") != std::string::npos && comp->observe != FG_OBSERVE_SCORES) {
+            return refused("scorer= means observe=scores; the spec names another observation");
+        }
+        comp->observe = FG_OBSERVE_SCORES;
+    }
+    if (adaptive && comp->observe == FG_OBSERVE_EXPLICIT) {
+        return refused("observe=reconstruct needs a reconstruction pass llama.cpp does not run; use observe=tail, "
+                       "observe=predicted or a calibrated scorer (scorer=FILE)");
+    }
+    if (adaptive && comp->observe == FG_OBSERVE_SCORES && path.empty()) {
+        return refused("observe=scores needs a calibrated key scorer: scorer=FILE (fastgen calibrate writes "
+                       "MODEL.fgscore; llama.cpp's tools add it themselves when it lies beside the model)");
+    }
+    if (scorer) {
+        *scorer = path;
     }
     return "";
 }
@@ -322,9 +382,29 @@ fastgen_memory::fastgen_memory(const llama_model & model, const llama_memory_par
     head_dim = (int32_t) hp.n_embd_head_k(l0);
 
     fg_compression_params comp;
-    const std::string why = parse_spec(spec, &comp);
+    std::string scorer_path;
+    const std::string why = parse_spec(spec, &comp, &scorer_path);
     if (!why.empty()) {
         throw std::runtime_error(why);
+    }
+    if (!scorer_path.empty()) {
+        char err[512];
+        if (fgm_scorer_load(scorer_path.c_str(), &scorer.sc, err, sizeof err) != FG_OK) {
+            throw std::runtime_error(refused(err));
+        }
+        const fgm_scorer & sc = scorer.sc;
+        if (sc.n_layers != (int32_t) held.size() || sc.n_kv_heads != n_kv_heads || sc.dim != (int32_t) hp.n_embd) {
+            throw std::runtime_error(refused(scorer_path + " scores " + std::to_string(sc.n_layers) +
+                                             " layers of " + std::to_string(sc.n_kv_heads) +
+                                             " KV heads from rows of " + std::to_string(sc.dim) +
+                                             "; this model's fastgen layers: " + std::to_string(held.size()) +
+                                             " of " + std::to_string(n_kv_heads) + " KV heads, rows of " +
+                                             std::to_string(hp.n_embd) + " (a scorer of another model)"));
+        }
+        x_of.assign(n_layer, nullptr);
+        LLAMA_LOG_INFO("%s: fastgen-adaptive ranks a prompt's keys by the scorer %s (observe=scores, fitted on %d "
+                       "tokens): one %d-long dot a row and KV head per layer at prefill, no second pass\n", __func__,
+                       scorer_path.c_str(), (int) sc.calib_tokens, (int) sc.dim);
     }
     fg_dtype kt = FG_DTYPE_F16, vt = FG_DTYPE_F16;
     if (const char * bad = ggml_type_to_fg(params.type_k, &kt)) {
@@ -525,6 +605,9 @@ bool fastgen_memory::apply(const llama_ubatch & u, const std::map<llama_seq_id, 
                 if (fg_seq_create(ctx, nullptr, ns.prompt.data(), (int32_t) ns.prompt.size(), &ns.seq) != FG_OK) {
                     return fail("fg_seq_create");
                 }
+                if (scorer.sc.w) {
+                    ns.log_scores.assign(refs.size() * (size_t) n_kv_heads * ns.prompt.size(), 0.0f);
+                }
                 st = seqs.emplace(s, std::move(ns)).first;
             }
             part p;
@@ -591,8 +674,25 @@ static const float * gather(const ggml_tensor * src, const std::vector<int32_t> 
     return dst.data();
 }
 
+// observe=scores: every layer's scores of a prefilled prompt's keys, then its compression
+bool fastgen_memory::give_scores(seq_state & st) {
+    const size_t n = st.prompt.size(), per_layer = (size_t) n_kv_heads * n;
+    std::vector<float> buf(per_layer);
+    for (size_t l = 0; l < refs.size(); l++) {
+        const float * ls = st.log_scores.data() + l * per_layer;
+        for (size_t i = 0; i < per_layer; i++) { // the log-score bounded so that exp stays finite (as the runner)
+            buf[i] = std::exp(std::min(80.0f, std::max(-80.0f, ls[i])));
+        }
+        if (fg_seq_observe_scores(ctx, st.seq, (int32_t) l, buf.data(), (int32_t) n) != FG_OK) {
+            return fail("fg_seq_observe_scores");
+        }
+    }
+    std::vector<float>().swap(st.log_scores);
+    return fg_seq_compress(ctx, st.seq) == FG_OK || fail("fg_seq_compress");
+}
+
 void fastgen_memory::run_layer(int32_t layer, const ggml_tensor * q, const ggml_tensor * k, const ggml_tensor * v,
-                               ggml_tensor * out) {
+                               const ggml_tensor * x, ggml_tensor * out) {
     const size_t wq = (size_t) n_q_heads * head_dim;
     float * obase = (float *) out->data;
     bool ok = error.empty();
@@ -633,7 +733,25 @@ void fastgen_memory::run_layer(int32_t layer, const ggml_tensor * q, const ggml_
         float * po = out_for(p.rows);
         const int32_t n = (int32_t) p.rows.size();
         if (p.kind == part::PREFILL) {
+            seq_state * st = nullptr;
+            if (x) { // the chunk's keys scored (its rows of the layer's normed input)
+                for (auto & [id, ss] : seqs) {
+                    st = ss.seq == p.seq ? &ss : st;
+                }
+                if (!st || st->log_scores.empty()) {
+                    graph_error("a prompt's chunk of a sequence with no scores kept");
+                    ok = false;
+                    break;
+                }
+                const size_t n_prompt = st->prompt.size();
+                const float * px = gather(x, p.rows, 1, scorer.sc.dim, gx);
+                fgm_scorer_predict(&scorer.sc, layer, px, n,
+                                   st->log_scores.data() + (size_t) layer * n_kv_heads * n_prompt, n_prompt, p.begin);
+            }
             ok = fg_prefill_chunk(ctx, p.seq, layer, p.begin, n, pq, pk, pv, po) == FG_OK || fail("fg_prefill_chunk");
+            if (ok && x && layer + 1 == (int32_t) refs.size() && p.begin + n == (int32_t) st->prompt.size()) {
+                ok = give_scores(*st); // the prompt's last chunk through every layer
+            }
         } else {
             ok = fg_seq_append(ctx, p.seq, layer, p.tokens.data(), n, pq, pk, pv, po) == FG_OK ||
                  fail("fg_seq_append");
@@ -816,7 +934,7 @@ void attention_op(ggml_tensor * dst, int ith, int nth, void * userdata) {
         }
         return;
     }
-    mem->run_layer(ref->layer, dst->src[0], dst->src[1], dst->src[2], dst);
+    mem->run_layer(ref->layer, dst->src[0], dst->src[1], dst->src[2], dst->src[3], dst);
     if (lend) {
         fg_threadpool_release(mem->pool, ticket);
     }
@@ -844,10 +962,22 @@ ggml_tensor * build_fastgen_attn(const llm_graph_context & g, fastgen_memory * m
         }
         return ggml_reshape_3d(ctx0, t, mem->head_dim, heads, ggml_nelements(t) / ((int64_t) mem->head_dim * heads));
     };
-    ggml_tensor * args[3] = {f32(q_cur, mem->n_q_heads), f32(k_cur, mem->n_kv_heads), f32(v_cur, mem->n_kv_heads)};
+    ggml_tensor * args[4] = {f32(q_cur, mem->n_q_heads), f32(k_cur, mem->n_kv_heads), f32(v_cur, mem->n_kv_heads),
+                             nullptr};
     const int64_t n_tokens = args[0]->ne[2];
+    int n_args = 3;
+    if (mem->scorer.sc.w) { // the layer's normed input, for the scorer (noted by llama_fastgen_note_tensor)
+        ggml_tensor * x = mem->x_of[il];
+        mem->x_of[il] = nullptr;
+        if (x && x->type == GGML_TYPE_F32 && x->ne[0] == mem->scorer.sc.dim && ggml_nelements(x) == x->ne[0] * n_tokens) {
+            args[n_args++] = ggml_is_contiguous(x) ? x : ggml_cont(ctx0, x);
+        } else { // the op then fails the step, and the next batch is refused with this
+            mem->graph_error("the model's graph gives layer " + std::to_string(il) + " no \"attn_norm\" (an f32 row of " +
+                             std::to_string(mem->scorer.sc.dim) + " a token) for the scorer");
+        }
+    }
     ggml_tensor * cur = ggml_custom_4d(ctx0, GGML_TYPE_F32, (int64_t) mem->head_dim * mem->n_q_heads, n_tokens, 1,
-                                       1, args, 3, attention_op, GGML_N_TASKS_MAX, ref);
+                                       1, args, n_args, attention_op, GGML_N_TASKS_MAX, ref);
     g.cb(cur, "kqv_out", il);
     if (wo) {
         cur = g.build_lora_mm(wo, cur, wo_s);
@@ -923,6 +1053,16 @@ ggml_tensor * llama_fastgen_build_attn_iswa(const llm_graph_context & g, llm_gra
         return g.build_attn(inp->swa, wo, wo_b, wo_s, q_cur, k_cur, v_cur, kq_b, sinks, v_mla, kq_scale, il);
     }
     return build_fastgen_attn(g, inp->mem, wo, wo_b, wo_s, q_cur, k_cur, v_cur, kq_b, sinks, v_mla, kq_scale, il);
+}
+
+void llama_fastgen_note_tensor(const llm_graph_context & g, ggml_tensor * cur, const char * name, int il) {
+    if (strcmp(name, "attn_norm") != 0 || il < 0) {
+        return;
+    }
+    const auto * mctx = dynamic_cast<const fastgen_memory_context *>(g.mctx);
+    if (mctx && mctx->mem && mctx->mem->scorer.sc.w && (size_t) il < mctx->mem->x_of.size()) {
+        mctx->mem->x_of[il] = cur;
+    }
 }
 
 bool llama_memory_kv_bytes(llama_memory_t mem, llama_seq_id seq_id, size_t * held, size_t * full) {

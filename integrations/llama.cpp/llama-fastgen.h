@@ -31,6 +31,11 @@ ggml_tensor * llama_fastgen_build_attn(const llm_graph_context & g, llm_graph_in
                                        ggml_tensor * k_cur, ggml_tensor * v_cur, ggml_tensor * kq_b,
                                        ggml_tensor * sinks, ggml_tensor * v_mla, float kq_scale, int il);
 
+// Every tensor the graph names (llm_graph_context::cb): with a calibrated key
+// scorer, each layer's "attn_norm" (its normed input) is kept for that layer's
+// fastgen op; else nothing.
+void llama_fastgen_note_tensor(const llm_graph_context & g, ggml_tensor * cur, const char * name, int il);
+
 // The same two for a model with sliding-window layers (build_attn_inp_kv_iswa,
 // build_attn on its input): fastgen runs the global layers, and the
 // sliding-window layers run as stock llama.cpp over the SWA cache the fastgen

@@ -9,7 +9,8 @@
 # compresses it), its next 1024 an appended turn under each head's policy, and
 # llama-perplexity scores exactly those (the second half of each chunk): the
 # KL of a continuation read through a compressed prompt. Binaries from
-# scripts/llama-cpp.sh (--print); two threads, nothing else beside it.
+# scripts/llama-cpp.sh (--print; LLAMA_BIN= others); two threads, nothing else
+# beside it. METHODS="snapkv h2o" runs those presets only, after the references.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 model=${1:?usage: llama_cpp_kl.sh MODEL.gguf [TEXT] [CHUNKS]}
@@ -40,7 +41,7 @@ for r in 0.5 0.25; do
   # the tail's row beside it
   tail_row=""
   [ -f "$model.fgscore" ] && tail_row=fastgen-adaptive:$r:observe=tail
-  for m in fastgen-adaptive $tail_row fastgen-adaptive:$r:observe=predicted h2o tova snapkv streamingllm; do
+  for m in ${METHODS:-fastgen-adaptive $tail_row fastgen-adaptive:$r:observe=predicted h2o tova snapkv streamingllm}; do
     case $m in *:*) spec=$m ;; *) spec=$m:$r ;; esac
     kl -fa off --kv-compress "$spec"
   done

@@ -136,6 +136,8 @@ def main():
     ap.add_argument("--threads", default=lc.THREADS)
     ap.add_argument("--template", choices=("model",) + tuple(TEMPLATES), default="model",
                     help="the chat template: the GGUF's own (the server's /apply-template) or one named here")
+    ap.add_argument("--no-references", action="store_true",
+                    help="only the methods' rows: not stock llama.cpp's and --kv-compress full's")
     ap.add_argument("--json", help="write every case's score and memory here")
     a = ap.parse_args()
     lc.THREADS = a.threads
@@ -151,7 +153,7 @@ def main():
     ctx = max(lengths) + max(ruler.TASKS[t] for t in tasks) + 256
     all_cases = {(n, t): cases(t, n, a.split, a.count, a.seed) for n in lengths for t in tasks}
     rows = {}
-    plan = [("-", "stock -fa on", ["-fa", "on"]), ("-", "full", ["--kv-compress", "full"])]
+    plan = [] if a.no_references else [("-", "stock -fa on", ["-fa", "on"]), ("-", "full", ["--kv-compress", "full"])]
     plan += [("%g" % b, m, ["--kv-compress", spec_at(m, b)]) for b in budgets for m in a.methods.split(",")]
     for budget, method, args in plan:
         t0 = time.time()

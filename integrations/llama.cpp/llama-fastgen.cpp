@@ -300,7 +300,7 @@ std::string parse_spec(const char * spec, fg_compression_params * comp, std::str
         const size_t from = at + strlen(":scorer="), end = rest.find(':', from);
         path = rest.substr(from, end == std::string::npos ? std::string::npos : end - from);
         rest.erase(at, end == std::string::npos ? std::string::npos : end - at);
-        if (path.empty()) {
+        if (path.empty() || path == "-") { // (fastgen's file reader takes "-" for standard input)
             return refused("scorer= names no file");
         }
     }
@@ -324,7 +324,7 @@ std::string parse_spec(const char * spec, fg_compression_params * comp, std::str
     }
     if (adaptive && comp->observe == FG_OBSERVE_SCORES && path.empty()) {
         return refused("observe=scores needs a calibrated key scorer: scorer=FILE (fastgen calibrate writes "
-                       "MODEL.fgscore; llama.cpp's tools add it themselves when it lies beside the model)");
+                       "MODEL.fgscore; with that file beside the model, fastgen-adaptive naming no observe= takes it)");
     }
     if (scorer) {
         *scorer = path;
@@ -734,6 +734,11 @@ void fastgen_memory::run_layer(int32_t layer, const ggml_tensor * q, const ggml_
         const int32_t n = (int32_t) p.rows.size();
         if (p.kind == part::PREFILL) {
             seq_state * st = nullptr;
+            if (scorer.sc.w && !x) { // a graph built without the normed input (see build_fastgen_attn)
+                graph_error("a prompt's chunk reached the op without the layer's \"attn_norm\" for the scorer");
+                ok = false;
+                break;
+            }
             if (x) { // the chunk's keys scored (its rows of the layer's normed input)
                 for (auto & [id, ss] : seqs) {
                     st = ss.seq == p.seq ? &ss : st;

@@ -299,13 +299,6 @@ def check_server(bindir, model, text):
           % (spec, ", ".join("%.3f" % r for r in ratios), len(hostile)), flush=True)
 
 
-def needle_cases(n, length=2048):
-    """ruler.py's single-needle cases (test split, the question in the prompt): (code, user turn, answer's start)."""
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    import llama_cpp_ruler
-    return llama_cpp_ruler.cases("single", length, "test", n, 1)
-
-
 def check_scorer(bindir, model, n_cases=4):
     scorer = model + ".fgscore"
     if not os.path.exists(scorer):
@@ -320,14 +313,16 @@ def check_scorer(bindir, model, n_cases=4):
         os.unlink(f.name)
     if r.returncode == 0 or "another model" not in r.stdout:
         fail("scorer: another model's scorer: rc %d, no message naming it:\n%s" % (r.returncode, r.stdout[-1500:]))
-    cases = needle_cases(n_cases)
+    import llama_cpp_ruler  # (beside this script; it imports this one)
+    # ruler.py's single needles at 2k, test split, the question in the prompt: (code, user turn, answer's start)
+    cases = llama_cpp_ruler.cases("single", 2048, "test", n_cases, 1)
     found, held, logs = {}, {}, {}
     for name, spec in (("scorer", "fastgen-adaptive:0.5"), ("tail", "fastgen-adaptive:0.5:observe=tail")):
         s = Server(bindir, model, "-np", "1", "-c", "2560", "-b", "2560", "--kv-compress", spec)
         try:
             found[name], held[name] = 0, []
             for key, user, start in cases:
-                prompt = "<|im_start|>user\n%s<|im_end|>\n<|im_start|>assistant\n%s" % (user, start)
+                prompt = llama_cpp_ruler.TEMPLATES["chatml"].format(user) + start
                 st, r = s.request("POST", "/completion", {"prompt": prompt, "n_predict": 12, "temperature": 0})
                 if st != 200:
                     fail("scorer: /completion HTTP %d %s" % (st, str(r)[:300]))

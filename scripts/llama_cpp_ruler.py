@@ -31,7 +31,6 @@ method, a column per task, and the average over the tasks. Stdlib only.
 import argparse
 import json
 import os
-import random
 import sys
 import time
 
@@ -51,16 +50,9 @@ def score(key, answer):
 
 
 def cases(task, length, split, count, seed):
-    """ruler.py's cases in the prompt form: (key, the user turn, the answer's start)."""
-    paras = ruler.prose(split)
-    words = ruler.common_words(paras)
-    rng = random.Random(f"{seed}-{split}-{task}-{length}")  # ruler.py's seed: the same cases it writes
-    out = []
-    for _ in range(count):
-        intro, doc, qs, one = ruler.make(task, rng, paras, words, length)
-        key, q, a = one or qs[0]
-        out.append((key, f"{intro}\n\n{doc}\n\n{q}", a))
-    return out
+    """ruler.py's cases in the prompt form (the ones it writes): (key, the user turn, the answer's start)."""
+    return [(key, f"{intro}\n\n{doc}\n\n{q}", a)
+            for intro, doc, ((key, q, a),) in ruler.cases(task, length, split, count, seed, "prompt")]
 
 
 def spec_at(method, budget):

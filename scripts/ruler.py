@@ -209,6 +209,17 @@ def common_words(paras):
     return sorted(seen)
 
 
+def cases(task, length, split, count, seed, form, paras=None):
+    """The cases --task writes: (intro, document, questions), the questions those of the form (the prompt
+    form's one)."""
+    paras = paras if paras is not None else prose(split)
+    words = common_words(paras)
+    rng = random.Random(f"{seed}-{split}-{task}-{length}")
+    for _ in range(count):
+        intro, doc, qs, one = make(task, rng, paras, words, length)
+        yield intro, doc, [one or qs[0]] if form == "prompt" else qs
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--task", choices=sorted(TASKS))
@@ -231,15 +242,12 @@ def main():
     paras = prose(args.split)
     if not paras:
         sys.exit("ruler.py: no prose found in this Python's standard library")
-    words = common_words(paras)
     prose_tokens = sum(len(p) + 2 for p in paras) / CHARS_PER_TOKEN
     if args.length - RESERVE > 0.9 * prose_tokens:
         sys.exit(f"ruler.py: the {args.split} split's prose is about {prose_tokens:.0f} tokens: a document of "
                  f"{args.length - RESERVE} would repeat it (--length up to {int(0.9 * prose_tokens) + RESERVE})")
-    rng = random.Random(f"{args.seed}-{args.split}-{args.task}-{args.length}")
-    for _ in range(args.count):
-        intro, doc, qs, one = make(args.task, rng, paras, words, args.length)
-        print(passkey_line(intro, doc, [one or qs[0]] if args.form == "prompt" else qs, args.form, args.plain))
+    for intro, doc, qs in cases(args.task, args.length, args.split, args.count, args.seed, args.form, paras):
+        print(passkey_line(intro, doc, qs, args.form, args.plain))
 
 if __name__ == "__main__":
     main()

@@ -82,9 +82,12 @@ struct layer_ref {
 };
 
 // One sequence's rows of the micro-batch being computed, and what fastgen does with them.
+struct seq_state;
+
 struct part {
     enum kind_t { PREFILL, DECODE, APPEND } kind;
     int32_t seq;                 // fastgen's id
+    seq_state * state;           // its state (the memory's map keeps it in place while the batch runs)
     int32_t begin;               // PREFILL: the chunk's first row in the prompt
     std::vector<int32_t> rows;   // rows of the micro-batch, in order
     std::vector<int32_t> tokens; // their token ids
@@ -148,13 +151,6 @@ public:
     void run_layer(int32_t layer, const ggml_tensor * q, const ggml_tensor * k, const ggml_tensor * v,
                    const ggml_tensor * x, ggml_tensor * out);
 
-    // a graph that cannot run: its op fails the step, and the next batch is refused with the reason
-    void graph_error(const std::string & why) {
-        if (error.empty()) {
-            error = why;
-            LLAMA_LOG_ERROR("fastgen: %s\n", why.c_str());
-        }
-    }
     layer_ref * ref(int il) { return layer_of[il] >= 0 ? &refs[layer_of[il]] : nullptr; }
     bool kv_bytes(llama_seq_id seq_id, size_t * held, size_t * full) const;
     llama_kv_cache * swa_cache() const { return swa.get(); }
@@ -612,6 +608,7 @@ bool fastgen_memory::apply(const llama_ubatch & u, const std::map<llama_seq_id, 
             }
             part p;
             p.seq = st->second.seq;
+            p.state = &st->second;
             p.begin = st->second.n_done;
             p.kind = p.begin < (int32_t) st->second.prompt.size() ? part::PREFILL : part::DECODE;
             at[s] = plan.size();
@@ -733,21 +730,15 @@ void fastgen_memory::run_layer(int32_t layer, const ggml_tensor * q, const ggml_
         float * po = out_for(p.rows);
         const int32_t n = (int32_t) p.rows.size();
         if (p.kind == part::PREFILL) {
-            seq_state * st = nullptr;
-            if (scorer.sc.w && !x) { // a graph built without the normed input (see build_fastgen_attn)
-                graph_error("a prompt's chunk reached the op without the layer's \"attn_norm\" for the scorer");
+            seq_state * st = p.state;
+            if (scorer.sc.w && !x) { // build_fastgen_attn found no normed input for this layer
+                error = "fastgen layer " + std::to_string(layer) + ": the model's graph names no \"attn_norm\" (an "
+                        "f32 row of " + std::to_string(scorer.sc.dim) + " a token) for the scorer";
+                LLAMA_LOG_ERROR("fastgen: %s\n", error.c_str());
                 ok = false;
                 break;
             }
             if (x) { // the chunk's keys scored (its rows of the layer's normed input)
-                for (auto & [id, ss] : seqs) {
-                    st = ss.seq == p.seq ? &ss : st;
-                }
-                if (!st || st->log_scores.empty()) {
-                    graph_error("a prompt's chunk of a sequence with no scores kept");
-                    ok = false;
-                    break;
-                }
                 const size_t n_prompt = st->prompt.size();
                 const float * px = gather(x, p.rows, 1, scorer.sc.dim, gx);
                 fgm_scorer_predict(&scorer.sc, layer, px, n,
@@ -976,10 +967,7 @@ ggml_tensor * build_fastgen_attn(const llm_graph_context & g, fastgen_memory * m
         mem->x_of[il] = nullptr;
         if (x && x->type == GGML_TYPE_F32 && x->ne[0] == mem->scorer.sc.dim && ggml_nelements(x) == x->ne[0] * n_tokens) {
             args[n_args++] = ggml_is_contiguous(x) ? x : ggml_cont(ctx0, x);
-        } else { // the op then fails the step, and the next batch is refused with this
-            mem->graph_error("the model's graph gives layer " + std::to_string(il) + " no \"attn_norm\" (an f32 row of " +
-                             std::to_string(mem->scorer.sc.dim) + " a token) for the scorer");
-        }
+        } // else the op fails a prompt's step with the reason (run_layer), and the next batch is refused
     }
     ggml_tensor * cur = ggml_custom_4d(ctx0, GGML_TYPE_F32, (int64_t) mem->head_dim * mem->n_q_heads, n_tokens, 1,
                                        1, args, n_args, attention_op, GGML_N_TASKS_MAX, ref);
